@@ -1,0 +1,611 @@
+"""Every exception nsq_ha raises, in one hierarchy.
+
+::
+
+    NsqError
+    ├── ConfigError (also ValueError)             bad configuration or argument values
+    │   └── InvalidArgumentError                   an encoder refused an argument
+    │       ├── InvalidNameError                   topic/channel name breaks the name rule
+    │       └── BodyTooLargeError                  body over the negotiated size limit
+    ├── NsqTimeoutError (also TimeoutError)
+    ├── NsqConnectionError
+    │   ├── ConnectError                           could not open the TCP connection
+    │   ├── ConnectionClosedError                  the peer closed (or the socket broke)
+    │   └── HandshakeError                         magic / IDENTIFY / AUTH / TLS / compression
+    ├── ProtocolError
+    │   ├── LocalProtocolError                     we tried to do something the protocol forbids
+    │   └── RemoteProtocolError                    the peer sent bytes we cannot understand
+    ├── DiscoveryError
+    │   ├── LookupdUnavailableError                no nsqlookupd answered
+    │   └── TopicNotFoundError                     lookup knows no writable partition
+    ├── BrokerError                                an nsqd error frame (``.code``, ``.description``)
+    │   ├── InvalidError               E_INVALID
+    │   ├── BadProtocolError           E_BAD_PROTOCOL
+    │   ├── BadBodyError               E_BAD_BODY
+    │   ├── BadMessageError            E_BAD_MESSAGE
+    │   ├── BadTopicError              E_BAD_TOPIC
+    │   ├── BadChannelError            E_BAD_CHANNEL
+    │   ├── BadPartitionError          E_BAD_PARTITION
+    │   ├── BadExtError                E_BAD_EXT
+    │   ├── IdentifyFailedError        E_IDENTIFY_FAILED
+    │   ├── AuthError                  (base of the auth codes)
+    │   │   ├── AuthDisabledError      E_AUTH_DISABLED
+    │   │   ├── AuthFailedError        E_AUTH_FAILED
+    │   │   ├── UnauthorizedError      E_UNAUTHORIZED
+    │   │   ├── AuthServerError        E_AUTH_ERROR
+    │   │   └── AuthFirstError         E_AUTH_FIRST
+    │   ├── TopicNotExistError         E_TOPIC_NOT_EXIST
+    │   ├── SubOrderRequiredError      E_SUB_ORDER_IS_MUST
+    │   ├── ExtendSupportRequiredError E_SUB_EXTEND_NEED
+    │   ├── ExtendSupportForbiddenError E_SUB_EXTEND_FORBIDDON (sic)
+    │   ├── ChannelNotRegisteredError  E_SUB_CHANNEL_NOT_REGISTERED
+    │   ├── PubTooMuchWaitingError     E_PUB_TOO_MUCH_WAITING
+    │   ├── NotLeaderError             E_FAILED_ON_NOT_LEADER
+    │   ├── NotWritableError           E_FAILED_ON_NOT_WRITABLE
+    │   ├── PubFailedError             E_PUB_FAILED
+    │   ├── MpubFailedError            E_MPUB_FAILED
+    │   ├── DpubFailedError            E_DPUB_FAILED (vanilla)
+    │   ├── ExtNotSupportedError       E_EXT_NOT_SUPPORT
+    │   ├── InvalidJsonHeaderError     E_INVALID_JSON_HEADER
+    │   ├── InvalidTraceIdError        INVALID_TRACE_ID
+    │   ├── MessageCommandError        (base: carries ``.message_id``)
+    │   │   ├── FinFailedError         E_FIN_FAILED
+    │   │   ├── ReqFailedError         E_REQ_FAILED
+    │   │   └── TouchFailedError       E_TOUCH_FAILED
+    │   ├── CreateTopicFailedError     E_CREATE_TOPIC_FAILED
+    │   └── TooManyConnectionsError    "too much client connections" (no code)
+    ├── PublishError                               retries exhausted (``.attempts``)
+    └── ConsumerClosedError
+
+Retry decisions live on the error (aiokafka style), never in ``except`` ladders:
+
+* ``retriable``: trying the same operation again may succeed;
+* ``refresh_lookup``: the partition map is stale, ask nsqlookupd again before retrying;
+* ``fatal`` (broker errors only): nsqd closes the connection after sending the frame.
+
+Whether nsqd closes the connection depends on the command that failed, not only on the code
+(``E_FAILED_ON_NOT_LEADER`` is fatal after SUB/FIN but not after PUB), and on the server kind
+(vanilla closes on everything except the FIN/REQ/TOUCH failures).
+:meth:`BrokerError.closes_connection` answers that question; :meth:`BrokerError.from_frame`
+stores the answer in ``fatal`` when it is told the command.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+__all__ = [
+    "AuthDisabledError",
+    "AuthError",
+    "AuthFailedError",
+    "AuthFirstError",
+    "AuthServerError",
+    "BadBodyError",
+    "BadChannelError",
+    "BadExtError",
+    "BadMessageError",
+    "BadPartitionError",
+    "BadProtocolError",
+    "BadTopicError",
+    "BodyTooLargeError",
+    "BrokerError",
+    "ChannelNotRegisteredError",
+    "ConfigError",
+    "ConnectError",
+    "ConnectionClosedError",
+    "ConsumerClosedError",
+    "CreateTopicFailedError",
+    "DiscoveryError",
+    "DpubFailedError",
+    "ExtNotSupportedError",
+    "ExtendSupportForbiddenError",
+    "ExtendSupportRequiredError",
+    "FinFailedError",
+    "HandshakeError",
+    "IdentifyFailedError",
+    "InvalidArgumentError",
+    "InvalidError",
+    "InvalidJsonHeaderError",
+    "InvalidNameError",
+    "InvalidTraceIdError",
+    "LocalProtocolError",
+    "LookupdUnavailableError",
+    "MessageCommandError",
+    "MpubFailedError",
+    "NotLeaderError",
+    "NotWritableError",
+    "NsqConnectionError",
+    "NsqError",
+    "NsqTimeoutError",
+    "ProtocolError",
+    "PubFailedError",
+    "PubTooMuchWaitingError",
+    "PublishError",
+    "RemoteProtocolError",
+    "ReqFailedError",
+    "SubOrderRequiredError",
+    "TooManyConnectionsError",
+    "TopicNotExistError",
+    "TopicNotFoundError",
+    "TouchFailedError",
+    "UnauthorizedError",
+]
+
+#: Command names after which a publish-type failure leaves the connection open on the fork.
+PUBLISH_COMMANDS: frozenset[bytes] = frozenset(
+    {b"PUB", b"PUB_TRACE", b"PUB_EXT", b"MPUB", b"MPUB_TRACE", b"MPUB_EXT", b"DPUB"}
+)
+
+
+class NsqError(Exception):
+    """Root of every nsq_ha exception."""
+
+    #: Trying the same operation again may succeed.
+    retriable: ClassVar[bool] = False
+    #: The cached partition map is stale: look the topic up again before retrying.
+    refresh_lookup: ClassVar[bool] = False
+
+
+# --- configuration and arguments -------------------------------------------------------------
+
+
+class ConfigError(NsqError, ValueError):
+    """A configuration value or a function argument is not acceptable."""
+
+
+class InvalidArgumentError(ConfigError):
+    """A protocol encoder refused an argument (bad partition, id, count, empty body, ...)."""
+
+
+class InvalidNameError(InvalidArgumentError):
+    """A topic or channel name breaks the rule ``^[.a-zA-Z0-9_-]+(#ephemeral)?$``, 1..64 bytes."""
+
+
+class BodyTooLargeError(InvalidArgumentError):
+    """A body is larger than the limit nsqd enforces (``max_msg_size`` / ``max_body_size``)."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        """Record which body was too large, its size and the limit, in bytes."""
+        super().__init__(f"{what} is {size} bytes, over the limit of {limit} bytes")
+        self.what = what
+        self.size = size
+        self.limit = limit
+
+
+# --- timeouts and connections ----------------------------------------------------------------
+
+
+class NsqTimeoutError(NsqError, TimeoutError):
+    """An operation did not finish in time."""
+
+    retriable = True
+
+
+class NsqConnectionError(NsqError):
+    """The TCP connection could not be used."""
+
+    retriable = True
+
+
+class ConnectError(NsqConnectionError):
+    """Opening the TCP connection failed."""
+
+
+class ConnectionClosedError(NsqConnectionError):
+    """The connection was closed, by the peer or after a fatal error."""
+
+
+class HandshakeError(NsqConnectionError):
+    """The magic, IDENTIFY, AUTH, TLS or compression negotiation failed."""
+
+    retriable = False
+
+
+# --- protocol violations ---------------------------------------------------------------------
+
+
+class ProtocolError(NsqError):
+    """The byte stream broke the NSQ protocol."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We were about to do something the protocol forbids (a bug on our side)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something we cannot decode; the connection must be dropped."""
+
+    retriable = True
+
+
+# --- discovery -------------------------------------------------------------------------------
+
+
+class DiscoveryError(NsqError):
+    """Looking up where a topic lives failed."""
+
+
+class LookupdUnavailableError(DiscoveryError):
+    """No nsqlookupd answered."""
+
+    retriable = True
+
+
+class TopicNotFoundError(DiscoveryError):
+    """nsqlookupd knows no (writable) partition of the topic yet."""
+
+    retriable = True
+    refresh_lookup = True
+
+
+# --- broker error frames ---------------------------------------------------------------------
+
+_REGISTRY: dict[str, type[BrokerError]] = {}
+_TOO_MANY_CONNECTIONS_TEXT = "too much client connections"
+
+
+def _command_name(command: bytes) -> bytes:
+    """Return the name of a command given as its name or as its whole encoded line."""
+    return command.split(b"\n", 1)[0].split(b" ", 1)[0]
+
+
+class BrokerError(NsqError):
+    """An error frame sent by nsqd: ``<CODE> <description>``.
+
+    Subclasses set ``code`` and are found by :meth:`from_code` / :meth:`from_frame`; an unknown
+    code gives a plain ``BrokerError`` that keeps the code.
+    """
+
+    #: The code token this class stands for (empty on the generic class).
+    wire_code: ClassVar[str] = ""
+    #: nsqd closes the connection after this error (the usual case; see ``closes_connection``).
+    fatal: bool = True
+    #: Commands after which the fork keeps the connection open although ``fatal`` says otherwise.
+    nonfatal_after: ClassVar[frozenset[bytes]] = frozenset()
+    #: Vanilla nsqd closes the connection after this error.
+    vanilla_fatal: ClassVar[bool] = True
+
+    def __init__(self, code: str, description: str = "", *, fatal: bool | None = None) -> None:
+        """Create the error from its code and description (``fatal`` overrides the default)."""
+        text = f"{code} {description}".rstrip() if description else code
+        super().__init__(text)
+        self.code = code
+        self.description = description
+        if fatal is not None:
+            self.fatal = fatal
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Register subclasses that name a code token."""
+        super().__init_subclass__(**kwargs)
+        if cls.wire_code:
+            _REGISTRY[cls.wire_code] = cls
+
+    @classmethod
+    def closes_connection(cls, after_command: bytes | None = None, *, fork: bool = True) -> bool:
+        """Say whether nsqd closes the connection after this error.
+
+        ``after_command`` is the command that failed (its name, or the whole command line);
+        ``None`` gives the conservative default. ``fork=False`` applies vanilla nsqd's rule.
+        """
+        if not fork:
+            return cls.vanilla_fatal
+        if after_command is not None and _command_name(after_command) in cls.nonfatal_after:
+            return False
+        return cls.fatal
+
+    @classmethod
+    def needs_reconnect(cls, after_command: bytes | None = None, *, fork: bool = True) -> bool:
+        """Say whether the client must drop the connection after this error.
+
+        True when nsqd closes it, and after any error to ``MPUB_EXT``: nsqd raises its
+        non-fatal header errors with the rest of the body unread and then parses that body as
+        commands (§2.15), so the stream is out of sync.
+        """
+        if after_command is not None and _command_name(after_command) == b"MPUB_EXT":
+            return True
+        return cls.closes_connection(after_command, fork=fork)
+
+    @classmethod
+    def from_code(
+        cls,
+        code: str,
+        description: str = "",
+        *,
+        after_command: bytes | None = None,
+        fork: bool = True,
+    ) -> BrokerError:
+        """Build the registered subclass for ``code`` (a plain ``BrokerError`` if unknown)."""
+        error_cls = _REGISTRY.get(code, BrokerError)
+        fatal = error_cls.closes_connection(after_command, fork=fork)
+        return error_cls(code, description, fatal=fatal)
+
+    @classmethod
+    def from_frame(
+        cls, data: bytes, *, after_command: bytes | None = None, fork: bool = True
+    ) -> BrokerError:
+        """Parse the data of an error frame (type 1).
+
+        The code is the text before the first space (the whole text when there is none); the
+        description may be empty (``E_TOPIC_NOT_EXIST `` ends in a space).
+        """
+        text = data.decode("utf-8", errors="replace")
+        if text == _TOO_MANY_CONNECTIONS_TEXT:
+            return TooManyConnectionsError(text, "", fatal=True)
+        code, _, description = text.partition(" ")
+        return cls.from_code(code, description, after_command=after_command, fork=fork)
+
+
+class InvalidError(BrokerError):
+    """E_INVALID: wrong state, bad parameters, unknown command, bad RDY or message id."""
+
+    wire_code = "E_INVALID"
+
+
+class BadProtocolError(BrokerError):
+    """E_BAD_PROTOCOL: the magic was not ``  V2``."""
+
+    wire_code = "E_BAD_PROTOCOL"
+
+
+class BadBodyError(BrokerError):
+    """E_BAD_BODY: a body size or format problem."""
+
+    wire_code = "E_BAD_BODY"
+
+
+class BadMessageError(BrokerError):
+    """E_BAD_MESSAGE: a message is too big or truncated."""
+
+    wire_code = "E_BAD_MESSAGE"
+
+
+class BadTopicError(BrokerError):
+    """E_BAD_TOPIC: invalid topic name."""
+
+    wire_code = "E_BAD_TOPIC"
+
+
+class BadChannelError(BrokerError):
+    """E_BAD_CHANNEL: invalid channel name."""
+
+    wire_code = "E_BAD_CHANNEL"
+
+
+class BadPartitionError(BrokerError):
+    """E_BAD_PARTITION: the partition token is not an integer, or an ordered topic needs one."""
+
+    wire_code = "E_BAD_PARTITION"
+
+
+class BadExtError(BrokerError):
+    """E_BAD_EXT: INTERNAL_CREATE_TOPIC got an ext flag it cannot parse."""
+
+    wire_code = "E_BAD_EXT"
+
+
+class IdentifyFailedError(BrokerError):
+    """E_IDENTIFY_FAILED: IDENTIFY or the TLS/compression upgrade failed."""
+
+    wire_code = "E_IDENTIFY_FAILED"
+
+
+class AuthError(BrokerError):
+    """Base of the authorization error codes."""
+
+
+class AuthDisabledError(AuthError):
+    """E_AUTH_DISABLED: AUTH sent to an nsqd without an auth server."""
+
+    wire_code = "E_AUTH_DISABLED"
+
+
+class AuthFailedError(AuthError):
+    """E_AUTH_FAILED: the auth server could not be asked or said no."""
+
+    wire_code = "E_AUTH_FAILED"
+
+
+class UnauthorizedError(AuthError):
+    """E_UNAUTHORIZED: the identity lacks the permission."""
+
+    wire_code = "E_UNAUTHORIZED"
+
+
+class AuthServerError(AuthError):
+    """E_AUTH_ERROR: the auth server answered with an error."""
+
+    wire_code = "E_AUTH_ERROR"
+
+
+class AuthFirstError(AuthError):
+    """E_AUTH_FIRST: the command needs a successful AUTH first."""
+
+    wire_code = "E_AUTH_FIRST"
+
+
+class TopicNotExistError(BrokerError):
+    """E_TOPIC_NOT_EXIST: the topic/partition is not on this nsqd (never auto-created)."""
+
+    wire_code = "E_TOPIC_NOT_EXIST"
+    retriable = True
+    refresh_lookup = True
+
+
+class SubOrderRequiredError(BrokerError):
+    """E_SUB_ORDER_IS_MUST: an ordered topic accepts only SUB_ORDERED."""
+
+    wire_code = "E_SUB_ORDER_IS_MUST"
+
+
+class ExtendSupportRequiredError(BrokerError):
+    """E_SUB_EXTEND_NEED: an ext topic needs IDENTIFY ``extend_support: true``."""
+
+    wire_code = "E_SUB_EXTEND_NEED"
+
+
+class ExtendSupportForbiddenError(BrokerError):
+    """E_SUB_EXTEND_FORBIDDON (spelled so by nsqd): a non-ext topic with ``extend_support``."""
+
+    wire_code = "E_SUB_EXTEND_FORBIDDON"
+
+
+class ChannelNotRegisteredError(BrokerError):
+    """E_SUB_CHANNEL_NOT_REGISTERED: the topic does not auto-create channels."""
+
+    wire_code = "E_SUB_CHANNEL_NOT_REGISTERED"
+
+
+class PubTooMuchWaitingError(BrokerError):
+    """E_PUB_TOO_MUCH_WAITING: back-pressure, too many bytes queued on the partition."""
+
+    wire_code = "E_PUB_TOO_MUCH_WAITING"
+    retriable = True
+
+
+class NotLeaderError(BrokerError):
+    """E_FAILED_ON_NOT_LEADER: this nsqd no longer leads the partition.
+
+    Fatal after SUB*/FIN, non-fatal after publishes (§2.19).
+    """
+
+    wire_code = "E_FAILED_ON_NOT_LEADER"
+    retriable = True
+    refresh_lookup = True
+    nonfatal_after = PUBLISH_COMMANDS
+
+
+class NotWritableError(BrokerError):
+    """E_FAILED_ON_NOT_WRITABLE: replication trouble or consumption disabled.
+
+    Fatal after SUB*/FIN, non-fatal after publishes (§2.19).
+    """
+
+    wire_code = "E_FAILED_ON_NOT_WRITABLE"
+    retriable = True
+    refresh_lookup = True
+    nonfatal_after = PUBLISH_COMMANDS
+
+
+class PubFailedError(BrokerError):
+    """E_PUB_FAILED: the write failed (non-fatal on the fork, fatal on vanilla)."""
+
+    wire_code = "E_PUB_FAILED"
+    retriable = True
+    fatal = False
+
+
+class MpubFailedError(BrokerError):
+    """E_MPUB_FAILED: the batch write failed (non-fatal on the fork, fatal on vanilla)."""
+
+    wire_code = "E_MPUB_FAILED"
+    retriable = True
+    fatal = False
+
+
+class DpubFailedError(BrokerError):
+    """E_DPUB_FAILED: vanilla's deferred publish failed."""
+
+    wire_code = "E_DPUB_FAILED"
+    retriable = True
+
+
+class ExtNotSupportedError(BrokerError):
+    """E_EXT_NOT_SUPPORT: JSON headers sent to a non-ext topic."""
+
+    wire_code = "E_EXT_NOT_SUPPORT"
+    fatal = False
+
+
+class InvalidJsonHeaderError(BrokerError):
+    """E_INVALID_JSON_HEADER: the ext header is not valid JSON."""
+
+    wire_code = "E_INVALID_JSON_HEADER"
+    fatal = False
+
+
+class InvalidTraceIdError(BrokerError):
+    """INVALID_TRACE_ID: ``##trace_id`` is not a string holding a decimal u64."""
+
+    wire_code = "INVALID_TRACE_ID"
+    fatal = False
+
+
+# FIN/REQ/TOUCH failures print the id as a Go byte array on the fork ("[0 0 3 231 ...]") and as
+# the 16 ASCII characters on vanilla.
+_GO_BYTES_ID = re.compile(r"^\S+ \[((?:\d{1,3} ){15}\d{1,3})\]")
+_ASCII_ID = re.compile(r"^\S+ (\S{16}) ")
+
+
+class MessageCommandError(BrokerError):
+    """Base of the non-fatal FIN/REQ/TOUCH failures; ``message_id`` says which message."""
+
+    fatal = False
+    vanilla_fatal = False
+
+    @property
+    def message_id(self) -> bytes | None:
+        """The 16-byte message id named in the description, or ``None`` if it has none."""
+        match = _GO_BYTES_ID.match(self.description)
+        if match is not None:
+            values = [int(part) for part in match.group(1).split(" ")]
+            if all(value < 256 for value in values):
+                return bytes(values)
+            return None
+        match = _ASCII_ID.match(self.description)
+        if match is not None:
+            raw = match.group(1).encode("utf-8", errors="replace")
+            return raw if len(raw) == 16 else None
+        return None
+
+
+class FinFailedError(MessageCommandError):
+    """E_FIN_FAILED: the message is not in flight (timed out, or owned by another client)."""
+
+    wire_code = "E_FIN_FAILED"
+
+
+class ReqFailedError(MessageCommandError):
+    """E_REQ_FAILED: the message is not in flight or was requeued too often."""
+
+    wire_code = "E_REQ_FAILED"
+
+
+class TouchFailedError(MessageCommandError):
+    """E_TOUCH_FAILED: the message is not in flight."""
+
+    wire_code = "E_TOUCH_FAILED"
+
+
+class CreateTopicFailedError(BrokerError):
+    """E_CREATE_TOPIC_FAILED: INTERNAL_CREATE_TOPIC was refused (e.g. in cluster mode)."""
+
+    wire_code = "E_CREATE_TOPIC_FAILED"
+    fatal = False
+
+
+class TooManyConnectionsError(BrokerError):
+    """``too much client connections``: nsqd's connection limit (plain text, no code)."""
+
+    retriable = True
+
+
+# --- client-level outcomes -------------------------------------------------------------------
+
+
+class PublishError(NsqError):
+    """A publish failed after every attempt; ``__cause__`` is the last error."""
+
+    def __init__(
+        self, message: str, *, attempts: int, last_error: BaseException | None = None
+    ) -> None:
+        """Record the number of attempts and chain the last error."""
+        super().__init__(message)
+        self.attempts = attempts
+        self.last_error = last_error
+        if last_error is not None:
+            self.__cause__ = last_error
+
+
+class ConsumerClosedError(NsqError):
+    """The consumer was closed while a caller was waiting on it."""

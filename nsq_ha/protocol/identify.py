@@ -1,0 +1,348 @@
+"""IDENTIFY (§3) and AUTH (§2.2) payloads: wire TypedDicts, a checked builder and parsers.
+
+The wire dicts carry milliseconds, as nsqd does; :func:`build_identify` takes seconds and
+:class:`Negotiated` reports seconds (converted by :mod:`nsq_ha.protocol.commands`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict, cast
+
+from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
+from nsq_ha.protocol.commands import ms_to_seconds, seconds_to_ms
+
+__all__ = [
+    "DEFAULT_HEARTBEAT_INTERVAL",
+    "AuthResponse",
+    "ExtFilter",
+    "ExtFilterTerm",
+    "IdentifyRequest",
+    "IdentifyResponse",
+    "Negotiated",
+    "build_identify",
+    "is_fork_version",
+    "parse_auth_response",
+    "parse_identify_response",
+]
+
+#: nsqd's heartbeat interval when IDENTIFY does not set one (``--client-timeout`` / 2), seconds.
+DEFAULT_HEARTBEAT_INTERVAL = 30.0
+_DESIRED_TAG = re.compile(r"[a-zA-Z0-9_-]{1,100}")
+
+
+class ExtFilterTerm(TypedDict):
+    """One term of a type-4 ext filter."""
+
+    filter_ext_key: str
+    filter_data: str
+
+
+class ExtFilter(TypedDict, total=False):
+    """Server-side filter on a JSON-header value (§3.2; fork only, ext topics only)."""
+
+    type: Literal[0, 1, 2, 3, 4]
+    inverse: bool
+    filter_ext_key: str
+    filter_data: str
+    filter_data_list: list[ExtFilterTerm]
+
+
+class IdentifyRequest(TypedDict, total=False):
+    """IDENTIFY JSON body as sent (durations in milliseconds, §3.1)."""
+
+    client_id: str
+    hostname: str
+    feature_negotiation: bool
+    heartbeat_interval: int
+    user_agent: str
+    output_buffer_size: int
+    output_buffer_timeout: int
+    msg_timeout: int
+    sample_rate: int
+    tls_v1: bool
+    snappy: bool
+    deflate: bool
+    deflate_level: int
+    desired_tag: str
+    extend_support: bool
+    ext_filter: ExtFilter
+
+
+class IdentifyResponse(TypedDict, total=False):
+    """IDENTIFY JSON answer with ``feature_negotiation`` (durations in milliseconds, §3.3)."""
+
+    max_rdy_count: int
+    version: str
+    max_msg_timeout: int
+    msg_timeout: int
+    tls_v1: bool
+    deflate: bool
+    deflate_level: int
+    max_deflate_level: int
+    snappy: bool
+    sample_rate: int
+    auth_required: bool
+    output_buffer_size: int
+    output_buffer_timeout: int
+    desired_tag: str
+
+
+class AuthResponse(TypedDict):
+    """AUTH JSON answer."""
+
+    identity: str
+    identity_url: str
+    permission_count: int
+
+
+def _duration_ms(value: float, what: str, minimum_ms: int, *, allow_off: bool = True) -> int:
+    """Convert seconds to ms, keep ``-1`` as nsqd's "off" value if allowed, check the minimum."""
+    if allow_off and value == -1:
+        return -1
+    milliseconds = seconds_to_ms(value, what)
+    if milliseconds < minimum_ms:
+        raise InvalidArgumentError(
+            f"{what} {value!r} s is below nsqd's minimum of {minimum_ms / 1000} s "
+            "(use None for the server default)"
+        )
+    return milliseconds
+
+
+def _bounded_int(value: int, what: str, low: int, high: int) -> int:
+    """Return ``value`` if it is an int in ``low..high``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgumentError(f"{what} must be an int in {low}..{high}, got {value!r}")
+    return value
+
+
+def build_identify(
+    *,
+    client_id: str | None = None,
+    hostname: str | None = None,
+    feature_negotiation: bool = True,
+    heartbeat_interval: float | None = None,
+    user_agent: str | None = None,
+    output_buffer_size: int | None = None,
+    output_buffer_timeout: float | None = None,
+    msg_timeout: float | None = None,
+    sample_rate: int | None = None,
+    tls_v1: bool | None = None,
+    snappy: bool | None = None,
+    deflate: bool | None = None,
+    deflate_level: int | None = None,
+    desired_tag: str | None = None,
+    extend_support: bool | None = None,
+    ext_filter: ExtFilter | None = None,
+) -> IdentifyRequest:
+    """Build a checked IDENTIFY body; ``None`` leaves a key out (server default).
+
+    Durations are seconds: ``heartbeat_interval`` (>= 1 s, or -1 to disable heartbeats, which
+    forbids SUB), ``output_buffer_timeout`` (>= 1 ms, or -1 to flush every write),
+    ``msg_timeout`` (>= 1 s). ``output_buffer_size`` is >= 64 bytes or -1 (unbuffered).
+    Upper bounds are server flags and are not checked here. ``deflate_level`` must be 1..9:
+    nsqd turns 0 into level 0, not its default (§10). ``snappy`` and ``deflate`` exclude each
+    other.
+    """
+    body: IdentifyRequest = {}
+    if client_id is not None:
+        body["client_id"] = _string(client_id, "client_id")
+    if hostname is not None:
+        body["hostname"] = _string(hostname, "hostname")
+    body["feature_negotiation"] = bool(feature_negotiation)
+    if heartbeat_interval is not None:
+        body["heartbeat_interval"] = _duration_ms(heartbeat_interval, "heartbeat_interval", 1000)
+    if user_agent is not None:
+        body["user_agent"] = _string(user_agent, "user_agent")
+    if output_buffer_size is not None:
+        if output_buffer_size != -1:
+            _bounded_int(output_buffer_size, "output_buffer_size", 64, 2**31 - 1)
+        body["output_buffer_size"] = output_buffer_size
+    if output_buffer_timeout is not None:
+        body["output_buffer_timeout"] = _duration_ms(
+            output_buffer_timeout, "output_buffer_timeout", 1
+        )
+    if msg_timeout is not None:
+        body["msg_timeout"] = _duration_ms(msg_timeout, "msg_timeout", 1000, allow_off=False)
+    if sample_rate is not None:
+        body["sample_rate"] = _bounded_int(sample_rate, "sample_rate", 0, 99)
+    if snappy and deflate:
+        raise InvalidArgumentError("snappy and deflate cannot both be requested")
+    if tls_v1 is not None:
+        body["tls_v1"] = bool(tls_v1)
+    if snappy is not None:
+        body["snappy"] = bool(snappy)
+    if deflate is not None:
+        body["deflate"] = bool(deflate)
+    if deflate_level is not None:
+        body["deflate_level"] = _bounded_int(deflate_level, "deflate_level", 1, 9)
+    if desired_tag:
+        if _DESIRED_TAG.fullmatch(desired_tag) is None:
+            raise InvalidArgumentError(
+                f"desired_tag {desired_tag!r} must be 1..100 characters from [a-zA-Z0-9_-]"
+            )
+        body["desired_tag"] = desired_tag
+    if extend_support is not None:
+        body["extend_support"] = bool(extend_support)
+    if ext_filter is not None:
+        if not isinstance(ext_filter, Mapping):
+            raise InvalidArgumentError("ext_filter must be a mapping")
+        body["ext_filter"] = ext_filter
+    return body
+
+
+def _string(value: object, what: str) -> str:
+    """Return ``value`` if it is a str."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be a str, not {type(value).__name__}")
+    return value
+
+
+def is_fork_version(version: str) -> bool:
+    """True for a fork version string (``0.3.7-HA.1.13.0``); never compare versions instead."""
+    return "-HA." in version
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Negotiated:
+    """What one connection's IDENTIFY settled, in API units (seconds, bools).
+
+    Built by :func:`parse_identify_response`. Without ``feature_negotiation`` nsqd answers a
+    plain ``OK``: then only ``feature_negotiation=False`` and the request-side values are known.
+    """
+
+    feature_negotiation: bool
+    version: str | None = None
+    max_rdy_count: int | None = None
+    msg_timeout: float | None = None
+    max_msg_timeout: float | None = None
+    output_buffer_size: int | None = None
+    output_buffer_timeout: float | None = None
+    sample_rate: int | None = None
+    auth_required: bool = False
+    tls_v1: bool = False
+    snappy: bool = False
+    deflate: bool = False
+    deflate_level: int | None = None
+    max_deflate_level: int | None = None
+    desired_tag: str | None = None
+    #: From the request (nsqd does not echo it): the connection said it decodes ext parts.
+    extend_support: bool = False
+    #: From the request: seconds between heartbeats, ``None`` when disabled.
+    heartbeat_interval: float | None = DEFAULT_HEARTBEAT_INTERVAL
+    #: The JSON answer as received (``None`` for a plain ``OK``).
+    raw: IdentifyResponse | None = None
+
+    @property
+    def is_fork(self) -> bool | None:
+        """True on the fork, False on vanilla, None when the answer had no version."""
+        return None if self.version is None else is_fork_version(self.version)
+
+
+_INT_KEYS = (
+    "max_rdy_count",
+    "max_msg_timeout",
+    "msg_timeout",
+    "deflate_level",
+    "max_deflate_level",
+    "sample_rate",
+    "output_buffer_size",
+    "output_buffer_timeout",
+)
+_BOOL_KEYS = ("tls_v1", "deflate", "snappy", "auth_required")
+_STR_KEYS = ("version", "desired_tag")
+
+
+def _load_object(data: bytes, what: str) -> dict[str, Any]:
+    """Parse JSON bytes that must hold an object."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise RemoteProtocolError(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise RemoteProtocolError(f"{what} is not a JSON object")
+    return value
+
+
+def _check_types(answer: Mapping[str, object], what: str) -> None:
+    """Raise RemoteProtocolError if a known key has the wrong JSON type."""
+    for keys, kind in ((_INT_KEYS, int), (_BOOL_KEYS, bool), (_STR_KEYS, str)):
+        for key in keys:
+            value = answer.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise RemoteProtocolError(f"{what} key {key!r} is not a JSON {kind.__name__}")
+
+
+def _request_side(request: Mapping[str, object] | None) -> dict[str, Any]:
+    """Extract the request values nsqd does not echo."""
+    if request is None:
+        return {}
+    interval = request.get("heartbeat_interval")
+    heartbeat: float | None = DEFAULT_HEARTBEAT_INTERVAL
+    if isinstance(interval, int) and not isinstance(interval, bool):
+        if interval == -1:
+            heartbeat = None
+        elif interval > 0:
+            heartbeat = ms_to_seconds(interval)
+    return {
+        "extend_support": request.get("extend_support") is True,
+        "heartbeat_interval": heartbeat,
+    }
+
+
+def parse_identify_response(data: bytes, request: Mapping[str, object] | None = None) -> Negotiated:
+    """Parse the IDENTIFY answer of either server: plain ``OK`` or the JSON object.
+
+    ``request`` (the body sent) fills in what nsqd does not echo. Malformed JSON or a known
+    key of the wrong type raises RemoteProtocolError; unknown keys are kept in ``raw``.
+    """
+    side = _request_side(request)
+    if data == b"OK":
+        return Negotiated(feature_negotiation=False, **side)
+    answer = _load_object(data, "IDENTIFY response")
+    _check_types(answer, "IDENTIFY response")
+
+    def seconds(key: str) -> float | None:
+        value = answer.get(key)
+        return None if value is None else ms_to_seconds(value)
+
+    return Negotiated(
+        feature_negotiation=True,
+        version=answer.get("version"),
+        max_rdy_count=answer.get("max_rdy_count"),
+        msg_timeout=seconds("msg_timeout"),
+        max_msg_timeout=seconds("max_msg_timeout"),
+        output_buffer_size=answer.get("output_buffer_size"),
+        output_buffer_timeout=seconds("output_buffer_timeout"),
+        sample_rate=answer.get("sample_rate"),
+        auth_required=answer.get("auth_required") is True,
+        tls_v1=answer.get("tls_v1") is True,
+        snappy=answer.get("snappy") is True,
+        deflate=answer.get("deflate") is True,
+        deflate_level=answer.get("deflate_level"),
+        max_deflate_level=answer.get("max_deflate_level"),
+        desired_tag=answer.get("desired_tag"),
+        raw=cast(IdentifyResponse, answer),
+        **side,
+    )
+
+
+def parse_auth_response(data: bytes) -> AuthResponse:
+    """Parse the AUTH JSON answer; missing or mistyped keys raise RemoteProtocolError."""
+    answer = _load_object(data, "AUTH response")
+    for key, kind in (("identity", str), ("identity_url", str), ("permission_count", int)):
+        value = answer.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise RemoteProtocolError(
+                f"AUTH response key {key!r} is missing or not a {kind.__name__}"
+            )
+    return AuthResponse(
+        identity=answer["identity"],
+        identity_url=answer["identity_url"],
+        permission_count=answer["permission_count"],
+    )

@@ -1,0 +1,225 @@
+"""Message frame payloads (§4): decoding for consumers, encoding for an in-process broker.
+
+Layout of a message frame's data::
+
+    i64 timestamp ns | u16 attempts | 16-byte id
+    [u8 ext version [u16 len + len bytes, when version != 0]]   only with MessageFormat.ext
+    [u64 offset | u32 raw size]                                 only with MessageFormat.detail
+    body
+
+The bytes cannot tell which optional parts are present; the connection knows it from what it
+negotiated and which subscribe command it sent, and says so with a :class:`MessageFormat`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+
+from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
+
+__all__ = [
+    "EXT_VERSION_JSON",
+    "EXT_VERSION_NONE",
+    "EXT_VERSION_TAG",
+    "MESSAGE_HEADER_SIZE",
+    "DecodedMessage",
+    "MessageFormat",
+    "decode_message",
+    "encode_message",
+    "join_fork_id",
+    "split_fork_id",
+]
+
+#: timestamp (8) + attempts (2) + id (16).
+MESSAGE_HEADER_SIZE = 26
+#: Ext version of a message without ext data.
+EXT_VERSION_NONE = 0
+#: Legacy ext version: the ext bytes are a tag string.
+EXT_VERSION_TAG = 2
+#: Ext version of a JSON header (what every current publisher writes).
+EXT_VERSION_JSON = 4
+
+_HEADER = struct.Struct(">qH16s")
+_FORK_ID = struct.Struct(">QQ")
+_EXT_LEN = struct.Struct(">H")
+_DETAIL = struct.Struct(">QI")
+_SUBSCRIBE_WITH_DETAIL = frozenset({b"SUB_ORDERED", b"SUB_ADVANCED"})
+
+
+def split_fork_id(message_id: bytes) -> tuple[int, int]:
+    """Split a fork message id into ``(internal_id, trace_id)``."""
+    if len(message_id) != _FORK_ID.size:
+        raise InvalidArgumentError(f"fork message id must be 16 bytes, got {len(message_id)}")
+    internal_id, trace_id = _FORK_ID.unpack(message_id)
+    return internal_id, trace_id
+
+
+def join_fork_id(internal_id: int, trace_id: int = 0) -> bytes:
+    """Build a fork message id from its two halves."""
+    for what, value in (("internal id", internal_id), ("trace id", trace_id)):
+        if not 0 <= value < 1 << 64:
+            raise InvalidArgumentError(f"{what} {value} does not fit in a u64")
+    return _FORK_ID.pack(internal_id, trace_id)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageFormat:
+    """Which optional parts the message frames of one connection carry.
+
+    * ``fork_ids``: ids are the fork's binary ``u64 internal id + u64 trace id`` (vanilla: 16
+      ASCII hex characters, kept opaque);
+    * ``ext``: the ext part is present (IDENTIFY ``extend_support`` on an ext topic);
+    * ``detail``: the 12-byte offset/raw-size part is present (SUB_ORDERED / SUB_ADVANCED).
+    """
+
+    fork_ids: bool = True
+    ext: bool = False
+    detail: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse fork-only parts on a vanilla format."""
+        if not self.fork_ids and (self.ext or self.detail):
+            raise InvalidArgumentError("vanilla message frames have no ext or detail part")
+
+    @classmethod
+    def vanilla(cls) -> MessageFormat:
+        """The format of every vanilla nsqd message frame."""
+        return cls(fork_ids=False)
+
+    @classmethod
+    def for_subscription(
+        cls, command: bytes, *, fork: bool, extend_support: bool = False, ext_topic: bool = False
+    ) -> MessageFormat:
+        """Derive the format from the subscribe command sent and what IDENTIFY negotiated.
+
+        ``command`` is the command name or the whole encoded line (``b"SUB_ORDERED ..."``).
+        """
+        if not fork:
+            return cls.vanilla()
+        name = command.split(b"\n", 1)[0].split(b" ", 1)[0]
+        return cls(
+            fork_ids=True,
+            ext=extend_support and ext_topic,
+            detail=name in _SUBSCRIBE_WITH_DETAIL,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecodedMessage:
+    """One delivered message, as read from a message frame.
+
+    ``internal_id``/``trace_id`` are set for fork ids; ``offset``/``raw_size`` when the
+    format has the detail part; ``ext_version``/``ext_data`` when it has the ext part
+    (``ext_data`` is ``b""`` for version 0).
+    """
+
+    timestamp: int
+    attempts: int
+    id: bytes
+    body: bytes
+    internal_id: int | None = None
+    trace_id: int | None = None
+    ext_version: int | None = None
+    ext_data: bytes | None = None
+    offset: int | None = None
+    raw_size: int | None = None
+
+    def json_header(self) -> dict[str, object]:
+        """Return the ext JSON header as a dict (``{}`` when the message has none).
+
+        Raises RemoteProtocolError if a version-4 header is not a JSON object.
+        """
+        if self.ext_version != EXT_VERSION_JSON or not self.ext_data:
+            return {}
+        try:
+            value = json.loads(self.ext_data)
+        except (ValueError, RecursionError) as exc:
+            raise RemoteProtocolError(f"ext JSON header is not valid JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise RemoteProtocolError("ext JSON header is not a JSON object")
+        return value
+
+
+def decode_message(data: bytes, fmt: MessageFormat) -> DecodedMessage:
+    """Decode a message frame's data; truncated or inconsistent data raises RemoteProtocolError."""
+    if len(data) < MESSAGE_HEADER_SIZE:
+        raise RemoteProtocolError(
+            f"message frame has {len(data)} bytes, fewer than the {MESSAGE_HEADER_SIZE}-byte header"
+        )
+    timestamp, attempts, message_id = _HEADER.unpack_from(data)
+    internal_id: int | None = None
+    trace_id: int | None = None
+    ext_version: int | None = None
+    ext_data: bytes | None = None
+    offset: int | None = None
+    raw_size: int | None = None
+    if fmt.fork_ids:
+        internal_id, trace_id = _FORK_ID.unpack(message_id)
+    position = MESSAGE_HEADER_SIZE
+    if fmt.ext:
+        if len(data) < position + 1:
+            raise RemoteProtocolError("message frame ends before its ext version byte")
+        ext_version = data[position]
+        position += 1
+        ext_data = b""
+        if ext_version != EXT_VERSION_NONE:
+            if len(data) < position + _EXT_LEN.size:
+                raise RemoteProtocolError("message frame ends inside its ext length")
+            (ext_length,) = _EXT_LEN.unpack_from(data, position)
+            position += _EXT_LEN.size
+            if len(data) < position + ext_length:
+                raise RemoteProtocolError(
+                    f"message frame ends inside its {ext_length}-byte ext data"
+                )
+            ext_data = bytes(data[position : position + ext_length])
+            position += ext_length
+    if fmt.detail:
+        if len(data) < position + _DETAIL.size:
+            raise RemoteProtocolError("message frame ends inside its offset/raw-size part")
+        offset, raw_size = _DETAIL.unpack_from(data, position)
+        position += _DETAIL.size
+    return DecodedMessage(
+        timestamp=timestamp,
+        attempts=attempts,
+        id=message_id,
+        body=bytes(data[position:]),
+        internal_id=internal_id,
+        trace_id=trace_id,
+        ext_version=ext_version,
+        ext_data=ext_data,
+        offset=offset,
+        raw_size=raw_size,
+    )
+
+
+def encode_message(message: DecodedMessage, fmt: MessageFormat) -> bytes:
+    """Encode a message frame's data in ``fmt`` (the broker side of :func:`decode_message`).
+
+    Uses ``id`` as given; ``ext_version``/``ext_data`` default to version 0 and
+    ``offset``/``raw_size`` must be set when the format has those parts.
+    """
+    if len(message.id) != _FORK_ID.size:
+        raise InvalidArgumentError(f"message id must be 16 bytes, got {len(message.id)}")
+    version = message.ext_version or EXT_VERSION_NONE
+    ext_data = message.ext_data or b""
+    if not 0 <= version <= 0xFF or len(ext_data) > 0xFFFF:
+        raise InvalidArgumentError("ext version must fit a u8 and ext data a u16 length")
+    if version == EXT_VERSION_NONE and ext_data:
+        raise InvalidArgumentError("ext data needs an ext version other than 0")
+    if fmt.detail and (message.offset is None or message.raw_size is None):
+        raise InvalidArgumentError("this format needs the message's offset and raw_size")
+    parts: list[bytes] = []
+    try:
+        parts.append(_HEADER.pack(message.timestamp, message.attempts, message.id))
+        if fmt.ext:
+            parts.append(bytes((version,)))
+            if version != EXT_VERSION_NONE:
+                parts.append(_EXT_LEN.pack(len(ext_data)) + ext_data)
+        if fmt.detail:
+            parts.append(_DETAIL.pack(message.offset, message.raw_size))
+    except struct.error as exc:
+        raise InvalidArgumentError(f"message field out of range: {exc}") from exc
+    parts.append(message.body)
+    return b"".join(parts)

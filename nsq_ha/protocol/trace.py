@@ -1,0 +1,70 @@
+"""The 30-byte traced publish response (§2.16).
+
+Sent as a response frame by PUB_TRACE, by PUB_EXT with a valid ``##trace_id`` and by
+MPUB_TRACE::
+
+    "OK" | u64 internal id | u64 trace id | u64 disk-queue offset | u32 raw size
+
+For MPUB_TRACE the id and offset are the first message's, the trace id is 0 and the raw size
+covers the whole batch.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
+
+__all__ = [
+    "TRACED_RESPONSE_SIZE",
+    "TracedResponse",
+    "encode_traced_response",
+    "is_traced_response",
+    "parse_traced_response",
+]
+
+_LAYOUT = struct.Struct(">2sQQQI")
+#: Length of a traced response's frame data.
+TRACED_RESPONSE_SIZE = _LAYOUT.size
+
+
+@dataclass(frozen=True, slots=True)
+class TracedResponse:
+    """What nsqd reports about a traced publish."""
+
+    internal_id: int
+    trace_id: int
+    offset: int
+    raw_size: int
+
+    @property
+    def message_id(self) -> bytes:
+        """The 16-byte id consumers will see (meaningful for PUB_TRACE and PUB_EXT)."""
+        return struct.pack(">QQ", self.internal_id, self.trace_id)
+
+
+def is_traced_response(data: bytes) -> bool:
+    """True when response data has the traced form (30 bytes starting ``OK``)."""
+    return len(data) == TRACED_RESPONSE_SIZE and data.startswith(b"OK")
+
+
+def parse_traced_response(data: bytes) -> TracedResponse:
+    """Parse the data of a traced response frame; anything else raises RemoteProtocolError."""
+    if not is_traced_response(data):
+        raise RemoteProtocolError(
+            f"expected a {TRACED_RESPONSE_SIZE}-byte traced response starting with OK, "
+            f"got {len(data)} bytes: {bytes(data[:32])!r}"
+        )
+    _, internal_id, trace_id, offset, raw_size = _LAYOUT.unpack(data)
+    return TracedResponse(internal_id, trace_id, offset, raw_size)
+
+
+def encode_traced_response(response: TracedResponse) -> bytes:
+    """Return the 30 data bytes of a traced response (the broker side)."""
+    try:
+        return _LAYOUT.pack(
+            b"OK", response.internal_id, response.trace_id, response.offset, response.raw_size
+        )
+    except struct.error as exc:
+        raise InvalidArgumentError(f"traced response field out of range: {exc}") from exc

@@ -1,0 +1,194 @@
+"""The server-side decoder of client commands: positional ids, bodies, splits, garbage."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
+from nsq_ha.protocol import (
+    ClientCommand,
+    CommandDecoder,
+    Magic,
+    encode_fin,
+    encode_mpub,
+    encode_pub,
+    encode_rdy,
+    encode_req,
+    encode_sub,
+    encode_touch,
+    split_ext_message,
+    split_mpub_body,
+    split_trace_message,
+)
+
+ID_WITH_NEWLINE = bytes.fromhex("000000000000000a0a20000000000000")
+
+
+def test_magic_then_commands() -> None:
+    decoder = CommandDecoder()
+    events = decoder.feed(b"  V2SUB t c 0\nRDY 1\nNOP\r\n")
+    assert events == [
+        Magic(b"  V2"),
+        ClientCommand(b"SUB", (b"t", b"c", b"0")),
+        ClientCommand(b"RDY", (b"1",)),
+        ClientCommand(b"NOP"),
+    ]
+    assert CommandDecoder().feed(b"  V1") == [Magic(b"  V1")]
+    assert CommandDecoder().feed(b"  V") == []
+
+
+def test_single_space_splitting_keeps_empty_tokens() -> None:
+    (command,) = CommandDecoder(expect_magic=False).feed(b"PUB t 1 \n\x00\x00\x00\x01x")
+    assert command == ClientCommand(b"PUB", (b"t", b"1", b""), b"x", 1)
+    (double,) = CommandDecoder(expect_magic=False).feed(b"SUB t  c\n")
+    assert double == ClientCommand(b"SUB", (b"t", b"", b"c"))
+
+
+def test_ids_with_newlines_and_spaces_are_read_by_position() -> None:
+    stream = (
+        encode_fin(ID_WITH_NEWLINE)
+        + encode_req(ID_WITH_NEWLINE, 1.5)
+        + encode_touch(ID_WITH_NEWLINE)
+        + b"NOP\n"
+    )
+    events = CommandDecoder(expect_magic=False).feed(stream)
+    assert events == [
+        ClientCommand(b"FIN", (ID_WITH_NEWLINE,)),
+        ClientCommand(b"REQ", (ID_WITH_NEWLINE, b"1500")),
+        ClientCommand(b"TOUCH", (ID_WITH_NEWLINE,)),
+        ClientCommand(b"NOP"),
+    ]
+
+
+def test_fin_waits_for_the_missing_id_bytes() -> None:
+    decoder = CommandDecoder(expect_magic=False)
+    assert decoder.feed(b"FIN 12345\n") == []
+    assert decoder.feed(b"6789abcdef\n") == [ClientCommand(b"FIN", (b"12345\n6789abcdef",))]
+
+
+def test_fin_ignores_extra_bytes_before_the_newline() -> None:
+    events = CommandDecoder(expect_magic=False).feed(b"FIN 0123456789abcdefXYZ\nNOP\n")
+    assert events == [ClientCommand(b"FIN", (b"0123456789abcdef",)), ClientCommand(b"NOP")]
+
+
+def test_touch_reads_exactly_the_missing_bytes() -> None:
+    decoder = CommandDecoder(expect_magic=False)
+    assert decoder.feed(b"TOUCH 12\n") == []
+    # 23 bytes in all: the 23rd byte is taken as the line end without a second readline.
+    assert decoder.feed(b"3456789abcdefZNOP\n") == [
+        ClientCommand(b"TOUCH", (b"12\n3456789abcdef",)),
+        ClientCommand(b"NOP"),
+    ]
+    long_line = CommandDecoder(expect_magic=False).feed(b"TOUCH 0123456789abcdefEXTRA\n")
+    assert long_line == [ClientCommand(b"TOUCH", (b"0123456789abcdef",))]
+    assert CommandDecoder(expect_magic=False).feed(b"TOUCH 0123") == []
+
+
+@pytest.mark.parametrize(
+    ("stream", "declared"),
+    [
+        (b"PUB t\n\x00\x00\x00\x00", 0),
+        (b"PUB t\n\xff\xff\xff\xff", -1),
+        (b"PUB t\n\x00\x00\x00\x65", 101),
+        (b"MPUB t\n\x00\x00\x00\x08\x00\x00\x00\x00", 8),
+        (b"MPUB t\n\x00\x00\x00\x08\x00\x00\x00\x01\x00\x00\x00\x00", 8),
+    ],
+)
+def test_refused_bodies_stop_the_stream(stream: bytes, declared: int) -> None:
+    decoder = CommandDecoder(expect_magic=False, max_body_size=100)
+    (command,) = decoder.feed(stream + b"NOP\n")
+    assert isinstance(command, ClientCommand)
+    assert command.refused
+    assert command.body is None
+    assert command.declared_size == declared
+    with pytest.raises(RemoteProtocolError, match="stopped"):
+        decoder.feed(b"NOP\n")
+
+
+def test_mpub_is_read_structurally_whatever_the_declared_size() -> None:
+    good = encode_mpub("t", [b"ab", b"c"])
+    body = good[len(b"MPUB t\n") + 4 :]
+    for declared in (len(body) + 4, len(body) - 3):
+        stream = b"MPUB t\n" + declared.to_bytes(4, "big") + body + b"NOP\n"
+        events = CommandDecoder(expect_magic=False).feed(stream)
+        assert events == [ClientCommand(b"MPUB", (b"t",), body, declared), ClientCommand(b"NOP")]
+
+
+@given(st.data())
+def test_any_split_gives_the_same_commands(data: st.DataObject) -> None:
+    stream = (
+        b"  V2"
+        + encode_sub("t", "c", 1)
+        + encode_rdy(3)
+        + encode_fin(ID_WITH_NEWLINE)
+        + encode_touch(ID_WITH_NEWLINE)
+        + encode_req(ID_WITH_NEWLINE, 0)
+        + encode_pub("t", b"body\n", 0)
+        + encode_mpub("t", [b"a", b"bb"], 2)
+    )
+    expected = CommandDecoder().feed(stream)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=15)))
+    decoder = CommandDecoder()
+    events: list[Magic | ClientCommand] = []
+    for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        events += decoder.feed(stream[start:end])
+    assert events == expected
+    assert len(expected) == 8
+
+
+@pytest.mark.parametrize("prefix", [b"", b"FIN ", b"REQ ", b"TOUCH "])
+def test_overlong_lines_fail(prefix: bytes) -> None:
+    decoder = CommandDecoder(expect_magic=False)
+    with pytest.raises(RemoteProtocolError, match="longer than"):
+        decoder.feed(prefix + b"x" * 5000)
+    with pytest.raises(RemoteProtocolError, match="longer than"):
+        decoder.feed(b"NOP\n")
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300))
+def test_garbage_never_hangs_or_escapes(garbage: bytes) -> None:
+    decoder = CommandDecoder(max_body_size=200)
+    with contextlib.suppress(NsqError):
+        decoder.feed(garbage)
+
+
+def test_bad_limit() -> None:
+    with pytest.raises(InvalidArgumentError):
+        CommandDecoder(max_body_size=0)
+
+
+def test_split_helpers() -> None:
+    assert split_mpub_body(b"\x00\x00\x00\x01\x00\x00\x00\x01x") == [b"x"]
+    assert split_trace_message(bytes(7) + b"\x05" + b"b") == (5, b"b")
+    assert split_ext_message(b"\x00\x02{}b") == (b"{}", b"b")
+    assert split_ext_message(b"\x00\x00b") == (b"", b"b")
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        (b"\x00\x00\x00", "shorter than its message count"),
+        (b"\x00\x00\x00\x00", "invalid message count 0"),
+        (b"\x00\x00\x00\x01\x00\x00", "before message\\(0\\) size"),
+        (b"\x00\x00\x00\x01\x00\x00\x00\x00", "message\\(0\\) body size 0"),
+        (b"\x00\x00\x00\x01\x00\x00\x00\x02x", "message\\(0\\) body size 2"),
+        (b"\x00\x00\x00\x01\x00\x00\x00\x01xy", "1 trailing bytes"),
+    ],
+)
+def test_split_mpub_body_errors(body: bytes, match: str) -> None:
+    with pytest.raises(RemoteProtocolError, match=match):
+        split_mpub_body(body)
+
+
+def test_split_message_errors() -> None:
+    with pytest.raises(RemoteProtocolError, match="with trace id enabled"):
+        split_trace_message(bytes(8))
+    with pytest.raises(RemoteProtocolError, match="with ext json header enabled"):
+        split_ext_message(b"\x00\x00")
+    with pytest.raises(RemoteProtocolError, match="ext json header content length"):
+        split_ext_message(b"\x00\x02{}")

@@ -1,0 +1,274 @@
+"""The error tree, the code registry and the fatal / retry flags."""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nsq_ha import errors
+from nsq_ha.errors import (
+    BodyTooLargeError,
+    BrokerError,
+    ConfigError,
+    ConnectError,
+    FinFailedError,
+    InvalidArgumentError,
+    InvalidError,
+    InvalidNameError,
+    MpubFailedError,
+    NotLeaderError,
+    NotWritableError,
+    NsqConnectionError,
+    NsqError,
+    NsqTimeoutError,
+    ProtocolError,
+    PubFailedError,
+    PublishError,
+    RemoteProtocolError,
+    ReqFailedError,
+    TooManyConnectionsError,
+    TopicNotExistError,
+    TouchFailedError,
+)
+
+# §2.19 plus vanilla's codes: code -> (class, fatal with no context on the fork)
+CODES = {
+    "E_BAD_PROTOCOL": (errors.BadProtocolError, True),
+    "E_INVALID": (errors.InvalidError, True),
+    "E_BAD_BODY": (errors.BadBodyError, True),
+    "E_BAD_MESSAGE": (errors.BadMessageError, True),
+    "E_BAD_TOPIC": (errors.BadTopicError, True),
+    "E_BAD_CHANNEL": (errors.BadChannelError, True),
+    "E_BAD_PARTITION": (errors.BadPartitionError, True),
+    "E_BAD_EXT": (errors.BadExtError, True),
+    "E_IDENTIFY_FAILED": (errors.IdentifyFailedError, True),
+    "E_AUTH_DISABLED": (errors.AuthDisabledError, True),
+    "E_AUTH_FAILED": (errors.AuthFailedError, True),
+    "E_UNAUTHORIZED": (errors.UnauthorizedError, True),
+    "E_AUTH_ERROR": (errors.AuthServerError, True),
+    "E_AUTH_FIRST": (errors.AuthFirstError, True),
+    "E_TOPIC_NOT_EXIST": (errors.TopicNotExistError, True),
+    "E_SUB_ORDER_IS_MUST": (errors.SubOrderRequiredError, True),
+    "E_SUB_EXTEND_NEED": (errors.ExtendSupportRequiredError, True),
+    "E_SUB_EXTEND_FORBIDDON": (errors.ExtendSupportForbiddenError, True),
+    "E_SUB_CHANNEL_NOT_REGISTERED": (errors.ChannelNotRegisteredError, True),
+    "E_PUB_TOO_MUCH_WAITING": (errors.PubTooMuchWaitingError, True),
+    "E_FAILED_ON_NOT_LEADER": (errors.NotLeaderError, True),
+    "E_FAILED_ON_NOT_WRITABLE": (errors.NotWritableError, True),
+    "E_PUB_FAILED": (errors.PubFailedError, False),
+    "E_MPUB_FAILED": (errors.MpubFailedError, False),
+    "E_DPUB_FAILED": (errors.DpubFailedError, True),
+    "E_EXT_NOT_SUPPORT": (errors.ExtNotSupportedError, False),
+    "E_INVALID_JSON_HEADER": (errors.InvalidJsonHeaderError, False),
+    "INVALID_TRACE_ID": (errors.InvalidTraceIdError, False),
+    "E_FIN_FAILED": (errors.FinFailedError, False),
+    "E_REQ_FAILED": (errors.ReqFailedError, False),
+    "E_TOUCH_FAILED": (errors.TouchFailedError, False),
+    "E_CREATE_TOPIC_FAILED": (errors.CreateTopicFailedError, False),
+}
+
+
+@pytest.mark.parametrize(("code", "expected"), CODES.items())
+def test_every_code_maps_to_its_class(code: str, expected: tuple[type[BrokerError], bool]) -> None:
+    error_cls, fatal = expected
+    error = BrokerError.from_frame(f"{code} some description".encode())
+    assert type(error) is error_cls
+    assert error.code == code
+    assert error.description == "some description"
+    assert error.fatal is fatal
+    assert str(error) == f"{code} some description"
+    assert BrokerError.from_code(code).code == code
+
+
+def test_the_registry_holds_exactly_the_documented_codes() -> None:
+    registered = {
+        cls.wire_code
+        for cls in vars(errors).values()
+        if inspect.isclass(cls) and issubclass(cls, BrokerError) and cls.wire_code
+    }
+    assert registered == set(CODES)
+
+
+def test_empty_description_keeps_the_code_and_no_trailing_space_in_str() -> None:
+    error = BrokerError.from_frame(b"E_TOPIC_NOT_EXIST ")
+    assert isinstance(error, TopicNotExistError)
+    assert (error.code, error.description, str(error)) == (
+        "E_TOPIC_NOT_EXIST",
+        "",
+        "E_TOPIC_NOT_EXIST",
+    )
+    bare = BrokerError.from_frame(b"E_BAD_PROTOCOL")
+    assert (bare.code, bare.description) == ("E_BAD_PROTOCOL", "")
+
+
+def test_codes_match_on_the_whole_token_not_a_prefix() -> None:
+    assert type(BrokerError.from_frame(b"E_INVALID_JSON_HEADER x")) is errors.InvalidJsonHeaderError
+    assert type(BrokerError.from_frame(b"E_INVALID x")) is InvalidError
+    unknown = BrokerError.from_frame(b"E_INVALIDATED something")
+    assert type(unknown) is BrokerError
+    assert unknown.code == "E_INVALIDATED"
+    assert unknown.fatal is True
+
+
+def test_unknown_code_is_a_generic_broker_error() -> None:
+    error = BrokerError.from_frame(b"E_SOMETHING_NEW with text")
+    assert type(error) is BrokerError
+    assert (error.code, error.description) == ("E_SOMETHING_NEW", "with text")
+    assert not error.retriable
+
+
+def test_non_utf8_text_does_not_raise() -> None:
+    error = BrokerError.from_frame(b"E_FIN_FAILED \xff\xfe")
+    assert isinstance(error, FinFailedError)
+
+
+def test_connection_limit_text_without_code() -> None:
+    error = BrokerError.from_frame(b"too much client connections")
+    assert isinstance(error, TooManyConnectionsError)
+    assert error.fatal is True
+    assert error.retriable is True
+
+
+@pytest.mark.parametrize("error_cls", [NotLeaderError, NotWritableError])
+@pytest.mark.parametrize(
+    ("after", "fatal"),
+    [
+        (b"PUB", False),
+        (b"PUB cf 0\n\x00\x00\x00\x01x", False),
+        (b"MPUB_TRACE t 3\n", False),
+        (b"PUB_EXT t\n", False),
+        (b"SUB t c 0\n", True),
+        (b"FIN \x00\x00\x00\x00\x00\x00\x00\x02" + bytes(8) + b"\n", True),
+        (None, True),
+    ],
+)
+def test_leader_errors_are_fatal_after_sub_and_fin_only(
+    error_cls: type[BrokerError], after: bytes | None, fatal: bool
+) -> None:
+    assert error_cls.closes_connection(after) is fatal
+    error = BrokerError.from_frame(f"{error_cls.wire_code} ".encode(), after_command=after)
+    assert type(error) is error_cls
+    assert error.fatal is fatal
+    assert error.retriable
+    assert error.refresh_lookup
+
+
+def test_vanilla_closes_on_everything_but_fin_req_touch() -> None:
+    for code, (error_cls, _) in CODES.items():
+        expected = error_cls not in (FinFailedError, ReqFailedError, TouchFailedError)
+        assert error_cls.closes_connection(b"PUB", fork=False) is expected, code
+    assert PubFailedError.closes_connection(b"PUB") is False
+    assert MpubFailedError.closes_connection(b"MPUB", fork=False) is True
+    assert BrokerError.from_frame(b"E_PUB_FAILED x", fork=False).fatal is True
+
+
+def test_errors_after_mpub_ext_need_a_reconnect() -> None:
+    ext_error = errors.ExtNotSupportedError
+    assert ext_error.closes_connection(b"MPUB_EXT t 0\n") is False
+    assert ext_error.needs_reconnect(b"MPUB_EXT t 0\n") is True
+    assert ext_error.needs_reconnect(b"PUB_EXT t 0\n") is False
+    assert ext_error.needs_reconnect() is False
+    assert InvalidError.needs_reconnect(b"RDY 1\n") is True
+
+
+def test_retry_flags() -> None:
+    assert TopicNotExistError.refresh_lookup
+    assert TopicNotExistError.retriable
+    assert errors.PubTooMuchWaitingError.retriable
+    assert not errors.PubTooMuchWaitingError.refresh_lookup
+    for never in (
+        errors.BadBodyError,
+        errors.BadMessageError,
+        errors.BadTopicError,
+        errors.ExtNotSupportedError,
+        InvalidError,
+        FinFailedError,
+    ):
+        assert not never.retriable, never
+        assert not never.refresh_lookup, never
+    assert NsqTimeoutError.retriable
+    assert ConnectError.retriable
+    assert not errors.HandshakeError.retriable
+    assert errors.LookupdUnavailableError.retriable
+    assert errors.TopicNotFoundError.refresh_lookup
+
+
+@pytest.mark.parametrize(
+    ("data", "message_id"),
+    [
+        (
+            b"E_FIN_FAILED FIN [0 0 0 0 0 0 3 231 0 0 0 0 0 0 0 0] failed ErrType:7 ErrCode:0 : "
+            b"Message ID not in flight",
+            bytes([0, 0, 0, 0, 0, 0, 3, 231]) + bytes(8),
+        ),
+        (
+            b"E_REQ_FAILED REQ [0 0 0 0 0 0 3 231 0 0 0 0 0 0 0 7] failed Message ID not in flight",
+            bytes([0, 0, 0, 0, 0, 0, 3, 231, 0, 0, 0, 0, 0, 0, 0, 7]),
+        ),
+        (b"E_FIN_FAILED FIN 0123456789abcdef failed ID not in flight", b"0123456789abcdef"),
+        (b"E_TOUCH_FAILED TOUCH 0123456789abcdef failed ID not in flight", b"0123456789abcdef"),
+        (b"E_FIN_FAILED FIN [0 0 0 0 0 0 3 999 0 0 0 0 0 0 0 0] failed x", None),
+        (b"E_FIN_FAILED FIN [0 0 0] failed", None),
+        (b"E_FIN_FAILED something else", None),
+        (b"E_TOUCH_FAILED TOUCH \xc3\xa9123456789abcde failed x", None),
+    ],
+)
+def test_fin_req_touch_failures_name_the_message(data: bytes, message_id: bytes | None) -> None:
+    error = BrokerError.from_frame(data)
+    assert isinstance(error, errors.MessageCommandError)
+    assert error.message_id == message_id
+
+
+@given(st.binary(max_size=200))
+def test_any_error_frame_parses_into_a_broker_error(data: bytes) -> None:
+    error = BrokerError.from_frame(data, after_command=data[:10])
+    assert isinstance(error, BrokerError)
+    text = data.decode("utf-8", errors="replace")
+    if not isinstance(error, TooManyConnectionsError):
+        assert error.code == text.partition(" ")[0]
+    if isinstance(error, errors.MessageCommandError):
+        assert error.message_id is None or len(error.message_id) == 16
+
+
+def test_builtin_bases_and_no_shadowing() -> None:
+    assert issubclass(ConfigError, ValueError)
+    assert issubclass(InvalidNameError, ValueError)
+    assert issubclass(InvalidNameError, NsqError)
+    assert issubclass(NsqTimeoutError, TimeoutError)
+    assert issubclass(RemoteProtocolError, ProtocolError)
+    assert issubclass(ConnectError, NsqConnectionError)
+    for name in errors.__all__:
+        assert not hasattr(builtins, name), name
+        assert issubclass(getattr(errors, name), NsqError), name
+
+
+def test_every_documented_class_is_in_the_docstring_tree() -> None:
+    doc = errors.__doc__ or ""
+    for name in errors.__all__:
+        assert name in doc, name
+
+
+def test_body_too_large_names_size_and_limit() -> None:
+    error = BodyTooLargeError("PUB body", 1048577, 1048576)
+    assert (error.size, error.limit, error.what) == (1048577, 1048576, "PUB body")
+    assert "1048577" in str(error)
+    assert "1048576" in str(error)
+    assert isinstance(error, InvalidArgumentError)
+
+
+def test_publish_error_chains_the_last_error() -> None:
+    last = NotLeaderError("E_FAILED_ON_NOT_LEADER")
+    error = PublishError("gave up", attempts=3, last_error=last)
+    assert error.attempts == 3
+    assert error.__cause__ is last
+    assert error.last_error is last
+    assert PublishError("gave up", attempts=1).__cause__ is None
+
+
+def test_explicit_fatal_overrides_the_class_default() -> None:
+    assert InvalidError("E_INVALID", "x", fatal=False).fatal is False
+    assert InvalidError("E_INVALID", "x").fatal is True

@@ -1,0 +1,124 @@
+"""FrameDecoder: round trips, arbitrary splits, limits and garbage."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
+from nsq_ha.protocol import (
+    DEFAULT_MAX_FRAME_SIZE,
+    HEARTBEAT,
+    Frame,
+    FrameDecoder,
+    FrameType,
+    encode_frame,
+    max_frame_size_for,
+)
+
+frames = st.builds(Frame, st.sampled_from(FrameType), st.binary(max_size=300))
+
+
+def test_encode_frame_layout() -> None:
+    assert encode_frame(FrameType.RESPONSE, b"OK") == bytes.fromhex("00000006000000004f4b")
+    assert encode_frame(1, b"") == bytes.fromhex("0000000400000001")
+    heartbeat = Frame(FrameType.RESPONSE, HEARTBEAT)
+    assert heartbeat.is_heartbeat
+    assert heartbeat.encode() == bytes.fromhex("0000000f000000005f6865617274626561745f")
+    assert not Frame(FrameType.ERROR, HEARTBEAT).is_heartbeat
+    assert not Frame(FrameType.RESPONSE, b"OK").is_heartbeat
+
+
+@given(st.lists(frames, max_size=10))
+def test_round_trip(items: list[Frame]) -> None:
+    stream = b"".join(frame.encode() for frame in items)
+    decoder = FrameDecoder()
+    assert decoder.feed(stream) == items
+    assert decoder.buffered == 0
+    decoder.feed_eof()
+
+
+@given(st.lists(frames, max_size=8), st.data())
+def test_any_split_gives_the_same_frames(items: list[Frame], data: st.DataObject) -> None:
+    stream = b"".join(frame.encode() for frame in items)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=20)))
+    decoder = FrameDecoder()
+    decoded: list[Frame] = []
+    for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        decoded += decoder.feed(stream[start:end])
+    assert decoded == items
+
+
+def test_byte_at_a_time_with_next_frame() -> None:
+    stream = encode_frame(FrameType.MESSAGE, b"x" * 30) + encode_frame(FrameType.ERROR, b"E_X ")
+    decoder = FrameDecoder()
+    seen: list[Frame] = []
+    for byte in stream:
+        decoder.receive_data(bytes([byte]))
+        frame = decoder.next_frame()
+        if frame is not None:
+            seen.append(frame)
+    assert seen == [Frame(FrameType.MESSAGE, b"x" * 30), Frame(FrameType.ERROR, b"E_X ")]
+    assert decoder.next_frame() is None
+
+
+@pytest.mark.parametrize(
+    ("stream", "match"),
+    [
+        (bytes.fromhex("00000003"), "below 4"),
+        (bytes.fromhex("00000000"), "below 4"),
+        (bytes.fromhex("00000065"), "exceeds the limit of 100"),
+        (bytes.fromhex("ffffffff"), "exceeds the limit"),
+        (bytes.fromhex("0000000500000003"), "unknown frame type 3"),
+        (bytes.fromhex("00000005ffffffff"), "unknown frame type -1"),
+    ],
+)
+def test_bad_frames_raise_and_the_decoder_stays_broken(stream: bytes, match: str) -> None:
+    decoder = FrameDecoder(max_frame_size=100)
+    with pytest.raises(RemoteProtocolError, match=match):
+        decoder.feed(stream)
+    assert "broken" in repr(decoder)
+    with pytest.raises(RemoteProtocolError, match=match):
+        decoder.feed(encode_frame(FrameType.RESPONSE, b"OK"))
+    with pytest.raises(RemoteProtocolError, match=match):
+        decoder.next_frame()
+    with pytest.raises(RemoteProtocolError, match=match):
+        decoder.feed_eof()
+
+
+def test_limit_is_inclusive() -> None:
+    decoder = FrameDecoder(max_frame_size=10)
+    assert decoder.feed(encode_frame(FrameType.RESPONSE, b"123456")) == [
+        Frame(FrameType.RESPONSE, b"123456")
+    ]
+    assert "ok buffered=0 max_frame_size=10" in repr(decoder)
+
+
+def test_eof_inside_a_frame() -> None:
+    decoder = FrameDecoder()
+    assert decoder.feed(encode_frame(FrameType.RESPONSE, b"OK")[:5]) == []
+    assert decoder.buffered == 5
+    with pytest.raises(RemoteProtocolError, match="5 bytes pending"):
+        decoder.feed_eof()
+
+
+def test_limits() -> None:
+    with pytest.raises(InvalidArgumentError):
+        FrameDecoder(max_frame_size=3)
+    assert max_frame_size_for(1048576) > 1048576 + 26 + 65535
+    assert max_frame_size_for(4 * 1024 * 1024) == DEFAULT_MAX_FRAME_SIZE
+    with pytest.raises(InvalidArgumentError):
+        max_frame_size_for(0)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=400), st.integers(4, 512))
+def test_garbage_never_hangs_or_escapes(garbage: bytes, limit: int) -> None:
+    decoder = FrameDecoder(max_frame_size=limit)
+    try:
+        for frame in decoder.feed(garbage):
+            assert frame.frame_type in (0, 1, 2)
+        assert decoder.buffered <= len(garbage)
+    except NsqError:
+        pass
