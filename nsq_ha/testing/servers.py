@@ -104,6 +104,8 @@ class _Cluster:
     """What both clusters share: a temp dir, processes, teardown, HTTP helpers."""
 
     binaries: ServerBinaries
+    #: extra command-line flags for every nsqd (e.g. ``--tls-cert=...``, ``--auth-http-address``)
+    nsqd_args: list[str] = field(default_factory=list)
     nodes: list[NsqdNode] = field(default_factory=list)
     base_dir: Path = field(init=False)
     _procs: list[ManagedProcess] = field(default_factory=list, init=False)
@@ -207,6 +209,7 @@ class VanillaCluster(_Cluster):
                     f"--data-path={data}",
                     "--broadcast-address=127.0.0.1",
                     f"--lookupd-tcp-address=127.0.0.1:{self.lookupd_tcp_port}",
+                    *self.nsqd_args,
                 ],
             )
             node = NsqdNode(i, tcp, http, proc, data)
@@ -321,6 +324,7 @@ class ForkCluster(_Cluster):
                     f"--cluster-leadership-addresses={self.etcd_url}",
                     f"--data-path={data}",
                     "--logtostderr=true",
+                    *self.nsqd_args,
                 ],
             )
             self.nodes.append(NsqdNode(i, tcp, http, proc, data, rpc_port=rpc, worker_id=i + 1))
