@@ -17,7 +17,8 @@
     │   └── RemoteProtocolError                    the peer sent bytes we cannot understand
     ├── DiscoveryError
     │   ├── LookupdUnavailableError                no nsqlookupd answered
-    │   └── TopicNotFoundError                     lookup knows no writable partition
+    │   └── TopicNotFoundError                     lookup does not know the topic
+    │       └── TopicNotWritableError              known, but no partition is writable now
     ├── BrokerError                                an nsqd error frame (``.code``, ``.description``)
     │   ├── InvalidError               E_INVALID
     │   ├── BadProtocolError           E_BAD_PROTOCOL
@@ -128,6 +129,7 @@ __all__ = [
     "TooManyConnectionsError",
     "TopicNotExistError",
     "TopicNotFoundError",
+    "TopicNotWritableError",
     "TouchFailedError",
     "UnauthorizedError",
 ]
@@ -233,10 +235,18 @@ class LookupdUnavailableError(DiscoveryError):
 
 
 class TopicNotFoundError(DiscoveryError):
-    """nsqlookupd knows no (writable) partition of the topic yet."""
+    """nsqlookupd does not know the topic at all.
+
+    On the fork, topics are created by an operator (nsqlookupd ``/topic/create``); retrying
+    helps only while such a creation is under way, so this is retriable with a fresh lookup.
+    """
 
     retriable = True
     refresh_lookup = True
+
+
+class TopicNotWritableError(TopicNotFoundError):
+    """The topic exists but no partition is writable now (new topic, channel missing, failover)."""
 
 
 # --- broker error frames ---------------------------------------------------------------------

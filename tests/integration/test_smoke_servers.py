@@ -37,10 +37,9 @@ def test_vanilla_pub_sub_round_trip(vanilla_cluster: VanillaCluster) -> None:
     assert ports == sorted(n.tcp_port for n in vanilla_cluster.nodes)
 
 
-@pytest.fixture(scope="module")
-def smoke_topic(fork_cluster: ForkCluster) -> str:
-    fork_cluster.create_topic("smoke_fork4", partitions=4, replicas=1)
-    return "smoke_fork4"
+@pytest.fixture
+def smoke_topic(fork_topic4: str) -> str:
+    return fork_topic4
 
 
 def test_fork_lookup_lists_four_partitions(fork_cluster: ForkCluster, smoke_topic: str) -> None:

@@ -1,0 +1,315 @@
+"""nsqlookupd answers -> typed values (pure: no I/O).
+
+Handles both response envelopes (PROTOCOL.md §5.1): the v1 form sent when the request carries
+``Accept: application/vnd.nsq; version=1.0`` (raw JSON, errors as ``{"message": ...}`` with the
+HTTP status) and the wrapped form (``{"status_code", "status_txt", "data"}``, errors always 500).
+Fork lookups (``partitions`` map, optional ``meta``) and vanilla lookups (``producers`` only) both
+become a :class:`PartitionMap`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+from nsq_ha.errors import DiscoveryError, RemoteProtocolError
+
+__all__ = [
+    "V1_ACCEPT",
+    "Access",
+    "LookupdError",
+    "NodeInfo",
+    "PartitionMap",
+    "Route",
+    "TopicMeta",
+    "merge_maps",
+    "parse_listlookup",
+    "parse_lookup",
+    "unwrap",
+]
+
+Access = Literal["r", "w"]
+
+#: Request header asking for the unwrapped v1 answers.
+V1_ACCEPT: Mapping[str, str] = {"Accept": "application/vnd.nsq; version=1.0"}
+
+
+class LookupdError(DiscoveryError):
+    """nsqlookupd answered with an error status (``.status``, ``.message``)."""
+
+    def __init__(self, status: int, message: str, url: str = "") -> None:
+        super().__init__(f"nsqlookupd {url} answered {status}: {message}".replace("  ", " "))
+        self.status = status
+        self.message = message
+
+
+class _NodeWire(TypedDict, total=False):
+    id: str
+    remote_address: str
+    hostname: str
+    broadcast_address: str
+    tcp_port: int
+    http_port: int
+    version: str
+    distributed_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """An nsqd as lookupd describes it; connect to :attr:`address`."""
+
+    broadcast_address: str
+    tcp_port: int
+    http_port: int
+    version: str = ""
+    hostname: str = ""
+    distributed_id: str = ""
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the node's TCP protocol endpoint."""
+        host = self.broadcast_address
+        return f"[{host}]:{self.tcp_port}" if ":" in host else f"{host}:{self.tcp_port}"
+
+    @property
+    def is_fork(self) -> bool:
+        """True for the HA fork's nsqd (its version carries ``-HA.``)."""
+        return "-HA." in self.version
+
+    @classmethod
+    def from_wire(cls, raw: object) -> NodeInfo:
+        """Build from a node object; raise :class:`RemoteProtocolError` if it is malformed."""
+        if not isinstance(raw, dict):
+            raise RemoteProtocolError(f"lookup node is not an object: {raw!r}")
+        node: _NodeWire = raw  # type: ignore[assignment]
+        try:
+            host = node["broadcast_address"]
+            tcp, http = node["tcp_port"], node.get("http_port", 0)
+        except KeyError as exc:
+            raise RemoteProtocolError(f"lookup node lacks {exc.args[0]!r}: {raw!r}") from None
+        if not isinstance(host, str) or not host:
+            raise RemoteProtocolError(f"lookup node has a bad broadcast_address: {raw!r}")
+        for port in (tcp, http):
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                raise RemoteProtocolError(f"lookup node has a bad port: {raw!r}")
+        return cls(
+            broadcast_address=host,
+            tcp_port=tcp,
+            http_port=http,
+            version=str(node.get("version", "")),
+            hostname=str(node.get("hostname", "")),
+            distributed_id=str(node.get("distributed_id", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMeta:
+    """The fork's topic metadata (``meta`` of a ``metainfo`` lookup)."""
+
+    partition_num: int
+    replica: int = 0
+    ordered: bool = False
+    extend_support: bool = False
+    multi_part: bool = False
+    disable_channel_auto_create: bool = False
+
+    @classmethod
+    def from_wire(cls, raw: object) -> TopicMeta:
+        if not isinstance(raw, dict):
+            raise RemoteProtocolError(f"lookup meta is not an object: {raw!r}")
+        num, replica = raw.get("partition_num", 0), raw.get("replica", 0)
+        if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+            raise RemoteProtocolError(f"lookup meta has a bad partition_num: {raw!r}")
+        if not isinstance(replica, int) or isinstance(replica, bool):
+            raise RemoteProtocolError(f"lookup meta has a bad replica: {raw!r}")
+        flags = {
+            k: bool(raw.get(k, False))
+            for k in ("ordered", "extend_support", "multi_part", "disable_channel_auto_create")
+        }
+        return cls(partition_num=num, replica=replica, **flags)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where to send: a node, and the partition to name (``None`` on vanilla)."""
+
+    partition: int | None
+    node: NodeInfo
+
+    def __str__(self) -> str:
+        part = "-" if self.partition is None else str(self.partition)
+        return f"{part}@{self.node.address}"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMap:
+    """One topic's routes for one access mode, as lookupd(s) answered."""
+
+    topic: str
+    access: Access
+    partitions: Mapping[int, NodeInfo] = field(default_factory=dict)
+    producers: tuple[NodeInfo, ...] = ()
+    channels: tuple[str, ...] = ()
+    meta: TopicMeta | None = None
+    #: the answer had a ``partitions`` key: a fork lookupd (even when the map is empty)
+    fork: bool = False
+
+    @property
+    def partition_num(self) -> int:
+        """Total partitions (``meta``), which may exceed the listed ones; 0 on vanilla."""
+        if self.meta is not None:
+            return self.meta.partition_num
+        return max(self.partitions) + 1 if self.partitions else 0
+
+    @property
+    def ordered(self) -> bool:
+        return self.meta is not None and self.meta.ordered
+
+    @property
+    def extend_support(self) -> bool:
+        return self.meta is not None and self.meta.extend_support
+
+    def routes(self) -> list[Route]:
+        """Fork: one route per listed partition; vanilla: one unpartitioned route per producer."""
+        if self.fork:
+            return [Route(p, n) for p, n in sorted(self.partitions.items())]
+        return [Route(None, n) for n in self.producers]
+
+    def leader(self, partition: int) -> NodeInfo | None:
+        """The node listed for ``partition`` (the leader for ``access=w``), if any."""
+        return self.partitions.get(partition)
+
+
+def unwrap(status: int, headers: Mapping[str, str], body: bytes, url: str = "") -> Any:
+    """The result of a lookupd answer in either envelope; errors raise :class:`LookupdError`.
+
+    An empty successful body (a null result) gives ``None``.
+    """
+    text = body.decode("utf-8", "replace").strip()
+    data: Any = None
+    if text:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            if status == 200:
+                return text  # a plain string result
+            raise LookupdError(status, text, url) from None
+    v1 = "nsq; version=1.0" in {k.lower(): v for k, v in headers.items()}.get(
+        "x-nsq-content-type", ""
+    )
+    wrapped = isinstance(data, dict) and "status_code" in data and "data" in data and not v1
+    if wrapped:
+        code = data.get("status_code")
+        if code != 200:
+            raise LookupdError(
+                int(code) if isinstance(code, int) else status, str(data.get("status_txt", "")), url
+            )
+        return data["data"]
+    if status != 200:
+        message = data.get("message", text) if isinstance(data, dict) else text
+        raise LookupdError(status, str(message), url)
+    return data
+
+
+def _node_list(raw: object, what: str) -> tuple[NodeInfo, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise RemoteProtocolError(f"lookup {what} is not a list: {raw!r}")
+    # lookupd lists producers in any order; sorted, equal answers give equal maps
+    return tuple(sorted((NodeInfo.from_wire(n) for n in raw), key=lambda n: n.address))
+
+
+def parse_lookup(topic: str, access: Access, result: object) -> PartitionMap:
+    """A ``/lookup`` result (already unwrapped) as a :class:`PartitionMap`."""
+    if result is None:
+        result = {}
+    if not isinstance(result, dict):
+        raise RemoteProtocolError(f"lookup of {topic!r} is not an object: {result!r}")
+    fork = "partitions" in result
+    partitions: dict[int, NodeInfo] = {}
+    raw_parts = result.get("partitions")
+    if raw_parts is not None:
+        if not isinstance(raw_parts, dict):
+            raise RemoteProtocolError(f"lookup partitions is not an object: {raw_parts!r}")
+        for key, node in raw_parts.items():
+            try:
+                pid = int(key)
+            except ValueError:
+                raise RemoteProtocolError(f"lookup partition id {key!r} is not a number") from None
+            if not 0 <= pid <= 254:
+                raise RemoteProtocolError(f"lookup partition id {pid} is out of range")
+            partitions[pid] = NodeInfo.from_wire(node)
+    channels = result.get("channels") or []
+    if not isinstance(channels, list):
+        raise RemoteProtocolError(f"lookup channels is not a list: {channels!r}")
+    meta_raw = result.get("meta")
+    return PartitionMap(
+        topic=topic,
+        access=access,
+        partitions=partitions,
+        producers=_node_list(result.get("producers"), "producers"),
+        channels=tuple(str(c) for c in channels),
+        meta=TopicMeta.from_wire(meta_raw) if meta_raw is not None else None,
+        fork=fork,
+    )
+
+
+def parse_listlookup(result: object) -> list[str]:
+    """``/listlookup`` (unwrapped) -> lookupd HTTP base URLs, leader first; ``[]`` for null."""
+    if result is None:
+        return []
+    if not isinstance(result, dict):
+        raise RemoteProtocolError(f"listlookup is not an object: {result!r}")
+    nodes: list[object] = []
+    if result.get("lookupdleader"):
+        nodes.append(result["lookupdleader"])
+    more = result.get("lookupdnodes") or []
+    if not isinstance(more, list):
+        raise RemoteProtocolError(f"listlookup lookupdnodes is not a list: {more!r}")
+    nodes.extend(more)
+    urls: list[str] = []
+    for node in nodes:
+        if not isinstance(node, dict) or not node.get("NodeIP") or not node.get("HttpPort"):
+            raise RemoteProtocolError(f"listlookup node is malformed: {node!r}")
+        host, port = str(node["NodeIP"]), str(node["HttpPort"])
+        if not port.isdigit():
+            raise RemoteProtocolError(f"listlookup node has a bad HttpPort: {node!r}")
+        url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        if url not in urls:
+            urls.append(url)
+    return urls
+
+
+def merge_maps(maps: Iterable[PartitionMap]) -> PartitionMap:
+    """Merge answers of several lookupds for one topic/access (first answer wins a conflict).
+
+    Pass the leader lookupd's answer first so that it decides a partition named twice.
+    """
+    maps = list(maps)
+    if not maps:
+        raise ValueError("merge_maps needs at least one map")
+    first = maps[0]
+    partitions: dict[int, NodeInfo] = {}
+    producers: dict[str, NodeInfo] = {}
+    channels: dict[str, None] = {}
+    meta = None
+    for m in maps:
+        for pid, node in m.partitions.items():
+            partitions.setdefault(pid, node)
+        for node in m.producers:
+            producers.setdefault(node.address, node)
+        channels.update(dict.fromkeys(m.channels))
+        if meta is None or (m.meta is not None and m.meta.partition_num > meta.partition_num):
+            meta = m.meta if m.meta is not None else meta
+    return PartitionMap(
+        topic=first.topic,
+        access=first.access,
+        partitions=partitions,
+        producers=tuple(producers.values()),
+        channels=tuple(channels),
+        meta=meta,
+        fork=any(m.fork for m in maps),
+    )
