@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from typing import NoReturn
 
 import pytest
 
@@ -59,7 +60,7 @@ def required_servers() -> frozenset[str]:
     return names
 
 
-def _unavailable(name: str, reason: str) -> None:
+def _unavailable(name: str, reason: str) -> NoReturn:
     """Skip (or fail, when required) the current test because server ``name`` is missing."""
     if name in required_servers():
         pytest.fail(f"{reason} [NSQ_HA_REQUIRE_SERVERS requires {name!r}]", pytrace=False)
@@ -76,7 +77,6 @@ def _binaries(recipe: ServerRecipe) -> ServerBinaries:
         f"{recipe.name} NSQ servers ({recipe.module} {recipe.version}) are not built: {why.strip()}"
         " -- run `make servers` (needs Go on PATH and the Go module proxy)",
     )
-    raise AssertionError("unreachable")  # pragma: no cover - skip/fail raise
 
 
 @pytest.fixture(scope="session")
