@@ -1,0 +1,125 @@
+"""Settings of one nsqd connection: a frozen, validated dataclass.
+
+Durations are float seconds; the IDENTIFY body (milliseconds on the wire) is produced by
+:func:`nsq_ha.protocol.identify.build_identify`, which also checks the values nsqd would refuse.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import ssl
+from dataclasses import dataclass
+
+from nsq_ha._version import __version__
+from nsq_ha.errors import ConfigError
+from nsq_ha.protocol.identify import ExtFilter, IdentifyRequest, build_identify
+
+__all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_MSG_SIZE", "ConnectionConfig"]
+
+#: nsqd's default ``--max-msg-size``.
+DEFAULT_MAX_MSG_SIZE = 1024 * 1024
+#: nsqd's default ``--max-body-size``.
+DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
+
+
+def _positive(value: object, what: str) -> float:
+    """Return ``value`` if it is a finite number of seconds above 0, else raise ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{what} must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{what} must be a finite number of seconds above 0, got {value!r}")
+    return float(value)
+
+
+def _size(value: object, what: str, minimum: int) -> int:
+    """Return ``value`` if it is an int of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{what} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConnectionConfig:
+    """How to open, negotiate and run one connection to one nsqd.
+
+    IDENTIFY settings (``None`` = nsqd's default): ``client_id``, ``hostname``, ``user_agent``,
+    ``heartbeat_interval`` (s, >= 1; ``-1`` disables heartbeats, which forbids SUB),
+    ``output_buffer_size`` (bytes), ``output_buffer_timeout`` (s), ``msg_timeout`` (s),
+    ``sample_rate``, ``desired_tag``, ``extend_support`` (fork ext topics: must be True exactly
+    when subscribing to an ext topic), ``ext_filter``.
+
+    Upgrades: ``tls`` (an ``ssl.SSLContext``; the connection fails if nsqd does not agree to
+    TLS), ``tls_server_hostname`` (defaults to the host connected to), ``snappy`` or
+    ``deflate`` (+ ``deflate_level``); ``auth_secret`` is sent when nsqd says
+    ``auth_required``.
+
+    Limits checked before sending: ``max_msg_size`` and ``max_body_size`` (nsqd's
+    ``--max-msg-size``/``--max-body-size``; defaults are nsqd's). Timeouts in seconds:
+    ``connect_timeout`` (TCP + handshake), ``command_timeout`` (default for a response),
+    ``close_timeout`` (CLS and in-flight work at close). ``write_buffer_limit`` is the
+    socket-buffer high-water mark above which senders wait.
+    """
+
+    client_id: str | None = None
+    hostname: str | None = None
+    user_agent: str | None = f"nsq_ha/{__version__}"
+    heartbeat_interval: float | None = None
+    output_buffer_size: int | None = None
+    output_buffer_timeout: float | None = None
+    msg_timeout: float | None = None
+    sample_rate: int | None = None
+    desired_tag: str | None = None
+    extend_support: bool = False
+    ext_filter: ExtFilter | None = None
+    tls: ssl.SSLContext | None = None
+    tls_server_hostname: str | None = None
+    snappy: bool = False
+    deflate: bool = False
+    deflate_level: int = 6
+    auth_secret: str | bytes | None = None
+    max_msg_size: int = DEFAULT_MAX_MSG_SIZE
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    connect_timeout: float = 10.0
+    command_timeout: float = 30.0
+    close_timeout: float = 5.0
+    write_buffer_limit: int = 256 * 1024
+
+    def __post_init__(self) -> None:
+        """Check every value; a bad one raises ConfigError naming it."""
+        if self.tls is not None and not isinstance(self.tls, ssl.SSLContext):
+            raise ConfigError(f"tls must be an ssl.SSLContext, not {type(self.tls).__name__}")
+        if self.auth_secret is not None and not self.auth_secret:
+            raise ConfigError("auth_secret must not be empty (use None for no AUTH)")
+        _size(self.max_msg_size, "max_msg_size", 1)
+        _size(self.max_body_size, "max_body_size", 1)
+        _size(self.write_buffer_limit, "write_buffer_limit", 1024)
+        for name in ("connect_timeout", "command_timeout", "close_timeout"):
+            _positive(getattr(self, name), name)
+        self.to_identify()  # build_identify raises InvalidArgumentError (a ConfigError)
+
+    @property
+    def heartbeats_enabled(self) -> bool:
+        """False when ``heartbeat_interval`` is ``-1``."""
+        return self.heartbeat_interval != -1
+
+    def to_identify(self) -> IdentifyRequest:
+        """Return the IDENTIFY body (always with ``feature_negotiation``)."""
+        return build_identify(
+            client_id=self.client_id if self.client_id is not None else socket.gethostname(),
+            hostname=self.hostname if self.hostname is not None else socket.gethostname(),
+            feature_negotiation=True,
+            heartbeat_interval=self.heartbeat_interval,
+            user_agent=self.user_agent,
+            output_buffer_size=self.output_buffer_size,
+            output_buffer_timeout=self.output_buffer_timeout,
+            msg_timeout=self.msg_timeout,
+            sample_rate=self.sample_rate,
+            tls_v1=True if self.tls is not None else None,
+            snappy=True if self.snappy else None,
+            deflate=True if self.deflate else None,
+            deflate_level=self.deflate_level if self.deflate else None,
+            desired_tag=self.desired_tag,
+            extend_support=True if self.extend_support else None,
+            ext_filter=self.ext_filter,
+        )

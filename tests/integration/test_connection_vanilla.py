@@ -1,0 +1,265 @@
+"""NsqdConnection against real vanilla nsqd 1.3.0 (the session ``vanilla_cluster``)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from nsq_ha.connection import ConnectionConfig, NsqdConnection
+from nsq_ha.errors import (
+    BodyTooLargeError,
+    BrokerError,
+    ConnectError,
+    ConnectionClosedError,
+    FinFailedError,
+    InvalidError,
+    InvalidNameError,
+    LocalProtocolError,
+    NsqTimeoutError,
+)
+from nsq_ha.protocol.message import DecodedMessage
+from nsq_ha.protocol.state import ConnState
+from nsq_ha.testing.process import free_ports
+from nsq_ha.testing.servers import VanillaCluster
+
+pytestmark = pytest.mark.vanilla
+
+
+def _topic() -> str:
+    return f"cv_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def address(vanilla_cluster: VanillaCluster) -> str:
+    return vanilla_cluster.nodes[0].tcp_address
+
+
+async def _take(conn: NsqdConnection, count: int, within: float = 10.0) -> list[DecodedMessage]:
+    """Read ``count`` messages from ``conn.messages()`` within ``timeout``."""
+    received: list[DecodedMessage] = []
+
+    async def collect() -> None:
+        async for message in conn.messages():
+            received.append(message)
+            if len(received) == count:
+                return
+
+    await asyncio.wait_for(collect(), within)
+    return received
+
+
+async def test_identify_negotiates_vanilla_settings(address: str) -> None:
+    """IDENTIFY with feature_negotiation answers vanilla's JSON: version without -HA., defaults."""
+    async with NsqdConnection(address, config=ConnectionConfig(msg_timeout=20.0)) as conn:
+        negotiated = conn.negotiated
+        assert negotiated.version == "1.3.0"
+        assert conn.is_fork is False
+        assert negotiated.max_rdy_count == 2500
+        assert negotiated.msg_timeout == 20.0
+        assert negotiated.max_msg_timeout == 900.0
+        assert negotiated.output_buffer_size == 16384
+        assert negotiated.output_buffer_timeout == 0.25
+        assert negotiated.auth_required is False
+        assert conn.max_msg_size == 1024 * 1024
+        assert conn.state is ConnState.READY
+        assert "READY vanilla=1.3.0" in repr(conn)
+    assert conn.state is ConnState.CLOSED
+    assert conn.close_reason is None
+
+
+async def test_pipelined_publishes_coalesce_and_round_trip(address: str) -> None:
+    """50 publishes issued in one loop turn leave in one socket write and are all answered OK
+    in order; a SUB connection receives all 50 with hex ids, FIN settles them, and CLS gets
+    CLOSE_WAIT before a clean close."""
+    topic = _topic()
+    async with NsqdConnection(address) as sub, NsqdConnection(address) as pub:
+        await sub.subscribe(topic, "ch")
+        assert sub.state is ConnState.SUBSCRIBED
+        sub.rdy(100)
+        writes_before = pub.writes
+        results = await asyncio.gather(*(pub.publish(topic, b"m%d" % i) for i in range(50)))
+        assert results == [None] * 50
+        assert pub.writes - writes_before == 1
+        messages = await _take(sub, 50)
+        assert sorted(m.body for m in messages) == sorted(b"m%d" % i for i in range(50))
+        assert all(m.attempts == 1 and m.internal_id is None for m in messages)
+        assert all(set(m.id) <= set(b"0123456789abcdef") for m in messages)
+        assert sub.in_flight == 50
+        for message in messages:
+            sub.fin(message.id)
+        assert sub.in_flight == 0
+        await sub.close()
+        assert sub.state is ConnState.CLOSED
+        assert ConnState.CLOSE_WAIT in sub._machine.history
+        assert sub.close_reason is None
+
+
+async def test_mpub_and_on_message_callback(address: str) -> None:
+    """MPUB delivers every body; on_message receives them from the read loop."""
+    topic = _topic()
+    got: list[DecodedMessage] = []
+    all_in = asyncio.Event()
+
+    def on_message(message: DecodedMessage) -> None:
+        got.append(message)
+        if len(got) == 3:
+            all_in.set()
+
+    async with NsqdConnection(address, on_message=on_message) as sub:
+        await sub.subscribe(topic, "ch")
+        sub.rdy(3)
+        async with NsqdConnection(address) as pub:
+            await pub.publish_many(topic, [b"a", b"b", b"c"])
+        await asyncio.wait_for(all_in.wait(), 10)
+        assert [m.body for m in got] == [b"a", b"b", b"c"]
+        for message in got:
+            sub.fin(message.id)
+
+
+async def test_close_waits_for_in_flight_messages(address: str) -> None:
+    """After CLS/CLOSE_WAIT the connection stays open until the in-flight message is FINed,
+    and the FIN written during CLOSE_WAIT is accepted (the message is not redelivered)."""
+    topic = _topic()
+    async with NsqdConnection(address) as pub:
+        await pub.publish(topic, b"late-fin")
+    conn = await NsqdConnection.open(address, config=ConnectionConfig(close_timeout=10.0))
+    await conn.subscribe(topic, "ch")
+    conn.rdy(1)
+    (message,) = await _take(conn, 1)
+    closing = asyncio.create_task(conn.close())
+    await asyncio.wait_for(_until(lambda: conn.state is ConnState.CLOSE_WAIT), 5)
+    assert not closing.done()
+    conn.fin(message.id)
+    await asyncio.wait_for(closing, 5)
+    assert conn.state is ConnState.CLOSED
+    async with NsqdConnection(address) as again:
+        await again.subscribe(topic, "ch")
+        again.rdy(1)
+        with pytest.raises(TimeoutError):
+            await _take(again, 1, within=1.0)
+
+
+async def _until(predicate: object) -> None:
+    """Poll a cheap in-process predicate once per loop turn (no wall-clock sleeps)."""
+    # one event-loop turn per check, bounded by the caller's wait_for
+    while not predicate():  # type: ignore[operator]  # noqa: ASYNC110
+        await asyncio.sleep(0)
+
+
+async def test_fin_failure_goes_to_on_error_not_to_a_pending_publish(address: str) -> None:
+    """E_FIN_FAILED (non-fatal) for an unknown id is routed by id to on_error while a PUB
+    pipelined behind it still gets its own OK; the connection stays open."""
+    errors: list[BrokerError] = []
+    arrived = asyncio.Event()
+
+    def on_error(error: BrokerError) -> None:
+        errors.append(error)
+        arrived.set()
+
+    topic = _topic()
+    async with NsqdConnection(address, on_error=on_error) as conn:
+        await conn.subscribe(topic, "ch")
+        bogus = b"0123456789abcdef"
+        conn.fin(bogus)
+        assert await conn.publish(topic, b"after-fin") is None
+        await asyncio.wait_for(arrived.wait(), 5)
+        (error,) = errors
+        assert isinstance(error, FinFailedError)
+        assert error.fatal is False
+        assert error.message_id == bogus
+        assert conn.state is ConnState.SUBSCRIBED
+        assert await conn.publish(topic, b"still-open") is None
+
+
+async def test_fatal_unsolicited_error_closes_and_fails_waiters(address: str) -> None:
+    """RDY above max_rdy_count (sent raw, bypassing the client check) gets a fatal E_INVALID:
+    on_error sees it, nsqd closes, and the connection's close reason chains to it."""
+    errors: list[BrokerError] = []
+    async with NsqdConnection(address, on_error=errors.append) as conn:
+        await conn.subscribe(_topic(), "ch")
+        conn.send_nowait(b"RDY 99999\n")
+        await asyncio.wait_for(conn.wait_closed(), 5)
+        (error,) = errors
+        assert isinstance(error, InvalidError)
+        assert "out of range" in str(error)
+        assert isinstance(conn.close_reason, ConnectionClosedError)
+        assert conn.close_reason.__cause__ is error
+        with pytest.raises(ConnectionClosedError) as info:
+            await conn.publish("t", b"x")
+        assert info.value.__cause__ is conn.close_reason
+
+
+async def test_heartbeats_answered_keep_an_idle_connection_alive(address: str) -> None:
+    """With heartbeat_interval 1 s vanilla closes a silent client after 2 s; ours answers
+    every _heartbeat_ with NOP, so after 3.5 s idle it still publishes."""
+    config = ConnectionConfig(heartbeat_interval=1.0)
+    async with NsqdConnection(address, config=config) as conn:
+        writes = conn.writes
+        await asyncio.sleep(3.5)  # the idle period under test, not a synchronisation
+        assert conn.state is ConnState.READY
+        assert conn.writes - writes >= 3  # one NOP per heartbeat
+        assert await conn.publish(_topic(), b"alive") is None
+
+
+async def test_dead_peer_detected_after_two_heartbeat_intervals(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    """A frozen nsqd (SIGSTOP) sends no heartbeat: after 2 intervals the waiting PUB gets
+    NsqTimeoutError and the connection closes with that reason."""
+    node = vanilla_cluster.nodes[1]
+    config = ConnectionConfig(heartbeat_interval=1.0, command_timeout=30.0)
+    conn = await NsqdConnection.open(node.tcp_address, config=config)
+    node.process.pause()
+    try:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(NsqTimeoutError, match="dead peer"):
+            await asyncio.wait_for(conn.publish(_topic(), b"lost"), 10)
+        elapsed = asyncio.get_running_loop().time() - started
+        assert 1.0 <= elapsed < 5.0
+        assert conn.closed
+        assert isinstance(conn.close_reason, NsqTimeoutError)
+    finally:
+        node.process.resume()
+        await conn.close()
+
+
+async def test_client_side_refusals_send_nothing(address: str) -> None:
+    """Oversized bodies, invalid names, fork-only commands and partitions on vanilla, and
+    commands illegal in the current state are refused before any byte is written."""
+    config = ConnectionConfig(max_msg_size=1024)
+    async with NsqdConnection(address, config=config) as conn:
+        writes = conn.writes
+        with pytest.raises(BodyTooLargeError, match="1025 bytes, over the limit of 1024"):
+            await conn.publish("ok_topic", b"x" * 1025)
+        with pytest.raises(InvalidNameError, match="not valid"):
+            await conn.publish("bad topic!", b"x")
+        with pytest.raises(InvalidNameError):
+            await conn.subscribe("t", "c" * 65)
+        with pytest.raises(LocalProtocolError, match="only on the fork"):
+            await conn.publish("t", b"x", trace_id=1)
+        with pytest.raises(LocalProtocolError, match="only on the fork"):
+            await conn.subscribe("t", "c", ordered=True)
+        with pytest.raises(LocalProtocolError, match="no partitions"):
+            await conn.publish("t", b"x", partition=1)
+        with pytest.raises(LocalProtocolError, match="cannot send RDY in state READY"):
+            conn.rdy(1)
+        with pytest.raises(LocalProtocolError, match="has a response"):
+            conn.send_nowait(b"PUB t\n\x00\x00\x00\x01x")
+        with pytest.raises(LocalProtocolError, match="has no response"):
+            await conn.command(b"NOP\n")
+        assert conn.writes == writes
+        assert await conn.publish(_topic(), b"x" * 1024) is None
+
+
+async def test_connect_refused_and_closed_use(vanilla_cluster: VanillaCluster) -> None:
+    """No listener gives ConnectError; a closed connection raises ConnectionClosedError."""
+    (port,) = free_ports(1)
+    with pytest.raises(ConnectError):
+        await NsqdConnection.open(f"127.0.0.1:{port}", config=ConnectionConfig(connect_timeout=2))
+    conn = await NsqdConnection.open(vanilla_cluster.nodes[0].tcp_address)
+    await conn.close()
+    await conn.close()  # idempotent
+    with pytest.raises(ConnectionClosedError):
+        await conn.publish("t", b"x")
