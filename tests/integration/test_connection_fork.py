@@ -27,6 +27,8 @@ from nsq_ha.protocol.message import EXT_VERSION_JSON, DecodedMessage, join_fork_
 from nsq_ha.protocol.state import ConnState
 from nsq_ha.testing.servers import ForkCluster
 
+from .helpers import take
+
 pytestmark = pytest.mark.fork
 
 PLAIN = "cf_conn_plain"  # 1 partition, 3 replicas: two nodes are non-leader replicas
@@ -57,19 +59,6 @@ def topics(fork_cluster: ForkCluster) -> Topics:
     return Topics(fork_cluster)
 
 
-async def _take(conn: NsqdConnection, count: int, within: float = 10.0) -> list[DecodedMessage]:
-    received: list[DecodedMessage] = []
-
-    async def collect() -> None:
-        async for message in conn.messages():
-            received.append(message)
-            if len(received) == count:
-                return
-
-    await asyncio.wait_for(collect(), within)
-    return received
-
-
 async def test_identify_detects_the_fork(topics: Topics) -> None:
     """The fork answers IDENTIFY with version 0.3.7-HA.1.13.0 and its own defaults."""
     async with NsqdConnection(topics.leader(PLAIN)) as conn:
@@ -90,7 +79,7 @@ async def test_pub_sub_fin_with_binary_ids(topics: Topics) -> None:
         await sub.subscribe(PLAIN, "plain_ch", 0)
         sub.rdy(10)
         await asyncio.gather(*(pub.publish(PLAIN, b"f%d" % i, 0) for i in range(5)))
-        messages = await _take(sub, 5)
+        messages = await take(sub, 5)
         assert [m.body for m in messages] == [b"f%d" % i for i in range(5)]
         ids = [m.internal_id for m in messages]
         assert ids == sorted(ids)
@@ -113,7 +102,7 @@ async def test_traced_publish_matches_the_delivered_message(topics: Topics) -> N
         assert traced is not None
         assert traced.trace_id == 0x1122334455667788
         assert traced.raw_size == 4 + 26 + len(b"traced-body")
-        (message,) = await _take(sub, 1)
+        (message,) = await take(sub, 1)
         assert message.id == traced.message_id
         assert message.trace_id == 0x1122334455667788
         assert (message.offset, message.raw_size) == (traced.offset, traced.raw_size)
@@ -133,7 +122,7 @@ async def test_ordered_subscription_carries_the_detail_part(topics: Topics) -> N
         bodies = []
         previous: DecodedMessage | None = None
         for _ in range(3):
-            (message,) = await _take(sub, 1)
+            (message,) = await take(sub, 1)
             assert message.offset is not None
             assert message.raw_size == 4 + 26 + 2
             if previous is not None:
@@ -161,7 +150,7 @@ async def test_ext_topic_delivers_the_json_header(topics: Topics) -> None:
         assert traced is not None
         assert traced.trace_id == 999
         assert await pub.publish(EXT, b"plain", 0) is None
-        first, second = await _take(sub, 2)
+        first, second = await take(sub, 2)
         assert first.ext_version == EXT_VERSION_JSON
         assert first.json_header() == header
         assert json.loads(first.ext_data or b"") == header

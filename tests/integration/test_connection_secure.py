@@ -24,10 +24,11 @@ import trustme
 
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.errors import AuthFailedError, HandshakeError
-from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.state import ConnState
 from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
+
+from .helpers import take
 
 GOOD_SECRET = "let-me-in"  # noqa: S105 - the test auth server's secret
 TOPIC = "cs_secure"
@@ -157,19 +158,6 @@ def _config(client_tls: ssl.SSLContext, upgrade: dict[str, object]) -> Connectio
     return ConnectionConfig(tls=tls, auth_secret=GOOD_SECRET, **options)  # type: ignore[arg-type]
 
 
-async def _take(conn: NsqdConnection, count: int) -> list[DecodedMessage]:
-    received: list[DecodedMessage] = []
-
-    async def collect() -> None:
-        async for message in conn.messages():
-            received.append(message)
-            if len(received) == count:
-                return
-
-    await asyncio.wait_for(collect(), 10)
-    return received
-
-
 @pytest.mark.parametrize("upgrade", list(UPGRADES))
 async def test_upgrade_round_trip(
     secure_address: str, client_tls: ssl.SSLContext, auth_server: AuthServer, upgrade: str
@@ -203,7 +191,7 @@ async def test_upgrade_round_trip(
         big = bytes(range(256)) * 800
         await pub.publish(TOPIC, big, partition)
         await asyncio.gather(*(pub.publish(TOPIC, b"s%d" % i, partition) for i in range(3)))
-        messages = await _take(sub, 4)
+        messages = await take(sub, 4)
         assert [m.body for m in messages] == [big, b"s0", b"s1", b"s2"]
         for message in messages:
             sub.fin(message.id)

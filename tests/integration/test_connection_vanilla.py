@@ -24,6 +24,8 @@ from nsq_ha.protocol.state import ConnState
 from nsq_ha.testing.process import free_ports
 from nsq_ha.testing.servers import VanillaCluster
 
+from .helpers import take
+
 pytestmark = pytest.mark.vanilla
 
 
@@ -34,20 +36,6 @@ def _topic() -> str:
 @pytest.fixture
 def address(vanilla_cluster: VanillaCluster) -> str:
     return vanilla_cluster.nodes[0].tcp_address
-
-
-async def _take(conn: NsqdConnection, count: int, within: float = 10.0) -> list[DecodedMessage]:
-    """Read ``count`` messages from ``conn.messages()`` within ``timeout``."""
-    received: list[DecodedMessage] = []
-
-    async def collect() -> None:
-        async for message in conn.messages():
-            received.append(message)
-            if len(received) == count:
-                return
-
-    await asyncio.wait_for(collect(), within)
-    return received
 
 
 async def test_identify_negotiates_vanilla_settings(address: str) -> None:
@@ -82,7 +70,7 @@ async def test_pipelined_publishes_coalesce_and_round_trip(address: str) -> None
         results = await asyncio.gather(*(pub.publish(topic, b"m%d" % i) for i in range(50)))
         assert results == [None] * 50
         assert pub.writes - writes_before == 1
-        messages = await _take(sub, 50)
+        messages = await take(sub, 50)
         assert sorted(m.body for m in messages) == sorted(b"m%d" % i for i in range(50))
         assert all(m.attempts == 1 and m.internal_id is None for m in messages)
         assert all(set(m.id) <= set(b"0123456789abcdef") for m in messages)
@@ -127,7 +115,7 @@ async def test_close_waits_for_in_flight_messages(address: str) -> None:
     conn = await NsqdConnection.open(address, config=ConnectionConfig(close_timeout=10.0))
     await conn.subscribe(topic, "ch")
     conn.rdy(1)
-    (message,) = await _take(conn, 1)
+    (message,) = await take(conn, 1)
     closing = asyncio.create_task(conn.close())
     await asyncio.wait_for(_until(lambda: conn.state is ConnState.CLOSE_WAIT), 5)
     assert not closing.done()
@@ -138,7 +126,7 @@ async def test_close_waits_for_in_flight_messages(address: str) -> None:
         await again.subscribe(topic, "ch")
         again.rdy(1)
         with pytest.raises(TimeoutError):
-            await _take(again, 1, within=1.0)
+            await take(again, 1, within=1.0)
 
 
 async def _until(predicate: object) -> None:
