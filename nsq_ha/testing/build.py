@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 __all__ = [
@@ -87,7 +87,6 @@ class ServerRecipe:
     ldflags: str = ""
     #: Go version written in the throwaway module (the machine's toolchain is used, >= this)
     go_directive: str = "1.22"
-    notes: tuple[str, ...] = field(default=())
 
     def key(self) -> str:
         """A short hash of the recipe: the cache directory changes whenever the recipe does."""
