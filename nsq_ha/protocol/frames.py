@@ -81,6 +81,11 @@ def encode_frame(frame_type: FrameType | int, data: bytes) -> bytes:
     return _HEADER.pack(4 + len(data), int(frame_type)) + bytes(data)
 
 
+_FRAME_TYPES = {int(t): t for t in FrameType}  # a dict lookup is far cheaper than FrameType(n)
+#: consumed bytes kept before the buffer is compacted
+_COMPACT_AFTER = 64 * 1024
+
+
 class FrameDecoder:
     """Incremental decoder of the server-to-client frame stream.
 
@@ -90,7 +95,7 @@ class FrameDecoder:
     that the decoder stays broken and raises the same error again.
     """
 
-    __slots__ = ("_buffer", "_error", "max_frame_size")
+    __slots__ = ("_buffer", "_error", "_pos", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         """Create a decoder refusing frames whose size field exceeds ``max_frame_size``."""
@@ -98,20 +103,23 @@ class FrameDecoder:
             raise InvalidArgumentError(f"max_frame_size must be >= 4, got {max_frame_size}")
         self.max_frame_size = max_frame_size
         self._buffer = bytearray()
+        #: start of the first unreturned byte: frames are sliced from here, and the consumed
+        #: prefix is cut off once it is large (a chunk of many small frames stays O(n))
+        self._pos = 0
         self._error: RemoteProtocolError | None = None
 
     def __repr__(self) -> str:
         """Show the limit, the buffered byte count and whether the decoder failed."""
         state = "broken" if self._error is not None else "ok"
         return (
-            f"<FrameDecoder {state} buffered={len(self._buffer)} "
+            f"<FrameDecoder {state} buffered={self.buffered} "
             f"max_frame_size={self.max_frame_size}>"
         )
 
     @property
     def buffered(self) -> int:
         """Number of received bytes not yet returned as a frame."""
-        return len(self._buffer)
+        return len(self._buffer) - self._pos
 
     def receive_data(self, data: bytes) -> None:
         """Append bytes received from the peer."""
@@ -123,26 +131,33 @@ class FrameDecoder:
         """Return the next whole frame, or ``None`` if more bytes are needed."""
         if self._error is not None:
             raise self._error
-        buffer = self._buffer
-        if len(buffer) < _SIZE.size:
+        buffer, pos = self._buffer, self._pos
+        available = len(buffer) - pos
+        if available < _SIZE.size:
             return None
-        (size,) = _SIZE.unpack_from(buffer)
+        (size,) = _SIZE.unpack_from(buffer, pos)
         if size < 4:
             self._fail(f"frame size {size} is below 4: no room for the frame type")
         if size > self.max_frame_size:
             self._fail(f"frame size {size} exceeds the limit of {self.max_frame_size} bytes")
-        if len(buffer) < FRAME_HEADER_SIZE:
+        if available < FRAME_HEADER_SIZE:
             return None
-        (_, raw_type) = _HEADER.unpack_from(buffer)
-        try:
-            frame_type = FrameType(raw_type)
-        except ValueError:
+        (_, raw_type) = _HEADER.unpack_from(buffer, pos)
+        frame_type = _FRAME_TYPES.get(raw_type)
+        if frame_type is None:
             self._fail(f"unknown frame type {raw_type}")
-        end = _SIZE.size + size
+        end = pos + _SIZE.size + size
         if len(buffer) < end:
             return None
-        data = bytes(buffer[FRAME_HEADER_SIZE:end])
-        del buffer[:end]
+        data = bytes(buffer[pos + FRAME_HEADER_SIZE : end])
+        if end == len(buffer):
+            buffer.clear()
+            self._pos = 0
+        elif end >= _COMPACT_AFTER:
+            del buffer[:end]
+            self._pos = 0
+        else:
+            self._pos = end
         return Frame(frame_type, data)
 
     def feed(self, data: bytes) -> list[Frame]:
@@ -157,11 +172,12 @@ class FrameDecoder:
         """Tell the decoder the peer closed; raise if a frame was cut off."""
         if self._error is not None:
             raise self._error
-        if self._buffer:
-            self._fail(f"connection closed inside a frame ({len(self._buffer)} bytes pending)")
+        if self.buffered:
+            self._fail(f"connection closed inside a frame ({self.buffered} bytes pending)")
 
     def _fail(self, reason: str) -> NoReturn:
         """Remember the error, drop the buffer and raise."""
         self._error = RemoteProtocolError(reason)
         self._buffer.clear()
+        self._pos = 0
         raise self._error

@@ -6,6 +6,7 @@ asserts.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from nsq_ha.errors import InvalidArgumentError, InvalidNameError
@@ -34,6 +35,7 @@ MESSAGE_ID_LENGTH = 16
 _NAME_RE = re.compile(r"[.a-zA-Z0-9_-]+(?:#ephemeral)?")
 
 
+@functools.lru_cache(maxsize=4096)  # every publish checks its topic: keep the regex off that path
 def is_valid_name(name: str) -> bool:
     """Return True when ``name`` is a valid topic or channel name."""
     return 1 <= len(name) <= MAX_NAME_LENGTH and _NAME_RE.fullmatch(name) is not None

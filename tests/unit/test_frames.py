@@ -122,3 +122,19 @@ def test_garbage_never_hangs_or_escapes(garbage: bytes, limit: int) -> None:
         assert decoder.buffered <= len(garbage)
     except NsqError:
         pass
+
+
+def test_a_chunk_of_many_small_frames_is_compacted_and_keeps_a_cut_frame() -> None:
+    # 20k pipelined OK answers arrive in large chunks; the decoder must not copy the rest of the
+    # buffer after every frame, and a frame cut at the end of a chunk must survive compaction
+    ok = encode_frame(FrameType.RESPONSE, b"OK")
+    stream = ok * 20_000 + encode_frame(FrameType.ERROR, b"E_X tail")
+    decoder = FrameDecoder()
+    cut = len(stream) - 3
+    first = decoder.feed(stream[:cut])
+    assert len(first) == 20_000
+    assert all(frame.data == b"OK" for frame in first)
+    assert decoder.buffered == len(stream) - 20_000 * len(ok) - 3
+    assert decoder.feed(stream[cut:]) == [Frame(FrameType.ERROR, b"E_X tail")]
+    assert decoder.buffered == 0
+    decoder.feed_eof()
