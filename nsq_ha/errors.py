@@ -4,9 +4,10 @@
 
     NsqError
     ├── ConfigError (also ValueError)             bad configuration or argument values
-    │   └── InvalidArgumentError                   an encoder refused an argument
-    │       ├── InvalidNameError                   topic/channel name breaks the name rule
-    │       └── BodyTooLargeError                  body over the negotiated size limit
+    │   ├── InvalidArgumentError                   an encoder refused an argument
+    │   │   ├── InvalidNameError                   topic/channel name breaks the name rule
+    │   │   └── BodyTooLargeError                  body over the negotiated size limit
+    │   └── UnsupportedByServerError               server kind lacks it (UnsupportedByServer)
     ├── NsqTimeoutError (also TimeoutError)
     ├── NsqConnectionError
     │   ├── ConnectError                           could not open the TCP connection
@@ -17,8 +18,9 @@
     │   └── RemoteProtocolError                    the peer sent bytes we cannot understand
     ├── DiscoveryError
     │   ├── LookupdUnavailableError                no nsqlookupd answered
-    │   └── TopicNotFoundError                     lookup does not know the topic
-    │       └── TopicNotWritableError              known, but no partition is writable now
+    │   ├── TopicNotFoundError                     lookup does not know the topic
+    │   │   └── TopicNotWritableError              known, but no partition is writable now
+    │   └── PartitionNotAvailableError             the partition has no writable leader now
     ├── BrokerError                                an nsqd error frame (``.code``, ``.description``)
     │   ├── InvalidError               E_INVALID
     │   ├── BadProtocolError           E_BAD_PROTOCOL
@@ -56,6 +58,7 @@
     │   ├── CreateTopicFailedError     E_CREATE_TOPIC_FAILED
     │   └── TooManyConnectionsError    "too much client connections" (no code)
     ├── PublishError                               retries exhausted (``.attempts``)
+    ├── ProducerClosedError                        publishing on a closed producer
     └── ConsumerClosedError
 
 Retry decisions live on the error (aiokafka style), never in ``except`` ladders:
@@ -119,6 +122,8 @@ __all__ = [
     "NsqConnectionError",
     "NsqError",
     "NsqTimeoutError",
+    "PartitionNotAvailableError",
+    "ProducerClosedError",
     "ProtocolError",
     "PubFailedError",
     "PubTooMuchWaitingError",
@@ -132,6 +137,8 @@ __all__ = [
     "TopicNotWritableError",
     "TouchFailedError",
     "UnauthorizedError",
+    "UnsupportedByServer",
+    "UnsupportedByServerError",
 ]
 
 #: Command names after which a publish-type failure leaves the connection open on the fork.
@@ -173,6 +180,15 @@ class BodyTooLargeError(InvalidArgumentError):
         self.what = what
         self.size = size
         self.limit = limit
+
+
+class UnsupportedByServerError(ConfigError):
+    """The request needs a feature this server kind lacks (DPUB on the fork; partitions, traces
+    or ext headers on vanilla nsqd); raised before anything is sent."""
+
+
+#: The name the issue tracker and the docs use.
+UnsupportedByServer = UnsupportedByServerError
 
 
 # --- timeouts and connections ----------------------------------------------------------------
@@ -247,6 +263,17 @@ class TopicNotFoundError(DiscoveryError):
 
 class TopicNotWritableError(TopicNotFoundError):
     """The topic exists but no partition is writable now (new topic, channel missing, failover)."""
+
+
+class PartitionNotAvailableError(DiscoveryError):
+    """The partition a message must go to has no writable leader in the current lookup.
+
+    Keyed messages are never sent elsewhere, so this is retried (with a lookup refresh) until
+    the retry policy gives up.
+    """
+
+    retriable = True
+    refresh_lookup = True
 
 
 # --- broker error frames ---------------------------------------------------------------------
@@ -613,8 +640,14 @@ class PublishError(NsqError):
         super().__init__(message)
         self.attempts = attempts
         self.last_error = last_error
+        #: publish_many: per message, its PublishResult or the exception that stopped it
+        self.results: list[object] | None = None
         if last_error is not None:
             self.__cause__ = last_error
+
+
+class ProducerClosedError(NsqError):
+    """The producer is closed (or closing): the publish was not sent."""
 
 
 class ConsumerClosedError(NsqError):

@@ -1,0 +1,908 @@
+"""The asyncio producer: partition-aware, ordered per key, retried through leader changes.
+
+Routing (PROTOCOL.md §6.2):
+
+* a ``sharding_key`` picks the partition with the producer's strategy (``murmur3`` like the
+  fork's Go SDK, ``java`` like its Java SDK, or ``jump``) over ``meta.partition_num``; an
+  explicit ``partition`` is used as given. Such messages are **never rerouted**: when their
+  partition has no reachable leader the publish is retried there until the policy gives up;
+* other messages go round-robin over the partitions that have a writable leader, and a retry
+  may pick another one;
+* on vanilla nsqd (``nsqd=`` addresses or a vanilla nsqlookupd) "partitions" are the nsqd
+  nodes: a key picks one of them (stable while the set of nodes is).
+
+Order: keyed and explicit-partition messages of one (topic, partition) wait in a *lane*; a lane
+has at most one batch unacknowledged. Messages that queue up while a batch is out leave together
+as the next ``MPUB``/``MPUB_TRACE``/``MPUB_EXT`` (all or nothing on the server), so a key's
+messages are written in call order even while a batch is retried. Unkeyed messages are sent at
+once, pipelined, up to ``unkeyed_window`` unacknowledged commands per partition.
+
+Failures (§6.3): ``E_FAILED_ON_NOT_LEADER``, ``E_FAILED_ON_NOT_WRITABLE`` and
+``E_TOPIC_NOT_EXIST`` drop that partition's connection and refresh the lookup at once, then the
+same batch is tried again under :class:`~nsq_ha.producer.policy.RetryPolicy`; so do lost
+connections and timeouts. A retriable failure that outlasts the policy raises
+:class:`~nsq_ha.errors.PublishError` (``__cause__``: the last error); anything else (bad input,
+``E_EXT_NOT_SUPPORT``, an unknown topic) is raised as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import deque
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self, TypeVar, cast
+
+from tenacity import RetryCallState, RetryError
+
+from nsq_ha.connection import ConnectionConfig, NsqdConnection
+from nsq_ha.errors import (
+    BrokerError,
+    ConfigError,
+    NsqConnectionError,
+    NsqError,
+    NsqTimeoutError,
+    PartitionNotAvailableError,
+    ProducerClosedError,
+    PublishError,
+    RemoteProtocolError,
+    TopicNotFoundError,
+    TopicNotWritableError,
+    UnsupportedByServerError,
+)
+from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
+from nsq_ha.producer.batch import (
+    BatchBuilder,
+    OutgoingMessage,
+    Receipt,
+    encode_batch,
+    prepare_message,
+    receipts_from_answer,
+)
+from nsq_ha.producer.policy import RetryPolicy
+from nsq_ha.protocol.commands import seconds_to_ms
+from nsq_ha.protocol.names import validate_topic
+from nsq_ha.protocol.publish import ExtHeader, encode_dpub
+from nsq_ha.routing import ShardingKey, ShardingStrategy, get_strategy
+
+__all__ = ["Producer", "PublishResult"]
+
+log = logging.getLogger(__name__)
+
+#: A connection's identity: nsqd address, and on the fork the topic and partition it serves.
+ConnKey = tuple[str, str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """Where a message went and what nsqd said about it.
+
+    ``partition`` is ``None`` on vanilla nsqd. ``internal_id``, ``offset`` and ``raw_size``
+    are known for traced publishes on the fork (``trace_id=``, a ``##trace_id`` header, or a
+    producer created with ``trace=True``); ``trace_id`` is the one sent.
+    """
+
+    topic: str
+    partition: int | None
+    address: str
+    attempts: int
+    internal_id: int | None = None
+    trace_id: int | None = None
+    offset: int | None = None
+    raw_size: int | None = None
+
+    @property
+    def message_id(self) -> bytes | None:
+        """The 16-byte id consumers see (fork: internal id + trace id), when known."""
+        return Receipt(self.internal_id, self.trace_id).message_id
+
+
+@dataclass(frozen=True, slots=True)
+class _Routes:
+    """Where one topic's messages can go now; a *slot* is a partition (fork) or a node."""
+
+    topic: str
+    #: True: fork partitions; False: vanilla nodes; None: static nsqd= nodes of unknown kind.
+    fork: bool | None
+    nodes: Mapping[int, NodeInfo]
+    #: how many slots keys are spread over
+    count: int
+    ext: bool | None = None
+    ordered: bool = False
+
+    @classmethod
+    def from_map(cls, pmap: PartitionMap) -> _Routes:
+        if pmap.fork:
+            ext = pmap.extend_support if pmap.meta is not None else None
+            partitions = dict(pmap.partitions)
+            return cls(pmap.topic, True, partitions, pmap.partition_num, ext, pmap.ordered)
+        nodes = dict(enumerate(pmap.producers))
+        return cls(pmap.topic, False, nodes, len(nodes))
+
+    @property
+    def writable(self) -> list[int]:
+        return sorted(self.nodes)
+
+    def wire_partition(self, slot: int) -> int | None:
+        return slot if self.fork else None
+
+    def key(self, slot: int, node: NodeInfo) -> ConnKey:
+        return (node.address, self.topic, slot) if self.fork else (node.address, "", -1)
+
+
+class _Window:
+    """A FIFO counting semaphore that wakes one waiter in O(1) (asyncio.Semaphore in 3.11 scans
+    its waiters on every release, which is quadratic with thousands of publishes waiting)."""
+
+    __slots__ = ("free", "waiters")
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+    async def __aenter__(self) -> None:
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._release()  # the slot was handed over just as we were cancelled
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        while self.waiters:
+            future = self.waiters.popleft()
+            if not future.done():
+                future.set_result(None)
+                return
+        self.free += 1
+
+
+@dataclass(slots=True)
+class _Queued:
+    message: OutgoingMessage
+    future: asyncio.Future[PublishResult]
+
+
+@dataclass(slots=True)
+class _Lane:
+    """Ordered traffic of one (topic, slot): a queue and at most one batch out."""
+
+    topic: str
+    slot: int
+    queue: deque[_Queued] = field(default_factory=deque)
+    task: asyncio.Task[None] | None = None
+
+
+def _check_features(
+    fork: bool | None,
+    topic: str,
+    messages: Sequence[OutgoingMessage],
+    *,
+    defer: float | None,
+    partition: int | None,
+) -> None:
+    """Refuse what the server kind cannot do, before anything is sent."""
+    if fork is True and defer is not None:
+        raise UnsupportedByServerError(
+            f"defer= (DPUB) is not available on the fork (topic {topic!r}): its nsqd has no "
+            "DPUB; delay on the consumer side instead (REQ with a timeout)"
+        )
+    if fork is False:
+        if partition is not None:
+            raise UnsupportedByServerError(f"vanilla nsqd has no partitions (topic {topic!r})")
+        if any(m.trace_id is not None for m in messages):
+            raise UnsupportedByServerError("trace ids (PUB_TRACE) exist only on the fork")
+        if any(m.ext is not None for m in messages):
+            raise UnsupportedByServerError("ext headers (PUB_EXT) exist only on the fork")
+
+
+class Producer:
+    """Publish to NSQ topics: partitions of the HA fork (through nsqlookupd) or vanilla nsqd.
+
+    Give exactly one of ``lookupd`` (nsqlookupd HTTP address(es)), ``lookup`` (a shared
+    :class:`~nsq_ha.lookup.LookupClient`) or ``nsqd`` (TCP address(es), vanilla).
+
+    ``strategy``: ``"murmur3"`` (default), ``"java"``, ``"jump"`` or a
+    :class:`~nsq_ha.routing.ShardingStrategy`. ``config``: the connections' settings (size
+    limits, TLS, AUTH, compression, timeouts). ``retry``: the
+    :class:`~nsq_ha.producer.policy.RetryPolicy`. ``trace=True`` publishes every message traced
+    (trace id 0 unless given) so that every result carries its id and queue offset.
+    ``unkeyed_window``: unacknowledged unkeyed commands per partition. ``max_batch``: most
+    messages per ``MPUB``. ``close_timeout``: how long :meth:`close` waits for in-flight
+    publishes before failing them.
+
+    Use ``async with Producer(...) as producer`` or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        *,
+        lookupd: str | Sequence[str] | None = None,
+        lookup: LookupClient | None = None,
+        nsqd: str | Sequence[str] | None = None,
+        strategy: str | ShardingStrategy = "murmur3",
+        config: ConnectionConfig | None = None,
+        retry: RetryPolicy | None = None,
+        trace: bool = False,
+        unkeyed_window: int = 1024,
+        max_batch: int = 1000,
+        close_timeout: float = 10.0,
+    ) -> None:
+        given = [x is not None for x in (lookupd, lookup, nsqd)]
+        if sum(given) != 1:
+            raise ConfigError("give exactly one of lookupd=, lookup= or nsqd=")
+        if unkeyed_window < 1 or max_batch < 1 or close_timeout <= 0:
+            raise ConfigError("unkeyed_window and max_batch must be >= 1, close_timeout > 0")
+        self._owns_lookup = lookupd is not None
+        self._lookup: LookupClient | None = (
+            LookupClient(lookupd) if lookupd is not None else lookup
+        )
+        self._static: tuple[NodeInfo, ...] = ()
+        if nsqd is not None:
+            addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
+            if not addresses:
+                raise ConfigError("nsqd= needs at least one address")
+            self._static = tuple(_node(a) for a in dict.fromkeys(addresses))
+        self.strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
+        self.config = config or ConnectionConfig()
+        self.retry = retry or RetryPolicy()
+        self.trace = trace
+        self.unkeyed_window = unkeyed_window
+        self.max_batch = max_batch
+        self.close_timeout = close_timeout
+        self._conns: dict[ConnKey, asyncio.Task[NsqdConnection]] = {}
+        self._ready: dict[ConnKey, NsqdConnection] = {}
+        self._static_fork: dict[str, bool] = {}
+        self._lanes: dict[tuple[str, int], _Lane] = {}
+        self._windows: dict[tuple[str, int], _Window] = {}
+        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._routes_cache: dict[str, tuple[PartitionMap, _Routes]] = {}
+        self._watched: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closing = False
+        self._aborting = False
+        self._closed = asyncio.Event()
+        #: counters for logs, tests and benchmarks
+        self.stats: dict[str, int] = {
+            "published": 0,
+            "commands": 0,
+            "retries": 0,
+            "connections": 0,
+            "lookups_forced": 0,
+        }
+
+    def __repr__(self) -> str:
+        where = f"lookupd={self._lookup.lookupds}" if self._lookup else f"nsqd={self._static}"
+        return f"<Producer {where} strategy={self.strategy.name} conns={len(self._ready)}>"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has started: new publishes are refused."""
+        return self._closing
+
+    # -- public API -------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        sharding_key: ShardingKey | None = None,
+        partition: int | None = None,
+        trace_id: int | None = None,
+        ext: ExtHeader | None = None,
+        defer: float | None = None,
+    ) -> PublishResult:
+        """Publish one message and return where it went once nsqd acknowledged it.
+
+        ``sharding_key`` (str, bytes or int) or ``partition`` fix the partition and keep call
+        order; ``trace_id`` (u64) sends PUB_TRACE; ``ext`` (a JSON object) sends PUB_EXT to an
+        ext topic; ``defer`` (seconds) sends DPUB (vanilla only).
+        """
+        self._check_open()
+        validate_topic(topic)
+        msg = prepare_message(
+            body, trace_id=trace_id, ext=ext, max_msg_size=self.config.max_msg_size
+        )
+        if defer is not None:
+            seconds_to_ms(defer, "defer")
+            if sharding_key is not None or partition is not None:
+                raise ConfigError("defer= cannot be combined with sharding_key= or partition=")
+        routes = await self._resolve(topic)
+        _check_features(routes.fork, topic, [msg], defer=defer, partition=partition)
+        slot = self._slot_for(routes, sharding_key, partition)
+        if slot is not None:
+            (future,) = self._enqueue(topic, slot, [msg])
+            return await future
+        return (await self._direct(topic, [msg], defer=defer))[0]
+
+    async def publish_many(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        sharding_key: ShardingKey | None = None,
+        partition: int | None = None,
+        trace_ids: Sequence[int | None] | None = None,
+        ext: ExtHeader | None = None,
+        exts: Sequence[ExtHeader | None] | None = None,
+    ) -> list[PublishResult]:
+        """Publish several messages, batched into as few ``MPUB*`` commands as the limits allow.
+
+        Returns one result per body, in order. With a ``sharding_key`` or ``partition`` they
+        all go to that partition in order; otherwise each batch goes to the next partition.
+        ``trace_ids`` and ``exts`` give per-message values; ``ext`` one header for all. If some
+        batches fail, PublishError is raised after all have settled, with ``.results`` holding a
+        PublishResult or the exception per message.
+        """
+        self._check_open()
+        validate_topic(topic)
+        if isinstance(cast(object, bodies), bytes | bytearray | str):
+            raise ConfigError("publish_many takes a sequence of bodies, not one body")
+        bodies = list(bodies)
+        if not bodies:
+            return []
+        traces = _per_message(trace_ids, len(bodies), "trace_ids")
+        if ext is not None and exts is not None:
+            raise ConfigError("give ext= (one header for all) or exts= (one each), not both")
+        headers: list[ExtHeader | None] = (
+            _per_message(exts, len(bodies), "exts") if exts is not None else [ext] * len(bodies)
+        )
+        size = self.config.max_msg_size
+        msgs = [
+            prepare_message(b, trace_id=t, ext=h, max_msg_size=size)
+            for b, t, h in zip(bodies, traces, headers, strict=True)
+        ]
+        routes = await self._resolve(topic)
+        _check_features(routes.fork, topic, msgs, defer=None, partition=partition)
+        slot = self._slot_for(routes, sharding_key, partition)
+        if slot is not None:
+            futures = self._enqueue(topic, slot, msgs)
+            outcomes: list[PublishResult | BaseException] = list(
+                await asyncio.gather(*futures, return_exceptions=True)
+            )
+        else:
+            outcomes = await self._direct_many(topic, msgs, routes)
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        if errors:
+            for err in errors:
+                if isinstance(err, asyncio.CancelledError):
+                    raise err
+            failed = len(errors)
+            error = PublishError(
+                f"{failed} of {len(msgs)} messages to {topic!r} were not published: {errors[0]}",
+                attempts=max((getattr(e, "attempts", 1) for e in errors), default=1),
+                last_error=errors[0],
+            )
+            error.results = list(outcomes)
+            raise error
+        return [o for o in outcomes if isinstance(o, PublishResult)]
+
+    async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit
+        """Stop accepting publishes, wait for the in-flight ones, then close the connections.
+
+        After ``timeout`` (default ``close_timeout``) seconds, publishes still waiting fail with
+        PublishError ("producer closed before nsqd acknowledged"); none is silently dropped.
+        """
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        limit = self.close_timeout if timeout is None else timeout
+        try:
+            if not await self._drained(limit):
+                pending = sum(len(lane.queue) for lane in self._lanes.values())
+                log.warning(
+                    "producer closing: %d queued and %d sending publishes still unacknowledged "
+                    "after %.1fs; failing them",
+                    pending,
+                    self._active,
+                    limit,
+                )
+                self._aborting = True
+                for lane in self._lanes.values():
+                    if lane.task is not None:
+                        lane.task.cancel()
+            conns = list(self._ready.values())
+            for task in self._conns.values():
+                task.cancel()
+            self._conns.clear()
+            self._ready.clear()
+            await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+            self._aborting = True
+            await self._drained(self.config.close_timeout)
+            if self._background:
+                await asyncio.gather(*self._background, return_exceptions=True)
+            if self._lookup is not None:
+                for topic in self._watched:
+                    self._lookup.unwatch(topic, "w", self._on_map)
+                if self._owns_lookup:
+                    await self._lookup.close()
+        finally:
+            self._closed.set()
+
+    # -- routing ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise ProducerClosedError("the producer is closed")
+
+    def _cached_routes(self, topic: str) -> _Routes | None:
+        if self._lookup is None:
+            return _Routes(topic, None, dict(enumerate(self._static)), len(self._static))
+        pmap = self._lookup.cached(topic, "w")
+        if pmap is None or not pmap.routes():
+            return None
+        cached = self._routes_cache.get(topic)
+        if cached is not None and cached[0] is pmap:
+            return cached[1]
+        routes = _Routes.from_map(pmap)
+        self._routes_cache[topic] = (pmap, routes)
+        return routes
+
+    async def _routes(self, topic: str) -> _Routes:
+        """The topic's current routes (cached lookup), raising a typed error if none."""
+        routes = self._cached_routes(topic)
+        if routes is not None:
+            return routes
+        assert self._lookup is not None  # noqa: S101 - static routes are always cached
+        pmap = await self._lookup.writable(topic)
+        if topic not in self._watched:
+            self._watched.add(topic)
+            self._lookup.watch(topic, "w", self._on_map)
+        self._routes_cache[topic] = (pmap, _Routes.from_map(pmap))
+        return self._routes_cache[topic][1]
+
+    async def _resolve(self, topic: str) -> _Routes:
+        """:meth:`_routes`, retried under the policy while the topic is not writable yet."""
+        routes = self._cached_routes(topic)
+        if routes is not None:
+            return routes
+        outcome: _Routes | None = None
+        try:
+            async for attempt in self.retry.retrying(self._should_retry, self._log_retry):
+                with attempt:
+                    outcome = await self._routes(topic)
+        except RetryError as exc:
+            raise self._gave_up(exc, f"lookup of topic {topic!r}") from None
+        assert outcome is not None  # noqa: S101 - tenacity returns only after a success
+        return outcome
+
+    def _slot_for(
+        self, routes: _Routes, key: ShardingKey | None, partition: int | None
+    ) -> int | None:
+        """The fixed slot of a keyed or explicit-partition message; None for round-robin."""
+        if key is not None and partition is not None:
+            raise ConfigError("give sharding_key= or partition=, not both")
+        if partition is not None:
+            if isinstance(partition, bool) or not isinstance(partition, int):
+                raise ConfigError(f"partition must be an int, not {partition!r}")
+            if routes.fork is not True:
+                raise UnsupportedByServerError(
+                    "partition= needs the fork's partition map: use lookupd= with the fork"
+                )
+            if not 0 <= partition < routes.count:
+                raise ConfigError(
+                    f"topic {routes.topic!r} has partitions 0..{routes.count - 1}, "
+                    f"not {partition}"
+                )
+            return partition
+        if key is None:
+            return None
+        if routes.count < 1:
+            raise TopicNotWritableError(f"topic {routes.topic!r} has no partition to route to")
+        return self.strategy.partition(key, routes.count)
+
+    def _on_map(self, pmap: PartitionMap) -> None:
+        """Lookup listener: close connections to nodes no longer leading their partition."""
+        routes = _Routes.from_map(pmap)
+        self._routes_cache[pmap.topic] = (pmap, routes)
+        for key in list(self._conns):
+            address, topic, slot = key
+            if topic != pmap.topic or not routes.fork:
+                continue
+            leader = routes.nodes.get(slot)
+            if leader is None or leader.address != address:
+                log.info(
+                    "%s partition %d: leader %s -> %s; closing the old connection",
+                    topic,
+                    slot,
+                    address,
+                    leader.address if leader else "none",
+                )
+                self._drop(key)
+
+    # -- connections ------------------------------------------------------------------------
+
+    async def _connection(self, key: ConnKey) -> NsqdConnection:
+        conn = self._ready.get(key)
+        if conn is not None and not conn.closed:
+            return conn
+        task = self._conns.get(key)
+        if task is not None and task.done() and (
+            task.cancelled() or task.exception() is not None or task.result().closed
+        ):
+            self._forget(key, task)
+            task = None
+        if task is None:
+            self._check_open()
+            task = asyncio.get_running_loop().create_task(
+                self._open(key), name=f"nsq_ha-producer-connect-{key[0]}"
+            )
+            task.add_done_callback(_retrieve)
+            self._conns[key] = task
+        return await asyncio.shield(task)
+
+    async def _open(self, key: ConnKey) -> NsqdConnection:
+        conn = NsqdConnection(key[0], config=self.config, on_error=self._on_conn_error)
+        await conn.connect()
+        self.stats["connections"] += 1
+        if self._conns.get(key) is None or self._closing:
+            await conn.close()
+            raise ProducerClosedError("the producer closed while connecting")
+        self._ready[key] = conn
+        self._static_fork[key[0]] = conn.is_fork
+        log.info(
+            "producer connected to %s (%s)%s",
+            key[0],
+            "fork" if conn.is_fork else "vanilla",
+            f" for {key[1]}/{key[2]}" if key[1] else "",
+        )
+        return conn
+
+    def _on_conn_error(self, error: BrokerError) -> None:
+        log.warning("producer connection got an unsolicited error: %s", error)
+
+    def _forget(self, key: ConnKey, task: asyncio.Task[NsqdConnection] | None = None) -> None:
+        if task is None or self._conns.get(key) is task:
+            self._conns.pop(key, None)
+
+    def _drop(self, key: ConnKey) -> None:
+        """Forget a connection and close it in the background (its pending answers finish)."""
+        task = self._conns.pop(key, None)
+        conn = self._ready.pop(key, None)
+        if (
+            conn is None
+            and task is not None
+            and task.done()
+            and not task.cancelled()
+            and task.exception() is None
+        ):
+            conn = task.result()
+        if conn is not None:
+            self._spawn(conn.close(), f"nsq_ha-producer-close-{key[0]}")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _should_retry(self, exc: BaseException) -> bool:
+        if self._aborting or not isinstance(exc, NsqError):
+            return False
+        if isinstance(exc, TopicNotFoundError) and not isinstance(exc, TopicNotWritableError):
+            return False  # an unknown topic does not appear by waiting: an operator creates it
+        return exc.retriable
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        self.stats["retries"] += 1
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.warning(
+            "%s failed on attempt %d (%s); retrying in %.2fs",
+            state.kwargs.get("what", "publish"),
+            state.attempt_number,
+            exc,
+            wait,
+        )
+
+    def _gave_up(self, exc: RetryError, what: str) -> PublishError:
+        last = exc.last_attempt.exception()
+        attempts = exc.last_attempt.attempt_number
+        return PublishError(
+            f"{what} failed after {attempts} attempts: {last}", attempts=attempts, last_error=last
+        )
+
+    async def _after_failure(self, topic: str, key: ConnKey | None, exc: BaseException) -> None:
+        """Drop what the error says is stale; refresh the lookup at once when it says so."""
+        reconnect = isinstance(exc, NsqConnectionError | NsqTimeoutError | RemoteProtocolError)
+        if isinstance(exc, BrokerError):
+            # fatal: nsqd closes it, or the stream is out of step (the connection decided, §2.15)
+            reconnect = exc.fatal or exc.refresh_lookup
+        if key is not None and reconnect:
+            self._drop(key)
+        refresh = isinstance(exc, NsqError) and (exc.refresh_lookup or reconnect)
+        if refresh and self._lookup is not None and not self._closing:
+            self.stats["lookups_forced"] += 1
+            with contextlib.suppress(NsqError):
+                await self._lookup.refresh(topic, "w")
+
+    async def _send(
+        self,
+        topic: str,
+        messages: list[OutgoingMessage],
+        *,
+        slot: int | None,
+        defer: float | None = None,
+    ) -> list[PublishResult]:
+        """Send one batch (to ``slot``, or round-robin when None), retried under the policy."""
+        attempts = 1
+        where = f"publish to {topic!r}" + (f" slot {slot}" if slot is not None else "")
+        self._active += 1
+        self._idle.clear()
+        try:
+            try:  # the first try runs without tenacity: it is the common case, and cheap so
+                return await self._attempt(topic, messages, slot, defer, attempts)
+            except NsqError as exc:
+                if not self._should_retry(exc):
+                    raise
+                first: NsqError | None = exc
+            results: list[PublishResult] = []
+            async for attempt in self.retry.retrying(self._should_retry, self._log_retry):
+                with attempt:
+                    if first is not None:  # counts as attempt 1: the policy waits, then goes on
+                        error, first = first, None
+                        raise error
+                    attempts += 1
+                    results = await self._attempt(topic, messages, slot, defer, attempts)
+            return results
+        except RetryError as exc:
+            raise self._gave_up(exc, where) from None
+        except NsqError as exc:
+            if self._aborting and exc.retriable:
+                raise PublishError(
+                    f"{where}: the producer closed before nsqd acknowledged it",
+                    attempts=attempts,
+                    last_error=exc,
+                ) from None
+            raise
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+
+    async def _attempt(
+        self,
+        topic: str,
+        messages: list[OutgoingMessage],
+        slot: int | None,
+        defer: float | None,
+        attempts: int,
+    ) -> list[PublishResult]:
+        routes = await self._routes(topic)
+        windowed = slot is None  # unkeyed: up to unkeyed_window commands out per partition
+        if slot is None:
+            slot = self._next_slot(routes)
+        node = routes.nodes.get(slot)
+        if node is None:
+            raise PartitionNotAvailableError(
+                f"{topic!r} partition {slot} has no writable leader in the current lookup"
+            )
+        key = routes.key(slot, node)
+        partition = routes.wire_partition(slot)
+        window = self._window(topic, slot) if windowed else None
+        try:
+            async with window if window is not None else contextlib.nullcontext():
+                conn = await self._connection(key)
+                fork = conn.is_fork
+                _check_features(fork, topic, messages, defer=defer, partition=partition)
+                tracing = self.trace and fork
+                if defer is not None:
+                    data = encode_dpub(
+                        topic, messages[0].body, defer, max_msg_size=self.config.max_msg_size
+                    )
+                else:
+                    data = encode_batch(
+                        topic,
+                        partition,
+                        messages,
+                        tracing=tracing,
+                        max_msg_size=self.config.max_msg_size,
+                        max_body_size=self.config.max_body_size,
+                    )
+                self.stats["commands"] += 1
+                answer = await conn.command(data, response_timeout=self.retry.attempt_timeout)
+                if defer is not None:
+                    receipts = receipts_from_answer(answer, messages)
+                else:
+                    receipts = receipts_from_answer(
+                        answer, messages, tracing=tracing, ext_topic=routes.ext
+                    )
+        except NsqError as exc:
+            await self._after_failure(topic, key, exc)
+            raise
+        self.stats["published"] += len(messages)
+        return [
+            PublishResult(
+                topic,
+                partition,
+                node.address,
+                attempts,
+                r.internal_id,
+                r.trace_id,
+                r.offset,
+                r.raw_size,
+            )
+            for r in receipts
+        ]
+
+    def _next_slot(self, routes: _Routes) -> int:
+        writable = routes.writable
+        if not writable:
+            raise TopicNotWritableError(f"topic {routes.topic!r} has no writable partition now")
+        counter = self._round_robin.setdefault(routes.topic, itertools.count())
+        return writable[next(counter) % len(writable)]
+
+    def _window(self, topic: str, slot: int) -> _Window:
+        window = self._windows.get((topic, slot))
+        if window is None:
+            window = self._windows[(topic, slot)] = _Window(self.unkeyed_window)
+        return window
+
+    async def _direct(
+        self, topic: str, messages: list[OutgoingMessage], *, defer: float | None = None
+    ) -> list[PublishResult]:
+        return await self._send(topic, messages, slot=None, defer=defer)
+
+    async def _direct_many(
+        self, topic: str, messages: list[OutgoingMessage], routes: _Routes
+    ) -> list[PublishResult | BaseException]:
+        """Unkeyed publish_many: cut into batches, each sent round-robin, concurrently."""
+        queue = deque(_Carrier(m) for m in messages)
+        builder = self._builder(routes)
+        batches: list[list[OutgoingMessage]] = []
+        while queue:
+            batches.append([q.message for q in builder.take(queue)])
+        outcomes = await asyncio.gather(
+            *(self._send(topic, batch, slot=None) for batch in batches), return_exceptions=True
+        )
+        flat: list[PublishResult | BaseException] = []
+        for batch, outcome in zip(batches, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                flat.extend([outcome] * len(batch))
+            else:
+                flat.extend(outcome)
+        return flat
+
+    def _builder(self, routes: _Routes | None) -> BatchBuilder:
+        return BatchBuilder(
+            max_msg_size=self.config.max_msg_size,
+            max_body_size=self.config.max_body_size,
+            max_count=self.max_batch,
+            tracing=self.trace and routes is not None and routes.fork is True,
+            ext_topic=routes is not None and routes.ext is True,
+        )
+
+    # -- ordered lanes ----------------------------------------------------------------------
+
+    def _enqueue(
+        self, topic: str, slot: int, messages: list[OutgoingMessage]
+    ) -> list[asyncio.Future[PublishResult]]:
+        loop = asyncio.get_running_loop()
+        lane = self._lanes.get((topic, slot))
+        if lane is None:
+            lane = self._lanes[(topic, slot)] = _Lane(topic, slot)
+        futures: list[asyncio.Future[PublishResult]] = []
+        for msg in messages:
+            future: asyncio.Future[PublishResult] = loop.create_future()
+            lane.queue.append(_Queued(msg, future))
+            futures.append(future)
+        if lane.task is None:
+            lane.task = loop.create_task(self._run_lane(lane), name=f"nsq_ha-lane-{topic}-{slot}")
+        return futures
+
+    async def _run_lane(self, lane: _Lane) -> None:
+        """Send a lane's queue, one batch at a time, in order."""
+        live: list[_Queued] = []
+        try:
+            while lane.queue:
+                batch = self._builder(self._cached_routes(lane.topic)).take(lane.queue)
+                live = [q for q in batch if not q.future.done()]  # done: the caller gave up
+                if not live:
+                    continue
+                try:
+                    results = await self._send(
+                        lane.topic, [q.message for q in live], slot=lane.slot
+                    )
+                except NsqError as exc:
+                    for q in live:
+                        _settle(q.future, exc)
+                    live = []
+                    continue
+                for q, result in zip(live, results, strict=True):
+                    if not q.future.done():
+                        q.future.set_result(result)
+                live = []
+        except asyncio.CancelledError:
+            closed = PublishError(
+                f"publish to {lane.topic!r} partition {lane.slot}: the producer closed before "
+                "nsqd acknowledged it",
+                attempts=0,
+            )
+            for q in [*live, *lane.queue]:
+                _settle(q.future, closed)
+            lane.queue.clear()
+            raise
+        except BaseException as exc:  # a bug: never leave callers waiting forever
+            for q in [*live, *lane.queue]:
+                _settle(q.future, exc)
+            lane.queue.clear()
+            raise
+        finally:
+            lane.task = None
+
+    async def _drained(self, limit: float) -> bool:
+        """Wait until no lane has work and no send is active; False after ``limit`` s."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        while True:
+            tasks = [lane.task for lane in self._lanes.values() if lane.task is not None]
+            if not tasks and self._active == 0:
+                return True
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            waiters: list[asyncio.Future[Any]] = [*tasks]
+            idle = loop.create_task(self._idle.wait())
+            waiters.append(idle)
+            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.ALL_COMPLETED)
+            idle.cancel()
+
+
+@dataclass(frozen=True, slots=True)
+class _Carrier:
+    message: OutgoingMessage
+
+
+def _settle(future: asyncio.Future[PublishResult], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+def _retrieve(task: asyncio.Task[NsqdConnection]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+_T = TypeVar("_T")
+
+
+def _per_message(values: Sequence[_T] | None, count: int, what: str) -> list[_T | None]:
+    if values is None:
+        return [None] * count
+    checked: list[_T | None] = list(values)
+    if len(checked) != count:
+        raise ConfigError(f"{what} has {len(checked)} entries for {count} bodies")
+    return checked
+
+
+def _node(address: str) -> NodeInfo:
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"nsqd address {address!r} is not host:port")
+    return NodeInfo(broadcast_address=host.strip("[]"), tcp_port=int(port), http_port=0)

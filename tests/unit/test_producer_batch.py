@@ -1,0 +1,282 @@
+"""The producer's pure batching core: validation, batch forming, commands and receipts.
+
+Sizes and offsets are PROTOCOL.md's numbers measured on nsqd 0.3.7-HA.1.13.0 (§2.16, §4.6).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import deque
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError, RemoteProtocolError
+from nsq_ha.producer.batch import (
+    BatchBuilder,
+    OutgoingMessage,
+    Receipt,
+    batch_body_size,
+    batch_command,
+    encode_batch,
+    prepare_message,
+    receipts_from_answer,
+    record_size,
+)
+from nsq_ha.protocol import (
+    ClientCommand,
+    CommandDecoder,
+    TracedResponse,
+    encode_mpub,
+    encode_mpub_ext,
+    encode_mpub_trace,
+    encode_pub,
+    encode_pub_ext,
+    encode_pub_trace,
+    encode_traced_response,
+)
+
+
+@dataclass
+class Item:
+    message: OutgoingMessage
+
+
+def queue_of(*messages: OutgoingMessage) -> deque[Item]:
+    return deque(Item(m) for m in messages)
+
+
+def msg(
+    body: bytes = b"x", trace_id: int | None = None, ext: bytes | None = None
+) -> OutgoingMessage:
+    return OutgoingMessage(body, trace_id, ext)
+
+
+# -- prepare_message --------------------------------------------------------------------------
+
+
+def test_prepare_refuses_empty_and_non_bytes_bodies() -> None:
+    with pytest.raises(InvalidArgumentError, match="must not be empty"):
+        prepare_message(b"")
+    with pytest.raises(InvalidArgumentError, match="must be bytes"):
+        prepare_message("text")
+
+
+def test_prepare_checks_the_size_nsqd_compares() -> None:
+    assert prepare_message(b"x" * 10, max_msg_size=10).body == b"x" * 10
+    with pytest.raises(BodyTooLargeError, match="11 bytes"):
+        prepare_message(b"x" * 11, max_msg_size=10)
+    # PUB_TRACE counts the 8-byte trace id, PUB_EXT the 2-byte length and the header
+    with pytest.raises(BodyTooLargeError, match="8-byte trace id"):
+        prepare_message(b"x" * 3, trace_id=1, max_msg_size=10)
+    with pytest.raises(BodyTooLargeError, match="ext header"):
+        prepare_message(b"x" * 3, ext={"k": "v"}, max_msg_size=10)
+
+
+def test_prepare_validates_trace_ids_and_headers() -> None:
+    with pytest.raises(InvalidArgumentError, match="trace id"):
+        prepare_message(b"x", trace_id=-1)
+    with pytest.raises(InvalidArgumentError, match="trace id"):
+        prepare_message(b"x", trace_id=1 << 64)
+    with pytest.raises(InvalidArgumentError, match="JSON object"):
+        prepare_message(b"x", ext=b"[1]")
+    with pytest.raises(InvalidArgumentError, match="decimal"):
+        prepare_message(b"x", ext={"##trace_id": 5})
+
+
+def test_trace_id_goes_into_the_header_like_the_fork_sdks_do() -> None:
+    m = prepare_message(b"x", trace_id=99, ext={"k": "v"})
+    assert json.loads(m.ext or b"") == {"k": "v", "##trace_id": "99"}
+    assert m.trace_id == 99
+    same = prepare_message(b"x", trace_id=99, ext=b'{"##trace_id":"99"}')
+    assert same.ext == b'{"##trace_id":"99"}'
+    with pytest.raises(InvalidArgumentError, match="conflicts"):
+        prepare_message(b"x", trace_id=1, ext={"##trace_id": "2"})
+    # a header that names a trace id makes the message traced
+    assert prepare_message(b"x", ext={"##trace_id": "7"}).trace_id == 7
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def test_command_table() -> None:
+    plain, traced, ext = msg(), msg(trace_id=3), msg(ext=b'{"a":"b"}')
+    assert batch_command([plain]) == b"PUB"
+    assert batch_command([plain], tracing=True) == b"PUB_TRACE"
+    assert batch_command([traced]) == b"PUB_TRACE"
+    assert batch_command([ext]) == b"PUB_EXT"
+    assert batch_command([plain, plain]) == b"MPUB"
+    assert batch_command([plain, traced]) == b"MPUB_TRACE"
+    assert batch_command([plain, plain], tracing=True) == b"MPUB_TRACE"
+    assert batch_command([traced, ext]) == b"MPUB_EXT"
+    with pytest.raises(InvalidArgumentError):
+        batch_command([])
+
+
+def test_encode_batch_matches_the_protocol_encoders() -> None:
+    a, b = b"alpha", b"beta"
+    header = b'{"k":"v"}'
+    assert encode_batch("t", 1, [msg(a)]) == encode_pub("t", a, 1)
+    assert encode_batch("t", 1, [msg(a)], tracing=True) == encode_pub_trace("t", a, 0, 1)
+    assert encode_batch("t", 1, [msg(a, 9)]) == encode_pub_trace("t", a, 9, 1)
+    assert encode_batch("t", None, [msg(a, ext=header)]) == encode_pub_ext("t", a, header)
+    assert encode_batch("t", 2, [msg(a), msg(b)]) == encode_mpub("t", [a, b], 2)
+    assert encode_batch("t", 2, [msg(a, 5), msg(b)]) == encode_mpub_trace("t", [(5, a), (0, b)], 2)
+    assert encode_batch("t", 0, [msg(a, ext=header), msg(b)]) == encode_mpub_ext(
+        "t", [(header, a), (None, b)], 0
+    )
+
+
+def test_encoded_batches_decode_as_nsqd_would_read_them() -> None:
+    data = encode_batch("topic", 3, [msg(b"one", 1), msg(b"two"), msg(b"three", 3)])
+    _magic, command = CommandDecoder().feed(b"  V2" + data)
+    assert isinstance(command, ClientCommand)
+    assert command.name == b"MPUB_TRACE"
+    assert command.params == (b"topic", b"3")
+    assert command.body is not None
+    count = struct.unpack(">I", command.body[:4])[0]
+    assert count == 3
+
+
+# -- batch forming ----------------------------------------------------------------------------
+
+
+def test_builder_takes_everything_that_fits_in_order() -> None:
+    builder = BatchBuilder(max_msg_size=100, max_body_size=1000, max_count=3)
+    queue = queue_of(*(msg(bytes([65 + i])) for i in range(7)))
+    sizes = []
+    while queue:
+        sizes.append([item.message.body for item in builder.take(queue)])
+    assert sizes == [[b"A", b"B", b"C"], [b"D", b"E", b"F"], [b"G"]]
+    assert builder.take(queue) == []
+
+
+def test_builder_respects_the_body_limit_exactly() -> None:
+    # each 10-byte body costs 14 bytes in an MPUB body, plus 4 for the count
+    limit = batch_body_size(5, 50, 0, "plain")
+    assert limit == 4 + 5 * 14
+    builder = BatchBuilder(max_msg_size=100, max_body_size=limit)
+    queue = queue_of(*(msg(b"x" * 10) for _ in range(8)))
+    assert len(builder.take(queue)) == 5
+    assert len(builder.take(queue)) == 3
+    # tracing adds 8 bytes per message
+    traced = BatchBuilder(max_msg_size=100, max_body_size=limit, tracing=True)
+    queue = queue_of(*(msg(b"x" * 10) for _ in range(8)))
+    assert len(traced.take(queue)) == 3
+
+
+def test_builder_sends_a_header_alone_unless_the_topic_is_ext() -> None:
+    header = b'{"a":"b"}'
+    builder = BatchBuilder(max_msg_size=100, max_body_size=1000)
+    queue = queue_of(msg(), msg(ext=header), msg(), msg())
+    assert len(builder.take(queue)) == 1  # stops before the header
+    assert [i.message.ext for i in builder.take(queue)] == [header]
+    assert len(builder.take(queue)) == 2
+    on_ext = BatchBuilder(max_msg_size=100, max_body_size=1000, ext_topic=True)
+    queue = queue_of(msg(), msg(ext=header), msg())
+    assert len(on_ext.take(queue)) == 3
+
+
+def test_builder_stops_when_a_new_kind_would_push_a_message_over_max_msg_size() -> None:
+    # a 95-byte plain body fits max_msg_size 100; in an MPUB_TRACE batch it would be 103
+    builder = BatchBuilder(max_msg_size=100, max_body_size=10_000)
+    queue = queue_of(msg(b"x" * 95), msg(b"y", trace_id=1))
+    assert len(builder.take(queue)) == 1
+    queue = queue_of(msg(b"y", trace_id=1), msg(b"x" * 95))
+    assert len(builder.take(queue)) == 1
+    with pytest.raises(InvalidArgumentError):
+        BatchBuilder(max_msg_size=1, max_body_size=1, max_count=0)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 60), st.booleans(), st.booleans()), min_size=1, max_size=40
+    ),
+    st.integers(100, 600),
+    st.booleans(),
+)
+def test_every_batch_encodes_within_the_limits(
+    spec: list[tuple[int, bool, bool]], body_limit: int, ext_topic: bool
+) -> None:
+    max_msg = 80
+    messages = [
+        msg(b"b" * size, trace_id=7 if traced else None, ext=b'{"k":1}' if ext else None)
+        for size, traced, ext in spec
+    ]
+    builder = BatchBuilder(max_msg_size=max_msg, max_body_size=body_limit, ext_topic=ext_topic)
+    queue = queue_of(*messages)
+    seen: list[OutgoingMessage] = []
+    while queue:
+        batch = [item.message for item in builder.take(queue)]
+        assert batch
+        seen.extend(batch)
+        if len(batch) > 1:  # a lone message is checked by prepare_message, not the builder
+            encode_batch("t", 0, batch, max_msg_size=max_msg, max_body_size=body_limit)
+    assert seen == messages
+
+
+# -- receipts ---------------------------------------------------------------------------------
+
+
+def traced_answer(internal_id: int, trace_id: int, offset: int, raw_size: int) -> bytes:
+    return encode_traced_response(TracedResponse(internal_id, trace_id, offset, raw_size))
+
+
+def test_record_sizes_are_the_ones_nsqd_reported() -> None:
+    assert record_size(msg(b"abcd"), ext_topic=False) == 34
+    assert record_size(msg(b"abcd"), ext_topic=True) == 35
+    header = b'{"##trace_id":"999","k":"v"}'
+    assert len(header) == 28
+    assert record_size(msg(b"x" * 5, ext=header), ext_topic=True) == 66
+
+
+def test_plain_answers_give_empty_receipts() -> None:
+    assert receipts_from_answer(b"OK", [msg(), msg()]) == [Receipt(), Receipt()]
+    assert receipts_from_answer(b"OK", [msg(ext=b'{"a":"b"}')]) == [Receipt()]
+    with pytest.raises(RemoteProtocolError, match="answered OK"):
+        receipts_from_answer(traced_answer(2, 0, 0, 31), [msg()])
+
+
+def test_single_traced_answer_is_taken_as_it_is() -> None:
+    answer = traced_answer(2, 0x1122334455667788, 0, 34)
+    (receipt,) = receipts_from_answer(answer, [msg(b"abcd", 0x1122334455667788)])
+    assert receipt == Receipt(2, 0x1122334455667788, 0, 34)
+    assert receipt.message_id == struct.pack(">QQ", 2, 0x1122334455667788)
+    assert Receipt().message_id is None
+
+
+def test_a_server_that_lies_about_a_traced_publish_is_caught() -> None:
+    with pytest.raises(RemoteProtocolError, match="echoed trace id 8"):
+        receipts_from_answer(traced_answer(2, 8, 0, 34), [msg(b"abcd", 7)])
+    with pytest.raises(RemoteProtocolError, match="traced response"):
+        receipts_from_answer(b"OK", [msg(b"abcd", 7)])
+    with pytest.raises(RemoteProtocolError, match="trace id 5, not 0"):
+        receipts_from_answer(traced_answer(3, 5, 34, 69), [msg(b"abcd", 7), msg(b"abcde", 8)])
+
+
+def test_mpub_trace_receipts_follow_from_the_record_layout() -> None:
+    # §2.16: MPUB_TRACE of two messages (traces 7, 8; bodies 4 and 5 bytes) -> id 3, offset 34,
+    # raw size 69 for the batch
+    batch = [msg(b"abcd", 7), msg(b"abcde", 8)]
+    receipts = receipts_from_answer(traced_answer(3, 0, 34, 69), batch)
+    assert receipts == [Receipt(3, 7, 34, 34), Receipt(4, 8, 68, 35)]
+    # the same batch on an ext topic: one more byte per record
+    ext_receipts = receipts_from_answer(traced_answer(3, 0, 34, 71), batch, ext_topic=True)
+    assert ext_receipts == [Receipt(3, 7, 34, 35), Receipt(4, 8, 69, 36)]
+    # unknown topic kind: the layout whose sizes add up wins
+    assert receipts_from_answer(traced_answer(3, 0, 34, 71), batch) == ext_receipts
+    # untraced messages in a traced batch were sent with trace id 0
+    mixed = receipts_from_answer(traced_answer(3, 0, 0, 65), [msg(b"abcd"), msg(b"a", 1)])
+    assert [r.trace_id for r in mixed] == [0, 1]
+
+
+def test_mpub_trace_sizes_that_add_up_to_nothing_known_keep_only_the_first(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    batch = [msg(b"abcd", 7), msg(b"abcde", 8)]
+    receipts = receipts_from_answer(traced_answer(3, 0, 34, 1000), batch)
+    assert receipts == [Receipt(3, 7, 34, None), Receipt(None, 8, None, None)]
+    assert "no known record layout" in caplog.text

@@ -1,0 +1,238 @@
+"""Producer parts that need no server: retry policy, window, routing decisions, arguments."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tenacity import RetryError
+
+from nsq_ha.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    InvalidNameError,
+    NotLeaderError,
+    ProducerClosedError,
+    UnsupportedByServer,
+    UnsupportedByServerError,
+)
+from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
+from nsq_ha.producer import Producer, RetryPolicy
+from nsq_ha.producer.batch import OutgoingMessage
+from nsq_ha.producer.core import _check_features, _Routes, _Window
+from nsq_ha.routing import get_strategy
+
+
+def node(port: int) -> NodeInfo:
+    return NodeInfo("127.0.0.1", port, port + 1, version="0.3.7-HA.1.13.0")
+
+
+def fork_map(partitions: dict[int, int], num: int, *, ext: bool = False) -> PartitionMap:
+    return PartitionMap(
+        topic="t",
+        access="w",
+        partitions={p: node(port) for p, port in partitions.items()},
+        meta=TopicMeta(partition_num=num, replica=1, extend_support=ext),
+        fork=True,
+    )
+
+
+# -- RetryPolicy ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"attempts": 0},
+        {"attempts": True},
+        {"deadline": 0},
+        {"deadline": float("inf")},
+        {"initial_backoff": -1},
+        {"max_backoff": float("nan")},
+        {"jitter": "1"},
+        {"attempt_timeout": 0},
+    ],
+)
+def test_retry_policy_refuses_bad_values(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+async def always_failing(policy: RetryPolicy, retry: bool) -> int:
+    """Run a try that always fails with NotLeaderError under ``policy``; return the tries."""
+    tries = 0
+    try:
+        async for attempt in policy.retrying(lambda exc: retry):
+            with attempt:
+                tries += 1
+                raise NotLeaderError("E_FAILED_ON_NOT_LEADER")
+    except RetryError as exc:
+        last = exc.last_attempt.exception()
+        assert retry
+        assert isinstance(last, NotLeaderError)
+    except NotLeaderError:
+        assert not retry
+    return tries
+
+
+async def test_retry_policy_stops_after_its_attempts_and_skips_what_it_must_not_retry() -> None:
+    policy = RetryPolicy(attempts=3, initial_backoff=0, max_backoff=0, jitter=0)
+    assert await always_failing(policy, retry=True) == 3
+    assert await always_failing(policy, retry=False) == 1
+    assert RetryPolicy.no_retry().attempts == 1
+
+
+async def test_retry_policy_deadline_ends_retries() -> None:
+    policy = RetryPolicy(attempts=1000, deadline=0.05, initial_backoff=0.01, max_backoff=0.01)
+    assert 2 <= await always_failing(policy, retry=True) < 50
+
+
+def test_backoff_doubles_up_to_its_cap_plus_jitter() -> None:
+    policy = RetryPolicy(initial_backoff=0.1, max_backoff=0.5, jitter=0.0)
+
+    class State:
+        def __init__(self, n: int) -> None:
+            self.attempt_number = n
+
+    waits = [policy.backoff(State(n)) for n in (1, 2, 3, 4, 5, 1000)]  # type: ignore[arg-type]
+    assert waits == [0.1, 0.2, 0.4, 0.5, 0.5, 0.5]
+    jittered = RetryPolicy(initial_backoff=0.1, max_backoff=0.5, jitter=0.2)
+    assert all(0.1 <= jittered.backoff(State(1)) <= 0.3 for _ in range(50))  # type: ignore[arg-type]
+
+
+# -- window -----------------------------------------------------------------------------------
+
+
+async def test_window_admits_size_holders_in_fifo_order() -> None:
+    window = _Window(2)
+    order: list[int] = []
+    release = asyncio.Event()
+
+    async def holder(i: int) -> None:
+        async with window:
+            order.append(i)
+            await release.wait()
+
+    tasks = [asyncio.create_task(holder(i)) for i in range(5)]
+    await asyncio.sleep(0.01)
+    assert order == [0, 1]
+    tasks[3].cancel()  # a waiter that gives up does not take a slot
+    release.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert order == [0, 1, 2, 4]
+    assert window.free == 2
+    assert not window.waiters
+
+
+async def test_window_slot_handed_to_a_cancelled_waiter_is_passed_on() -> None:
+    window = _Window(1)
+    await window.__aenter__()
+    waiter = asyncio.create_task(window.__aenter__())
+    await asyncio.sleep(0)
+    await window.__aexit__()  # hands the slot to the waiter...
+    waiter.cancel()  # ...which is cancelled before it runs
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert window.free == 1
+
+
+# -- routes -----------------------------------------------------------------------------------
+
+
+def test_routes_from_a_fork_map_and_a_vanilla_map() -> None:
+    routes = _Routes.from_map(fork_map({0: 4150, 2: 4152}, 4, ext=True))
+    assert routes.fork is True
+    assert routes.count == 4
+    assert routes.writable == [0, 2]
+    assert routes.ext is True
+    assert routes.wire_partition(2) == 2
+    assert routes.key(2, routes.nodes[2]) == ("127.0.0.1:4152", "t", 2)
+    vanilla = PartitionMap("t", "w", producers=(node(4150), node(4160)))
+    vroutes = _Routes.from_map(vanilla)
+    assert vroutes.fork is False
+    assert vroutes.count == 2
+    assert vroutes.wire_partition(1) is None
+    assert vroutes.key(1, vroutes.nodes[1]) == ("127.0.0.1:4160", "", -1)
+
+
+async def test_slot_for_keys_partitions_and_round_robin() -> None:
+    producer = Producer(nsqd="127.0.0.1:1", strategy="java")
+    routes = _Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
+    # the java strategy: "publish_test_case" -> 1 of 4 (PROTOCOL.md §6.2)
+    assert producer._slot_for(routes, "publish_test_case", None) == 1
+    assert producer._slot_for(routes, "publish_test_case", None) == get_strategy("java").partition(
+        "publish_test_case", 4
+    )
+    assert producer._slot_for(routes, None, 3) == 3
+    assert producer._slot_for(routes, None, None) is None
+    with pytest.raises(ConfigError, match="not both"):
+        producer._slot_for(routes, "k", 1)
+    with pytest.raises(ConfigError, match=r"0\.\.3"):
+        producer._slot_for(routes, None, 4)
+    with pytest.raises(ConfigError, match="int"):
+        producer._slot_for(routes, None, True)
+    vanilla = _Routes.from_map(PartitionMap("t", "w", producers=(node(1),)))
+    with pytest.raises(UnsupportedByServerError, match="fork"):
+        producer._slot_for(vanilla, None, 0)
+    assert [producer._next_slot(routes) for _ in range(5)] == [0, 1, 2, 3, 0]
+    await producer.close()
+
+
+def test_features_each_server_lacks_are_refused_before_sending() -> None:
+    plain, traced, ext = OutgoingMessage(b"x"), OutgoingMessage(b"x", 1), OutgoingMessage(
+        b"x", None, b"{}"
+    )
+    with pytest.raises(UnsupportedByServer, match="DPUB"):
+        _check_features(True, "t", [plain], defer=1.0, partition=None)
+    with pytest.raises(UnsupportedByServer, match="partitions"):
+        _check_features(False, "t", [plain], defer=None, partition=0)
+    with pytest.raises(UnsupportedByServer, match="PUB_TRACE"):
+        _check_features(False, "t", [traced], defer=None, partition=None)
+    with pytest.raises(UnsupportedByServer, match="PUB_EXT"):
+        _check_features(False, "t", [ext], defer=None, partition=None)
+    _check_features(None, "t", [traced], defer=1.0, partition=None)  # unknown kind: decided later
+    _check_features(False, "t", [plain], defer=1.0, partition=None)
+    _check_features(True, "t", [traced, ext], defer=None, partition=3)
+
+
+# -- arguments --------------------------------------------------------------------------------
+
+
+def test_producer_needs_exactly_one_source() -> None:
+    with pytest.raises(ConfigError, match="exactly one"):
+        Producer()
+    with pytest.raises(ConfigError, match="exactly one"):
+        Producer(nsqd="127.0.0.1:4150", lookupd="127.0.0.1:4161")
+    with pytest.raises(ConfigError, match="host:port"):
+        Producer(nsqd="nowhere")
+    with pytest.raises(ConfigError):
+        Producer(nsqd=[])
+    with pytest.raises(ConfigError):
+        Producer(nsqd="127.0.0.1:4150", unkeyed_window=0)
+    with pytest.raises(InvalidArgumentError):
+        Producer(nsqd="127.0.0.1:4150", strategy="crc32")
+
+
+async def test_bad_input_is_refused_before_any_connection() -> None:
+    # nothing listens on port 1: any attempt to send would fail with a connection error instead
+    producer = Producer(nsqd="127.0.0.1:1")
+    with pytest.raises(InvalidNameError):
+        await producer.publish("bad topic!", b"x")
+    with pytest.raises(InvalidArgumentError, match="empty"):
+        await producer.publish("t", b"")
+    with pytest.raises(InvalidArgumentError, match="over the limit"):
+        await producer.publish("t", b"x" * (producer.config.max_msg_size + 1))
+    with pytest.raises(ConfigError, match="defer"):
+        await producer.publish("t", b"x", defer=-1)
+    with pytest.raises(ConfigError, match="sequence of bodies"):
+        await producer.publish_many("t", b"abc")
+    with pytest.raises(ConfigError, match="2 entries for 1"):
+        await producer.publish_many("t", [b"a"], trace_ids=[1, 2])
+    with pytest.raises(ConfigError, match="not both"):
+        await producer.publish_many("t", [b"a"], ext={}, exts=[{}])
+    assert await producer.publish_many("t", []) == []
+    assert producer.stats["connections"] == 0
+    await producer.close()
+    with pytest.raises(ProducerClosedError):
+        await producer.publish("t", b"x")
+    await producer.close()  # twice is fine
