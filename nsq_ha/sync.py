@@ -1,0 +1,242 @@
+"""Blocking facade over the asyncio client, for scripts and Spark executors.
+
+Every object here drives its asyncio twin on one shared event loop that runs in a daemon thread
+(started on first use, started again in a forked child process). Callers never run an event loop
+themselves, and many blocking callers in many threads share the same connections.
+
+Do not call these from a coroutine running on that shared loop (they would wait for
+themselves): a RuntimeError says so. From other asyncio code, prefer the async classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Coroutine, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from nsq_ha.connection import ConnectionConfig
+from nsq_ha.errors import NsqTimeoutError
+from nsq_ha.producer import Producer as AsyncProducer
+from nsq_ha.producer import PublishResult, RetryPolicy
+from nsq_ha.protocol.publish import ExtHeader
+from nsq_ha.routing import ShardingKey, ShardingStrategy
+
+__all__ = ["Producer", "PublishResult", "RetryPolicy", "shared_loop"]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.pid = os.getpid()
+        self.thread = threading.Thread(
+            target=self._run, name="nsq_ha-sync-loop", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError(
+                "nsq_ha.sync called from its own event loop thread: use the async API there"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError as exc:
+            future.cancel()
+            raise NsqTimeoutError(
+                f"no result within {timeout} s (the operation was cancelled)"
+            ) from exc
+
+
+_lock = threading.Lock()
+_shared: _LoopThread | None = None
+
+
+def shared_loop() -> asyncio.AbstractEventLoop:
+    """The event loop the blocking objects of this process run on (started if needed)."""
+    return _loop_thread().loop
+
+
+def _loop_thread() -> _LoopThread:
+    global _shared
+    with _lock:
+        if _shared is None or _shared.pid != os.getpid() or not _shared.thread.is_alive():
+            _shared = _LoopThread()  # first use, or a forked child (threads do not survive fork)
+        return _shared
+
+
+_open_producers: weakref.WeakSet[Producer] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_producers() -> None:
+    """At interpreter exit, close producers still open so queued publishes are not lost."""
+    for producer in list(_open_producers):
+        with contextlib.suppress(Exception):
+            producer.close()
+
+
+class Producer:
+    """Blocking :class:`nsq_ha.producer.Producer`; same arguments, same results.
+
+    ``publish``/``publish_many`` block until nsqd acknowledged (or the retry policy gave up);
+    ``publish_async`` returns a :class:`concurrent.futures.Future` at once, so one thread can
+    keep many publishes in flight (keyed ones still reach nsqd in call order).
+    """
+
+    def __init__(
+        self,
+        *,
+        lookupd: str | Sequence[str] | None = None,
+        nsqd: str | Sequence[str] | None = None,
+        strategy: str | ShardingStrategy = "murmur3",
+        config: ConnectionConfig | None = None,
+        retry: RetryPolicy | None = None,
+        trace: bool = False,
+        unkeyed_window: int = 1024,
+        max_batch: int = 1000,
+        close_timeout: float = 10.0,
+    ) -> None:
+        self._runner = _loop_thread()
+
+        async def create() -> AsyncProducer:
+            return AsyncProducer(
+                lookupd=lookupd,
+                nsqd=nsqd,
+                strategy=strategy,
+                config=config,
+                retry=retry,
+                trace=trace,
+                unkeyed_window=unkeyed_window,
+                max_batch=max_batch,
+                close_timeout=close_timeout,
+            )
+
+        self._producer = self._runner.run(create())
+        _open_producers.add(self)
+
+    def __repr__(self) -> str:
+        return f"<sync {self._producer!r}>"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def aio(self) -> AsyncProducer:
+        """The asyncio producer underneath (use it only on :func:`shared_loop`)."""
+        return self._producer
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has started."""
+        return self._producer.closed
+
+    def publish(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        sharding_key: ShardingKey | None = None,
+        partition: int | None = None,
+        trace_id: int | None = None,
+        ext: ExtHeader | None = None,
+        defer: float | None = None,
+        timeout: float | None = None,
+    ) -> PublishResult:
+        """Publish one message and wait for nsqd's acknowledgement (see the async method).
+
+        ``timeout`` (seconds, default: none beyond the retry policy) cancels the publish and
+        raises NsqTimeoutError; the message may or may not have been written.
+        """
+        return self._runner.run(
+            self._producer.publish(
+                topic,
+                body,
+                sharding_key=sharding_key,
+                partition=partition,
+                trace_id=trace_id,
+                ext=ext,
+                defer=defer,
+            ),
+            timeout,
+        )
+
+    def publish_async(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        sharding_key: ShardingKey | None = None,
+        partition: int | None = None,
+        trace_id: int | None = None,
+        ext: ExtHeader | None = None,
+    ) -> concurrent.futures.Future[PublishResult]:
+        """Start a publish and return a future of its :class:`PublishResult` at once."""
+        return self._runner.submit(
+            self._producer.publish(
+                topic,
+                body,
+                sharding_key=sharding_key,
+                partition=partition,
+                trace_id=trace_id,
+                ext=ext,
+            )
+        )
+
+    def publish_many(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        sharding_key: ShardingKey | None = None,
+        partition: int | None = None,
+        trace_ids: Sequence[int | None] | None = None,
+        ext: ExtHeader | None = None,
+        exts: Sequence[ExtHeader | None] | None = None,
+        timeout: float | None = None,
+    ) -> list[PublishResult]:
+        """Publish several messages in as few batches as possible and wait for all of them."""
+        return self._runner.run(
+            self._producer.publish_many(
+                topic,
+                bodies,
+                sharding_key=sharding_key,
+                partition=partition,
+                trace_ids=trace_ids,
+                ext=ext,
+                exts=exts,
+            ),
+            timeout,
+        )
+
+    def close(self, timeout: float | None = None) -> None:
+        """Wait for in-flight publishes (up to ``timeout``), then close every connection."""
+        _open_producers.discard(self)
+        self._runner.run(self._producer.close(timeout))
