@@ -32,7 +32,7 @@ import contextlib
 import itertools
 import logging
 from collections import deque
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
@@ -323,6 +323,19 @@ class Producer:
         ext topic; ``defer`` (seconds) sends DPUB (vanilla only).
         """
         self._check_open()
+        with self._in_flight():
+            return await self._publish(topic, body, sharding_key, partition, trace_id, ext, defer)
+
+    async def _publish(
+        self,
+        topic: str,
+        body: bytes,
+        sharding_key: ShardingKey | None,
+        partition: int | None,
+        trace_id: int | None,
+        ext: ExtHeader | None,
+        defer: float | None,
+    ) -> PublishResult:
         validate_topic(topic)
         msg = prepare_message(
             body, trace_id=trace_id, ext=ext, max_msg_size=self.config.max_msg_size
@@ -359,6 +372,21 @@ class Producer:
         PublishResult or the exception per message.
         """
         self._check_open()
+        with self._in_flight():
+            return await self._publish_many(
+                topic, bodies, sharding_key, partition, trace_ids, ext, exts
+            )
+
+    async def _publish_many(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        sharding_key: ShardingKey | None,
+        partition: int | None,
+        trace_ids: Sequence[int | None] | None,
+        ext: ExtHeader | None,
+        exts: Sequence[ExtHeader | None] | None,
+    ) -> list[PublishResult]:
         validate_topic(topic)
         if isinstance(cast(object, bodies), bytes | bytearray | str):
             raise ConfigError("publish_many takes a sequence of bodies, not one body")
@@ -414,12 +442,11 @@ class Producer:
         limit = self.close_timeout if timeout is None else timeout
         try:
             if not await self._drained(limit):
-                pending = sum(len(lane.queue) for lane in self._lanes.values())
                 log.warning(
-                    "producer closing: %d queued and %d sending publishes still unacknowledged "
-                    "after %.1fs; failing them",
-                    pending,
+                    "producer closing: %d publish calls (%d messages queued in lanes) still "
+                    "unacknowledged after %.1fs; failing them",
                     self._active,
+                    sum(len(lane.queue) for lane in self._lanes.values()),
                     limit,
                 )
                 self._aborting = True
@@ -446,6 +473,18 @@ class Producer:
 
     # -- routing ----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        """Count a publish call from entry to exit: close() waits for these."""
+        self._active += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+
     def _check_open(self) -> None:
         if self._closing:
             raise ProducerClosedError("the producer is closed")
@@ -469,7 +508,16 @@ class Producer:
         if routes is not None:
             return routes
         assert self._lookup is not None  # noqa: S101 - static routes are always cached
-        pmap = await self._lookup.writable(topic)
+        try:
+            pmap = await self._lookup.writable(topic)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closing and task is not None and not task.cancelling():
+                # close() closed the lookup client under us: say so instead of "cancelled"
+                raise ProducerClosedError(
+                    f"the producer closed while looking up {topic!r}"
+                ) from None
+            raise
         if topic not in self._watched:
             self._watched.add(topic)
             self._lookup.watch(topic, "w", self._on_map)
@@ -548,7 +596,8 @@ class Producer:
             self._forget(key, task)
             task = None
         if task is None:
-            self._check_open()
+            if self._aborting:  # a graceful close still lets in-flight publishes connect
+                raise ProducerClosedError("the producer closed before this publish was sent")
             task = asyncio.get_running_loop().create_task(
                 self._open(key), name=f"nsq_ha-producer-connect-{key[0]}"
             )
@@ -560,7 +609,7 @@ class Producer:
         conn = NsqdConnection(key[0], config=self.config, on_error=self._on_conn_error)
         await conn.connect()
         self.stats["connections"] += 1
-        if self._conns.get(key) is None or self._closing:
+        if self._conns.get(key) is None or self._aborting:
             await conn.close()
             raise ProducerClosedError("the producer closed while connecting")
         self._ready[key] = conn
@@ -653,8 +702,6 @@ class Producer:
         """Send one batch (to ``slot``, or round-robin when None), retried under the policy."""
         attempts = 1
         where = f"publish to {topic!r}" + (f" slot {slot}" if slot is not None else "")
-        self._active += 1
-        self._idle.clear()
         try:
             try:  # the first try runs without tenacity: it is the common case, and cheap so
                 return await self._attempt(topic, messages, slot, defer, attempts)
@@ -681,10 +728,6 @@ class Producer:
                     last_error=exc,
                 ) from None
             raise
-        finally:
-            self._active -= 1
-            if self._active == 0:
-                self._idle.set()
 
     async def _attempt(
         self,

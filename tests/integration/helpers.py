@@ -20,3 +20,21 @@ async def take(conn: NsqdConnection, count: int, within: float = 10.0) -> list[D
 
     await asyncio.wait_for(collect(), within)
     return received
+
+
+async def drain(
+    conn: NsqdConnection, *, rdy: int = 2500, idle: float = 3.0, within: float = 120.0
+) -> list[DecodedMessage]:
+    """Send RDY, then read and FIN messages until none came for ``idle`` seconds."""
+    received: list[DecodedMessage] = []
+    conn.rdy(rdy)
+    iterator = conn.messages().__aiter__()
+    deadline = asyncio.get_running_loop().time() + within
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            message = await asyncio.wait_for(iterator.__anext__(), idle)
+        except TimeoutError:
+            break
+        received.append(message)
+        conn.fin(message.id)
+    return received

@@ -1,0 +1,255 @@
+"""Producer against the real fork cluster: routing, traces, ext headers, refusals, close.
+
+Every check reads back what nsqd stored with a raw subscription per partition (our
+NsqdConnection, one per partition leader), subscribed before publishing (a new channel starts at
+the topic's end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from nsq_ha import sync
+from nsq_ha.connection import ConnectionConfig, NsqdConnection
+from nsq_ha.errors import (
+    ConfigError,
+    ExtNotSupportedError,
+    PublishError,
+    TopicNotFoundError,
+    UnsupportedByServerError,
+)
+from nsq_ha.producer import Producer, PublishResult, RetryPolicy
+from nsq_ha.protocol.message import DecodedMessage
+from nsq_ha.routing import STRATEGIES, get_strategy
+from nsq_ha.testing.servers import ForkCluster
+
+from .helpers import drain
+
+pytestmark = pytest.mark.fork
+
+EXT_TOPIC = "nsqha_prod_ext"
+
+
+def leader(cluster: ForkCluster, topic: str, partition: int) -> str:
+    return cluster.leader_of(topic, partition).tcp_address
+
+
+async def subscribe_all(
+    cluster: ForkCluster,
+    topic: str,
+    channel: str,
+    partitions: int,
+    *,
+    advanced: bool = False,
+    ext: bool = False,
+) -> dict[int, NsqdConnection]:
+    conns: dict[int, NsqdConnection] = {}
+    for p in range(partitions):
+        conn = NsqdConnection(
+            leader(cluster, topic, p), config=ConnectionConfig(extend_support=ext)
+        )
+        await conn.connect()
+        await conn.subscribe(topic, channel, p, advanced=advanced)
+        conns[p] = conn
+    return conns
+
+
+async def read_all(conns: dict[int, NsqdConnection]) -> dict[int, list[DecodedMessage]]:
+    out = {p: await drain(c, idle=2.0) for p, c in conns.items()}
+    await asyncio.gather(*(c.close() for c in conns.values()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def ext_topic(fork_cluster: ForkCluster) -> str:
+    if EXT_TOPIC not in fork_cluster.topics:
+        fork_cluster.create_topic(EXT_TOPIC, partitions=2, replicas=1, ext=True)
+    return EXT_TOPIC
+
+
+@pytest.fixture
+async def producer(fork_cluster: ForkCluster) -> AsyncIterator[Producer]:
+    async with Producer(lookupd=fork_cluster.lookupd_http) as p:
+        yield p
+
+
+async def test_keys_land_on_the_partition_each_strategy_names(
+    fork_cluster: ForkCluster, fork_topic4: str
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    conns = await subscribe_all(fork_cluster, fork_topic4, f"strategies{tag}", 4)
+    keys: list[str | bytes | int] = [f"user-{i}" for i in range(30)]
+    keys += ["publish_test_case", "order-12345", "中文", 12345, -7, 123456789012345]
+    keys += [b"\x00\x00\x00\x00\x00\x0009", b"raw-bytes"]
+    expected: dict[tuple[str, str], int] = {}
+    for name in sorted(STRATEGIES):
+        strategy = get_strategy(name)
+        async with Producer(lookupd=fork_cluster.lookupd_http, strategy=name) as producer:
+            for key in keys:
+                if name == "java" and isinstance(key, bytes):
+                    continue  # the Java SDK has no stable hash for byte arrays
+                label = f"{tag}|{name}|{key!r}"
+                want = strategy.partition(key, 4)
+                for n in range(2):
+                    result = await producer.publish(
+                        fork_topic4, f"{label}|{n}".encode(), sharding_key=key
+                    )
+                    assert result.partition == want
+                expected[(name, repr(key))] = want
+    seen: dict[tuple[str, str], set[int]] = {}
+    for partition, messages in (await read_all(conns)).items():
+        for message in messages:
+            got_tag, name, key, _n = message.body.decode().split("|")
+            if got_tag == tag:
+                seen.setdefault((name, key), set()).add(partition)
+    assert seen == {k: {p} for k, p in expected.items()}
+    # the vectors of PROTOCOL.md §6.2, checked end to end on the server
+    assert expected[("murmur3", repr("publish_test_case"))] == 0
+    assert expected[("java", repr("publish_test_case"))] == 1
+    assert expected[("java", repr(123456789012345))] == 3
+
+
+async def test_publish_results_match_what_consumers_see(
+    fork_cluster: ForkCluster, fork_topic4: str
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    conns = await subscribe_all(fork_cluster, fork_topic4, f"trace{tag}", 4, advanced=True)
+    results: dict[bytes, PublishResult] = {}
+    async with Producer(lookupd=fork_cluster.lookupd_http) as producer:
+        # one at a time: PUB_TRACE
+        for i in range(5):
+            body = f"{tag}-single-{i}".encode()
+            results[body] = await producer.publish(
+                fork_topic4, body, partition=1, trace_id=1000 + i
+            )
+        # concurrently on one key: coalesced into MPUB_TRACE, receipts derived per message
+        bodies = [f"{tag}-burst-{i}".encode() + b"x" * i for i in range(200)]
+        burst = await asyncio.gather(
+            *(
+                producer.publish(fork_topic4, b, sharding_key="burst", trace_id=5000 + i)
+                for i, b in enumerate(bodies)
+            )
+        )
+        results.update(zip(bodies, burst, strict=True))
+        assert producer.stats["commands"] < 5 + 200, "the burst was not batched"
+    async with Producer(lookupd=fork_cluster.lookupd_http, trace=True) as tracing:
+        # trace=True: untraced publishes still report id and offset (trace id 0)
+        for i in range(5):
+            body = f"{tag}-plain-{i}".encode()
+            results[body] = await tracing.publish(fork_topic4, body, sharding_key=i)
+        many = [f"{tag}-many-{i}".encode() for i in range(50)]
+        results.update(zip(many, await tracing.publish_many(fork_topic4, many), strict=True))
+    consumed = {
+        m.body: (p, m)
+        for p, messages in (await read_all(conns)).items()
+        for m in messages
+        if m.body.startswith(tag.encode())
+    }
+    assert set(consumed) == set(results)
+    for body, result in results.items():
+        partition, message = consumed[body]
+        assert (result.partition, result.message_id) == (partition, message.id), body
+        assert (result.offset, result.raw_size) == (message.offset, message.raw_size), body
+        assert result.trace_id == message.trace_id, body
+
+
+async def test_ext_headers_round_trip_and_a_plain_topic_refuses_them(
+    fork_cluster: ForkCluster, fork_topic4: str, ext_topic: str, producer: Producer
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    conns = await subscribe_all(fork_cluster, ext_topic, f"ext{tag}", 2, ext=True)
+    sent: dict[bytes, dict[str, object]] = {}
+    body = f"{tag}-one".encode()
+    await producer.publish(ext_topic, body, partition=0, ext={"k": "v", "n": "1"})
+    sent[body] = {"k": "v", "n": "1"}
+    body = f"{tag}-traced".encode()
+    result = await producer.publish(ext_topic, body, partition=1, ext={"k": "t"}, trace_id=77)
+    assert result.trace_id == 77
+    assert result.offset is not None  # a ##trace_id header is answered with the traced form
+    sent[body] = {"k": "t", "##trace_id": "77"}
+    bodies = [f"{tag}-many-{i}".encode() for i in range(20)]
+    headers: list[dict[str, object] | None] = [{"i": str(i)} if i % 2 else None for i in range(20)]
+    await producer.publish_many(ext_topic, bodies, exts=headers)
+    sent.update({b: h or {} for b, h in zip(bodies, headers, strict=True)})
+    got = {
+        m.body: m.json_header()
+        for messages in (await read_all(conns)).values()
+        for m in messages
+        if m.body.startswith(tag.encode())
+    }
+    assert got == sent
+    # a topic that is not ext: nsqd's E_EXT_NOT_SUPPORT, typed, not retried; the producer goes on
+    with pytest.raises(ExtNotSupportedError, match="E_EXT_NOT_SUPPORT"):
+        await producer.publish(fork_topic4, b"header", sharding_key="x", ext={"k": "v"})
+    assert (await producer.publish(fork_topic4, b"after", sharding_key="x")).partition is not None
+
+
+async def test_refusals_before_sending(fork_topic4: str, producer: Producer) -> None:
+    await producer.publish(fork_topic4, b"warm-up")
+    commands = producer.stats["commands"]
+    with pytest.raises(UnsupportedByServerError, match="DPUB"):
+        await producer.publish(fork_topic4, b"later", defer=1.0)
+    with pytest.raises(ConfigError, match=r"partitions 0\.\.3"):
+        await producer.publish(fork_topic4, b"x", partition=4)
+    assert producer.stats["commands"] == commands  # nothing was sent
+    # an unknown topic is an operator's job: a typed error at once, not a minute of retries
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(TopicNotFoundError, match="created by an operator"):
+        await producer.publish("nsqha_no_such_topic", b"x")
+    assert loop.time() - started < 5
+
+
+async def test_close_waits_for_in_flight_publishes(fork_topic4: str, producer: Producer) -> None:
+    tasks = [
+        asyncio.create_task(producer.publish(fork_topic4, b"drain-%d" % i, sharding_key=i % 7))
+        for i in range(3000)
+    ]
+    await asyncio.sleep(0)
+    await producer.close()
+    results = await asyncio.gather(*tasks)
+    assert all(r.partition is not None for r in results)
+    assert producer.stats["published"] == 3000
+
+
+async def test_close_fails_what_a_stalled_leader_never_acknowledged(
+    fork_cluster: ForkCluster, fork_topic4: str
+) -> None:
+    config = ConnectionConfig(close_timeout=1.0)
+    retry = RetryPolicy(attempt_timeout=30.0)
+    producer = Producer(lookupd=fork_cluster.lookupd_http, config=config, retry=retry)
+    await producer.publish(fork_topic4, b"warm-up", partition=2)
+    node = fork_cluster.leader_of(fork_topic4, 2)
+    node.process.pause()
+    try:
+        tasks = [
+            asyncio.create_task(producer.publish(fork_topic4, b"stalled", partition=2))
+            for _ in range(10)
+        ]
+        await asyncio.sleep(0.3)
+        await producer.close(timeout=0.5)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        node.process.resume()
+    assert all(isinstance(o, PublishError) for o in outcomes), outcomes
+    assert all("closed before nsqd acknowledged" in str(o) for o in outcomes)
+
+
+def test_sync_producer_from_plain_threads(fork_cluster: ForkCluster, fork_topic4: str) -> None:
+    with sync.Producer(lookupd=fork_cluster.lookupd_http) as producer:
+        first = producer.publish(fork_topic4, b"sync", sharding_key="s", trace_id=1)
+        futures = [
+            producer.publish_async(fork_topic4, b"sync-%d" % i, sharding_key="s", trace_id=2 + i)
+            for i in range(100)
+        ]
+        results = [f.result(30) for f in futures]
+        many = producer.publish_many(fork_topic4, [b"a", b"b"], sharding_key="s")
+    assert {r.partition for r in [first, *results, *many]} == {first.partition}
+    offsets = [first.offset, *(r.offset for r in results)]
+    assert offsets == sorted(offsets)  # one key: written in call order
+    with pytest.raises(Exception, match="closed"):
+        producer.publish(fork_topic4, b"late")

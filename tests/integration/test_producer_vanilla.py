@@ -1,0 +1,116 @@
+"""Producer against real vanilla nsqd/nsqlookupd 1.3.0: nsqd= addresses and lookupd=."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from nsq_ha import sync
+from nsq_ha.connection import NsqdConnection
+from nsq_ha.errors import TopicNotFoundError, UnsupportedByServerError
+from nsq_ha.producer import Producer
+from nsq_ha.routing import get_strategy
+from nsq_ha.testing.servers import VanillaCluster
+
+from .helpers import drain, take
+
+pytestmark = pytest.mark.vanilla
+
+
+def _topic() -> str:
+    return f"pv_{uuid.uuid4().hex[:10]}"
+
+
+async def subscribe(address: str, topic: str) -> NsqdConnection:
+    conn = NsqdConnection(address)
+    await conn.connect()
+    await conn.subscribe(topic, "check")
+    return conn
+
+
+async def test_publish_publish_many_and_defer_through_an_nsqd_address(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    conn = await subscribe(address, topic)  # creates the topic and the channel
+    async with Producer(nsqd=address) as producer:
+        result = await producer.publish(topic, b"one")
+        assert (result.topic, result.partition, result.address) == (topic, None, address)
+        assert result.message_id is None  # vanilla answers a plain OK
+        many = await producer.publish_many(topic, [b"m%d" % i for i in range(500)])
+        assert len(many) == 500
+        assert producer.stats["commands"] == 2  # PUB + one MPUB
+        await producer.publish(topic, b"deferred", defer=0.5)  # DPUB: delivered last
+        # (nsqd scans a new channel's deferred queue only after its 5 s scan-list refresh)
+        conn.rdy(1000)
+        messages = await take(conn, 502, within=20)
+    await conn.close()
+    bodies = [m.body for m in messages]
+    assert bodies[:501] == [b"one", *(b"m%d" % i for i in range(500))]
+    assert bodies[501:] == [b"deferred"]
+
+
+async def test_lookupd_spreads_unkeyed_and_pins_keyed_messages(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    vanilla_cluster.create_topic(topic)
+    conns = [await subscribe(n.tcp_address, topic) for n in vanilla_cluster.nodes]
+    # lookupd learns of the topic when the nsqds register it (a few ms to a second)
+    async with Producer(lookupd=vanilla_cluster.lookupd_http, strategy="murmur3") as producer:
+        for _ in range(50):
+            pmap = await producer._lookup.lookup(topic, "w", force=True)  # type: ignore[union-attr]
+            if len(pmap.producers) == len(vanilla_cluster.nodes):
+                break
+            await asyncio.sleep(0.2)
+        unkeyed = await asyncio.gather(*(producer.publish(topic, b"u%d" % i) for i in range(100)))
+        keyed = [
+            await producer.publish(topic, f"{key}:{n}".encode(), sharding_key=key)
+            for key in ("alpha", "beta", "gamma", "delta")
+            for n in range(5)
+        ]
+    per_node = {c.address: await drain(c, idle=1.5) for c in conns}
+    await asyncio.gather(*(c.close() for c in conns))
+    assert {r.address for r in unkeyed} == set(per_node)  # round-robin used both nodes
+    for address, messages in per_node.items():
+        assert sum(m.body.startswith(b"u") for m in messages) == sum(
+            r.address == address for r in unkeyed
+        )
+    nodes = sorted(per_node)  # lookupd's producers, sorted by address: the key's "slot"
+    strategy = get_strategy("murmur3")
+    keys = [k for k in ("alpha", "beta", "gamma", "delta") for _ in range(5)]
+    for result, key in zip(keyed, keys, strict=True):
+        assert result.address == nodes[strategy.partition(key, len(nodes))]
+        got = [m.body for m in per_node[result.address] if m.body.startswith(key.encode())]
+        assert got == [f"{key}:{n}".encode() for n in range(5)]
+
+
+async def test_fork_features_are_refused_on_vanilla_before_sending(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    async with Producer(nsqd=vanilla_cluster.nodes[0].tcp_address) as producer:
+        await producer.publish(topic, b"warm-up")
+        commands = producer.stats["commands"]
+        with pytest.raises(UnsupportedByServerError, match="PUB_TRACE"):
+            await producer.publish(topic, b"x", trace_id=1)
+        with pytest.raises(UnsupportedByServerError, match="PUB_EXT"):
+            await producer.publish(topic, b"x", ext={"k": "v"})
+        with pytest.raises(UnsupportedByServerError, match="partition"):
+            await producer.publish(topic, b"x", partition=0)
+        assert producer.stats["commands"] == commands
+    async with Producer(lookupd=vanilla_cluster.lookupd_http) as producer:
+        with pytest.raises(TopicNotFoundError, match="nsqd="):
+            await producer.publish(_topic(), b"x")
+
+
+def test_sync_producer_on_vanilla(vanilla_cluster: VanillaCluster) -> None:
+    topic = _topic()
+    with sync.Producer(nsqd=[n.tcp_address for n in vanilla_cluster.nodes]) as producer:
+        results = [producer.publish(topic, b"s%d" % i, sharding_key="one") for i in range(10)]
+        assert len({r.address for r in results}) == 1
+        assert producer.publish(topic, b"later", defer=0.1).topic == topic
+        assert len(producer.publish_many(topic, [b"a", b"b", b"c"])) == 3
