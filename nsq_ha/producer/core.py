@@ -269,6 +269,7 @@ class Producer:
         self._windows: dict[tuple[str, int], _Window] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._routes_cache: dict[str, tuple[PartitionMap, _Routes]] = {}
+        self._static_routes: dict[str, _Routes] = {}
         self._watched: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._active = 0
@@ -491,7 +492,11 @@ class Producer:
 
     def _cached_routes(self, topic: str) -> _Routes | None:
         if self._lookup is None:
-            return _Routes(topic, None, dict(enumerate(self._static)), len(self._static))
+            routes = self._static_routes.get(topic)
+            if routes is None:
+                nodes = dict(enumerate(self._static))
+                routes = self._static_routes[topic] = _Routes(topic, None, nodes, len(nodes))
+            return routes
         pmap = self._lookup.cached(topic, "w")
         if pmap is None or not pmap.routes():
             return None
