@@ -43,6 +43,7 @@ from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.errors import (
     BrokerError,
     ConfigError,
+    ConnectionClosedError,
     NsqConnectionError,
     NsqError,
     NsqTimeoutError,
@@ -614,9 +615,14 @@ class Producer:
         conn = NsqdConnection(key[0], config=self.config, on_error=self._on_conn_error)
         await conn.connect()
         self.stats["connections"] += 1
-        if self._conns.get(key) is None or self._aborting:
+        if self._aborting:
             await conn.close()
             raise ProducerClosedError("the producer closed while connecting")
+        if self._conns.get(key) is not asyncio.current_task():
+            # dropped while connecting (the partition map moved, or an error on this key):
+            # the caller retries through a fresh lookup
+            await conn.close()
+            raise ConnectionClosedError(f"connection to {key[0]} dropped while it was opening")
         self._ready[key] = conn
         self._static_fork[key[0]] = conn.is_fork
         log.info(

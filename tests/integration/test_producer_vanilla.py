@@ -9,7 +9,7 @@ import pytest
 
 from nsq_ha import sync
 from nsq_ha.connection import NsqdConnection
-from nsq_ha.errors import TopicNotFoundError, UnsupportedByServerError
+from nsq_ha.errors import ConnectionClosedError, TopicNotFoundError, UnsupportedByServerError
 from nsq_ha.producer import Producer
 from nsq_ha.routing import get_strategy
 from nsq_ha.testing.servers import VanillaCluster
@@ -114,3 +114,18 @@ def test_sync_producer_on_vanilla(vanilla_cluster: VanillaCluster) -> None:
         assert len({r.address for r in results}) == 1
         assert producer.publish(topic, b"later", defer=0.1).topic == topic
         assert len(producer.publish_many(topic, [b"a", b"b", b"c"])) == 3
+
+
+async def test_a_connection_dropped_while_opening_fails_retriably(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    address = vanilla_cluster.nodes[0].tcp_address
+    async with Producer(nsqd=address) as producer:
+        key = (address, "", -1)
+        opening = asyncio.create_task(producer._connection(key))
+        await asyncio.sleep(0)  # the handshake is under way
+        producer._drop(key)  # as a partition-map change would
+        with pytest.raises(ConnectionClosedError, match="dropped while it was opening") as info:
+            await opening
+        assert info.value.retriable
+        assert (await producer.publish(_topic(), b"still fine")).address == address
