@@ -2,12 +2,31 @@
 
 ``Producer`` publishes (asyncio); ``nsq_ha.sync.Producer`` is its blocking twin;
 ``LookupClient`` finds partitions; ``NsqdConnection`` is one connection to one nsqd.
+
+The names are imported on first use, so that importing ``nsq_ha`` (as the pytest plugin
+``nsq_ha.testing.plugin`` does when pytest starts) stays cheap and loads no client code.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from nsq_ha._version import __version__
-from nsq_ha.connection import ConnectionConfig, NsqdConnection
-from nsq_ha.lookup import LookupClient
-from nsq_ha.producer import Producer, PublishResult, RetryPolicy
+
+if TYPE_CHECKING:
+    from nsq_ha.connection import ConnectionConfig, NsqdConnection
+    from nsq_ha.lookup import LookupClient
+    from nsq_ha.producer import Producer, PublishResult, RetryPolicy
+
+_EXPORTS = {
+    "ConnectionConfig": "nsq_ha.connection",
+    "NsqdConnection": "nsq_ha.connection",
+    "LookupClient": "nsq_ha.lookup",
+    "Producer": "nsq_ha.producer",
+    "PublishResult": "nsq_ha.producer",
+    "RetryPolicy": "nsq_ha.producer",
+}
 
 __all__ = [
     "ConnectionConfig",
@@ -18,3 +37,12 @@ __all__ = [
     "RetryPolicy",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nsq_ha' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
