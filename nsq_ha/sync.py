@@ -237,6 +237,12 @@ class Producer:
         )
 
     def close(self, timeout: float | None = None) -> None:
-        """Wait for in-flight publishes (up to ``timeout``), then close every connection."""
+        """Wait for in-flight publishes (up to ``timeout``), then close every connection.
+
+        In a process forked after this producer was made, this does nothing: the connections
+        and the loop thread belong to the parent (a forked child has no copy of that thread).
+        """
         _open_producers.discard(self)
+        if self._runner.pid != os.getpid() or not self._runner.thread.is_alive():
+            return
         self._runner.run(self._producer.close(timeout))

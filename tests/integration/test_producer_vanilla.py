@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import uuid
 
 import pytest
@@ -129,3 +131,18 @@ async def test_a_connection_dropped_while_opening_fails_retriably(
             await opening
         assert info.value.retriable
         assert (await producer.publish(_topic(), b"still fine")).address == address
+
+
+def test_a_forked_child_exits_without_waiting_for_the_parents_loop(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    producer = sync.Producer(nsqd=vanilla_cluster.nodes[0].tcp_address)
+    producer.publish(_topic(), b"parent")
+    pid = os.fork()
+    if pid == 0:  # the child: closing (here, or at exit) must not wait for a thread it lacks
+        signal.alarm(10)  # a hang becomes SIGALRM, a non-zero exit the parent sees
+        producer.close()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    producer.close()
