@@ -60,7 +60,10 @@ class _LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
-        future = self.submit(coro)
+        return self.wait(self.submit(coro), timeout)
+
+    @staticmethod
+    def wait(future: concurrent.futures.Future[_T], timeout: float | None) -> _T:
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError as exc:
@@ -175,18 +178,16 @@ class Producer:
         ``timeout`` (seconds, default: none beyond the retry policy) cancels the publish and
         raises NsqTimeoutError; the message may or may not have been written.
         """
-        return self._runner.run(
-            self._producer.publish(
-                topic,
-                body,
-                sharding_key=sharding_key,
-                partition=partition,
-                trace_id=trace_id,
-                ext=ext,
-                defer=defer,
-            ),
-            timeout,
+        future = self.publish_async(
+            topic,
+            body,
+            sharding_key=sharding_key,
+            partition=partition,
+            trace_id=trace_id,
+            ext=ext,
+            defer=defer,
         )
+        return self._runner.wait(future, timeout)
 
     def publish_async(
         self,
@@ -197,6 +198,7 @@ class Producer:
         partition: int | None = None,
         trace_id: int | None = None,
         ext: ExtHeader | None = None,
+        defer: float | None = None,
     ) -> concurrent.futures.Future[PublishResult]:
         """Start a publish and return a future of its :class:`PublishResult` at once."""
         return self._runner.submit(
@@ -207,6 +209,7 @@ class Producer:
                 partition=partition,
                 trace_id=trace_id,
                 ext=ext,
+                defer=defer,
             )
         )
 

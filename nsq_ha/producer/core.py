@@ -32,7 +32,7 @@ import contextlib
 import itertools
 import logging
 from collections import deque
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
@@ -113,20 +113,20 @@ class _Routes:
     #: how many slots keys are spread over
     count: int
     ext: bool | None = None
-    ordered: bool = False
+    #: slots that have a writable node now, in order (round-robin walks these)
+    writable: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "writable", tuple(sorted(self.nodes)))
 
     @classmethod
     def from_map(cls, pmap: PartitionMap) -> _Routes:
         if pmap.fork:
             ext = pmap.extend_support if pmap.meta is not None else None
             partitions = dict(pmap.partitions)
-            return cls(pmap.topic, True, partitions, pmap.partition_num, ext, pmap.ordered)
+            return cls(pmap.topic, True, partitions, pmap.partition_num, ext)
         nodes = dict(enumerate(pmap.producers))
         return cls(pmap.topic, False, nodes, len(nodes))
-
-    @property
-    def writable(self) -> list[int]:
-        return sorted(self.nodes)
 
     def wire_partition(self, slot: int) -> int | None:
         return slot if self.fork else None
@@ -265,7 +265,6 @@ class Producer:
         self.close_timeout = close_timeout
         self._conns: dict[ConnKey, asyncio.Task[NsqdConnection]] = {}
         self._ready: dict[ConnKey, NsqdConnection] = {}
-        self._static_fork: dict[str, bool] = {}
         self._lanes: dict[tuple[str, int], _Lane] = {}
         self._windows: dict[tuple[str, int], _Window] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
@@ -352,7 +351,7 @@ class Producer:
         if slot is not None:
             (future,) = self._enqueue(topic, slot, [msg])
             return await future
-        return (await self._direct(topic, [msg], defer=defer))[0]
+        return (await self._send(topic, [msg], slot=None, defer=defer))[0]
 
     async def publish_many(
         self,
@@ -537,7 +536,10 @@ class Producer:
             return routes
         outcome: _Routes | None = None
         try:
-            async for attempt in self.retry.retrying(self._should_retry, self._log_retry):
+            retrying = self.retry.retrying(
+                self._should_retry, self._retry_logger(f"lookup of {topic!r}")
+            )
+            async for attempt in retrying:
                 with attempt:
                     outcome = await self._routes(topic)
         except RetryError as exc:
@@ -624,7 +626,6 @@ class Producer:
             await conn.close()
             raise ConnectionClosedError(f"connection to {key[0]} dropped while it was opening")
         self._ready[key] = conn
-        self._static_fork[key[0]] = conn.is_fork
         log.info(
             "producer connected to %s (%s)%s",
             key[0],
@@ -669,17 +670,22 @@ class Producer:
             return False  # an unknown topic does not appear by waiting: an operator creates it
         return exc.retriable
 
-    def _log_retry(self, state: RetryCallState) -> None:
-        self.stats["retries"] += 1
-        exc = state.outcome.exception() if state.outcome else None
-        wait = state.next_action.sleep if state.next_action else 0.0
-        log.warning(
-            "%s failed on attempt %d (%s); retrying in %.2fs",
-            state.kwargs.get("what", "publish"),
-            state.attempt_number,
-            exc,
-            wait,
-        )
+    def _retry_logger(self, where: str) -> Callable[[RetryCallState], None]:
+        """tenacity's before-sleep hook: count the retry and log what is retried and why."""
+
+        def log_retry(state: RetryCallState) -> None:
+            self.stats["retries"] += 1
+            exc = state.outcome.exception() if state.outcome else None
+            wait = state.next_action.sleep if state.next_action else 0.0
+            log.warning(
+                "%s failed on attempt %d (%s); retrying in %.2fs",
+                where,
+                state.attempt_number,
+                exc,
+                wait,
+            )
+
+        return log_retry
 
     def _gave_up(self, exc: RetryError, what: str) -> PublishError:
         last = exc.last_attempt.exception()
@@ -721,7 +727,8 @@ class Producer:
                     raise
                 first: NsqError | None = exc
             results: list[PublishResult] = []
-            async for attempt in self.retry.retrying(self._should_retry, self._log_retry):
+            retrying = self.retry.retrying(self._should_retry, self._retry_logger(where))
+            async for attempt in retrying:
                 with attempt:
                     if first is not None:  # counts as attempt 1: the policy waits, then goes on
                         error, first = first, None
@@ -764,7 +771,8 @@ class Producer:
             async with window if window is not None else contextlib.nullcontext():
                 conn = await self._connection(key)
                 fork = conn.is_fork
-                _check_features(fork, topic, messages, defer=defer, partition=partition)
+                if routes.fork is None:  # nsqd= addresses: the kind is known only now
+                    _check_features(fork, topic, messages, defer=defer, partition=partition)
                 tracing = self.trace and fork
                 if defer is not None:
                     data = encode_dpub(
@@ -817,11 +825,6 @@ class Producer:
         if window is None:
             window = self._windows[(topic, slot)] = _Window(self.unkeyed_window)
         return window
-
-    async def _direct(
-        self, topic: str, messages: list[OutgoingMessage], *, defer: float | None = None
-    ) -> list[PublishResult]:
-        return await self._send(topic, messages, slot=None, defer=defer)
 
     async def _direct_many(
         self, topic: str, messages: list[OutgoingMessage], routes: _Routes

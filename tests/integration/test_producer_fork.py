@@ -18,6 +18,7 @@ from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.errors import (
     ConfigError,
     ExtNotSupportedError,
+    ProducerClosedError,
     PublishError,
     TopicNotFoundError,
     UnsupportedByServerError,
@@ -251,5 +252,5 @@ def test_sync_producer_from_plain_threads(fork_cluster: ForkCluster, fork_topic4
     assert {r.partition for r in [first, *results, *many]} == {first.partition}
     offsets = [first.offset, *(r.offset for r in results)]
     assert offsets == sorted(offsets)  # one key: written in call order
-    with pytest.raises(Exception, match="closed"):
+    with pytest.raises(ProducerClosedError, match="closed"):
         producer.publish(fork_topic4, b"late")

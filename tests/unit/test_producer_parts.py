@@ -143,7 +143,7 @@ def test_routes_from_a_fork_map_and_a_vanilla_map() -> None:
     routes = _Routes.from_map(fork_map({0: 4150, 2: 4152}, 4, ext=True))
     assert routes.fork is True
     assert routes.count == 4
-    assert routes.writable == [0, 2]
+    assert routes.writable == (0, 2)
     assert routes.ext is True
     assert routes.wire_partition(2) == 2
     assert routes.key(2, routes.nodes[2]) == ("127.0.0.1:4152", "t", 2)
