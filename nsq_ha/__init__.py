@@ -1,6 +1,7 @@
 """nsq_ha: asyncio client for the partitioned, replicated, ordered NSQ fork (and vanilla NSQ).
 
-``Producer`` publishes (asyncio); ``nsq_ha.sync.Producer`` is its blocking twin;
+``Producer`` publishes and ``Consumer`` consumes (asyncio); ``nsq_ha.sync`` has their blocking
+twins;
 ``LookupClient`` finds partitions; ``NsqdConnection`` is one connection to one nsqd.
 
 The names are imported on first use, so that importing ``nsq_ha`` (as the pytest plugin
@@ -16,11 +17,14 @@ from nsq_ha._version import __version__
 
 if TYPE_CHECKING:
     from nsq_ha.connection import ConnectionConfig, NsqdConnection
+    from nsq_ha.consumer import Consumer, Message
     from nsq_ha.lookup import LookupClient
     from nsq_ha.producer import Producer, PublishResult, RetryPolicy
 
 _EXPORTS = {
     "ConnectionConfig": "nsq_ha.connection",
+    "Consumer": "nsq_ha.consumer",
+    "Message": "nsq_ha.consumer",
     "NsqdConnection": "nsq_ha.connection",
     "LookupClient": "nsq_ha.lookup",
     "Producer": "nsq_ha.producer",
@@ -30,7 +34,9 @@ _EXPORTS = {
 
 __all__ = [
     "ConnectionConfig",
+    "Consumer",
     "LookupClient",
+    "Message",
     "NsqdConnection",
     "Producer",
     "PublishResult",

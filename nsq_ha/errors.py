@@ -59,7 +59,10 @@
     │   └── TooManyConnectionsError    "too much client connections" (no code)
     ├── PublishError                               retries exhausted (``.attempts``)
     ├── ProducerClosedError                        publishing on a closed producer
-    └── ConsumerClosedError
+    ├── ConsumerClosedError                        starting a closed consumer
+    └── MessageResponseError                       a message cannot be answered
+        ├── MessageAlreadyRespondedError           already finished / requeued / timed out
+        └── MessageConnectionGoneError             its connection is gone (also NsqConnectionError)
 
 Retry decisions live on the error (aiokafka style), never in ``except`` ladders:
 
@@ -115,7 +118,10 @@ __all__ = [
     "InvalidTraceIdError",
     "LocalProtocolError",
     "LookupdUnavailableError",
+    "MessageAlreadyRespondedError",
     "MessageCommandError",
+    "MessageConnectionGoneError",
+    "MessageResponseError",
     "MpubFailedError",
     "NotLeaderError",
     "NotWritableError",
@@ -651,4 +657,18 @@ class ProducerClosedError(NsqError):
 
 
 class ConsumerClosedError(NsqError):
-    """The consumer was closed while a caller was waiting on it."""
+    """The consumer is closed (or closing): it cannot be started again."""
+
+
+class MessageResponseError(NsqError):
+    """A message cannot be finished, requeued or touched (see the subclasses)."""
+
+
+class MessageAlreadyRespondedError(MessageResponseError):
+    """The message was already finished or requeued (by the handler, a give-up, or a drain)."""
+
+
+class MessageConnectionGoneError(MessageResponseError, NsqConnectionError):
+    """The connection that delivered the message is gone: FIN/REQ/TOUCH must go to the
+    delivering connection, so nothing can be sent. nsqd redelivers the message after its
+    ``msg_timeout`` (or at once, to another consumer, when the partition's leader moved)."""

@@ -18,18 +18,20 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from nsq_ha.connection import ConnectionConfig
+from nsq_ha.consumer import Consumer as AsyncConsumer
+from nsq_ha.consumer import Message as AsyncMessage
 from nsq_ha.errors import NsqTimeoutError
 from nsq_ha.producer import Producer as AsyncProducer
 from nsq_ha.producer import PublishResult, RetryPolicy
 from nsq_ha.protocol.publish import ExtHeader
 from nsq_ha.routing import ShardingKey, ShardingStrategy
 
-__all__ = ["Producer", "PublishResult", "RetryPolicy", "shared_loop"]
+__all__ = ["Consumer", "Message", "Producer", "PublishResult", "RetryPolicy", "shared_loop"]
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +95,18 @@ def _loop_thread() -> _LoopThread:
 _open_producers: weakref.WeakSet[Producer] = weakref.WeakSet()
 
 
+_open_consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
+
+
 @atexit.register
 def _close_open_producers() -> None:
-    """At interpreter exit, close producers still open so queued publishes are not lost."""
-    for producer in list(_open_producers):
+    """At interpreter exit, close producers still open so queued publishes are not lost, and
+    consumers so that nothing stays in flight on nsqd."""
+    closers: list[Callable[[], None]] = [p.close for p in _open_producers]
+    closers += [c.close for c in _open_consumers]
+    for close in closers:
         with contextlib.suppress(Exception):
-            producer.close()
+            close()
 
 
 class Producer:
@@ -249,3 +257,116 @@ class Producer:
         if self._runner.pid != os.getpid() or not self._runner.thread.is_alive():
             return
         self._runner.run(self._producer.close(timeout))
+
+
+class Message:
+    """Blocking view of a consumed :class:`nsq_ha.consumer.Message`: the same attributes;
+    :meth:`finish`, :meth:`requeue` and :meth:`touch` block until sent."""
+
+    __slots__ = ("_message", "_runner")
+
+    def __init__(self, message: AsyncMessage, runner: _LoopThread) -> None:
+        self._message = message
+        self._runner = runner
+
+    def __repr__(self) -> str:
+        return repr(self._message)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._message, name)
+
+    @property
+    def aio(self) -> AsyncMessage:
+        """The asyncio message underneath."""
+        return self._message
+
+    def finish(self) -> None:
+        """Acknowledge the message (FIN on the connection that delivered it)."""
+        self._runner.run(self._message.finish())
+
+    def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
+        """Give the message back (see :meth:`nsq_ha.consumer.Message.requeue`)."""
+        self._runner.run(self._message.requeue(delay, backoff=backoff))
+
+    def touch(self) -> None:
+        """Reset the message's timeout on nsqd."""
+        self._runner.run(self._message.touch())
+
+
+class Consumer:
+    """Blocking :class:`nsq_ha.consumer.Consumer`: same arguments; iterate it.
+
+    ``for message in consumer: ...; message.finish()`` blocks for each message and ends when
+    :meth:`close` is called (from any thread). :meth:`run` calls a plain function per message
+    in the calling thread (return finishes, an exception requeues).
+    """
+
+    def __init__(self, topic: str, channel: str, **options: Any) -> None:
+        self._runner = _loop_thread()
+
+        async def create() -> AsyncConsumer:
+            consumer = AsyncConsumer(topic, channel, **options)
+            await consumer.start()
+            return consumer
+
+        self._consumer = self._runner.run(create())
+        _open_consumers.add(self)
+
+    def __repr__(self) -> str:
+        return f"<sync {self._consumer!r}>"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def aio(self) -> AsyncConsumer:
+        """The asyncio consumer underneath (use it only on :func:`shared_loop`)."""
+        return self._consumer
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """The consumer's counters."""
+        return self._runner.run(_value(lambda: self._consumer.stats))
+
+    def get(self, timeout: float | None = None) -> Message | None:
+        """The next message, or ``None`` once closed (or after ``timeout`` seconds)."""
+        message = self._runner.run(self._consumer.get(timeout))
+        return None if message is None else Message(message, self._runner)
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            message = self.get()
+            if message is None:
+                return
+            yield message
+
+    def run(self, handler: Callable[[Message], object]) -> None:
+        """Call ``handler(message)`` in this thread for each message until :meth:`close`."""
+        for message in self:
+            try:
+                handler(message)
+            except Exception as exc:
+                log.warning("handler failed on %r: %r; requeueing it", message, exc)
+                if not message.responded:
+                    with contextlib.suppress(Exception):
+                        message.requeue()
+                continue
+            if not message.responded:
+                with contextlib.suppress(Exception):
+                    message.finish()
+
+    def close(self, drain_timeout: float | None = None) -> None:
+        """Drain and close (see the async method); ends every iteration."""
+        _open_consumers.discard(self)
+        if self._runner.pid != os.getpid() or not self._runner.thread.is_alive():
+            return
+        self._runner.run(self._consumer.close(drain_timeout=drain_timeout))
+
+
+async def _value(function: Callable[[], _T]) -> _T:
+    return function()

@@ -89,6 +89,10 @@ _SUBSCRIBE = frozenset({b"SUB", b"SUB_ORDERED", b"SUB_ADVANCED"})
 _FORK_ONLY = frozenset({b"SUB_ORDERED", b"SUB_ADVANCED", b"PUB_TRACE", b"PUB_EXT", b"MPUB_TRACE"})
 #: Heartbeat intervals without a single byte from nsqd after which the peer counts as dead.
 DEAD_PEER_INTERVALS = 2
+#: Ids that :meth:`NsqdConnection.sync` TOUCHes: never in flight (a fork internal id of 2**63-1;
+#: on vanilla, where ids are 16 hex characters, a value its id generator cannot reach soon).
+SYNC_ID_FORK = b"\x7f" + b"\xff" * 7 + b"\x00" * 8
+SYNC_ID_VANILLA = b"ffffffffffffffff"
 
 
 @dataclass(slots=True)
@@ -159,6 +163,7 @@ class NsqdConnection:
         self._messages: asyncio.Queue[DecodedMessage | None] = asyncio.Queue()
         self._in_flight: set[bytes] = set()
         self._in_flight_changed = asyncio.Event()
+        self._syncs: deque[asyncio.Future[None]] = deque()
         #: Number of socket writes issued (a coalescing statistic).
         self.writes = 0
 
@@ -510,6 +515,41 @@ class NsqdConnection:
         await self._await_answer(name, self._submit(name, data), None)
         log.info("subscribed to %s/%s partition %s on %s", topic, channel, partition, self.address)
 
+    async def stop_delivery(self) -> None:
+        """Send ``CLS`` and wait for ``CLOSE_WAIT``: nsqd sends no more messages, while FIN, REQ
+        and TOUCH still work. The socket stays open until :meth:`close`.
+
+        A message nsqd had already picked may still arrive after ``CLOSE_WAIT`` (nsqd's message
+        pump races the CLS); answer it, then :meth:`sync` to be sure nothing else is coming.
+        """
+        if self.state is not ConnState.SUBSCRIBED:
+            return
+        data = encode_cls()
+        future = self._submit(self._check_send(data), data)
+        self._machine.move(ConnState.CLOSING)
+        await self._await_answer(b"CLS", future, None)
+
+    async def sync(self, *, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a limit
+        """Return once nsqd has processed every command sent before this call.
+
+        nsqd answers FIN/REQ/TOUCH only when they fail, so this sends a ``TOUCH`` for an id that
+        is never in flight and waits for its ``E_TOUCH_FAILED`` (non-fatal on both servers):
+        nsqd handles a connection's commands in order, so everything before it is done. Needs a
+        subscribed (or closing) connection.
+        """
+        sentinel = SYNC_ID_FORK if self.is_fork else SYNC_ID_VANILLA
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.send_nowait(encode_touch(sentinel))
+        self._syncs.append(future)
+        limit = self.config.command_timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(limit):
+                await future
+        except TimeoutError as exc:
+            raise NsqTimeoutError(
+                f"nsqd {self.address} did not answer a sync within {limit} s"
+            ) from exc
+
     def rdy(self, count: int) -> None:
         """Send ``RDY count`` (checked against the negotiated ``max_rdy_count``)."""
         max_rdy = self._negotiated.max_rdy_count if self._negotiated is not None else None
@@ -630,6 +670,11 @@ class NsqdConnection:
         error = BrokerError.from_frame(data, after_command=after, fork=fork)
         if isinstance(error, MessageCommandError):
             # FIN/REQ/TOUCH have no success answer: never match their errors by position
+            if self._syncs and error.message_id in (SYNC_ID_FORK, SYNC_ID_VANILLA):
+                future = self._syncs.popleft()
+                if not future.done():
+                    future.set_result(None)
+                return
             self._report(error)
             return
         fatal = error.needs_reconnect(after, fork=fork)
@@ -756,6 +801,10 @@ class NsqdConnection:
             pending = self._pending.popleft()
             if not pending.future.done():
                 pending.future.set_exception(waiter_error)
+        while self._syncs:
+            future = self._syncs.popleft()
+            if not future.done():
+                future.set_exception(waiter_error)
         self._messages.put_nowait(None)
         self._in_flight_changed.set()
         self._closed.set()

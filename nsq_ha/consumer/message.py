@@ -1,0 +1,219 @@
+"""A delivered message, as consumers see it.
+
+A :class:`Message` remembers the connection that delivered it: nsqd accepts FIN, REQ and TOUCH
+only there (the fork looks the id up in that client's in-flight set). Once that connection is
+gone the message cannot be answered (:class:`~nsq_ha.errors.MessageConnectionGoneError`); nsqd
+redelivers it after ``msg_timeout``.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+from nsq_ha.errors import MessageAlreadyRespondedError, RemoteProtocolError
+from nsq_ha.protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG, DecodedMessage
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["Message", "Outcome"]
+
+#: Key of the dispatch tag in an ext JSON header (PROTOCOL.md §4.3).
+TAG_KEY = "##client_dispatch_tag"
+
+
+class Outcome(enum.Enum):
+    """How a message was answered."""
+
+    FINISHED = "finished"
+    REQUEUED = "requeued"
+    #: the delivering connection closed before an answer; nsqd redelivers it
+    ABANDONED = "abandoned"
+    #: nsqd timed it out and delivered it again (a newer Message object) before an answer
+    TIMED_OUT = "timed out"
+
+
+class _Owner(Protocol):
+    """What a message needs from its consumer (implemented by the consumer's connection slot)."""
+
+    topic: str
+    channel: str
+    partition: int | None
+    address: str
+    ordered: bool
+
+    def finish(self, message: Message) -> None: ...
+
+    def requeue(self, message: Message, delay: float | None, backoff: bool) -> None: ...
+
+    def touch(self, message: Message) -> None: ...
+
+
+class Message:
+    """One delivered message; answer it with :meth:`finish` or :meth:`requeue`.
+
+    Attributes: ``body``, ``id`` (16 bytes as delivered), ``attempts``, ``timestamp`` (ns),
+    ``topic``, ``channel``, ``partition`` (``None`` on vanilla), ``address`` (the nsqd), and on
+    the fork ``internal_id``/``trace_id``; ``offset``/``raw_size`` on ordered (and advanced)
+    subscriptions; ``ext`` (the JSON header as a dict) and ``tag`` on ext topics.
+    """
+
+    __slots__ = ("_decoded", "_ext", "_owner", "delivered_at", "outcome")
+
+    def __init__(self, decoded: DecodedMessage, owner: _Owner) -> None:
+        """Wrap a decoded frame delivered by ``owner``'s connection."""
+        self._decoded = decoded
+        self._owner = owner
+        self._ext: Mapping[str, Any] | None = None
+        #: ``time.monotonic()`` when it arrived
+        self.delivered_at = time.monotonic()
+        #: ``None`` until answered
+        self.outcome: Outcome | None = None
+
+    def __repr__(self) -> str:
+        """Show where it came from and its state."""
+        where = self.topic if self.partition is None else f"{self.topic}/{self.partition}"
+        extra = f" offset={self.offset}" if self.offset is not None else ""
+        state = self.outcome.value if self.outcome else "in flight"
+        return (
+            f"<Message {where} id={self.id.hex()} attempts={self.attempts}{extra} "
+            f"{len(self.body)}B {state}>"
+        )
+
+    # -- what was delivered -------------------------------------------------------------------
+
+    @property
+    def body(self) -> bytes:
+        """The message body."""
+        return self._decoded.body
+
+    @property
+    def id(self) -> bytes:
+        """The 16-byte id (fork: u64 internal id + u64 trace id; vanilla: 16 hex characters)."""
+        return self._decoded.id
+
+    @property
+    def internal_id(self) -> int | None:
+        """Fork: the partition's message number (ids repeat across partitions)."""
+        return self._decoded.internal_id
+
+    @property
+    def trace_id(self) -> int | None:
+        """Fork: the publisher's trace id (0 when it gave none); vanilla: ``None``."""
+        return self._decoded.trace_id
+
+    @property
+    def attempts(self) -> int:
+        """Deliveries so far, this one included."""
+        return self._decoded.attempts
+
+    @property
+    def timestamp(self) -> int:
+        """When nsqd stored the message, Unix nanoseconds."""
+        return self._decoded.timestamp
+
+    @property
+    def offset(self) -> int | None:
+        """Queue byte offset in the partition (ordered/advanced subscriptions): checkpoint it."""
+        return self._decoded.offset
+
+    @property
+    def raw_size(self) -> int | None:
+        """Stored size in bytes (ordered/advanced subscriptions); next offset = offset + this."""
+        return self._decoded.raw_size
+
+    @property
+    def ext_version(self) -> int | None:
+        """Ext topics: 0 (none), 2 (tag) or 4 (JSON header)."""
+        return self._decoded.ext_version
+
+    @property
+    def ext_data(self) -> bytes | None:
+        """Ext topics: the raw ext bytes."""
+        return self._decoded.ext_data
+
+    @property
+    def ext(self) -> Mapping[str, Any]:
+        """The ext JSON header (``{}`` without one). Raises RemoteProtocolError if malformed."""
+        if self._ext is None:
+            self._ext = self._decoded.json_header()
+        return self._ext
+
+    @property
+    def tag(self) -> str | None:
+        """The dispatch tag (``##client_dispatch_tag``, or a version-2 ext), if any."""
+        if self.ext_version == EXT_VERSION_TAG and self.ext_data:
+            return self.ext_data.decode("utf-8", errors="replace")
+        if self.ext_version == EXT_VERSION_JSON:
+            try:
+                value = self.ext.get(TAG_KEY)
+            except RemoteProtocolError:
+                return None
+            return value if isinstance(value, str) else None
+        return None
+
+    @property
+    def decoded(self) -> DecodedMessage:
+        """The frame as decoded by :mod:`nsq_ha.protocol`."""
+        return self._decoded
+
+    @property
+    def topic(self) -> str:
+        """The topic."""
+        return self._owner.topic
+
+    @property
+    def channel(self) -> str:
+        """The channel."""
+        return self._owner.channel
+
+    @property
+    def partition(self) -> int | None:
+        """The partition (``None`` on vanilla nsqd)."""
+        return self._owner.partition
+
+    @property
+    def address(self) -> str:
+        """The nsqd that delivered it."""
+        return self._owner.address
+
+    @property
+    def ordered(self) -> bool:
+        """True when it came through an ordered (SUB_ORDERED) subscription."""
+        return self._owner.ordered
+
+    @property
+    def responded(self) -> bool:
+        """True once finished, requeued or abandoned."""
+        return self.outcome is not None
+
+    # -- answers ------------------------------------------------------------------------------
+
+    def _check(self, action: str) -> None:
+        if self.outcome is not None:
+            raise MessageAlreadyRespondedError(
+                f"cannot {action} {self!r}: it was already {self.outcome.value}"
+            )
+
+    async def finish(self) -> None:
+        """Acknowledge: nsqd forgets the message (FIN on the delivering connection)."""
+        self._check("finish")
+        self._owner.finish(self)
+
+    async def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
+        """Give the message back for redelivery after ``delay`` seconds.
+
+        ``delay=None`` uses the consumer's requeue policy. On ordered channels nsqd ignores a
+        delay (the message would come back only after ``msg_timeout``), so the consumer sends
+        0 there and logs that it did. ``backoff=True`` counts as a failure for the consumer's
+        backoff (every connection pauses); ``False`` requeues quietly.
+        """
+        self._check("requeue")
+        self._owner.requeue(self, delay, backoff)
+
+    async def touch(self) -> None:
+        """Reset the message's timeout on nsqd (keep it while a slow handler works)."""
+        self._check("touch")
+        self._owner.touch(self)

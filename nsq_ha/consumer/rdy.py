@@ -1,0 +1,359 @@
+"""RDY planning for a consumer with many connections: pure, no I/O, the clock passed in.
+
+nsqd sends a connection messages while its in-flight count is below the connection's RDY
+(PROTOCOL.md §2.4): RDY is a level, not a credit, so it is only sent when the wanted level
+changes, never once per message. :class:`RdyPlanner` decides those levels for every connection
+of one consumer and returns the changes to send; the consumer sends them.
+
+Rules (PROTOCOL.md §6.5 describes what the fork's SDKs and pynsq do; these are ours):
+
+* **Budget.** ``sum(max(rdy, in_flight))`` over the connections never exceeds
+  ``max_in_flight``: a message already delivered keeps its share of the budget until it is
+  finished or requeued, even after its connection's RDY was lowered. So nsqd can never have more
+  than ``max_in_flight`` messages out to this consumer.
+* **Probe, then full.** A new connection gets RDY 1; after its first message it gets its share
+  ``max(1, max_in_flight // connections)``, capped by the connection's ``max_rdy_count`` and by
+  its own cap (1 on ordered channels, where nsqd has at most one message in flight per
+  partition anyway). A new connection lowers the others to the new share at once.
+* **More connections than budget** (``max_in_flight < connections``): each connection gets at
+  most 1; :meth:`RdyPlanner.redistribute` (called periodically) takes RDY from connections idle
+  for ``idle_timeout`` or holding it for ``hold_timeout`` while others wait, and gives the
+  budget to the connections that have waited longest. Every partition gets its turn.
+* **Backoff.** :meth:`RdyPlanner.failure` raises the backoff level and sets every connection to
+  RDY 0; when the consumer's timer fires (:meth:`RdyPlanner.backoff_elapsed`) one connection
+  gets RDY 1 to test the waters, once nothing else is in flight. A success lowers the level (at
+  level 0 every connection is back to its share); a failure raises it again.
+* ``max_in_flight == 0`` pauses everything; raising it again re-probes every connection.
+
+Ties between waiting connections go to the one that has waited longest (then the one added
+first): deterministic, and no connection waits forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+
+from nsq_ha.errors import ConfigError
+
+__all__ = ["ConnRdy", "RdyPlanner"]
+
+#: nsqd's default ``--max-rdy-count``.
+DEFAULT_MAX_RDY = 2500
+#: A connection counts as starved when its in-flight count reaches this share of its RDY.
+STARVED_RATIO = 0.85
+
+
+@dataclass(slots=True)
+class ConnRdy:
+    """What the planner knows of one connection."""
+
+    key: Hashable
+    order: int
+    max_rdy: int
+    cap: int
+    rdy: int = 0
+    in_flight: int = 0
+    got_message: bool = False
+    #: when RDY last went from 0 to above 0 (or the last message came): idleness is measured here
+    active_at: float = 0.0
+    #: when RDY last went from 0 to above 0 (how long it has been held)
+    rdy_since: float = 0.0
+    #: when RDY last became 0 (how long it has waited)
+    waiting_since: float = 0.0
+
+
+class RdyPlanner:
+    """Decides each connection's RDY. Every method returns ``{key: new_rdy}`` for the changes.
+
+    ``clock`` returns seconds (monotonic); tests pass a fake one.
+    """
+
+    def __init__(
+        self,
+        max_in_flight: int,
+        *,
+        idle_timeout: float = 10.0,
+        hold_timeout: float = 30.0,
+        max_level: int = 8,
+        clock: Callable[[], float],
+    ) -> None:
+        _check_max_in_flight(max_in_flight)
+        if idle_timeout <= 0 or hold_timeout <= 0:
+            raise ConfigError("idle_timeout and hold_timeout must be > 0")
+        if max_level < 1:
+            raise ConfigError("max_level must be >= 1")
+        self.max_in_flight = max_in_flight
+        self.idle_timeout = idle_timeout
+        self.hold_timeout = hold_timeout
+        self.max_level = max_level
+        self._clock = clock
+        self._conns: dict[Hashable, ConnRdy] = {}
+        self._order = 0
+        #: backoff level (0 = not backing off)
+        self.level = 0
+        #: in backoff and waiting for the timer (every RDY 0)
+        self.blocked = False
+
+    # -- views --------------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        states = " ".join(f"{c.key}={c.rdy}/{c.in_flight}" for c in self._conns.values())
+        return (
+            f"<RdyPlanner max_in_flight={self.max_in_flight} level={self.level} "
+            f"blocked={self.blocked} {states}>"
+        )
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._conns
+
+    def rdy(self, key: Hashable) -> int:
+        """The RDY last decided for ``key``."""
+        return self._conns[key].rdy
+
+    def in_flight(self, key: Hashable) -> int:
+        """Messages of ``key`` delivered and not yet finished or requeued."""
+        return self._conns[key].in_flight
+
+    @property
+    def total_rdy(self) -> int:
+        """Sum of RDY over the connections."""
+        return sum(c.rdy for c in self._conns.values())
+
+    @property
+    def total_in_flight(self) -> int:
+        """Messages delivered and not yet finished or requeued, over the connections."""
+        return sum(c.in_flight for c in self._conns.values())
+
+    @property
+    def used(self) -> int:
+        """The budget in use: ``sum(max(rdy, in_flight))``."""
+        return sum(max(c.rdy, c.in_flight) for c in self._conns.values())
+
+    @property
+    def backing_off(self) -> bool:
+        """True while the backoff level is above 0."""
+        return self.level > 0
+
+    def share(self) -> int:
+        """RDY a connection gets after its probe: ``max(1, max_in_flight // connections)``."""
+        if not self._conns or self.max_in_flight == 0:
+            return 0
+        return max(1, self.max_in_flight // len(self._conns))
+
+    def is_starved(self) -> bool:
+        """True when some connection holds nearly its whole RDY in flight.
+
+        A consumer that batches messages should then process what it holds: nsqd sends that
+        connection nothing more until something is finished or requeued.
+        """
+        return any(
+            c.in_flight > 0 and c.in_flight >= max(1.0, c.rdy * STARVED_RATIO)
+            for c in self._conns.values()
+        )
+
+    def needs_redistribution(self) -> bool:
+        """True when :meth:`redistribute` has work to do (more connections than budget, or a
+        backoff test connection that might sit idle)."""
+        return len(self._conns) > self.max_in_flight or (self.backing_off and not self.blocked)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def add(
+        self, key: Hashable, *, max_rdy: int = DEFAULT_MAX_RDY, cap: int | None = None
+    ) -> dict[Hashable, int]:
+        """A connection subscribed; ``max_rdy`` is its ``max_rdy_count``, ``cap`` our own limit."""
+        if key in self._conns:
+            raise ConfigError(f"connection {key!r} is already planned")
+        if max_rdy < 1:
+            raise ConfigError(f"max_rdy must be >= 1, got {max_rdy}")
+        now = self._clock()
+        self._order += 1
+        limit = max_rdy if cap is None else max(1, min(cap, max_rdy))
+        self._conns[key] = ConnRdy(
+            key, self._order, max_rdy, limit, active_at=now, waiting_since=now
+        )
+        return self._plan({})
+
+    def remove(self, key: Hashable) -> dict[Hashable, int]:
+        """A connection is gone (its in-flight messages with it); its budget is freed."""
+        changes: dict[Hashable, int] = {}
+        if self._conns.pop(key, None) is not None:
+            self._plan(changes)
+        return changes
+
+    def message(self, key: Hashable) -> dict[Hashable, int]:
+        """A message arrived on ``key``."""
+        conn = self._conns.get(key)
+        if conn is None:
+            return {}
+        conn.in_flight += 1
+        conn.active_at = self._clock()
+        first = not conn.got_message
+        conn.got_message = True
+        if first and not self.backing_off:
+            return self._plan({})
+        return {}
+
+    def done(self, key: Hashable, *, success: bool | None = None) -> dict[Hashable, int]:
+        """A message of ``key`` was finished or requeued.
+
+        ``success`` feeds backoff: ``True`` lowers the level, ``False`` raises it (like
+        :meth:`failure`), ``None`` leaves it alone (a requeue without backoff).
+        """
+        changes: dict[Hashable, int] = {}
+        conn = self._conns.get(key)
+        if conn is not None and conn.in_flight > 0:
+            conn.in_flight -= 1
+        if success is False:
+            return self.failure()
+        if success and self.backing_off and not self.blocked:
+            self.level -= 1
+            if self.level > 0:
+                self._block(changes)  # continue backing off, with a shorter wait
+                return changes
+            for c in self._conns.values():
+                c.got_message = True  # straight back to full shares
+        return self._plan(changes)
+
+    def failure(self) -> dict[Hashable, int]:
+        """A message failed: raise the backoff level and stop every connection (RDY 0).
+
+        The consumer then waits ``backoff(level)`` and calls :meth:`backoff_elapsed`. A failure
+        while already waiting (a message that was in flight before) changes nothing.
+        """
+        changes: dict[Hashable, int] = {}
+        if self.blocked:
+            return changes
+        self.level = min(self.max_level, self.level + 1)
+        self._block(changes)
+        return changes
+
+    def backoff_elapsed(self) -> dict[Hashable, int]:
+        """The backoff wait is over: let one connection test the waters with RDY 1."""
+        changes: dict[Hashable, int] = {}
+        if self.blocked:
+            self.blocked = False
+            self._plan(changes)
+        return changes
+
+    def set_max_in_flight(self, max_in_flight: int) -> dict[Hashable, int]:
+        """Change the budget; connections above their new share are lowered at once."""
+        _check_max_in_flight(max_in_flight)
+        reenabled = self.max_in_flight == 0 and max_in_flight > 0
+        self.max_in_flight = max_in_flight
+        if max_in_flight == 0 or reenabled:
+            for c in self._conns.values():
+                c.got_message = False  # probe again when enabled
+        return self._plan({})
+
+    def redistribute(self) -> dict[Hashable, int]:
+        """Periodic: move RDY away from idle connections (and from long holders while others
+        wait) when the budget is smaller than the number of connections, or in backoff."""
+        changes: dict[Hashable, int] = {}
+        if not self.needs_redistribution():
+            return changes
+        now = self._clock()
+        conns = self._ordered()
+        waiting = sum(1 for c in conns if c.rdy == 0 and c.in_flight == 0)
+        holders = [c for c in conns if c.rdy > 0]
+        for c in holders:
+            if now - c.active_at >= self.idle_timeout:
+                self._set(c, 0, changes)
+                waiting -= 1
+        # long holders make way for the connections waiting, the longest holders first
+        long_held = [c for c in holders if c.rdy > 0 and now - c.rdy_since >= self.hold_timeout]
+        for c in sorted(long_held, key=lambda c: (c.rdy_since, c.order))[: max(0, waiting)]:
+            self._set(c, 0, changes)
+        return self._plan(changes)
+
+    def stop(self) -> dict[Hashable, int]:
+        """Closing: every connection to RDY 0 for good."""
+        changes: dict[Hashable, int] = {}
+        self.max_in_flight = 0
+        for c in self._conns.values():
+            self._set(c, 0, changes)
+        return changes
+
+    # -- planning -----------------------------------------------------------------------------
+
+    def _ordered(self) -> list[ConnRdy]:
+        return sorted(self._conns.values(), key=lambda c: c.order)
+
+    def _longest_waiting(self, candidates: Iterable[ConnRdy]) -> list[ConnRdy]:
+        return sorted(candidates, key=lambda c: (c.waiting_since, c.order))
+
+    def _set(self, conn: ConnRdy, value: int, changes: dict[Hashable, int]) -> None:
+        if conn.rdy == value:
+            return
+        now = self._clock()
+        if conn.rdy == 0:
+            conn.rdy_since = now
+            conn.active_at = now
+        if value == 0:
+            conn.waiting_since = now
+        conn.rdy = value
+        changes[conn.key] = value
+
+    def _block(self, changes: dict[Hashable, int]) -> None:
+        self.blocked = True
+        for c in self._conns.values():
+            self._set(c, 0, changes)
+
+    def _goal(self, conn: ConnRdy, share: int) -> int:
+        if not conn.got_message:
+            return 1
+        return max(1, min(share, conn.cap))
+
+    def _plan(self, changes: dict[Hashable, int]) -> dict[Hashable, int]:
+        """Bring every connection toward its goal within the budget; record the changes."""
+        conns = self._ordered()
+        if self.max_in_flight == 0 or self.blocked:
+            for c in conns:
+                self._set(c, 0, changes)
+            return changes
+        if self.backing_off:
+            return self._plan_test(conns, changes)
+        share = self.share()
+        many = len(conns) > self.max_in_flight
+        # lower first: a new connection or a smaller budget shrinks the others at once
+        for c in conns:
+            goal = 1 if many else self._goal(c, share)
+            if c.rdy > goal:
+                self._set(c, goal, changes)
+        used = self.used
+        if used > self.max_in_flight:  # a smaller budget: take RDY from the longest holders
+            for c in sorted((c for c in conns if c.rdy), key=lambda c: (c.rdy_since, c.order)):
+                if used <= self.max_in_flight:
+                    break
+                before = max(c.rdy, c.in_flight)
+                self._set(c, 0, changes)
+                used -= before - c.in_flight
+        # then raise, longest-waiting first, while the budget allows
+        for c in self._longest_waiting(conns):
+            goal = 1 if many else self._goal(c, share)
+            if c.rdy >= goal or (many and c.rdy == 0 and c.in_flight > 0):
+                continue
+            extra = max(goal, c.in_flight) - max(c.rdy, c.in_flight)
+            if used + extra > self.max_in_flight:
+                continue
+            used += extra
+            self._set(c, goal, changes)
+        return changes
+
+    def _plan_test(self, conns: list[ConnRdy], changes: dict[Hashable, int]) -> dict[Hashable, int]:
+        """Backoff, after the wait: one connection at RDY 1 once nothing is in flight."""
+        testers = [c for c in conns if c.rdy > 0]
+        for extra in testers[1:]:
+            self._set(extra, 0, changes)
+        if testers or self.total_in_flight > 0:
+            return changes
+        candidates = self._longest_waiting(conns)
+        if candidates:
+            self._set(candidates[0], 1, changes)
+        return changes
+
+
+def _check_max_in_flight(value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"max_in_flight must be an int >= 0, got {value!r}")

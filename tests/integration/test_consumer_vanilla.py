@@ -1,0 +1,370 @@
+"""Consumer against real vanilla nsqd/nsqlookupd 1.3.0 (nsqd= addresses and lookupd=)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import httpx
+import pytest
+
+from nsq_ha import sync
+from nsq_ha.consumer import Consumer, Fixed, Message
+from nsq_ha.errors import (
+    ConfigError,
+    MessageAlreadyRespondedError,
+    MessageConnectionGoneError,
+    UnsupportedByServerError,
+)
+from nsq_ha.producer import Producer
+from nsq_ha.testing.servers import VanillaCluster
+
+pytestmark = pytest.mark.vanilla
+
+
+def _topic() -> str:
+    return f"cv_{uuid.uuid4().hex[:10]}"
+
+
+async def publish(address: str, topic: str, bodies: list[bytes]) -> None:
+    async with Producer(nsqd=address) as producer:
+        for start in range(0, len(bodies), 1000):
+            await producer.publish_many(topic, bodies[start : start + 1000])
+
+
+def channel_stats(cluster: VanillaCluster, topic: str, channel: str) -> dict[str, int]:
+    """in_flight_count, depth, deferred_count of ``channel`` summed over the nsqd nodes."""
+    totals = {"in_flight_count": 0, "depth": 0, "deferred_count": 0, "client_count": 0}
+    for node in cluster.nodes:
+        data = httpx.get(
+            f"{node.http_url}/stats", params={"format": "json", "topic": topic}, timeout=5
+        ).json()
+        for entry in data.get("topics") or []:
+            for ch in entry.get("channels") or []:
+                if ch["channel_name"] == channel:
+                    for key in totals:
+                        totals[key] += ch.get(key, 0)
+    return totals
+
+
+async def wait_for_count(consumer: Consumer, name: str, count: int, within: float = 60) -> None:
+    """Poll ``consumer.stats[name]`` until it reaches ``count``."""
+    async with asyncio.timeout(within):
+        while consumer.stats[name] < count:  # noqa: ASYNC110 - polling a counter
+            await asyncio.sleep(0.05)
+
+
+async def collect(consumer: Consumer, count: int, within: float = 30.0) -> list[Message]:
+    received: list[Message] = []
+
+    async def loop() -> None:
+        async for message in consumer:
+            received.append(message)
+            await message.finish()
+            if len(received) == count:
+                return
+
+    await asyncio.wait_for(loop(), within)
+    return received
+
+
+async def test_lookupd_consumer_reads_every_node_with_vanilla_message_fields(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    vanilla_cluster.create_topic(topic)
+    for index, node in enumerate(vanilla_cluster.nodes):
+        await publish(node.tcp_address, topic, [b"n%d-%d" % (index, i) for i in range(50)])
+    await asyncio.sleep(0.3)  # nsqd registers the topic with nsqlookupd asynchronously
+    async with Consumer(topic, "all", lookupd=vanilla_cluster.lookupd_http) as consumer:
+        assert len(consumer.connections) == len(vanilla_cluster.nodes)
+        messages = await collect(consumer, 100)
+        stats = consumer.stats
+    bodies = sorted(m.body for m in messages)
+    assert bodies == sorted(b"n%d-%d" % (n, i) for n in range(2) for i in range(50))
+    first = messages[0]
+    assert len(first.id) == 16
+    assert first.id.isalnum()
+    assert (first.trace_id, first.partition, first.offset, first.ext) == (None, None, None, {})
+    assert first.attempts == 1
+    assert first.timestamp > 1_600_000_000 * 10**9
+    assert {m.address for m in messages} == {n.tcp_address for n in vanilla_cluster.nodes}
+    assert stats["received"] == stats["finished"] == 100
+    assert stats["in_flight"] == 0
+    assert channel_stats(vanilla_cluster, topic, "all")["in_flight_count"] == 0
+
+
+async def test_run_finishes_on_return_and_requeues_on_exception_with_attempts(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    await publish(address, topic, [b"ok", b"flaky"])
+    seen: list[tuple[bytes, int]] = []
+    done = asyncio.Event()
+
+    async def handler(message: Message) -> None:
+        seen.append((message.body, message.attempts))
+        if message.body == b"flaky" and message.attempts < 3:
+            raise RuntimeError("not yet")
+        if len(seen) == 4:
+            done.set()
+
+    consumer = Consumer(
+        topic, "run", nsqd=address, requeue_delay=0.05, backoff=Fixed(0.1), max_in_flight=5
+    )
+    runner = asyncio.create_task(consumer.run(handler))
+    await asyncio.wait_for(done.wait(), 20)
+    await consumer.close()
+    await runner  # run() returns once the consumer is closed
+    assert sorted(seen) == [(b"flaky", 1), (b"flaky", 2), (b"flaky", 3), (b"ok", 1)]
+    stats = consumer.stats
+    assert (stats["finished"], stats["requeued"], stats["received"]) == (2, 2, 4)
+    assert channel_stats(vanilla_cluster, topic, "run")["depth"] == 0
+
+
+async def test_max_attempts_gives_up_through_on_give_up_then_finishes(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    await publish(address, topic, [b"poison"])
+    given_up: list[int] = []
+    gave_up = asyncio.Event()
+
+    def on_give_up(message: Message) -> None:
+        given_up.append(message.attempts)
+        gave_up.set()
+
+    async def handler(message: Message) -> None:
+        raise ValueError("always fails")
+
+    consumer = Consumer(
+        topic,
+        "poison",
+        nsqd=address,
+        max_attempts=2,
+        on_give_up=on_give_up,
+        requeue_delay=0,
+        backoff=None,
+    )
+    runner = asyncio.create_task(consumer.run(handler))
+    await asyncio.wait_for(gave_up.wait(), 20)
+    await consumer.close()
+    await runner
+    assert given_up == [3]
+    stats = consumer.stats
+    assert (stats["requeued"], stats["given_up"], stats["finished"]) == (2, 1, 1)
+    assert channel_stats(vanilla_cluster, topic, "poison")["depth"] == 0
+
+
+async def test_touch_keeps_a_slow_message_and_without_it_it_comes_back(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    await publish(address, topic, [b"slow-touched", b"slow-untouched"])
+    async with Consumer(topic, "slow", nsqd=address, msg_timeout=1.0, max_in_flight=1) as c:
+        touched = await c.get(timeout=10)
+        assert touched is not None
+        assert touched.body == b"slow-touched"
+        for _ in range(6):  # 2.4 s, well past the 1 s msg_timeout
+            await asyncio.sleep(0.4)
+            await touched.touch()
+        await touched.finish()  # still ours: no E_FIN_FAILED, no redelivery
+        untouched = await c.get(timeout=10)
+        assert untouched is not None
+        assert untouched.attempts == 1
+        again = await c.get(timeout=10)  # not answered: nsqd times it out and sends it again
+        assert again is not None
+        assert again.body == b"slow-untouched"
+        assert again.attempts == 2
+        with pytest.raises(MessageAlreadyRespondedError):
+            await untouched.finish()
+        await again.finish()
+        stats = c.stats
+    assert (stats["received"], stats["finished"], stats["timed_out"]) == (3, 2, 1)
+
+
+async def test_close_under_load_leaves_nothing_in_flight(vanilla_cluster: VanillaCluster) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    published = 50_000
+    await publish(address, topic, [b"m%d" % i for i in range(published)])
+    handled = 0
+
+    async def handler(message: Message) -> None:
+        nonlocal handled
+        handled += 1
+        await asyncio.sleep(0.001 * (handled % 5))
+
+    consumer = Consumer(topic, "load", nsqd=address, max_in_flight=2500, drain_timeout=5)
+    runner = asyncio.create_task(consumer.run(handler, concurrency=200))
+    await wait_for_count(consumer, "finished", 10_000)
+    await consumer.close()
+    await runner
+    stats = consumer.stats
+    after = channel_stats(vanilla_cluster, topic, "load")
+    print(f"CLOSE-UNDER-LOAD vanilla stats={stats} nsqd={after}")
+    assert after["in_flight_count"] == 0
+    assert after["deferred_count"] == 0
+    assert stats["requeued"] > 0, "nothing was in flight at close: no load"
+    assert stats["finished"] + after["depth"] == published
+    assert stats["in_flight"] == 0
+
+
+async def test_one_in_flight_over_two_nodes_starves_neither(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    vanilla_cluster.create_topic(topic)
+    for index, node in enumerate(vanilla_cluster.nodes):
+        await publish(node.tcp_address, topic, [b"n%d-%d" % (index, i) for i in range(200)])
+    await asyncio.sleep(0.3)
+    per_node: dict[str, int] = {}
+    async with Consumer(
+        topic,
+        "starve",
+        lookupd=vanilla_cluster.lookupd_http,
+        max_in_flight=1,
+        rdy_redistribute_interval=0.1,
+        low_rdy_timeout=0.3,
+    ) as consumer:
+        deadline = time.monotonic() + 20
+        while len(per_node) < 2 and time.monotonic() < deadline:
+            message = await consumer.get(timeout=5)
+            assert message is not None
+            per_node[message.address] = per_node.get(message.address, 0) + 1
+            await message.finish()
+            # the budget is never exceeded, whatever the rotation does
+            assert sum(c.in_flight for c in consumer.connections.values()) <= 1
+    assert len(per_node) == 2, per_node
+
+
+async def test_backoff_pauses_every_connection_then_recovers(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    await publish(address, topic, [b"a", b"b", b"c"])
+    consumer = Consumer(
+        topic, "backoff", nsqd=address, backoff=Fixed(2.0), requeue_delay=0, max_in_flight=1
+    )
+    async with consumer:
+        first = await consumer.get(timeout=10)
+        assert first is not None
+        assert first.body == b"a"
+        await first.requeue()  # a failure: level 1, RDY 0 everywhere for 2 s
+        assert consumer.stats["backoff_level"] == 1
+        assert await consumer.get(timeout=1.0) is None  # paused although 3 are queued
+        ready = await asyncio.to_thread(_ready_count, vanilla_cluster, topic, "backoff")
+        assert ready == 0
+        received: list[Message] = []
+        while len(received) < 3:
+            message = await consumer.get(timeout=10)
+            assert message is not None
+            received.append(message)
+            await message.finish()
+        assert consumer.stats["backoff_level"] == 0
+    # (vanilla nsqd puts a requeued message behind the queued ones)
+    assert sorted((m.body, m.attempts) for m in received) == [(b"a", 2), (b"b", 1), (b"c", 1)]
+
+
+def _ready_count(cluster: VanillaCluster, topic: str, channel: str) -> int:
+    node = cluster.nodes[0]
+    data = httpx.get(
+        f"{node.http_url}/stats", params={"format": "json", "topic": topic}, timeout=5
+    ).json()
+    for entry in data["topics"]:
+        for ch in entry["channels"]:
+            if ch["channel_name"] == channel:
+                return sum(client["ready_count"] for client in ch["clients"])
+    raise AssertionError("channel not found")
+
+
+async def test_batches_and_a_message_whose_connection_is_gone(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    await publish(address, topic, [b"b%d" % i for i in range(250)])
+    batches: list[int] = []
+
+    async def handler(batch: list[Message]) -> None:
+        batches.append(len(batch))
+
+    consumer = Consumer(topic, "batch", nsqd=address, max_in_flight=100)
+    runner = asyncio.create_task(consumer.run_batches(handler, max_size=40, max_wait=0.2))
+    await wait_for_count(consumer, "finished", 250)
+    await consumer.close()
+    await runner
+    assert sum(batches) == 250
+    assert max(batches) <= 40
+
+    await publish(address, topic, [b"orphan"])
+    async with Consumer(topic, "batch", nsqd=address, msg_timeout=1.0) as consumer:
+        message = await consumer.get(timeout=10)
+        assert message is not None
+        assert message.body == b"orphan"
+        conn = next(iter(consumer.connections.values()))
+        await conn._transport.close()  # type: ignore[union-attr]  # the socket breaks
+        await conn.wait_closed()
+        with pytest.raises(MessageConnectionGoneError):
+            await message.finish()
+        again = await consumer.get(timeout=15)  # reconnected; nsqd redelivered it
+        assert again is not None
+        assert again.body == b"orphan"
+        assert again.attempts == 2
+        await again.finish()
+        assert consumer.stats["abandoned"] == 1
+
+
+async def test_sync_iterator(vanilla_cluster: VanillaCluster) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    await publish(address, topic, [b"s%d" % i for i in range(20)])
+
+    def consume() -> list[bytes]:
+        bodies: list[bytes] = []
+        with sync.Consumer(topic, "sync", nsqd=address) as consumer:
+            for message in consumer:
+                bodies.append(message.body)
+                message.finish()
+                if len(bodies) == 20:
+                    break
+        return bodies
+
+    bodies = await asyncio.to_thread(consume)
+    assert sorted(bodies) == sorted(b"s%d" % i for i in range(20))
+
+
+def test_sync_consumer_close_from_another_thread_ends_the_iteration(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    consumer = sync.Consumer(topic, "idle", nsqd=address)
+    timer = threading.Timer(0.5, consumer.close)
+    timer.start()
+    started = time.monotonic()
+    assert list(consumer) == []
+    assert time.monotonic() - started < 10
+    timer.join()
+
+
+async def test_fork_only_features_are_refused_clearly(vanilla_cluster: VanillaCluster) -> None:
+    topic = _topic()
+    vanilla_cluster.create_topic(topic)
+    address = vanilla_cluster.nodes[0].tcp_address
+    with pytest.raises(UnsupportedByServerError, match="fork"):
+        async with Consumer(topic, "o", nsqd=address, ordered=True):
+            pass
+    await asyncio.sleep(0.3)
+    with pytest.raises(ConfigError, match="partitions"):
+        async with Consumer(topic, "p", lookupd=vanilla_cluster.lookupd_http, partitions=[0]):
+            pass
+    async with Consumer(topic, "seek", lookupd=vanilla_cluster.lookupd_http) as consumer:
+        with pytest.raises(UnsupportedByServerError):
+            await consumer.seek(0, offset=0)
