@@ -1,0 +1,360 @@
+"""Consumer against the real fork cluster (etcd + nsqlookupd + 3 nsqd, the session's)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from nsq_ha.consumer import Consumer, Message
+from nsq_ha.errors import MessageAlreadyRespondedError
+from nsq_ha.producer import Producer
+from nsq_ha.testing.servers import ForkCluster
+
+pytestmark = pytest.mark.fork
+
+ORDERED = "cf_ordered"  # 4 partitions, ordered
+PLAIN = "cf_plain"  # 4 partitions
+SIX = "cf_six"  # 6 partitions
+EXT = "cf_ext"  # 2 partitions, ext
+LOAD = "cf_load"  # 2 partitions
+TOPICS = {
+    ORDERED: {"partitions": 4, "ordered": True},
+    PLAIN: {"partitions": 4},
+    SIX: {"partitions": 6},
+    EXT: {"partitions": 2, "ext": True},
+    LOAD: {"partitions": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(fork_cluster: ForkCluster) -> Iterator[ForkCluster]:
+    for name, spec in TOPICS.items():
+        if name not in fork_cluster.topics:
+            fork_cluster.create_topic(
+                name,
+                spec["partitions"],  # type: ignore[arg-type]
+                replicas=1,
+                ordered=bool(spec.get("ordered")),
+                ext=bool(spec.get("ext")),
+                wait=False,
+            )
+    for name in TOPICS:
+        fork_cluster.wait_writable(name)
+    return fork_cluster
+
+
+def _channel() -> str:
+    return f"c{uuid.uuid4().hex[:8]}"
+
+
+def channel_totals(cluster: ForkCluster, topic: str, channel: str) -> dict[str, int]:
+    """in_flight_count and depth of ``channel`` summed over every partition on every node."""
+    totals = {"in_flight_count": 0, "depth": 0}
+    for node in cluster.nodes:
+        data = httpx.get(
+            f"{node.http_url}/stats",
+            params={"format": "json", "topic": topic, "channel": channel},
+            headers={"Accept": "application/vnd.nsq; version=1.0"},
+            timeout=5,
+        ).json()
+        for entry in data.get("topics") or []:
+            if entry["topic_name"] != topic or not entry.get("is_leader", True):
+                continue
+            for ch in entry.get("channels") or []:
+                if ch["channel_name"] == channel:
+                    totals["in_flight_count"] += ch["in_flight_count"]
+                    totals["depth"] += ch["depth"]
+    return totals
+
+
+async def wait_for_count(consumer: Consumer, name: str, count: int, within: float = 120) -> None:
+    async with asyncio.timeout(within):
+        while consumer.stats[name] < count:  # noqa: ASYNC110 - polling a counter
+            await asyncio.sleep(0.05)
+
+
+async def test_ordered_topic_all_partitions_in_key_order_with_offsets_and_traces(
+    cluster: ForkCluster,
+) -> None:
+    channel = _channel()
+    keys = [f"key{i}" for i in range(12)]
+    async with Consumer(ORDERED, channel, lookupd=cluster.lookupd_http) as consumer:
+        assert consumer.is_ordered  # from meta.ordered: SUB_ORDERED without being told
+        assert {k[1] for k in consumer.connections} == {0, 1, 2, 3}
+        async with Producer(lookupd=cluster.lookupd_http) as producer:
+            for seq in range(20):
+                for index, key in enumerate(keys):
+                    await producer.publish(
+                        ORDERED,
+                        f"{key}:{seq}".encode(),
+                        sharding_key=key,
+                        trace_id=1000 * index + seq + 1,
+                    )
+        received: list[Message] = []
+        while len(received) < 240:
+            message = await consumer.get(timeout=30)
+            assert message is not None
+            received.append(message)
+            await message.finish()
+    last: dict[str, int] = {}
+    offsets: dict[int | None, list[int]] = collections.defaultdict(list)
+    for message in received:
+        key, seq_text = message.body.decode().split(":")
+        seq = int(seq_text)
+        assert seq == last.get(key, -1) + 1, f"{key}: {seq} after {last.get(key)}"
+        last[key] = seq
+        assert message.trace_id == 1000 * keys.index(key) + seq + 1
+        assert message.offset is not None
+        assert message.raw_size is not None
+        offsets[message.partition].append(message.offset)
+    assert set(offsets) == {0, 1, 2, 3}
+    for partition, values in offsets.items():
+        assert values == sorted(values), partition
+
+
+async def test_three_members_split_six_partitions_without_overlap(cluster: ForkCluster) -> None:
+    channel = _channel()
+    consumers = [
+        Consumer(SIX, channel, lookupd=cluster.lookupd_http, member=(i, 3)) for i in range(3)
+    ]
+    for consumer in consumers:
+        await consumer.start()
+    try:
+        for index, consumer in enumerate(consumers):
+            assert {k[1] for k in consumer.connections} == {index, index + 3}
+        async with Producer(lookupd=cluster.lookupd_http) as producer:
+            await asyncio.gather(
+                *(
+                    producer.publish(SIX, b"p%d-%d" % (p, i), partition=p)
+                    for p in range(6)
+                    for i in range(30)
+                )
+            )
+        got: list[set[bytes]] = [set(), set(), set()]
+
+        async def drain(index: int) -> None:
+            while True:
+                message = await consumers[index].get(timeout=3)
+                if message is None:
+                    return
+                assert message.partition is not None
+                assert message.partition % 3 == index
+                got[index].add(message.body)
+                await message.finish()
+
+        await asyncio.gather(*(drain(i) for i in range(3)))
+    finally:
+        await asyncio.gather(*(c.close() for c in consumers))
+    assert not (got[0] & got[1])
+    assert not (got[1] & got[2])
+    assert not (got[0] & got[2])
+    assert got[0] | got[1] | got[2] == {b"p%d-%d" % (p, i) for p in range(6) for i in range(30)}
+
+
+async def test_touch_keeps_a_message_and_without_it_it_comes_back(cluster: ForkCluster) -> None:
+    channel = _channel()
+    async with Consumer(
+        PLAIN, channel, lookupd=cluster.lookupd_http, partitions=[1], msg_timeout=2.0
+    ) as consumer:
+        async with Producer(lookupd=cluster.lookupd_http) as producer:
+            await producer.publish(PLAIN, b"touched", partition=1)
+        touched = await consumer.get(timeout=20)
+        assert touched is not None
+        assert touched.body == b"touched"
+        for _ in range(10):  # 4 s, twice the msg_timeout
+            await asyncio.sleep(0.4)
+            await touched.touch()
+        await touched.finish()
+        async with Producer(lookupd=cluster.lookupd_http) as producer:
+            await producer.publish(PLAIN, b"untouched", partition=1)
+        untouched = await consumer.get(timeout=20)
+        assert untouched is not None
+        again = await consumer.get(timeout=20)
+        assert again is not None
+        assert (again.body, again.attempts) == (b"untouched", untouched.attempts + 1)
+        assert again.internal_id == untouched.internal_id
+        with pytest.raises(MessageAlreadyRespondedError):
+            await untouched.finish()
+        await again.finish()
+        stats = consumer.stats
+    assert (stats["received"], stats["finished"], stats["timed_out"]) == (3, 2, 1)
+
+
+async def test_give_up_on_plain_channels_and_never_by_default_on_ordered_ones(
+    cluster: ForkCluster,
+) -> None:
+    channel = _channel()
+    given_up: list[int] = []
+    for topic in (PLAIN, ORDERED):  # a new fork channel starts at the end: create them first
+        async with Consumer(topic, channel, lookupd=cluster.lookupd_http, max_in_flight=0):
+            pass
+    async with Producer(lookupd=cluster.lookupd_http) as producer:
+        await producer.publish(PLAIN, b"poison", partition=2)
+        await producer.publish(ORDERED, b"poison", partition=2)
+
+    async def always_fails(message: Message) -> None:
+        raise ValueError("fails")
+
+    plain = Consumer(
+        PLAIN,
+        channel,
+        lookupd=cluster.lookupd_http,
+        partitions=[2],
+        max_attempts=2,
+        requeue_delay=0,
+        backoff=None,
+        on_give_up=lambda m: given_up.append(m.attempts),
+    )
+    runner = asyncio.create_task(plain.run(always_fails))
+    await wait_for_count(plain, "given_up", 1, within=30)
+    await plain.close()
+    await runner
+    assert given_up == [3]
+    assert plain.stats["finished"] == 1
+
+    attempts: list[int] = []
+    done = asyncio.Event()
+
+    async def fails_three_times(message: Message) -> None:
+        attempts.append(message.attempts)
+        if message.attempts <= 3:
+            raise ValueError("fails")
+        done.set()
+
+    ordered = Consumer(
+        ORDERED,
+        channel,
+        lookupd=cluster.lookupd_http,
+        partitions=[2],
+        max_attempts=2,
+        requeue_delay=0,
+        backoff=None,
+    )
+    runner = asyncio.create_task(ordered.run(fails_three_times))
+    await asyncio.wait_for(done.wait(), 30)
+    await ordered.close()
+    await runner
+    assert attempts[-4:] == [1, 2, 3, 4]  # attempts 3 and 4 still reached the handler
+    assert ordered.stats["given_up"] == 0
+
+
+async def test_close_under_load_leaves_nothing_in_flight(cluster: ForkCluster) -> None:
+    channel = _channel()
+    published = 50_000
+    # the channel must exist before the messages, or it starts at their end
+    async with Consumer(LOAD, channel, lookupd=cluster.lookupd_http, max_in_flight=0):
+        pass
+    async with Producer(lookupd=cluster.lookupd_http) as producer:
+        for partition in (0, 1):
+            for start in range(0, published // 2, 1000):
+                await producer.publish_many(
+                    LOAD, [b"m%d" % i for i in range(start, start + 1000)], partition=partition
+                )
+    handled = 0
+
+    async def handler(message: Message) -> None:
+        nonlocal handled
+        handled += 1
+        await asyncio.sleep(0.001 * (handled % 5))
+
+    consumer = Consumer(
+        LOAD, channel, lookupd=cluster.lookupd_http, max_in_flight=2500, drain_timeout=5
+    )
+    runner = asyncio.create_task(consumer.run(handler, concurrency=200))
+    await wait_for_count(consumer, "finished", 10_000)
+    await consumer.close()
+    await runner
+    stats = consumer.stats
+    after = await asyncio.to_thread(channel_totals, cluster, LOAD, channel)
+    print(f"CLOSE-UNDER-LOAD fork stats={stats} nsqd={after}")
+    assert after["in_flight_count"] == 0
+    assert stats["requeued"] > 0, "nothing was in flight at close: no load"
+    assert stats["finished"] + after["depth"] == published
+
+
+async def test_two_in_flight_over_four_partitions_starves_none(cluster: ForkCluster) -> None:
+    channel = _channel()
+    async with Consumer(PLAIN, channel, lookupd=cluster.lookupd_http, max_in_flight=0):
+        pass  # create the channel first
+    async with Producer(lookupd=cluster.lookupd_http) as producer:
+        for partition in range(4):
+            await producer.publish_many(
+                PLAIN, [b"s%d-%d" % (partition, i) for i in range(300)], partition=partition
+            )
+    per_partition: collections.Counter[int | None] = collections.Counter()
+    async with Consumer(
+        PLAIN,
+        channel,
+        lookupd=cluster.lookupd_http,
+        max_in_flight=2,
+        rdy_redistribute_interval=0.1,
+        low_rdy_timeout=0.5,
+    ) as consumer:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (
+            len(per_partition) < 4 or min(per_partition.values()) < 20
+        ):
+            message = await consumer.get(timeout=5)
+            assert message is not None
+            per_partition[message.partition] += 1
+            await message.finish()
+            assert sum(c.in_flight for c in consumer.connections.values()) <= 2
+    print(f"STARVATION max_in_flight=2 per partition: {dict(per_partition)}")
+    assert set(per_partition) == {0, 1, 2, 3}
+    assert min(per_partition.values()) >= 20
+
+
+async def test_seek_to_the_start_of_an_ordered_partition_redelivers_from_there(
+    cluster: ForkCluster,
+) -> None:
+    channel = _channel()
+    async with Consumer(ORDERED, channel, lookupd=cluster.lookupd_http, partitions=[3]) as consumer:
+        async with Producer(lookupd=cluster.lookupd_http) as producer:
+            for i in range(5):
+                await producer.publish(ORDERED, b"seek%d" % i, partition=3)
+        first: list[Message] = []
+        while len(first) < 5:
+            message = await consumer.get(timeout=20)
+            assert message is not None
+            first.append(message)
+            await message.finish()
+        target = first[1]
+        assert target.offset is not None
+        await consumer.seek(3, offset=target.offset)
+        replay: list[Message] = []
+        while len(replay) < 4:
+            message = await consumer.get(timeout=20)
+            assert message is not None
+            replay.append(message)
+            await message.finish()
+    assert [m.body for m in first] == [b"seek%d" % i for i in range(5)]
+    assert [m.offset for m in replay] == [m.offset for m in first[1:]]
+    assert [m.body for m in replay] == [b"seek1", b"seek2", b"seek3", b"seek4"]
+
+
+async def test_ext_topic_consumer_identifies_with_extend_support_and_reads_headers(
+    cluster: ForkCluster,
+) -> None:
+    channel = _channel()
+    async with Consumer(EXT, channel, lookupd=cluster.lookupd_http) as consumer:
+        for conn in consumer.connections.values():
+            assert conn.negotiated.extend_support
+        async with Producer(lookupd=cluster.lookupd_http) as producer:
+            await producer.publish(
+                EXT, b"with-header", partition=0, ext={"##client_dispatch_tag": "t1", "k": "v"}
+            )
+        message = await consumer.get(timeout=20)
+        assert message is not None
+        assert message.body == b"with-header"
+        assert message.ext["k"] == "v"
+        assert message.tag == "t1"
+        await message.finish()
+    async with Consumer(PLAIN, channel, lookupd=cluster.lookupd_http) as consumer:
+        for conn in consumer.connections.values():
+            assert not conn.negotiated.extend_support
