@@ -237,10 +237,6 @@ class Consumer:
         ):
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
-        self._owns_lookup = lookupd is not None
-        self._lookup = lookup
-        if lookupd is not None:
-            self._lookup = LookupClient(lookupd, refresh_interval=lookup_interval)
         self._static: tuple[str, ...] = ()
         if nsqd is not None:
             addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
@@ -255,6 +251,9 @@ class Consumer:
         self.member = _member(member)
         if self.member is not None and self._static:
             raise ConfigError("member= needs the partition map: use lookupd= or lookup=")
+        base = config or ConnectionConfig()
+        if not isinstance(base, ConnectionConfig):
+            raise ConfigError("config must be a ConnectionConfig")
         self.ordered = ordered
         self.max_attempts = max_attempts
         self.backoff = backoff
@@ -265,9 +264,6 @@ class Consumer:
         self.rdy_redistribute_interval = float(rdy_redistribute_interval)
         self.reconnect_interval = float(reconnect_interval)
         self.max_reconnect_interval = float(max_reconnect_interval)
-        base = config or ConnectionConfig()
-        if not isinstance(base, ConnectionConfig):
-            raise ConfigError("config must be a ConnectionConfig")
         self._config = dataclasses.replace(
             base,
             msg_timeout=msg_timeout if msg_timeout is not None else base.msg_timeout,
@@ -281,6 +277,11 @@ class Consumer:
             hold_timeout=low_rdy_timeout,
             clock=time.monotonic,
         )
+        # last: every check above may refuse the arguments before a client is made
+        self._owns_lookup = lookupd is not None
+        self._lookup = lookup
+        if lookupd is not None:
+            self._lookup = LookupClient(lookupd, refresh_interval=lookup_interval)
         # what the topic turned out to be (from lookup meta or nsqd's answers)
         self._use_ordered = bool(ordered)
         self._ext = False
@@ -478,17 +479,9 @@ class Consumer:
                 self._per_partition.setdefault(partition, Counter())["leader_changes"] += 1
             self._leaders[partition] = address
         for key, slot in list(self._slots.items()):
-            moved = (
-                key[1] >= 0
-                and key not in wanted
-                and self._leaders.get(key[1])
-                not in (
-                    None,
-                    key[0],
-                )
-            )
-            if moved and not slot.retired:
-                self._retire(slot)
+            leader = self._leaders.get(key[1]) if key[1] >= 0 else None
+            if leader is not None and leader != key[0] and not slot.retired:
+                self._retire(slot)  # this partition is now read from another node
         await self._connect_all(wanted, initial=initial)
 
     async def _reconcile_static(self, *, initial: bool = False) -> None:
@@ -678,6 +671,7 @@ class Consumer:
         """The partition moved to another node: stop this connection gracefully."""
         slot.retired = True
         log.info("%s: leaving %s (the partition moved)", self.topic, slot)
+        self._apply(self._planner.remove(slot.key))  # its budget goes to the new leader
         self._spawn(self._drain_slot(slot, self.drain_timeout), f"nsq_ha-retire-{slot.key}")
 
     async def _drain_slot(self, slot: _Slot, timeout: float) -> None:  # noqa: ASYNC109
