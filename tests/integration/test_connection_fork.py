@@ -254,3 +254,21 @@ async def test_heartbeats_answered_on_the_fork(topics: Topics) -> None:
         await asyncio.sleep(3.5)  # the idle period under test, not a synchronisation
         assert conn.writes - writes >= 3
         assert await conn.publish(PLAIN, b"alive", 0) is None
+
+
+async def test_sync_is_a_round_trip_while_subscribed_and_after_cls(topics: Topics) -> None:
+    """The fork answers sync()'s TOUCH of internal id 2**63-1 with a non-fatal E_TOUCH_FAILED,
+    in SUBSCRIBED and in CLOSE_WAIT."""
+    address = topics.leader(PLAIN)
+    errors: list[object] = []
+    conn = NsqdConnection(address, on_error=errors.append)
+    await conn.connect()
+    await conn.subscribe(PLAIN, "sync_ch", 0)
+    conn.rdy(1)
+    await conn.sync(timeout=5)
+    await conn.stop_delivery()
+    assert conn.state is ConnState.CLOSE_WAIT
+    await conn.sync(timeout=5)
+    assert errors == []
+    await conn.close()
+    assert conn.close_reason is None

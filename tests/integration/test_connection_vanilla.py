@@ -251,3 +251,25 @@ async def test_connect_refused_and_closed_use(vanilla_cluster: VanillaCluster) -
     await conn.close()  # idempotent
     with pytest.raises(ConnectionClosedError):
         await conn.publish("t", b"x")
+
+
+async def test_sync_is_a_round_trip_while_subscribed_and_after_cls(address: str) -> None:
+    """sync() TOUCHes an id that is never in flight: nsqd's non-fatal E_TOUCH_FAILED answers
+    it, in SUBSCRIBED and in CLOSE_WAIT, and the connection stays usable."""
+    topic = _topic()
+    errors: list[object] = []
+    async with NsqdConnection(address) as pub:
+        await pub.publish(topic, b"x")
+    conn = NsqdConnection(address, on_error=errors.append)
+    await conn.connect()
+    await conn.subscribe(topic, "sync")
+    conn.rdy(1)
+    await conn.sync(timeout=5)
+    [message] = await take(conn, 1)
+    await conn.stop_delivery()
+    assert conn.state is ConnState.CLOSE_WAIT
+    conn.fin(message.id)
+    await conn.sync(timeout=5)  # the FIN was processed before this returned
+    assert errors == []  # the sync answers went to sync(), not to on_error
+    await conn.close()
+    assert conn.close_reason is None

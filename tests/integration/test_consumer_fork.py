@@ -358,3 +358,31 @@ async def test_ext_topic_consumer_identifies_with_extend_support_and_reads_heade
     async with Consumer(PLAIN, channel, lookupd=cluster.lookupd_http) as consumer:
         for conn in consumer.connections.values():
             assert not conn.negotiated.extend_support
+
+
+async def test_without_lookup_meta_nsqd_answers_switch_the_subscription_mode(
+    cluster: ForkCluster,
+) -> None:
+    """nsqd= straight to a leader (no meta): E_SUB_ORDER_IS_MUST switches to SUB_ORDERED and
+    E_SUB_EXTEND_NEED to extend_support, and both consumers then read their topic."""
+    channel = _channel()
+    ordered_leader = cluster.leader_of(ORDERED, 0).tcp_address
+    ext_leader = cluster.leader_of(EXT, 1).tcp_address
+    async with (
+        Consumer(ORDERED, channel, nsqd=ordered_leader, partitions=[0]) as ordered,
+        Consumer(EXT, channel, nsqd=ext_leader, partitions=[1]) as ext,
+    ):
+        assert ordered.is_ordered
+        [conn] = ext.connections.values()
+        assert conn.negotiated.extend_support
+        async with Producer(lookupd=cluster.lookupd_http) as producer:
+            await producer.publish(ORDERED, b"direct-ordered", partition=0)
+            await producer.publish(EXT, b"direct-ext", partition=1, ext={"a": "b"})
+        got_ordered = await ordered.get(timeout=20)
+        got_ext = await ext.get(timeout=20)
+        assert got_ordered is not None
+        assert got_ext is not None
+        assert (got_ordered.body, got_ordered.offset is not None) == (b"direct-ordered", True)
+        assert (got_ext.body, dict(got_ext.ext)) == (b"direct-ext", {"a": "b"})
+        await got_ordered.finish()
+        await got_ext.finish()
