@@ -19,6 +19,7 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.producer import Producer
+from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import VanillaCluster
 
 pytestmark = pytest.mark.vanilla
@@ -368,3 +369,33 @@ async def test_fork_only_features_are_refused_clearly(vanilla_cluster: VanillaCl
     async with Consumer(topic, "seek", lookupd=vanilla_cluster.lookupd_http) as consumer:
         with pytest.raises(UnsupportedByServerError):
             await consumer.seek(0, offset=0)
+
+
+async def test_a_restarted_nsqd_is_found_again_through_lookup(
+    vanilla_binaries: ServerBinaries,
+) -> None:
+    """The node goes away (SIGTERM) and comes back on the same port: the consumer notices the
+    loss, keeps asking nsqlookupd (not hammering the node), and consumes again."""
+    topic = _topic()
+    with VanillaCluster(vanilla_binaries, node_count=1) as own:
+        node = own.nodes[0]
+        own.create_topic(topic)
+        await asyncio.sleep(0.3)
+        async with Consumer(
+            topic, "restart", lookupd=own.lookupd_http, lookup_interval=0.5
+        ) as consumer:
+            await publish(node.tcp_address, topic, [b"before"])
+            first = await consumer.get(timeout=10)
+            assert first is not None
+            await first.finish()
+            await asyncio.to_thread(node.process.stop)
+            async with asyncio.timeout(10):
+                while consumer.connections:  # noqa: ASYNC110 - waiting for the loss
+                    await asyncio.sleep(0.05)
+            await asyncio.to_thread(own._start_node, node)
+            await publish(node.tcp_address, topic, [b"after"])
+            second = await consumer.get(timeout=30)
+            assert second is not None
+            assert second.body == b"after"
+            await second.finish()
+            assert len(consumer.connections) == 1
