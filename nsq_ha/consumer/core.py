@@ -904,19 +904,27 @@ class Consumer:
         await asyncio.gather(*(worker() for _ in range(count)))
 
     async def _handle(self, handler: Handler, message: Message) -> None:
+        await self._call(handler, message, [message])
+
+    async def _call(self, handler: Any, argument: object, messages: list[Message]) -> None:
+        """Run a handler; then finish the messages it left unanswered, or requeue them (with
+        backoff) if it raised."""
+        failed = False
         try:
-            result = handler(message)
+            result = handler(argument)
             if inspect.isawaitable(result):
                 await result
         except Exception as exc:
-            log.warning("handler failed on %r: %r; requeueing it", message, exc)
+            failed = True
+            log.warning(
+                "handler failed on %s: %r; requeueing",
+                repr(messages[0]) if len(messages) == 1 else f"{len(messages)} messages",
+                exc,
+            )
+        for message in messages:
             if not message.responded:
                 with contextlib.suppress(MessageResponseError):
-                    await message.requeue()
-            return
-        if not message.responded:
-            with contextlib.suppress(MessageResponseError):
-                await message.finish()
+                    await (message.requeue() if failed else message.finish())
 
     async def run_batches(
         self,
@@ -949,27 +957,10 @@ class Consumer:
                     if message is None:
                         break
                     batch.append(message)
-                await self._handle_batch(handler, batch)
+                await self._call(handler, batch, batch)
 
         await self.start()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-
-    async def _handle_batch(self, handler: BatchHandler, batch: list[Message]) -> None:
-        try:
-            result = handler(batch)
-            if inspect.isawaitable(result):
-                await result
-        except Exception as exc:
-            log.warning("batch handler failed on %d messages: %r; requeueing them", len(batch), exc)
-            for message in batch:
-                if not message.responded:
-                    with contextlib.suppress(MessageResponseError):
-                        await message.requeue()
-            return
-        for message in batch:
-            if not message.responded:
-                with contextlib.suppress(MessageResponseError):
-                    await message.finish()
 
     # -- seeking ------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from nsq_ha.connection import NsqdConnection
+from nsq_ha.consumer import Consumer
 from nsq_ha.protocol import DecodedMessage
 
 
@@ -38,3 +39,10 @@ async def drain(
         received.append(message)
         conn.fin(message.id)
     return received
+
+
+async def wait_for_count(consumer: Consumer, name: str, count: int, within: float = 120) -> None:
+    """Poll ``consumer.stats[name]`` until it reaches ``count`` (TimeoutError after ``within``)."""
+    async with asyncio.timeout(within):
+        while consumer.stats[name] < count:  # noqa: ASYNC110 - polling a counter
+            await asyncio.sleep(0.05)

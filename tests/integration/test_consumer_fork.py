@@ -16,6 +16,8 @@ from nsq_ha.errors import MessageAlreadyRespondedError
 from nsq_ha.producer import Producer
 from nsq_ha.testing.servers import ForkCluster
 
+from .helpers import wait_for_count
+
 pytestmark = pytest.mark.fork
 
 ORDERED = "cf_ordered"  # 4 partitions, ordered
@@ -71,12 +73,6 @@ def channel_totals(cluster: ForkCluster, topic: str, channel: str) -> dict[str, 
                     totals["in_flight_count"] += ch["in_flight_count"]
                     totals["depth"] += ch["depth"]
     return totals
-
-
-async def wait_for_count(consumer: Consumer, name: str, count: int, within: float = 120) -> None:
-    async with asyncio.timeout(within):
-        while consumer.stats[name] < count:  # noqa: ASYNC110 - polling a counter
-            await asyncio.sleep(0.05)
 
 
 async def test_ordered_topic_all_partitions_in_key_order_with_offsets_and_traces(

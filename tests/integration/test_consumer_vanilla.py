@@ -22,6 +22,8 @@ from nsq_ha.producer import Producer
 from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import VanillaCluster
 
+from .helpers import wait_for_count
+
 pytestmark = pytest.mark.vanilla
 
 
@@ -48,13 +50,6 @@ def channel_stats(cluster: VanillaCluster, topic: str, channel: str) -> dict[str
                     for key in totals:
                         totals[key] += ch.get(key, 0)
     return totals
-
-
-async def wait_for_count(consumer: Consumer, name: str, count: int, within: float = 60) -> None:
-    """Poll ``consumer.stats[name]`` until it reaches ``count``."""
-    async with asyncio.timeout(within):
-        while consumer.stats[name] < count:  # noqa: ASYNC110 - polling a counter
-            await asyncio.sleep(0.05)
 
 
 async def collect(consumer: Consumer, count: int, within: float = 30.0) -> list[Message]:
