@@ -1071,8 +1071,12 @@ class Consumer:
         await asyncio.gather(
             *(s.conn.close() for s in slots if s.conn is not None), return_exceptions=True
         )
-        if self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        if self._background:  # watchers end with their sockets; a stuck on_give_up is cut off
+            _, pending = await asyncio.wait(list(self._background), timeout=max(timeout, 1.0))
+            for task in pending:
+                log.warning("closing: cancelling %s, still running after %.1f s", task, timeout)
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         if self._owns_lookup and self._lookup is not None:
             await self._lookup.close()
         log.info("closed %r", self)

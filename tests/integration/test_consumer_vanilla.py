@@ -394,3 +394,30 @@ async def test_a_restarted_nsqd_is_found_again_through_lookup(
             assert second.body == b"after"
             await second.finish()
             assert len(consumer.connections) == 1
+
+
+async def test_close_cuts_off_a_stuck_on_give_up_and_requeues_its_message(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    await publish(address, topic, [b"stuck"])
+    entered = asyncio.Event()
+
+    async def never_returns(message: Message) -> None:
+        entered.set()
+        await asyncio.Event().wait()
+
+    consumer = Consumer(
+        topic, "stuck", nsqd=address, max_attempts=1, on_give_up=never_returns, backoff=None
+    )
+    async with consumer:
+        first = await consumer.get(timeout=10)
+        assert first is not None
+        await first.requeue(0)
+        await asyncio.wait_for(entered.wait(), 10)  # attempt 2 > max_attempts: given up
+        started = time.monotonic()
+        await consumer.close(drain_timeout=1.0)
+    assert time.monotonic() - started < 10
+    after = channel_stats(vanilla_cluster, topic, "stuck")
+    assert (after["in_flight_count"], after["depth"]) == (0, 1)  # requeued, not lost
