@@ -1,0 +1,301 @@
+"""The embedded broker's state for one topic partition: pure, no I/O, the clock passed in.
+
+What it reproduces of the fork's nsqd (PROTOCOL.md §4, §6.7, §9 items 6-8):
+
+* **the log**: every message gets the next internal id (the first of a new partition is **2**),
+  a queue offset (0 for the first record, then each record starts where the previous ended) and
+  a raw size (``4 + 26 + len(body)``; ext topics ``+1``, ``+3 + len(header)`` with a header);
+* **channels** start at the partition's end when created, keep their own cursor into the log,
+  a requeue queue, deferred messages (REQ with a delay) and an in-flight table keyed by internal
+  id with the owning client and a deadline; ``attempts`` grows on each delivery;
+* **ordered channels** have at most one message in flight across all clients; the same message
+  comes back (same id and offset) after a REQ or a timeout; REQ with a delay is ignored;
+* **seek** (``/channel/setoffset``): by byte offset (the first record at or after it), by count
+  (the N-th message, from 1), by timestamp, or to the end.
+
+The TCP and HTTP servers around it decide *which client* may take a message (RDY, sample rate,
+tags) and call :meth:`Channel.take`; they also call :meth:`Channel.expire` on a timer.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from nsq_ha.errors import InvalidArgumentError
+from nsq_ha.protocol.message import join_fork_id
+
+__all__ = ["Channel", "InFlight", "Partition", "StoredMessage", "record_size"]
+
+#: u32 record length + i64 timestamp + u16 attempts + u64 id + u64 trace id
+RECORD_OVERHEAD = 4 + 26
+#: internal id of the first message of a new partition (observed on the real fork)
+FIRST_INTERNAL_ID = 2
+#: nsqd caps the attempts counter here
+MAX_ATTEMPTS = 4000
+
+
+def record_size(body: bytes, *, ext_topic: bool, header: bytes | None = None) -> int:
+    """Bytes the fork's disk queue uses for one message: the raw size it reports (§4.6)."""
+    if not ext_topic:
+        return RECORD_OVERHEAD + len(body)
+    if header is None:
+        return RECORD_OVERHEAD + 1 + len(body)
+    return RECORD_OVERHEAD + 3 + len(header) + len(body)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One record of a partition's log."""
+
+    internal_id: int
+    trace_id: int
+    offset: int
+    raw_size: int
+    timestamp: int
+    body: bytes
+    ext_version: int = 0
+    ext_data: bytes = b""
+
+    @property
+    def id(self) -> bytes:
+        """The 16-byte id clients see (internal id + trace id)."""
+        return join_fork_id(self.internal_id, self.trace_id)
+
+    @property
+    def end(self) -> int:
+        """Offset where the next record starts."""
+        return self.offset + self.raw_size
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A delivered message waiting for FIN/REQ: who has it, until when, which attempt."""
+
+    message: StoredMessage
+    client: Hashable
+    attempts: int
+    deadline: float
+
+
+class Partition:
+    """One topic partition: an append-only log and its channels."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        ordered: bool = False,
+        ext: bool = False,
+        clock: Callable[[], float],
+        wall_clock_ns: Callable[[], int],
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.ordered = ordered
+        self.ext = ext
+        self._clock = clock
+        self._wall_ns = wall_clock_ns
+        self.log: list[StoredMessage] = []
+        self.next_id = FIRST_INTERNAL_ID
+        self.end = 0
+        self.channels: dict[str, Channel] = {}
+
+    def __repr__(self) -> str:
+        return f"<Partition {self.topic}-{self.partition} messages={len(self.log)} end={self.end}>"
+
+    def append(
+        self, body: bytes, *, trace_id: int = 0, header: bytes | None = None
+    ) -> StoredMessage:
+        """Store one message (the caller checked names, sizes and leadership)."""
+        if header is not None and not self.ext:
+            raise InvalidArgumentError(f"{self.topic} is not an ext topic: no header allowed")
+        size = record_size(body, ext_topic=self.ext, header=header)
+        message = StoredMessage(
+            internal_id=self.next_id,
+            trace_id=trace_id,
+            offset=self.end,
+            raw_size=size,
+            timestamp=self._wall_ns(),
+            body=body,
+            ext_version=4 if header is not None else 0,
+            ext_data=header or b"",
+        )
+        self.log.append(message)
+        self.next_id += 1
+        self.end = message.end
+        return message
+
+    def channel(self, name: str) -> Channel:
+        """The channel ``name``, created at the partition's current end if new."""
+        channel = self.channels.get(name)
+        if channel is None:
+            channel = Channel(self, name, ordered=self.ordered)
+            self.channels[name] = channel
+        return channel
+
+    def index_at_offset(self, offset: int) -> int:
+        """Index of the first record starting at or after ``offset`` (len(log) past the end)."""
+        low, high = 0, len(self.log)
+        while low < high:
+            middle = (low + high) // 2
+            if self.log[middle].offset < offset:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+
+@dataclass(order=True, slots=True)
+class _Deferred:
+    due: float
+    sequence: int
+    message: StoredMessage = field(compare=False)
+    attempts: int = field(compare=False)
+
+
+class Channel:
+    """One channel of a partition: cursor, requeued and deferred messages, in-flight table."""
+
+    def __init__(self, partition: Partition, name: str, *, ordered: bool = False) -> None:
+        self.partition = partition
+        self.name = name
+        self.ordered = ordered
+        self.cursor = len(partition.log)  # new channels start at the end
+        self.requeued: deque[tuple[StoredMessage, int]] = deque()
+        self.deferred: list[_Deferred] = []
+        self.in_flight: dict[int, InFlight] = {}
+        self.attempts: dict[int, int] = {}
+        self._sequence = 0
+        self.finished = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<Channel {self.partition.topic}-{self.partition.partition}/{self.name} "
+            f"depth={self.depth} in_flight={len(self.in_flight)}>"
+        )
+
+    @property
+    def depth(self) -> int:
+        """Messages not yet finished and not in flight (what ``/stats`` calls depth)."""
+        unread = len(self.partition.log) - self.cursor
+        return unread + len(self.requeued) + len(self.deferred)
+
+    def _next(self, now: float) -> tuple[StoredMessage, int] | None:
+        while self.deferred and self.deferred[0].due <= now:
+            item = heapq.heappop(self.deferred)
+            self.requeued.append((item.message, item.attempts))
+        if self.requeued:
+            return self.requeued.popleft()
+        if self.cursor < len(self.partition.log):
+            message = self.partition.log[self.cursor]
+            self.cursor += 1
+            return message, 0
+        return None
+
+    def has_ready(self, now: float) -> bool:
+        """True when :meth:`take` would return a message now."""
+        if self.ordered and self.in_flight:
+            return False
+        if self.requeued or self.cursor < len(self.partition.log):
+            return True
+        return bool(self.deferred) and self.deferred[0].due <= now
+
+    def take(self, client: Hashable, msg_timeout: float, now: float) -> InFlight | None:
+        """Hand the next message to ``client`` (attempts + 1), or ``None``.
+
+        Ordered channels hand out nothing while a message is in flight.
+        """
+        if self.ordered and self.in_flight:
+            return None
+        item = self._next(now)
+        if item is None:
+            return None
+        message, attempts = item
+        attempts = min(MAX_ATTEMPTS, attempts + 1)
+        flight = InFlight(message, client, attempts, now + msg_timeout)
+        self.in_flight[message.internal_id] = flight
+        return flight
+
+    def _owned(self, internal_id: int, client: Hashable) -> InFlight:
+        flight = self.in_flight.get(internal_id)
+        if flight is None or flight.client != client:
+            raise KeyError("Message ID not in flight")
+        return flight
+
+    def finish(self, internal_id: int, client: Hashable) -> StoredMessage:
+        """FIN; KeyError (``Message ID not in flight``) if the client does not hold it."""
+        flight = self._owned(internal_id, client)
+        del self.in_flight[internal_id]
+        self.finished += 1
+        return flight.message
+
+    def requeue(self, internal_id: int, client: Hashable, delay: float, now: float) -> bool:
+        """REQ; returns False when ignored (ordered channel with a delay, as nsqd does)."""
+        flight = self._owned(internal_id, client)
+        if self.ordered and delay > 0:
+            return False
+        del self.in_flight[internal_id]
+        self.requeue_count += 1
+        self._back(flight, now + delay)
+        return True
+
+    def touch(self, internal_id: int, client: Hashable, msg_timeout: float, now: float) -> None:
+        """TOUCH: the deadline moves to now + ``msg_timeout``."""
+        self._owned(internal_id, client).deadline = now + msg_timeout
+
+    def expire(self, now: float) -> list[InFlight]:
+        """Time out every in-flight message past its deadline; they go back to the queue."""
+        expired = [f for f in self.in_flight.values() if f.deadline <= now]
+        for flight in expired:
+            del self.in_flight[flight.message.internal_id]
+            self.timeout_count += 1
+            self._back(flight, now)
+        return expired
+
+    def release(self, client: Hashable, now: float) -> None:
+        """A client left: what it held goes back at once."""
+        for flight in [f for f in self.in_flight.values() if f.client == client]:
+            del self.in_flight[flight.message.internal_id]
+            self._back(flight, now)
+
+    def _back(self, flight: InFlight, due: float) -> None:
+        if self.ordered:
+            # the same message is next again: nothing behind it may overtake it
+            self.requeued.appendleft((flight.message, flight.attempts))
+            return
+        self._sequence += 1
+        item = _Deferred(due, self._sequence, flight.message, flight.attempts)
+        heapq.heappush(self.deferred, item)
+
+    def seek(
+        self,
+        *,
+        offset: int | None = None,
+        count: int | None = None,
+        timestamp_ns: int | None = None,
+        end: bool = False,
+    ) -> None:
+        """``/channel/setoffset``: move the cursor; requeued and deferred messages are dropped
+        (what is in flight stays out, as on the real server)."""
+        log = self.partition.log
+        if end:
+            index = len(log)
+        elif offset is not None:
+            index = self.partition.index_at_offset(offset)
+        elif count is not None:
+            if count < 1:
+                raise InvalidArgumentError(f"msgcount must be >= 1, got {count}")
+            index = min(len(log), count - 1)
+        elif timestamp_ns is not None:
+            index = next((i for i, m in enumerate(log) if m.timestamp >= timestamp_ns), len(log))
+        else:
+            raise InvalidArgumentError("seek needs offset, count, timestamp_ns or end")
+        self.cursor = index
+        self.requeued.clear()
+        self.deferred.clear()
