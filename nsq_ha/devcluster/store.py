@@ -10,6 +10,9 @@ What it reproduces of the fork's nsqd (PROTOCOL.md §4, §6.7, §9 items 6-8):
   id with the owning client and a deadline; ``attempts`` grows on each delivery;
 * **ordered channels** have at most one message in flight across all clients; the same message
   comes back (same id and offset) after a REQ or a timeout; REQ with a delay is ignored;
+* **requeued before unread**: nsqd's message pump selects between its requeued and its read
+  channels at random when both are ready; the store always takes requeued messages first, one
+  of the orders the real server can produce (a conformance test must not expect either);
 * **seek** (``/channel/setoffset``): by byte offset (the first record at or after it), by count
   (the N-th message, from 1), by timestamp, or to the end.
 
