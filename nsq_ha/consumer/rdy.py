@@ -49,7 +49,6 @@ class ConnRdy:
     """What the planner knows of one connection."""
 
     key: Hashable
-    order: int
     max_rdy: int
     cap: int
     rdy: int = 0
@@ -89,11 +88,12 @@ class RdyPlanner:
         self.max_level = max_level
         self._clock = clock
         self._conns: dict[Hashable, ConnRdy] = {}
-        self._order = 0
         #: backoff level (0 = not backing off)
         self.level = 0
         #: in backoff and waiting for the timer (every RDY 0)
         self.blocked = False
+        #: the last plan left every connection at its goal: a finished message changes nothing
+        self._at_goals = False
 
     # -- views --------------------------------------------------------------------------------
 
@@ -168,11 +168,8 @@ class RdyPlanner:
         if max_rdy < 1:
             raise ConfigError(f"max_rdy must be >= 1, got {max_rdy}")
         now = self._clock()
-        self._order += 1
         limit = max_rdy if cap is None else max(1, min(cap, max_rdy))
-        self._conns[key] = ConnRdy(
-            key, self._order, max_rdy, limit, active_at=now, waiting_since=now
-        )
+        self._conns[key] = ConnRdy(key, max_rdy, limit, active_at=now, waiting_since=now)
         return self._plan({})
 
     def remove(self, key: Hashable) -> dict[Hashable, int]:
@@ -207,6 +204,8 @@ class RdyPlanner:
             conn.in_flight -= 1
         if success is False:
             return self.failure()
+        if self._at_goals and not self.backing_off:
+            return changes  # the steady state: nothing to raise, so no work per message
         if success and self.backing_off and not self.blocked:
             self.level -= 1
             if self.level > 0:
@@ -254,7 +253,7 @@ class RdyPlanner:
         if not self.needs_redistribution():
             return changes
         now = self._clock()
-        conns = self._ordered()
+        conns = list(self._conns.values())  # in the order added
         waiting = sum(1 for c in conns if c.rdy == 0 and c.in_flight == 0)
         holders = [c for c in conns if c.rdy > 0]
         for c in holders:
@@ -263,7 +262,7 @@ class RdyPlanner:
                 waiting -= 1
         # long holders make way for the connections waiting, the longest holders first
         long_held = [c for c in holders if c.rdy > 0 and now - c.rdy_since >= self.hold_timeout]
-        for c in sorted(long_held, key=lambda c: (c.rdy_since, c.order))[: max(0, waiting)]:
+        for c in sorted(long_held, key=lambda c: c.rdy_since)[: max(0, waiting)]:
             self._set(c, 0, changes)
         return self._plan(changes)
 
@@ -271,17 +270,16 @@ class RdyPlanner:
         """Closing: every connection to RDY 0 for good."""
         changes: dict[Hashable, int] = {}
         self.max_in_flight = 0
+        self._at_goals = False
         for c in self._conns.values():
             self._set(c, 0, changes)
         return changes
 
     # -- planning -----------------------------------------------------------------------------
 
-    def _ordered(self) -> list[ConnRdy]:
-        return sorted(self._conns.values(), key=lambda c: c.order)
-
     def _longest_waiting(self, candidates: Iterable[ConnRdy]) -> list[ConnRdy]:
-        return sorted(candidates, key=lambda c: (c.waiting_since, c.order))
+        # sorted() is stable and candidates come in the order added: ties go to the oldest
+        return sorted(candidates, key=lambda c: c.waiting_since)
 
     def _set(self, conn: ConnRdy, value: int, changes: dict[Hashable, int]) -> None:
         if conn.rdy == value:
@@ -297,6 +295,7 @@ class RdyPlanner:
 
     def _block(self, changes: dict[Hashable, int]) -> None:
         self.blocked = True
+        self._at_goals = False
         for c in self._conns.values():
             self._set(c, 0, changes)
 
@@ -307,7 +306,8 @@ class RdyPlanner:
 
     def _plan(self, changes: dict[Hashable, int]) -> dict[Hashable, int]:
         """Bring every connection toward its goal within the budget; record the changes."""
-        conns = self._ordered()
+        conns = list(self._conns.values())  # in the order added
+        self._at_goals = False
         if self.max_in_flight == 0 or self.blocked:
             for c in conns:
                 self._set(c, 0, changes)
@@ -323,7 +323,7 @@ class RdyPlanner:
                 self._set(c, goal, changes)
         used = self.used
         if used > self.max_in_flight:  # a smaller budget: take RDY from the longest holders
-            for c in sorted((c for c in conns if c.rdy), key=lambda c: (c.rdy_since, c.order)):
+            for c in sorted((c for c in conns if c.rdy), key=lambda c: c.rdy_since):
                 if used <= self.max_in_flight:
                     break
                 before = max(c.rdy, c.in_flight)
@@ -339,6 +339,7 @@ class RdyPlanner:
                 continue
             used += extra
             self._set(c, goal, changes)
+        self._at_goals = not many and all(c.rdy == self._goal(c, share) for c in conns)
         return changes
 
     def _plan_test(self, conns: list[ConnRdy], changes: dict[Hashable, int]) -> dict[Hashable, int]:
