@@ -53,6 +53,12 @@ class _LoopThread:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
+    @property
+    def alive_here(self) -> bool:
+        """False in a process forked after the thread started (it has no copy of the thread),
+        or once the thread ended: objects bound to it can then no longer be closed from here."""
+        return self.pid == os.getpid() and self.thread.is_alive()
+
     def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
         if threading.current_thread() is self.thread:
             coro.close()
@@ -87,7 +93,7 @@ def shared_loop() -> asyncio.AbstractEventLoop:
 def _loop_thread() -> _LoopThread:
     global _shared
     with _lock:
-        if _shared is None or _shared.pid != os.getpid() or not _shared.thread.is_alive():
+        if _shared is None or not _shared.alive_here:
             _shared = _LoopThread()  # first use, or a forked child (threads do not survive fork)
         return _shared
 
@@ -254,7 +260,7 @@ class Producer:
         and the loop thread belong to the parent (a forked child has no copy of that thread).
         """
         _open_producers.discard(self)
-        if self._runner.pid != os.getpid() or not self._runner.thread.is_alive():
+        if not self._runner.alive_here:
             return
         self._runner.run(self._producer.close(timeout))
 
@@ -361,9 +367,10 @@ class Consumer:
                     message.finish()
 
     def close(self, drain_timeout: float | None = None) -> None:
-        """Drain and close (see the async method); ends every iteration."""
+        """Drain and close (see the async method); ends every iteration. Does nothing in a
+        forked child, like :meth:`Producer.close`."""
         _open_consumers.discard(self)
-        if self._runner.pid != os.getpid() or not self._runner.thread.is_alive():
+        if not self._runner.alive_here:
             return
         self._runner.run(self._consumer.close(drain_timeout=drain_timeout))
 

@@ -32,7 +32,7 @@ import inspect
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -812,10 +812,8 @@ class Consumer:
 
     def _finish(self, slot: _Slot, message: Message) -> None:
         conn = self._check_answerable(slot, message, "finish")
-        try:
+        with _gone_on_error(message, "finish"):
             conn.fin(message.id)
-        except NsqError as exc:
-            raise MessageConnectionGoneError(f"cannot finish {message!r}: {exc}") from exc
         self._settled(slot, message, Outcome.FINISHED)
         self._count(slot, "finished")
         self._apply(self._planner.done(slot.key, success=True))
@@ -837,10 +835,8 @@ class Consumer:
         # RDY changes first: when this starts a backoff, RDY 0 must reach nsqd before the REQ,
         # or nsqd may hand the requeued message straight back
         self._apply(self._planner.done(slot.key, success=failed))
-        try:
+        with _gone_on_error(message, "requeue"):
             conn.req(message.id, delay)
-        except NsqError as exc:
-            raise MessageConnectionGoneError(f"cannot requeue {message!r}: {exc}") from exc
         self._settled(slot, message, Outcome.REQUEUED)
         self._count(slot, "requeued")
 
@@ -851,10 +847,8 @@ class Consumer:
 
     def _touch(self, slot: _Slot, message: Message) -> None:
         conn = self._check_answerable(slot, message, "touch")
-        try:
+        with _gone_on_error(message, "touch"):
             conn.touch(message.id)
-        except NsqError as exc:
-            raise MessageConnectionGoneError(f"cannot touch {message!r}: {exc}") from exc
 
     # -- handing messages out -----------------------------------------------------------------
 
@@ -1093,6 +1087,15 @@ class Consumer:
             if self._counts["received"] == before:
                 return
         log.warning("closing: messages kept arriving after CLS; some may stay in flight")
+
+
+@contextlib.contextmanager
+def _gone_on_error(message: Message, action: str) -> Iterator[None]:
+    """A FIN/REQ/TOUCH the connection refused to send: the connection is closing or gone."""
+    try:
+        yield
+    except NsqError as exc:
+        raise MessageConnectionGoneError(f"cannot {action} {message!r}: {exc}") from exc
 
 
 def _slot_of(message: Message) -> _Slot:

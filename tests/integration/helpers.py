@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+from typing import Protocol
 
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer import Consumer
+from nsq_ha.producer import Producer
 from nsq_ha.protocol import DecodedMessage
 
 
@@ -46,3 +49,35 @@ async def wait_for_count(consumer: Consumer, name: str, count: int, within: floa
     async with asyncio.timeout(within):
         while consumer.stats[name] < count:  # noqa: ASYNC110 - polling a counter
             await asyncio.sleep(0.05)
+
+
+class PublishCounts(Protocol):
+    published: int
+    acknowledged: int
+    errors: collections.Counter[str]
+
+
+async def publish_keyed(
+    producer: Producer,
+    topic: str,
+    keys: list[str],
+    per_key: int,
+    counts: PublishCounts,
+    acked: set[tuple[str, int]],
+) -> None:
+    """Publish ``key:seq`` bodies, every key concurrently and each key in seq order (a key
+    awaits its previous publish); count them and record the acknowledged ``(key, seq)``."""
+
+    async def one_key(key: str) -> None:
+        for seq in range(per_key):
+            counts.published += 1
+            try:
+                await producer.publish(topic, f"{key}:{seq}".encode(), sharding_key=key)
+            except Exception as exc:  # counted: a failed publish is not acknowledged
+                counts.errors[type(exc).__name__] += 1
+            else:
+                counts.acknowledged += 1
+                acked.add((key, seq))
+            await asyncio.sleep(0.01)  # spread the run over seconds so faults land mid-stream
+
+    await asyncio.gather(*(one_key(k) for k in keys))

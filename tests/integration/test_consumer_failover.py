@@ -25,6 +25,8 @@ from nsq_ha.producer import Producer
 from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import ForkCluster
 
+from .helpers import publish_keyed
+
 pytestmark = pytest.mark.fork
 
 KEYS = [f"k{i:02d}" for i in range(50)]
@@ -87,24 +89,6 @@ class Checker:
         self.arrived.set()
 
 
-async def publish_all(
-    producer: Producer, topic: str, tally: Tally, acked: set[tuple[str, int]]
-) -> None:
-    async def one_key(key: str) -> None:
-        for seq in range(PER_KEY):
-            tally.published += 1
-            try:
-                await producer.publish(topic, f"{key}:{seq}".encode(), sharding_key=key)
-            except Exception as exc:  # a failed publish is not acknowledged: counted
-                tally.errors[type(exc).__name__] += 1
-            else:
-                tally.acknowledged += 1
-                acked.add((key, seq))
-            await asyncio.sleep(0.01)
-
-    await asyncio.gather(*(one_key(k) for k in KEYS))
-
-
 async def run(cluster: ForkCluster, topic: str, fault: Callable[[], None]) -> Tally:
     await asyncio.to_thread(cluster.wait_writable, topic)
     tally = Tally(TOPICS[topic])
@@ -118,7 +102,9 @@ async def run(cluster: ForkCluster, topic: str, fault: Callable[[], None]) -> Ta
     assert consumer.is_ordered
     consuming = asyncio.create_task(consumer.run(checker.handle))
     async with Producer(lookupd=cluster.lookupd_http) as producer:
-        publishing = asyncio.create_task(publish_all(producer, topic, tally, acked))
+        publishing = asyncio.create_task(
+            publish_keyed(producer, topic, KEYS, PER_KEY, tally, acked)
+        )
         await asyncio.sleep(1.0)
         await asyncio.to_thread(fault)
         tally.fault_done_while_consuming = not consuming.done()

@@ -27,7 +27,7 @@ from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import ForkCluster
 
-from .helpers import drain
+from .helpers import drain, publish_keyed
 
 pytestmark = pytest.mark.fork
 
@@ -67,24 +67,6 @@ class Tally:
         return f"TALLY {json.dumps(data)}"
 
 
-async def publish_all(
-    producer: Producer, topic: str, tally: Tally, acked: set[tuple[str, int]]
-) -> None:
-    async def one_key(key: str) -> None:
-        for seq in range(PER_KEY):
-            tally.published += 1
-            try:
-                await producer.publish(topic, f"{key}:{seq}".encode(), sharding_key=key)
-            except Exception as exc:  # counted: a failed publish is not acknowledged
-                tally.errors[type(exc).__name__] += 1
-            else:
-                tally.acknowledged += 1
-                acked.add((key, seq))
-            await asyncio.sleep(0.01)  # spread the run over seconds so faults land mid-stream
-
-    await asyncio.gather(*(one_key(k) for k in KEYS))
-
-
 async def read_partition(cluster: ForkCluster, topic: str, partition: int) -> list[DecodedMessage]:
     """Everything stored in one partition, from offset 0, in queue order (deduplicated)."""
     leader = cluster.leader_of(topic, partition)
@@ -105,9 +87,7 @@ async def read_partition(cluster: ForkCluster, topic: str, partition: int) -> li
     return [by_offset[o] for o in sorted(by_offset, key=lambda o: o or 0)]
 
 
-def check(
-    tally: Tally, logs: dict[int, list[DecodedMessage]], acked: set[tuple[str, int]]
-) -> None:
+def check(tally: Tally, logs: dict[int, list[DecodedMessage]], acked: set[tuple[str, int]]) -> None:
     seen: set[tuple[str, int]] = set()
     last: dict[str, int] = {}
     for messages in logs.values():
@@ -134,7 +114,9 @@ async def run(
     acked: set[tuple[str, int]] = set()
     started = time.monotonic()
     async with Producer(lookupd=cluster.lookupd_http) as producer:
-        publishing = asyncio.create_task(publish_all(producer, topic, tally, acked))
+        publishing = asyncio.create_task(
+            publish_keyed(producer, topic, KEYS, PER_KEY, tally, acked)
+        )
         await asyncio.sleep(fault_after)
         await asyncio.to_thread(fault)
         tally.fault_done_while_publishing = not publishing.done()
