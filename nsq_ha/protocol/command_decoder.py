@@ -14,6 +14,7 @@ Meant for an in-process broker and for tests. It follows nsqd's reading rules:
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -69,6 +70,9 @@ class ClientCommand:
     params: tuple[bytes, ...] = ()
     body: bytes | None = None
     declared_size: int | None = None
+    #: why an MPUB* body was refused while reading it structurally: ``("count", n)``,
+    #: ``("message_size", index, n)`` (n <= 0) or ``("message_too_big", index, n)``
+    refusal: tuple[str, ...] | None = None
 
     @property
     def refused(self) -> bool:
@@ -79,15 +83,38 @@ class ClientCommand:
 class CommandDecoder:
     """Incremental decoder of a client's byte stream, for the nsqd side."""
 
-    __slots__ = ("_buffer", "_error", "_need_magic", "max_body_size")
+    __slots__ = (
+        "_buffer",
+        "_error",
+        "_need_magic",
+        "body_commands",
+        "body_limits",
+        "max_body_size",
+        "max_message_size",
+    )
 
     def __init__(
-        self, *, expect_magic: bool = True, max_body_size: int = _DEFAULT_MAX_BODY_SIZE
+        self,
+        *,
+        expect_magic: bool = True,
+        max_body_size: int = _DEFAULT_MAX_BODY_SIZE,
+        body_limits: Mapping[bytes, int] | None = None,
+        max_message_size: int | None = None,
+        body_commands: frozenset[bytes] = BODY_COMMANDS,
     ) -> None:
-        """Create a decoder; ``expect_magic`` makes the first event a :class:`Magic`."""
+        """Create a decoder; ``expect_magic`` makes the first event a :class:`Magic`.
+
+        ``max_body_size`` bounds every body unless ``body_limits`` names the command (nsqd
+        bounds PUB bodies by its message size, the rest by its body size);
+        ``max_message_size`` bounds each message inside an MPUB* body.  ``body_commands``
+        names the commands followed by a body (the fork has no DPUB: pass the set without it).
+        """
         if max_body_size < 1:
             raise InvalidArgumentError(f"max_body_size must be positive, got {max_body_size}")
         self.max_body_size = max_body_size
+        self.body_limits = dict(body_limits or {})
+        self.max_message_size = max_message_size
+        self.body_commands = body_commands
         self._need_magic = expect_magic
         self._buffer = bytearray()
         self._error: RemoteProtocolError | None = None
@@ -105,6 +132,32 @@ class CommandDecoder:
                 self._buffer.clear()
                 break
         return events
+
+    def receive(self, data: bytes) -> None:
+        """Append ``data`` without decoding (then take events one by one with :meth:`pop`)."""
+        if self._error is not None:
+            raise self._error
+        self._buffer += data
+
+    def pop(self) -> Magic | ClientCommand | None:
+        """The next complete event, or None when more bytes are needed.
+
+        One at a time, so a server can act on a command (e.g. :meth:`unread` part of its
+        body) before the bytes after it are decoded.
+        """
+        if self._error is not None:
+            raise self._error
+        event = self._next()
+        if isinstance(event, ClientCommand) and event.refused:
+            self._error = RemoteProtocolError("the stream stopped after a refused body")
+            self._buffer.clear()
+        return event
+
+    def unread(self, data: bytes) -> None:
+        """Put ``data`` back in front of the unread bytes (a server that stopped reading a
+        body half-way and parses the rest as commands, as nsqd does after some MPUB_EXT
+        errors)."""
+        self._buffer[:0] = data
 
     def _fail(self, reason: str) -> NoReturn:
         """Remember the error and raise it."""
@@ -131,7 +184,7 @@ class CommandDecoder:
         line = bytes(buffer[:newline])
         line = line.removesuffix(b"\r")
         name, *params = line.split(b" ")
-        if name not in BODY_COMMANDS:
+        if name not in self.body_commands:
             del buffer[: newline + 1]
             return ClientCommand(name, tuple(params))
         return self._with_body(newline + 1, name, tuple(params))
@@ -177,17 +230,17 @@ class CommandDecoder:
         if len(buffer) < start + 4:
             return None
         (declared,) = _I32.unpack_from(buffer, start)
-        if declared <= 0 or declared > self.max_body_size:
+        if declared <= 0 or declared > self.body_limits.get(name, self.max_body_size):
             del buffer[: start + 4]
             return ClientCommand(name, params, None, declared)
         body_start = start + 4
         if name in _BATCH_COMMANDS:
-            end = _batch_end(buffer, body_start)
+            end = _batch_end(buffer, body_start, self.max_body_size, self.max_message_size)
             if end is None:
                 return None
-            if end < 0:
+            if isinstance(end, tuple):
                 del buffer[:body_start]
-                return ClientCommand(name, params, None, declared)
+                return ClientCommand(name, params, None, declared, end)
         else:
             end = body_start + declared
             if len(buffer) < end:
@@ -197,20 +250,25 @@ class CommandDecoder:
         return command
 
 
-def _batch_end(buffer: bytearray, start: int) -> int | None:
-    """Return where a structurally read MPUB body ends, None if incomplete, -1 if invalid."""
+def _batch_end(
+    buffer: bytearray, start: int, max_body_size: int, max_message_size: int | None
+) -> int | tuple[str, ...] | None:
+    """Return where a structurally read MPUB body ends, None if incomplete, or why it is
+    invalid (the ``refusal`` of :class:`ClientCommand`)."""
     if len(buffer) < start + 4:
         return None
     (count,) = _I32.unpack_from(buffer, start)
-    if count <= 0:
-        return -1
+    if count <= 0 or count > (max_body_size - 4) // 5:
+        return ("count", str(count))
     position = start + 4
-    for _ in range(count):
+    for index in range(count):
         if len(buffer) < position + 4:
             return None
         (size,) = _I32.unpack_from(buffer, position)
         if size <= 0:
-            return -1
+            return ("message_size", str(index), str(size))
+        if max_message_size is not None and size > max_message_size:
+            return ("message_too_big", str(index), str(size))
         position += 4 + size
     return position if len(buffer) >= position else None
 
