@@ -24,6 +24,7 @@ from nsq_ha.protocol import (
     split_mpub_body,
     split_trace_message,
 )
+from nsq_ha.protocol.command_decoder import BODY_COMMANDS
 
 ID_WITH_NEWLINE = bytes.fromhex("000000000000000a0a20000000000000")
 
@@ -192,3 +193,45 @@ def test_split_message_errors() -> None:
         split_ext_message(b"\x00\x00")
     with pytest.raises(RemoteProtocolError, match="ext json header content length"):
         split_ext_message(b"\x00\x02{}")
+
+
+def test_per_command_limits_refuse_from_the_size_alone() -> None:
+    decoder = CommandDecoder(body_limits={b"PUB": 10}, max_body_size=100)
+    (_, pub) = decoder.feed(b"  V2PUB t 0\n\x00\x00\x00\x0b")  # 11 > 10, body never sent
+    assert pub.refused
+    assert pub.declared_size == 11
+    other = CommandDecoder(body_limits={b"PUB": 10}, max_body_size=100)
+    (_, mpub) = other.feed(b"  V2MPUB t\n\x00\x00\x00\x0b\x00\x00\x00\x01\x00\x00\x00\x03abc")
+    assert not mpub.refused  # MPUB keeps the general limit
+
+
+@pytest.mark.parametrize(
+    ("body", "refusal"),
+    [
+        (b"\x00\x00\x00\x00", ("count", "0")),
+        (b"\x00\x00\x00\x02\x00\x00\x00\x01a\x00\x00\x00\x00", ("message_size", "1", "0")),
+        (b"\x00\x00\x00\x01\x00\x00\x00\x09", ("message_too_big", "0", "9")),
+    ],
+)
+def test_mpub_refusals_say_why(body: bytes, refusal: tuple[str, ...]) -> None:
+    decoder = CommandDecoder(max_message_size=8)
+    (_, command) = decoder.feed(b"  V2MPUB t\n" + len(body).to_bytes(4, "big") + body)
+    assert command.refused
+    assert command.refusal == refusal
+
+
+def test_fork_body_commands_leave_dpub_bodyless() -> None:
+    decoder = CommandDecoder(body_commands=BODY_COMMANDS - {b"DPUB"})
+    events = decoder.feed(b"  V2DPUB t 1000\n")
+    assert events[1] == ClientCommand(b"DPUB", (b"t", b"1000"))
+
+
+def test_pop_and_unread_put_bytes_back_in_front() -> None:
+    decoder = CommandDecoder()
+    decoder.receive(b"  V2NOP\nCLS\n")
+    assert decoder.pop() == Magic(b"  V2")
+    assert decoder.pop() == ClientCommand(b"NOP")
+    decoder.unread(b"RDY 1\n")
+    assert decoder.pop() == ClientCommand(b"RDY", (b"1",))
+    assert decoder.pop() == ClientCommand(b"CLS")
+    assert decoder.pop() is None
