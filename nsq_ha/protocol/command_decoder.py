@@ -14,7 +14,7 @@ Meant for an in-process broker and for tests. It follows nsqd's reading rules:
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -89,6 +89,7 @@ class CommandDecoder:
         "_need_magic",
         "body_commands",
         "body_limits",
+        "body_wanted",
         "max_body_size",
         "max_message_size",
     )
@@ -101,6 +102,7 @@ class CommandDecoder:
         body_limits: Mapping[bytes, int] | None = None,
         max_message_size: int | None = None,
         body_commands: frozenset[bytes] = BODY_COMMANDS,
+        body_wanted: Callable[[bytes, tuple[bytes, ...]], bool] | None = None,
     ) -> None:
         """Create a decoder; ``expect_magic`` makes the first event a :class:`Magic`.
 
@@ -108,6 +110,9 @@ class CommandDecoder:
         bounds PUB bodies by its message size, the rest by its body size);
         ``max_message_size`` bounds each message inside an MPUB* body.  ``body_commands``
         names the commands followed by a body (the fork has no DPUB: pass the set without it).
+        ``body_wanted(name, params)`` returning False makes a body command come out without its
+        body being read (``declared_size`` None), as nsqd answers some parameter errors before
+        reading the body.
         """
         if max_body_size < 1:
             raise InvalidArgumentError(f"max_body_size must be positive, got {max_body_size}")
@@ -115,6 +120,7 @@ class CommandDecoder:
         self.body_limits = dict(body_limits or {})
         self.max_message_size = max_message_size
         self.body_commands = body_commands
+        self.body_wanted = body_wanted
         self._need_magic = expect_magic
         self._buffer = bytearray()
         self._error: RemoteProtocolError | None = None
@@ -184,7 +190,9 @@ class CommandDecoder:
         line = bytes(buffer[:newline])
         line = line.removesuffix(b"\r")
         name, *params = line.split(b" ")
-        if name not in self.body_commands:
+        if name not in self.body_commands or (
+            self.body_wanted is not None and not self.body_wanted(name, tuple(params))
+        ):
             del buffer[: newline + 1]
             return ClientCommand(name, tuple(params))
         return self._with_body(newline + 1, name, tuple(params))

@@ -235,3 +235,9 @@ def test_pop_and_unread_put_bytes_back_in_front() -> None:
     assert decoder.pop() == ClientCommand(b"RDY", (b"1",))
     assert decoder.pop() == ClientCommand(b"CLS")
     assert decoder.pop() is None
+
+
+def test_body_wanted_lets_a_server_answer_before_the_body() -> None:
+    decoder = CommandDecoder(body_wanted=lambda name, params: bool(params))
+    events = decoder.feed(b"  V2PUB\nNOP\n")
+    assert events[1:] == [ClientCommand(b"PUB"), ClientCommand(b"NOP")]
