@@ -66,19 +66,17 @@ class ServerError(Exception):
 
     The error frame's text is ``code + " " + description`` (a trailing space when the
     description is empty, as on the real server).  ``fatal`` means the connection is closed
-    after the frame (PROTOCOL.md §2.19).
+    after the frame (PROTOCOL.md §2.19).  ``description=None`` sends the bare code (only
+    ``E_BAD_PROTOCOL`` does that).
     """
 
-    def __init__(self, code: str, description: str = "", *, fatal: bool = True) -> None:
-        super().__init__(f"{code} {description}")
+    def __init__(self, code: str, description: str | None = "", *, fatal: bool = True) -> None:
+        text = code if description is None else f"{code} {description}"
+        super().__init__(text)
         self.code = code
-        self.description = description
+        self.description = description or ""
         self.fatal = fatal
-
-    @property
-    def text(self) -> str:
-        """The error frame's data."""
-        return f"{self.code} {self.description}"
+        self.text = text
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,24 +274,24 @@ class DevTopic:
     registered_channels: set[str] = field(default_factory=set)
 
     def meta(self) -> dict[str, Any]:
-        """The ``meta`` object of a lookup (key order as the real server's)."""
+        """The ``meta`` object of a lookup (keys sorted, as Go serialises that map)."""
         return {
+            "disable_channel_auto_create": self.disable_channel_auto_create,
+            "extend_support": self.ext,
+            "multi_part": self.multi_part,
+            "ordered": self.ordered,
             "partition_num": self.partition_num,
             "replica": self.replica,
-            "extend_support": self.ext,
-            "ordered": self.ordered,
-            "multi_part": self.multi_part,
-            "disable_channel_auto_create": self.disable_channel_auto_create,
         }
 
 
 _EMPTY_META = {
+    "disable_channel_auto_create": False,
+    "extend_support": False,
+    "multi_part": False,
+    "ordered": False,
     "partition_num": 0,
     "replica": 0,
-    "extend_support": False,
-    "ordered": False,
-    "multi_part": False,
-    "disable_channel_auto_create": False,
 }
 
 
@@ -508,13 +506,15 @@ class DevCluster:
         ext: bool = False,
         multi_part: bool = True,
         disable_channel_auto_create: bool = False,
+        placement: list[list[int]] | None = None,
     ) -> DevTopic:
         """Create a topic as lookupd's ``/topic/create`` does (same validation and errors,
         raised as :class:`ServerError` with the lookupd message as ``code``).
 
         Partition ``p``'s replicas are ``replicas`` consecutive nodes starting at a rotating
-        node; the first is the leader.  Re-creating with identical parameters is a no-op;
-        different parameters raise ``already exist``.
+        node; the first is the leader (``placement`` gives each partition's node indexes
+        instead, leader first).  Re-creating with identical parameters is a no-op; different
+        parameters raise ``already exist``.
         """
         if not name:
             raise ServerError("MISSING_ARG_TOPIC")
@@ -552,9 +552,19 @@ class DevCluster:
             disable_channel_auto_create=disable_channel_auto_create,
         )
         count = len(self.nodes)
+        if placement is not None and (
+            len(placement) != partitions
+            or any(len(set(p)) != replicas or not set(p) <= set(range(count)) for p in placement)
+        ):
+            raise ConfigError(f"placement must list {replicas} distinct nodes per partition")
         for number in range(partitions):
             first = (self._placement_turn + number * replicas) % count
-            nodes = [self.nodes[(first + k) % count] for k in range(replicas)]
+            indexes = (
+                placement[number]
+                if placement is not None
+                else [(first + k) % count for k in range(replicas)]
+            )
+            nodes = [self.nodes[i] for i in indexes]
             store = Partition(
                 name, number, ordered=ordered, ext=ext, clock=self.now, wall_clock_ns=self.wall_ns
             )
@@ -619,12 +629,20 @@ class DevCluster:
     def resolve_partition(
         self, node: DevNode, topic_name: str, partition: int, *, for_write: bool
     ) -> DevPartition:
-        """The partition a command on ``node`` addresses, or the error nsqd answers.
+        """The partition a command on ``node`` addresses, or the error nsqd answers:
+        :meth:`hosted_partition` then :meth:`check_leader`."""
+        part = self.hosted_partition(node, topic_name, partition, for_write=for_write)
+        self.check_leader(node, part, fatal=not for_write)
+        return part
 
-        ``partition`` -1 means the node's default partition (one it leads).  Raises
-        ``E_TOPIC_NOT_EXIST`` (fatal) when the node does not hold it, and
-        ``E_FAILED_ON_NOT_LEADER`` when it holds it without leading it (fatal unless
-        ``for_write``).
+    def hosted_partition(
+        self, node: DevNode, topic_name: str, partition: int, *, for_write: bool
+    ) -> DevPartition:
+        """The partition of ``topic_name`` held by ``node`` (leader or replica).
+
+        ``partition`` -1 means the node's default partition: one it leads.  Raises
+        ``E_TOPIC_NOT_EXIST`` when the node holds no such partition and, for writes to an
+        ordered topic without a partition, the multi-partition ``E_BAD_PARTITION``.
         """
         topic = self.topics.get(topic_name)
         if topic is None:
@@ -643,9 +661,13 @@ class DevCluster:
         part = topic.partitions[partition]
         if node not in part.replicas:
             raise ServerError("E_TOPIC_NOT_EXIST")
-        if part.leader is not node or part.leaderless:
-            raise ServerError("E_FAILED_ON_NOT_LEADER", fatal=not for_write)
         return part
+
+    @staticmethod
+    def check_leader(node: DevNode, part: DevPartition, *, fatal: bool) -> None:
+        """``E_FAILED_ON_NOT_LEADER`` unless ``node`` leads ``part`` now."""
+        if part.leader is not node or part.leaderless:
+            raise ServerError("E_FAILED_ON_NOT_LEADER", fatal=fatal)
 
     def unwritable(self, part: DevPartition) -> bool:
         """True when publishes to ``part`` must fail with ``E_FAILED_ON_NOT_WRITABLE``."""
@@ -927,7 +949,7 @@ def check_ext_header(header: bytes, *, ext_topic: bool) -> int | None:
         raw = value["##trace_id"]
         if not isinstance(raw, str):
             raise ServerError("INVALID_TRACE_ID", "passin trace id should be string", fatal=False)
-        if not raw.isdigit() or int(raw) >= 1 << 64:
+        if not (raw.isascii() and raw.isdigit()) or int(raw) >= 1 << 64:
             raise ServerError("INVALID_TRACE_ID", "invalid trace id", fatal=False)
         trace_id = int(raw)
     if not ext_topic:
