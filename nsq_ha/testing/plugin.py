@@ -5,6 +5,10 @@ Fixtures:
 * ``vanilla_binaries`` / ``fork_binaries``: the built servers (:class:`ServerBinaries`).
 * ``vanilla_cluster``: nsqlookupd + 2 nsqd of vanilla NSQ 1.3.0.
 * ``fork_cluster``: etcd + nsqlookupd + 3 nsqd of the fork.
+* ``devcluster``: the embedded broker (:class:`nsq_ha.devcluster.DevClusterThread`, 3 nodes),
+  fresh for each test and started in well under a second: for testing your own producers and
+  consumers without Go or etcd.  It runs on its own loop thread, so sync and async tests can
+  both use it; ``@pytest.mark.devcluster(nodes=1, msg_timeout=2.0)`` passes options.
 
 A server that is not available (not built, no Go, no etcd) *skips* the tests that need it, with
 a reason saying how to get it, unless ``NSQ_HA_REQUIRE_SERVERS`` asks for it: ``1``/``all``
@@ -22,6 +26,7 @@ from typing import NoReturn
 
 import pytest
 
+from nsq_ha.devcluster import DevClusterThread
 from nsq_ha.testing.build import (
     FORK,
     VANILLA,
@@ -33,6 +38,7 @@ from nsq_ha.testing.build import (
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
 
 __all__ = [
+    "devcluster",
     "fork_binaries",
     "fork_cluster",
     "required_servers",
@@ -107,4 +113,21 @@ def fork_cluster(fork_binaries: ServerBinaries) -> Iterator[ForkCluster]:
             "etcd is not on PATH (the fork's cluster needs it): apt-get install etcd-server",
         )
     with ForkCluster(fork_binaries) as cluster:
+        yield cluster
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Declare the ``devcluster`` marker (options for the ``devcluster`` fixture)."""
+    config.addinivalue_line(
+        "markers",
+        "devcluster(**options): options for the devcluster fixture (nodes=, msg_timeout=, ...)",
+    )
+
+
+@pytest.fixture
+def devcluster(request: pytest.FixtureRequest) -> Iterator[DevClusterThread]:
+    """A fresh embedded fork cluster for this test (3 nodes unless the marker says)."""
+    marker = request.node.get_closest_marker("devcluster")
+    options = dict(marker.kwargs) if marker is not None else {}
+    with DevClusterThread(**options) as cluster:
         yield cluster
