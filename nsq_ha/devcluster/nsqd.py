@@ -367,7 +367,9 @@ class ClientConnection:
         await self._respond(command, data, FrameType.RESPONSE)
 
     async def _error(self, error: ServerError, command: bytes = b"") -> None:
-        await self._respond(command, error.text.encode(), FrameType.ERROR)
+        await self._respond(
+            command, error.text.encode("utf-8", "surrogateescape"), FrameType.ERROR
+        )
         if error.fatal:
             with contextlib.suppress(Exception):
                 await self.writer.drain()
@@ -654,7 +656,9 @@ class ClientConnection:
             raise ServerError("E_INVALID", "REQ insufficient number of params")
         raw = command.params[1].decode("latin-1")
         if not raw.isascii() or not raw.isdigit():
-            raise ServerError("E_INVALID", f"REQ could not parse timeout {raw}")
+            # nsqd's text carries the raw id bytes, then the token
+            raw_id = message_id.decode("utf-8", "surrogateescape")
+            raise ServerError("E_INVALID", f"REQ could not parse timeout {raw_id}, {raw}")
         delay = min(int(raw) / 1000, self.cluster.max_req_timeout)
         now = self.cluster.now()
         try:
@@ -908,17 +912,17 @@ def _identify_types_ok(data: dict[str, Any]) -> bool:
 
 
 def _parse_start(token: bytes) -> tuple[str, int]:
-    """A SUB_ADVANCED start position ``<type>:<int64>`` (§2.3.1)."""
+    """A SUB_ADVANCED start position ``<type>:<int64>`` (§2.3.1), with nsqd's error texts."""
     text = token.decode("latin-1")
     kind, _, value = text.partition(":")
     if kind not in ("special", "virtual_queue", "timestamp", "msgcount"):
         raise ServerError("E_INVALID", f"invalid consume offset:{text}")
-    try:
-        number = parse_atoi(value.encode("latin-1"))
-    except ValueError:
-        raise ServerError("E_INVALID", f"invalid consume offset:{text}") from None
+    body = value[1:] if value[:1] in "+-" else value
+    if not (body.isascii() and body.isdigit()) or not -(1 << 63) <= int(value) < 1 << 63:
+        raise ServerError("E_INVALID", f'strconv.ParseInt: parsing "{value}": invalid syntax')
+    number = int(value)
     if kind == "special" and number != -1:
-        raise ServerError("E_INVALID", f"invalid consume offset:{text}")
+        raise ServerError("E_INVALID", "not supported offset type")
     return kind, number
 
 
