@@ -1,0 +1,1 @@
+"""Conformance cases run on both the real fork cluster and the in-process devcluster."""
