@@ -46,6 +46,7 @@ from nsq_ha.protocol.names import is_valid_name
 from nsq_ha.protocol.trace import TracedResponse, encode_traced_response
 
 from .cluster import FORK_VERSION, ServerError, check_ext_header
+from .http import go_atoi
 
 if TYPE_CHECKING:
     from .cluster import ChannelHub, DevCluster, DevNode, DevPartition
@@ -76,15 +77,8 @@ def go_bytes(data: bytes) -> str:
 
 
 def parse_atoi(token: bytes) -> int:
-    """Go ``strconv.Atoi`` (optional sign, decimal digits); ServerError text on failure."""
-    text = token.decode("latin-1")
-    body = text[1:] if text[:1] in "+-" else text
-    if not body.isascii() or not body.isdigit():
-        raise ValueError(f'strconv.Atoi: parsing "{text}": invalid syntax')
-    value = int(text)
-    if not -(1 << 63) <= value < 1 << 63:
-        raise ValueError(f'strconv.Atoi: parsing "{text}": value out of range')
-    return value
+    """Go ``strconv.Atoi`` of a command token; ValueError with Go's message on failure."""
+    return go_atoi(token.decode("latin-1"))
 
 
 def _publish_body_wanted(name: bytes, params: tuple[bytes, ...]) -> bool:
@@ -917,10 +911,10 @@ def _parse_start(token: bytes) -> tuple[str, int]:
     kind, _, value = text.partition(":")
     if kind not in ("special", "virtual_queue", "timestamp", "msgcount"):
         raise ServerError("E_INVALID", f"invalid consume offset:{text}")
-    body = value[1:] if value[:1] in "+-" else value
-    if not (body.isascii() and body.isdigit()) or not -(1 << 63) <= int(value) < 1 << 63:
-        raise ServerError("E_INVALID", f'strconv.ParseInt: parsing "{value}": invalid syntax')
-    number = int(value)
+    try:
+        number = go_atoi(value, "ParseInt")
+    except ValueError as exc:
+        raise ServerError("E_INVALID", str(exc)) from None
     if kind == "special" and number != -1:
         raise ServerError("E_INVALID", "not supported offset type")
     return kind, number
