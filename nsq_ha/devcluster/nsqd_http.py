@@ -480,19 +480,12 @@ def _ext_header(request: Request, *, ext_topic: bool) -> tuple[bytes, tuple[str,
     for name, header in request.headers.items():
         if name.startswith(_EXT_PREFIX):
             value[name[len(_EXT_PREFIX) :]] = header
-    trace: tuple[str, int] | None = None
-    if "##trace_id" in value:
-        trace_text = value["##trace_id"]
-        trace_id = _parse_u64(trace_text) if isinstance(trace_text, str) else None
-        if trace_id is None:
-            raise ApiError(400, "INVALID_TRACE_ID")
-        trace = (trace_text, trace_id)
     header_bytes = go_marshal_decoded(value).encode()
-    try:
-        check_ext_header(header_bytes, ext_topic=ext_topic)
+    try:  # the same header rules as PUB_EXT, trace id included
+        trace_id = check_ext_header(header_bytes, ext_topic=ext_topic)
     except ServerError as exc:
         raise ApiError(400, exc.code) from None
-    return header_bytes, trace
+    return header_bytes, None if trace_id is None else (value["##trace_id"], trace_id)
 
 
 def _reject_constant(name: str) -> object:
