@@ -383,6 +383,14 @@ async def test_a_restarted_nsqd_is_found_again_through_lookup(
             first = await consumer.get(timeout=10)
             assert first is not None
             await first.finish()
+            # FIN has no reply: wait until nsqd has counted it, or a stop that races the FIN
+            # rightly redelivers "before" after the restart (at-least-once, not a loss).
+            async with asyncio.timeout(10):
+                while True:
+                    stats = await asyncio.to_thread(channel_stats, own, topic, "restart")
+                    if stats["in_flight_count"] == 0:
+                        break
+                    await asyncio.sleep(0.05)
             await asyncio.to_thread(node.process.stop)
             async with asyncio.timeout(10):
                 while consumer.connections:  # noqa: ASYNC110 - waiting for the loss
