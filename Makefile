@@ -1,10 +1,12 @@
-# nsq_ha developer tasks.  `make test` is the one test command (CI runs exactly it via .ci/run).
+# nsq_ha developer tasks.  `make demo` runs the main story on the embedded cluster; `make test`
+# is the one test command (CI runs exactly it via .ci/run).  Both create .venv when missing.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-test
+DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: test install servers lint typecheck unit clean
+.PHONY: demo test install servers lint typecheck unit clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +17,16 @@ $(STAMP): $(PY) pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(DEMO_STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[cli]'
+	touch $(DEMO_STAMP)
+
+# The main job: 10k keyed, traced messages through a leader move on the embedded 3-node
+# cluster, consumed ordered and plain, verified (exit 0 only if nothing was lost or reordered).
+demo: $(DEMO_STAMP)
+	$(VENV)/bin/nsq-ha demo
 
 # Build (or find in ~/.cache/nsq_ha/servers) the real fork and vanilla servers.  A server that
 # cannot be built is reported here and then skipped by the tests (or fails them under

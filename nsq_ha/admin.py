@@ -1,0 +1,308 @@
+"""Topic administration through nsqlookupd's admin API (the fork; vanilla where it has one).
+
+The fork creates topics only here: ``POST /topic/create`` on the *leader* nsqlookupd (the first
+node ``/listlookup`` names), after which the topic becomes writable once lookupd's periodic
+topic check has placed its partitions (seconds; re-posting the identical request triggers the
+check again and is harmless). :class:`LookupdAdmin` does that, waits for it, and can move a
+partition's leader (``/topic/partition/move``), which the scenarios and the demo use to show
+failover on a real cluster as on the embedded one.
+
+Vanilla nsqlookupd has a ``/topic/create?topic=T`` too (no partitions, no replicas): it is
+used when ``/listlookup`` answers 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import httpx
+
+from nsq_ha.errors import (
+    ConfigError,
+    DiscoveryError,
+    LookupdUnavailableError,
+    UnsupportedByServerError,
+)
+from nsq_ha.lookup import LookupClient
+from nsq_ha.lookup.client import normalize_lookupd
+from nsq_ha.lookup.wire import V1_ACCEPT, LookupdError, NodeInfo, PartitionMap, unwrap
+from nsq_ha.protocol.names import validate_channel, validate_topic
+
+__all__ = ["AdminError", "LookupdAdmin", "TopicSpec"]
+
+log = logging.getLogger(__name__)
+
+#: how long to wait between identical ``/topic/create`` requests that nudge the topic check
+_REPOST_INTERVAL = 6.0
+
+
+class AdminError(DiscoveryError):
+    """nsqlookupd refused an admin request, or it did not take effect in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """What ``/topic/create`` is asked for."""
+
+    name: str
+    partitions: int = 1
+    replicas: int = 1
+    ordered: bool = False
+    ext: bool = False
+
+    def __post_init__(self) -> None:
+        validate_topic(self.name)
+        if not 1 <= self.partitions <= 254:
+            raise ConfigError(f"partitions must be 1..254, got {self.partitions}")
+        if not 1 <= self.replicas <= 5:
+            raise ConfigError(f"replicas must be 1..5, got {self.replicas}")
+
+    def query(self) -> dict[str, str]:
+        """The query string of the fork's ``/topic/create``."""
+        params = {
+            "topic": self.name,
+            "partition_num": str(self.partitions),
+            "replicator": str(self.replicas),
+        }
+        if self.ordered:
+            params["orderedmulti"] = "true"
+        if self.ext:
+            params["extend"] = "true"
+        return params
+
+
+class LookupdAdmin:
+    """Admin requests to an nsqlookupd cluster (``lookupd``: one or more HTTP addresses)."""
+
+    def __init__(self, lookupd: str | Sequence[str], *, timeout: float = 10.0) -> None:
+        seeds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
+        if not seeds:
+            raise ConfigError("LookupdAdmin needs at least one nsqlookupd address")
+        self._seeds = [normalize_lookupd(s) for s in seeds]
+        self._http = httpx.AsyncClient(timeout=timeout)
+        self.lookup = LookupClient(self._seeds, http=self._http, timeout=timeout)
+        self._leader: str | None = None
+        self._vanilla = False
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.lookup.close()
+        await self._http.aclose()
+
+    # -- HTTP -------------------------------------------------------------------------------
+
+    async def _request(
+        self, method: str, base: str, path: str, params: dict[str, str] | None = None
+    ) -> object:
+        url = f"{base}{path}"
+        try:
+            resp = await self._http.request(method, url, params=params, headers=dict(V1_ACCEPT))
+        except httpx.HTTPError as exc:
+            raise LookupdUnavailableError(f"nsqlookupd {base} unreachable: {exc!r}") from exc
+        return unwrap(resp.status_code, resp.headers, resp.content, url)
+
+    async def leader(self) -> str:
+        """The leader nsqlookupd's HTTP URL (the first seed on vanilla or standalone lookupd)."""
+        if self._leader is not None:
+            return self._leader
+        errors: list[str] = []
+        for seed in self._seeds:
+            try:
+                answer = await self._request("GET", seed, "/listlookup")
+            except LookupdUnavailableError as exc:
+                errors.append(str(exc))
+                continue
+            except LookupdError as exc:
+                if exc.status != 404:
+                    raise
+                self._vanilla = True
+                self._leader = seed
+                return seed
+            leader = answer.get("lookupdleader") if isinstance(answer, dict) else None
+            if isinstance(leader, dict) and leader.get("NodeIP") and leader.get("HttpPort"):
+                host, port = leader["NodeIP"], leader["HttpPort"]
+                self._leader = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+            else:
+                self._leader = seed
+            return self._leader
+        raise LookupdUnavailableError("no nsqlookupd answered: " + "; ".join(errors))
+
+    async def post(self, path: str, params: dict[str, str]) -> object:
+        """POST an admin request to the leader; :class:`AdminError` with lookupd's message."""
+        base = await self.leader()
+        try:
+            return await self._request("POST", base, path, params)
+        except LookupdError as exc:
+            message = f"nsqlookupd {path} refused: {exc.message} (HTTP {exc.status})"
+            raise AdminError(message) from exc
+
+    # -- topics -----------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replicas: int = 1,
+        *,
+        ordered: bool = False,
+        ext: bool = False,
+        wait: bool = True,
+        timeout: float = 120.0,  # noqa: ASYNC109 - a deadline for the whole wait
+    ) -> PartitionMap | None:
+        """Create a topic; with ``wait`` return its ``access=w`` map once every partition has a
+        leader. Re-creating with the same parameters succeeds; different ones raise
+        :class:`AdminError` (``already exist``)."""
+        spec = TopicSpec(name, partitions, replicas, ordered, ext)
+        await self.leader()
+        deadline = time.monotonic() + timeout
+        if self._vanilla:
+            if partitions != 1 or replicas != 1 or ordered or ext:
+                raise ConfigError(
+                    "vanilla nsqlookupd creates plain topics only (no partitions, replicas, "
+                    "ordered or ext)"
+                )
+            await self.post("/topic/create", {"topic": name})
+            return None
+        await self._post_create(spec, deadline)
+        if not wait:
+            return None
+        return await self.wait_writable(spec, deadline)
+
+    async def _post_create(self, spec: TopicSpec, deadline: float) -> None:
+        while True:
+            try:
+                await self.post("/topic/create", spec.query())
+                return
+            except AdminError as exc:
+                # right after start-up the coordinator may not know every node yet
+                transient = "No node is available" in str(exc) or "unstable" in str(exc)
+                if not transient or time.monotonic() > deadline:
+                    raise
+                log.info("topic/create %s: %s; retrying", spec.name, exc)
+            await asyncio.sleep(1.0)
+
+    async def wait_writable(self, spec: TopicSpec, deadline: float) -> PartitionMap:
+        """Poll ``access=w`` until every partition of ``spec`` has a leader, nudging the check."""
+        last_post = time.monotonic()
+        while True:
+            pmap = await self.lookup.lookup(spec.name, "w", force=True)
+            if len(pmap.partitions) >= spec.partitions:
+                return pmap
+            now = time.monotonic()
+            if now > deadline:
+                raise AdminError(
+                    f"topic {spec.name!r} was created but only {len(pmap.partitions)} of "
+                    f"{spec.partitions} partitions became writable in time"
+                )
+            if now - last_post > _REPOST_INTERVAL:
+                await self._post_create(spec, deadline)
+                last_post = now
+            await asyncio.sleep(0.2)
+
+    async def wait_stable(self, timeout: float = 240.0) -> None:  # noqa: ASYNC109
+        """Wait until ``/cluster/stats`` says ``stable`` (lookupd refuses moves otherwise)."""
+        base = await self.leader()
+        deadline = time.monotonic() + timeout
+        while True:
+            stats = await self._request("GET", base, "/cluster/stats")
+            if isinstance(stats, dict) and stats.get("stable") is True:
+                return
+            if time.monotonic() > deadline:
+                raise AdminError(f"the cluster did not become stable within {timeout:.0f}s")
+            await asyncio.sleep(1.0)
+
+    async def move_leader(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        timeout: float = 240.0,  # noqa: ASYNC109 - a deadline for the whole move
+    ) -> NodeInfo:
+        """Move ``topic``/``partition``'s leadership to another in-sync replica and return the
+        new leader once ``access=w`` names it (lookupd picks it among the replicas)."""
+        deadline = time.monotonic() + timeout
+        await self.wait_stable(timeout)
+        pmap = await self.lookup.lookup(topic, "w", force=True)
+        old = pmap.leader(partition)
+        if old is None:
+            raise AdminError(f"{topic}/{partition} has no leader to move away from")
+        readers = await self.lookup.lookup(topic, "r", force=True)
+        others = [n for n in readers.producers if n.distributed_id != old.distributed_id]
+        if not others:
+            raise AdminError(f"{topic}/{partition}: no other node to move the leader to")
+        await self.post(
+            "/topic/partition/move",
+            {
+                "topic": topic,
+                "partition": str(partition),
+                "move_leader": "true",
+                "move_from": old.distributed_id,
+                "move_to": others[0].distributed_id,
+            },
+        )
+        while time.monotonic() < deadline:
+            new = (await self.lookup.lookup(topic, "w", force=True)).leader(partition)
+            if new is not None and new.distributed_id != old.distributed_id:
+                log.info("moved the leader of %s/%d: %s -> %s", topic, partition, old, new)
+                return new
+            await asyncio.sleep(0.2)
+        raise AdminError(f"the leader of {topic}/{partition} is still {old.address}")
+
+    # -- channels (nsqd, on each partition's leader) -----------------------------------------
+
+    async def create_channel(
+        self,
+        topic: str,
+        channel: str,
+        *,
+        partitions: Sequence[int] | None = None,
+        rewind: bool = False,
+    ) -> list[int]:
+        """Create ``channel`` on the leader of each partition (all, or ``partitions``) with
+        nsqd's ``POST /channel/create``; with ``rewind``, move it to the partition's first
+        retained message (``/channel/setoffset virtual_queue:0``). Returns the partitions done.
+
+        On the fork a channel made by a consumer's first SUB starts at the partition's end;
+        creating and rewinding it first lets the consumer see what the topic already holds.
+        """
+        validate_channel(channel)
+        pmap = await self.lookup.lookup(topic, "w", force=True)
+        if not pmap.fork:
+            raise UnsupportedByServerError("channel create/rewind per partition is the fork's")
+        done: list[int] = []
+        for partition, node in sorted(pmap.partitions.items()):
+            if partitions is not None and partition not in partitions:
+                continue
+            base = f"http://{node.broadcast_address}:{node.http_port}"
+            if ":" in node.broadcast_address:
+                base = f"http://[{node.broadcast_address}]:{node.http_port}"
+            params = {"topic": topic, "partition": str(partition), "channel": channel}
+            await self._nsqd_post(base, "/channel/create", params, b"")
+            if rewind:
+                await self._nsqd_post(base, "/channel/setoffset", params, b"virtual_queue:0")
+            done.append(partition)
+        return done
+
+    async def _nsqd_post(
+        self, base: str, path: str, params: dict[str, str], content: bytes
+    ) -> None:
+        url = f"{base}{path}"
+        try:
+            resp = await self._http.post(url, params=params, content=content)
+        except httpx.HTTPError as exc:
+            raise AdminError(f"nsqd {base} unreachable: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise AdminError(f"nsqd {url} refused: HTTP {resp.status_code} {resp.text[:200]}")

@@ -1,0 +1,269 @@
+"""The ``nsq-ha`` command line.
+
+Client commands (``lookup``, ``topic create``, ``pub``, ``tail``) take ``--lookupd URL``
+(repeatable; fork or vanilla nsqlookupd) or ``--nsqd HOST:PORT`` (vanilla nsqd, repeatable).
+``demo`` runs the main story on the embedded cluster, ``devcluster`` serves that cluster until
+Ctrl-C, ``servers`` builds the real servers the tests use.
+
+Failures print one line ``nsq-ha <command>: <what went wrong>`` on stderr and exit non-zero
+(2: bad input, 1: it did not work, 130: interrupted); ``--debug`` adds logs and tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from nsq_ha._version import __version__
+
+__all__ = ["build_parser", "main"]
+
+Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``nsq-ha`` (every subcommand)."""
+    parser = argparse.ArgumentParser(prog="nsq-ha", description="The nsq_ha command line.")
+    parser.add_argument("--version", action="version", version=f"nsq-ha {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="log what the client does; show tracebacks"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    where = argparse.ArgumentParser(add_help=False)
+    group = where.add_argument_group("where the cluster is")
+    group.add_argument(
+        "--lookupd",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="nsqlookupd HTTP address, e.g. http://127.0.0.1:4161 (repeatable)",
+    )
+    group.add_argument(
+        "--nsqd",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="vanilla nsqd TCP address, instead of --lookupd (repeatable)",
+    )
+    group.add_argument("--plain", action="store_true", help="plain-text tables, no colours")
+
+    lookup = sub.add_parser(
+        "lookup",
+        parents=[where],
+        help="show a topic's partitions and their leaders",
+        description="Show where a topic's partitions are (nsqlookupd /lookup).",
+    )
+    lookup.add_argument("--topic", required=True)
+    lookup.add_argument("--access", choices=["r", "w"], default="w", help="readers or writers (w)")
+    lookup.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    topic = sub.add_parser("topic", help="topic administration (fork)")
+    topic_sub = topic.add_subparsers(dest="topic_command", metavar="ACTION", required=True)
+    create = topic_sub.add_parser(
+        "create",
+        parents=[where],
+        help="create a topic and wait until it is writable",
+        description="Create a topic through the leader nsqlookupd (/topic/create) and wait "
+        "until every partition has a leader.",
+    )
+    create.add_argument("--topic", required=True)
+    create.add_argument("--partitions", type=_positive, default=1, help="partition count (1)")
+    create.add_argument("--replicas", type=_positive, default=1, help="replicas per partition")
+    create.add_argument("--ordered", action="store_true", help="an ordered topic (SUB_ORDERED)")
+    create.add_argument("--ext", action="store_true", help="an ext topic (JSON headers, tags)")
+    create.add_argument("--no-wait", action="store_true", help="return once lookupd accepted")
+    create.add_argument("--timeout", type=float, default=120.0, help="seconds to wait (120)")
+    create.add_argument("--json", action="store_true", help="print the map as JSON")
+
+    pub = sub.add_parser(
+        "pub",
+        parents=[where],
+        help="publish each stdin line as a message",
+        description="Publish each line of stdin as one message; prints a JSON summary "
+        "(count, per-partition counts, errors) at the end. Exit 1 if any line failed.",
+    )
+    pub.add_argument("--topic", required=True)
+    keys = pub.add_mutually_exclusive_group()
+    keys.add_argument("--key", help="sharding key of every message")
+    keys.add_argument(
+        "--key-sep",
+        metavar="SEP",
+        help="the text before the first SEP is the line's sharding key, the rest its body "
+        "(backslash escapes such as '\\t' work)",
+    )
+    pub.add_argument("--trace", action="store_true", help="PUB_TRACE with a random trace id each")
+    pub.add_argument("--ext", metavar="JSON", help="JSON header of every message (ext topics)")
+    pub.add_argument(
+        "--batch", type=int, default=100, metavar="N", help="lines per round of MPUBs (100)"
+    )
+    pub.add_argument("--json", action="store_true", help="also one JSON line per publish result")
+
+    tail = sub.add_parser(
+        "tail",
+        parents=[where],
+        help="print messages of a topic (finishing them)",
+        description="Consume a channel and print its messages, finishing each.",
+    )
+    tail.add_argument("--topic", required=True)
+    tail.add_argument("--channel", required=True)
+    tail.add_argument("--ordered", action="store_true", help="subscribe with SUB_ORDERED")
+    tail.add_argument("-n", dest="count", type=int, metavar="N", help="exit after N messages")
+    tail.add_argument("--json", action="store_true", help="one JSON object per message")
+    tail.add_argument(
+        "--partition", type=int, action="append", metavar="P", help="only these (repeatable)"
+    )
+    tail.add_argument(
+        "--from",
+        dest="start",
+        choices=["start", "end"],
+        default="start",
+        help="where a channel the fork does not know yet begins: the first retained message "
+        "(start, as vanilla's first channel gets the backlog) or new messages only (end)",
+    )
+    tail.add_argument(
+        "--timeout", type=float, default=None, help="fail if a message takes longer (seconds)"
+    )
+
+    demo = sub.add_parser(
+        "demo",
+        help="the main story on the embedded cluster, verified",
+        description="Start the embedded 3-node cluster, publish 10k keyed traced messages "
+        "while a leader moves, consume them ordered and plain, verify order and no loss.",
+    )
+    demo.add_argument("--messages", type=_positive, default=10_000, help="how many (10000)")
+    demo.add_argument("--producers", type=_positive, default=4, help="producer tasks (4)")
+    demo.add_argument("--keys", type=_positive, default=64, help="distinct sharding keys (64)")
+    demo.add_argument("--plain", action="store_true", help="plain-text tables, no colours")
+
+    servers = sub.add_parser(
+        "servers",
+        help="build the real NSQ servers (vanilla, fork) into the cache",
+        description="Build the real NSQ servers from the Go module proxy into the cache.",
+    )
+    servers.add_argument("names", nargs="*", help="recipes to build: vanilla, fork (all)")
+    servers.add_argument("--keep-going", action="store_true", help="exit 0 even if one fails")
+    dev = sub.add_parser(
+        "devcluster",
+        help="run the embedded fork cluster (lookupd + N nsqd) until Ctrl-C",
+        description="Run the embedded fork cluster on loopback until interrupted; prints the "
+        "lookupd address to give clients as --lookupd / lookupd=.",
+    )
+    dev.add_argument("--nodes", type=_positive, default=3, help="number of nsqd (default 3)")
+    dev.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    dev.add_argument(
+        "--lookupd-port", type=_port, default=0, help="lookupd HTTP port (default: a free one)"
+    )
+    dev.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="NAME[:PARTITIONS[:REPLICAS[:ordered][:ext]]]",
+        help="create a topic at start (repeatable), e.g. orders:4:2:ordered",
+    )
+    dev.add_argument("--events", action="store_true", help="print the event log as it grows")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``nsq-ha`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.command == "devcluster":
+        from nsq_ha.devcluster.cli import run_devcluster
+
+        return run_devcluster(args)
+    if args.command == "servers":
+        from nsq_ha.testing.build import main as build_main
+
+        return build_main([*args.names, *(["--keep-going"] if args.keep_going else [])])
+    command = _command(args)
+    if command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    name = args.command + (f" {args.topic_command}" if args.command == "topic" else "")
+    return run(name, command, args)
+
+
+def _command(args: argparse.Namespace) -> Command | None:
+    from . import commands
+
+    if args.command == "demo":
+        from .demo import cmd_demo
+
+        return cmd_demo
+    table: dict[str, Command] = {
+        "lookup": commands.cmd_lookup,
+        "topic": commands.cmd_topic_create,
+        "pub": commands.cmd_pub,
+        "tail": commands.cmd_tail,
+    }
+    return table.get(args.command or "")
+
+
+def run(name: str, command: Command, args: argparse.Namespace) -> int:
+    """Run ``command``; turn every failure into one line on stderr and an exit code."""
+    from nsq_ha.errors import ConfigError, NsqError
+
+    from .commands import CliError
+
+    def fail(message: str, code: int) -> int:
+        print(f"nsq-ha {name}: {message}", file=sys.stderr, flush=True)
+        return code
+
+    try:
+        return asyncio.run(command(args))
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+    except CliError as exc:
+        return fail(str(exc), exc.code)
+    except ConfigError as exc:
+        if args.debug:
+            logging.exception("bad input")
+        return fail(_one_line(exc), 2)
+    except NsqError as exc:
+        if args.debug:
+            logging.exception("failed")
+        return fail(_one_line(exc), 1)
+    except OSError as exc:
+        if args.debug:
+            logging.exception("failed")
+        return fail(_one_line(exc), 1)
+    except Exception as exc:  # a bug: still one line, the traceback with --debug
+        if args.debug:
+            logging.exception("internal error")
+        return fail(
+            f"internal error {type(exc).__name__}: {_one_line(exc)} (--debug shows more)", 1
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())
