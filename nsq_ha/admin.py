@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 #: how long to wait between identical ``/topic/create`` requests that nudge the topic check
 _REPOST_INTERVAL = 6.0
+#: how long "No node is available" counts as start-up (nodes not yet registered)
+_NODES_PATIENCE = 20.0
 
 
 class AdminError(DiscoveryError):
@@ -55,6 +57,8 @@ class TopicSpec:
     replicas: int = 1
     ordered: bool = False
     ext: bool = False
+    #: several partitions of a plain topic may share a node (ordered topics always may)
+    multi_part: bool = False
 
     def __post_init__(self) -> None:
         validate_topic(self.name)
@@ -74,6 +78,8 @@ class TopicSpec:
             params["orderedmulti"] = "true"
         if self.ext:
             params["extend"] = "true"
+        if self.multi_part:
+            params["multipart"] = "true"
         return params
 
 
@@ -159,17 +165,19 @@ class LookupdAdmin:
         *,
         ordered: bool = False,
         ext: bool = False,
+        multi_part: bool = False,
         wait: bool = True,
         timeout: float = 120.0,  # noqa: ASYNC109 - a deadline for the whole wait
     ) -> PartitionMap | None:
         """Create a topic; with ``wait`` return its ``access=w`` map once every partition has a
-        leader. Re-creating with the same parameters succeeds; different ones raise
+        leader. Without ``ordered`` or ``multi_part`` the fork needs nodes >= partitions x
+        replicas. Re-creating with the same parameters succeeds; different ones raise
         :class:`AdminError` (``already exist``)."""
-        spec = TopicSpec(name, partitions, replicas, ordered, ext)
+        spec = TopicSpec(name, partitions, replicas, ordered, ext, multi_part)
         await self.leader()
         deadline = time.monotonic() + timeout
         if self._vanilla:
-            if partitions != 1 or replicas != 1 or ordered or ext:
+            if partitions != 1 or replicas != 1 or ordered or ext or multi_part:
                 raise ConfigError(
                     "vanilla nsqlookupd creates plain topics only (no partitions, replicas, "
                     "ordered or ext)"
@@ -182,14 +190,23 @@ class LookupdAdmin:
         return await self.wait_writable(spec, deadline)
 
     async def _post_create(self, spec: TopicSpec, deadline: float) -> None:
+        # right after start-up the coordinator may not know every node yet, so "No node is
+        # available" is retried for a while; for longer it means too few nodes
+        patience = min(deadline, time.monotonic() + _NODES_PATIENCE)
         while True:
             try:
                 await self.post("/topic/create", spec.query())
                 return
             except AdminError as exc:
-                # right after start-up the coordinator may not know every node yet
-                transient = "No node is available" in str(exc) or "unstable" in str(exc)
-                if not transient or time.monotonic() > deadline:
+                no_node = "No node is available" in str(exc)
+                if not (no_node or "unstable" in str(exc)):
+                    raise
+                if time.monotonic() > (patience if no_node else deadline):
+                    if no_node and not (spec.ordered or spec.multi_part):
+                        raise AdminError(
+                            f"{exc}; a plain topic needs nodes >= partitions x replicas "
+                            f"({spec.partitions} x {spec.replicas}) unless multi-part"
+                        ) from exc
                     raise
                 log.info("topic/create %s: %s; retrying", spec.name, exc)
             await asyncio.sleep(1.0)

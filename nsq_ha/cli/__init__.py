@@ -30,7 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nsq-ha", description="The nsq_ha command line.")
     parser.add_argument("--version", action="version", version=f"nsq-ha {__version__}")
     parser.add_argument(
-        "--debug", action="store_true", help="log what the client does; show tracebacks"
+        "-v", "--verbose", action="store_true", help="log warnings (reconnects, retries, moves)"
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="log everything the client does; show tracebacks"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -174,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.WARNING,
+        level=logging.DEBUG if args.debug else logging.WARNING if args.verbose else logging.ERROR,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
