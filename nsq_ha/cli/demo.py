@@ -156,7 +156,7 @@ async def run_demo(
         await admin.create_topic(ORDERS, 4, 2, ordered=True)
         await admin.create_topic(EVENTS, 3, 1)
         print(
-            f"topics {ORDERS} (ordered, 4 partitions x 2 replicas) and {EVENTS} (plain, 3 partitions)"
+            f"topics {ORDERS} (ordered, 4 partitions x 2 replicas), {EVENTS} (plain, 3 partitions)"
         )
         with Progress(plain=plain) as progress:
             progress.add("published", messages)
