@@ -1,0 +1,379 @@
+"""``nsq-ha lookup / topic create / pub / tail`` as a user runs them (a subprocess each), against
+the embedded cluster and the real fork cluster; ``--nsqd`` against real vanilla nsqd; and the
+one-line errors for bad input."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from nsq_ha.devcluster import DevClusterThread
+from nsq_ha.testing.servers import VanillaCluster
+
+ACCEPTANCE_LINES = b"k1\ta\nk2\tb\nk1\tc\n"
+
+
+def nsq_ha(
+    *argv: str, stdin: bytes = b"", timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """Run ``nsq-ha ARGV`` the way a shell does; text output."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "nsq_ha", *argv],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    return subprocess.CompletedProcess(
+        proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+    )
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, (
+        f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    )
+    return proc.stdout
+
+
+def json_lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module", params=["devcluster", "fork"])
+def lookupd(request: pytest.FixtureRequest) -> Iterator[str]:
+    """nsqlookupd's HTTP URL of the embedded cluster or of the real fork cluster."""
+    if request.param == "devcluster":
+        with DevClusterThread(nodes=3) as dev:
+            yield dev.lookupd_http
+    else:
+        yield request.getfixturevalue("fork_cluster").lookupd_http
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(3)}"
+
+
+def create(lookupd: str, topic: str, *flags: str) -> dict[str, object]:
+    out = ok(nsq_ha("topic", "create", "--lookupd", lookupd, "--topic", topic, *flags, "--json"))
+    return json.loads(out)
+
+
+def test_topic_create_lookup_pub_and_tail_keep_a_keys_order(lookupd: str) -> None:
+    """The issue's pipeline: k1's two messages land on one partition and come back in order."""
+    topic = _name("cli_orders")
+    created = create(lookupd, topic, "--partitions", "4", "--replicas", "2", "--ordered")
+    assert sorted(created["partitions"]) == ["0", "1", "2", "3"]  # type: ignore[arg-type]
+    assert created["meta"]["ordered"] is True  # type: ignore[index]
+
+    table = ok(nsq_ha("lookup", "--lookupd", lookupd, "--topic", topic, "--plain"))
+    assert f"{topic} (access=w): 4 partitions, replicas 2, ordered" in table
+    looked = json.loads(ok(nsq_ha("lookup", "--lookupd", lookupd, "--topic", topic, "--json")))
+    assert looked["partitions"] == created["partitions"]
+
+    pub = nsq_ha(
+        "pub", "--lookupd", lookupd, "--topic", topic, "--key-sep", "\\t", stdin=ACCEPTANCE_LINES
+    )
+    summary = json.loads(ok(pub).splitlines()[-1])
+    assert (summary["published"], summary["failed"], summary["errors"]) == (3, 0, [])
+    assert sum(summary["partitions"].values()) == 3
+
+    tail = nsq_ha(
+        "tail",
+        "--lookupd",
+        lookupd,
+        "--topic",
+        topic,
+        "--channel",
+        "c",
+        "-n",
+        "3",
+        "--json",
+        "--timeout",
+        "60",
+    )
+    messages = json_lines(ok(tail))
+    assert sorted(m["body"] for m in messages) == ["a", "b", "c"]
+    k1 = [m for m in messages if m["body"] in ("a", "c")]
+    assert [m["body"] for m in k1] == ["a", "c"], "k1's messages out of order"
+    assert k1[0]["partition"] == k1[1]["partition"]
+    assert k1[0]["offset"] < k1[1]["offset"]  # type: ignore[operator]
+    for m in messages:
+        assert set(m) == {
+            "partition",
+            "offset",
+            "id",
+            "trace_id",
+            "attempts",
+            "timestamp",
+            "ext",
+            "body",
+            "body_base64",
+        }
+        assert len(str(m["id"])) == 32
+        assert m["attempts"] == 1
+        assert m["body_base64"] is False
+
+
+def test_pub_json_and_trace_ids_reach_tail(lookupd: str) -> None:
+    topic = _name("cli_traced")
+    create(lookupd, topic, "--partitions", "2", "--replicas", "1")
+    lines = b"".join(b"key%d:body-%d\n" % (i % 3, i) for i in range(20))
+    pub = nsq_ha(
+        "pub",
+        "--lookupd",
+        lookupd,
+        "--topic",
+        topic,
+        "--key-sep",
+        ":",
+        "--trace",
+        "--json",
+        "--batch",
+        "7",
+        stdin=lines,
+    )
+    results = json_lines(ok(pub))
+    summary, per_line = results[-1], results[:-1]
+    assert summary["published"] == 20
+    assert summary["failed"] == 0
+    assert [r["line"] for r in per_line] == list(range(1, 21))
+    by_key: dict[object, set[object]] = {}
+    for r in per_line:
+        by_key.setdefault(r["key"], set()).add(r["partition"])
+        assert isinstance(r["trace_id"], int)
+        assert r["trace_id"] > 0
+        assert isinstance(r["id"], str)
+        assert len(r["id"]) == 32
+    assert all(len(parts) == 1 for parts in by_key.values()), by_key
+    tail = nsq_ha(
+        "tail",
+        "--lookupd",
+        lookupd,
+        "--topic",
+        topic,
+        "--channel",
+        "t",
+        "-n",
+        "20",
+        "--json",
+        "--timeout",
+        "60",
+    )
+    received = {m["trace_id"]: m for m in json_lines(ok(tail))}
+    for r in per_line:
+        got = received[r["trace_id"]]
+        # a plain SUB carries no offsets (ordered and SUB_ADVANCED ones do)
+        assert (got["id"], got["partition"], got["offset"]) == (r["id"], r["partition"], None)
+
+
+def test_binary_bodies_are_printed_as_base64(lookupd: str) -> None:
+    topic = _name("cli_binary")
+    create(lookupd, topic)
+    ok(nsq_ha("pub", "--lookupd", lookupd, "--topic", topic, stdin=b"\xff\xfe\x00ok\n"))
+    tail = nsq_ha(
+        "tail",
+        "--lookupd",
+        lookupd,
+        "--topic",
+        topic,
+        "--channel",
+        "b",
+        "-n",
+        "1",
+        "--json",
+        "--timeout",
+        "60",
+    )
+    (message,) = json_lines(ok(tail))
+    assert message["body_base64"] is True
+    assert base64.b64decode(str(message["body"])) == b"\xff\xfe\x00ok"
+
+
+def test_ext_headers_round_trip_and_plain_topics_refuse_them(lookupd: str) -> None:
+    topic = _name("cli_ext")
+    create(lookupd, topic, "--ext")
+    header = '{"source":"cli","##client_dispatch_tag":"t1"}'
+    ok(nsq_ha("pub", "--lookupd", lookupd, "--topic", topic, "--ext", header, stdin=b"x\n"))
+    tail = nsq_ha(
+        "tail",
+        "--lookupd",
+        lookupd,
+        "--topic",
+        topic,
+        "--channel",
+        "e",
+        "-n",
+        "1",
+        "--json",
+        "--timeout",
+        "60",
+    )
+    (message,) = json_lines(ok(tail))
+    assert message["ext"] == json.loads(header)
+
+    plain = _name("cli_noext")
+    create(lookupd, plain)
+    refused = nsq_ha("pub", "--lookupd", lookupd, "--topic", plain, "--ext", header, stdin=b"x\n")
+    assert refused.returncode == 1
+    summary = json.loads(refused.stdout.splitlines()[-1])
+    assert (summary["published"], summary["failed"]) == (0, 1)
+    assert "ext" in summary["errors"][0]["error"].lower()
+
+
+def test_lines_without_the_separator_are_counted_as_errors(lookupd: str) -> None:
+    topic = _name("cli_sep")
+    create(lookupd, topic)
+    proc = nsq_ha(
+        "pub",
+        "--lookupd",
+        lookupd,
+        "--topic",
+        topic,
+        "--key-sep",
+        "=",
+        "--json",
+        stdin=b"a=1\nnoseparator\nb=2\n",
+    )
+    assert proc.returncode == 1
+    *lines, summary = json_lines(proc.stdout)
+    assert (summary["published"], summary["failed"]) == (2, 1)
+    assert summary["errors"] == [{"error": "line 2 has no key separator b'='", "count": 1}]
+    assert [line.get("ok") for line in lines] == [False, True, True]
+
+
+@pytest.mark.vanilla
+def test_pub_and_tail_against_vanilla_nsqd(vanilla_cluster: VanillaCluster) -> None:
+    """``--nsqd``: vanilla nsqd, no partitions (``partition`` is null)."""
+    address = vanilla_cluster.nodes[0].tcp_address
+    topic = _name("cli_vanilla")
+    summary = json.loads(
+        ok(nsq_ha("pub", "--nsqd", address, "--topic", topic, stdin=b"one\ntwo\n")).splitlines()[-1]
+    )
+    assert summary["published"] == 2
+    assert summary["partitions"] == {"-": 2}
+    tail = nsq_ha(
+        "tail",
+        "--nsqd",
+        address,
+        "--topic",
+        topic,
+        "--channel",
+        "v",
+        "-n",
+        "2",
+        "--json",
+        "--timeout",
+        "30",
+    )
+    messages = json_lines(ok(tail))
+    assert [m["body"] for m in messages] == ["one", "two"]
+    assert all(m["partition"] is None for m in messages)
+
+
+# -- bad input: one line on stderr, non-zero exit, no traceback ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def dev() -> Iterator[DevClusterThread]:
+    with DevClusterThread(nodes=3) as cluster:
+        cluster.create_topic("known", 2, 1)
+        yield cluster
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("nsq-ha ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["lookup", "pub", "tail"])
+def test_an_unknown_topic_is_one_line(dev: DevClusterThread, command: str) -> None:
+    extra = ["--channel", "c", "-n", "1"] if command == "tail" else []
+    proc = nsq_ha(command, "--lookupd", dev.lookupd_http, "--topic", "nope", *extra, stdin=b"x\n")
+    line = one_line_error(proc, 1)
+    assert "topic 'nope' does not exist" in line, line
+
+
+@pytest.mark.parametrize("command", ["lookup", "pub", "tail", "topic"])
+def test_an_unreachable_lookupd_is_one_line(command: str) -> None:
+    argv = {
+        "lookup": ["lookup"],
+        "pub": ["pub"],
+        "tail": ["tail", "--channel", "c"],
+        "topic": ["topic", "create", "--partitions", "2"],
+    }[command]
+    proc = nsq_ha(*argv, "--lookupd", "http://127.0.0.1:1", "--topic", "t", stdin=b"x\n")
+    line = one_line_error(proc, 1)
+    assert "http://127.0.0.1:1" in line, line
+    assert "unreachable" in line, line
+
+
+@pytest.mark.parametrize(
+    ("ext", "message"),
+    [
+        ("{bad", "--ext is not valid JSON: Expecting property name enclosed in double quotes"),
+        ("[1, 2]", "--ext must be a JSON object, got list"),
+    ],
+)
+def test_a_malformed_ext_is_one_line(dev: DevClusterThread, ext: str, message: str) -> None:
+    proc = nsq_ha("pub", "--lookupd", dev.lookupd_http, "--topic", "known", "--ext", ext)
+    assert message in one_line_error(proc, 2)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["lookup", "--topic", "bad topic!"], "topic name"),
+        (["pub", "--topic", "known"], "give --lookupd URL"),
+        (["tail", "--topic", "known", "--channel", "c", "-n", "0"], "-n must be at least 1"),
+        (
+            ["topic", "create", "--nsqd", "127.0.0.1:4150", "--topic", "t"],
+            "goes through nsqlookupd",
+        ),
+    ],
+)
+def test_other_bad_input_is_one_line(dev: DevClusterThread, argv: list[str], message: str) -> None:
+    if "--nsqd" not in argv and "give --lookupd URL" not in message:
+        argv = [*argv, "--lookupd", dev.lookupd_http]
+    proc = nsq_ha(*argv)
+    assert message in one_line_error(proc, 2)
+
+
+def test_a_plain_topic_larger_than_the_cluster_is_refused_with_the_rule(
+    dev: DevClusterThread,
+) -> None:
+    proc = nsq_ha(
+        "topic",
+        "create",
+        "--lookupd",
+        dev.lookupd_http,
+        "--topic",
+        "toobig",
+        "--partitions",
+        "4",
+        "--replicas",
+        "2",
+    )
+    line = one_line_error(proc, 1)
+    assert "No node is available" in line, line
+    assert "nodes >= partitions x replicas" in line, line
+
+
+def test_demo_verifies_its_story() -> None:
+    """``nsq-ha demo`` (smaller): the per-partition table, the checks, exit 0."""
+    proc = nsq_ha("demo", "--messages", "2000", "--plain")
+    out = ok(proc)
+    assert "demo_orders: ordered consumer, per partition" in out
+    for check in ("nothing lost", "per-key order", "trace ids and message ids", "leader move"):
+        assert any(check in line and " OK " in line for line in out.splitlines()), out
+    assert out.strip().splitlines()[-1].startswith("PASSED in ")
