@@ -357,6 +357,9 @@ class NsqdHttpApi:
         kind, value = _consume_offset(text)
         self._require_leader(hub.partition)
         channel = hub.channel
+        if kind != "special" and not channel.partition.log:
+            # observed: seeking into a commit log that never had a record
+            raise ApiError(500, "commit log end of file")
         if kind == "special":
             if value != -1:
                 raise ApiError(500, "not supported offset type")

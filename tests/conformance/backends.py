@@ -50,6 +50,8 @@ EXT = "cf_ext"
 FRESH_TRACE = "cf_fresh_trace"
 FRESH_EXT = "cf_fresh_ext"
 FRESH_OFFSET = "cf_fresh_offset"
+#: never published to: a partition with an empty commit log
+EMPTY = "cf_empty"
 #: replica 1: its node is stopped by the very last case
 STOP = "cf_stop"
 
@@ -61,6 +63,7 @@ TOPICS: tuple[TopicDef, ...] = (
     TopicDef(FRESH_TRACE),
     TopicDef(FRESH_EXT, ext=True),
     TopicDef(FRESH_OFFSET),
+    TopicDef(EMPTY),
     TopicDef(STOP),
 )
 

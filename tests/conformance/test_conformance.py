@@ -24,6 +24,7 @@ import pytest
 import snappy
 
 from .backends import (
+    EMPTY,
     EXT,
     FRESH_EXT,
     FRESH_OFFSET,
@@ -1871,6 +1872,26 @@ def test_channel_setoffset_errors(backend: Backend, body: bytes, status: int, me
     with subscribe(backend.leader(PLAIN), Sub(PLAIN, "c_setoff_err", command="SUB_ADVANCED")):
         resp = setoffset(backend, PLAIN, "c_setoff_err", body)
         assert (resp.status_code, resp.json()) == (status, {"message": message})
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        pytest.param(b"virtual_queue:0", 500, "commit log end of file", id="virtual_queue"),
+        pytest.param(b"msgcount:1", 500, "commit log end of file", id="msgcount"),
+        pytest.param(b"timestamp:0", 500, "commit log end of file", id="timestamp"),
+        pytest.param(b"special:-1", 200, None, id="special"),
+    ],
+)
+def test_channel_setoffset_on_an_empty_partition(
+    backend: Backend, body: bytes, status: int, message: str | None
+) -> None:
+    """§5.6, found by ``nsq-ha tail`` rewinding a new channel: on a partition that never had a
+    message, seeking into the commit log fails with 500 ``commit log end of file``."""
+    with subscribe(backend.leader(EMPTY), Sub(EMPTY, "c_empty", command="SUB_ADVANCED")):
+        resp = setoffset(backend, EMPTY, "c_empty", body)
+        got = (resp.status_code, resp.json() if resp.text else None)
+        assert got == (status, None if message is None else {"message": message})
 
 
 # == §11 leader move (changes the cluster: after every other case but the node stop) =========
