@@ -290,7 +290,9 @@ class LookupdAdmin:
     ) -> list[int]:
         """Create ``channel`` on the leader of each partition (all, or ``partitions``) with
         nsqd's ``POST /channel/create``; with ``rewind``, move it to the partition's first
-        retained message (``/channel/setoffset virtual_queue:0``). Returns the partitions done.
+        retained message (``/channel/setoffset virtual_queue:0``; nsqd refuses that with
+        ``commit log end of file`` on a partition that never had a message, which is then
+        already at its start). Returns the partitions done.
 
         On the fork a channel made by a consumer's first SUB starts at the partition's end;
         creating and rewinding it first lets the consumer see what the topic already holds.
@@ -309,7 +311,12 @@ class LookupdAdmin:
             params = {"topic": topic, "partition": str(partition), "channel": channel}
             await self._nsqd_post(base, "/channel/create", params, b"")
             if rewind:
-                await self._nsqd_post(base, "/channel/setoffset", params, b"virtual_queue:0")
+                try:
+                    await self._nsqd_post(base, "/channel/setoffset", params, b"virtual_queue:0")
+                except AdminError as exc:
+                    # a partition that never had a message: its start is its end already
+                    if "commit log end of file" not in str(exc):
+                        raise
             done.append(partition)
         return done
 
