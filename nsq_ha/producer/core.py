@@ -761,9 +761,12 @@ class Producer:
             slot = self._next_slot(routes)
         node = routes.nodes.get(slot)
         if node is None:
-            raise PartitionNotAvailableError(
+            missing = PartitionNotAvailableError(
                 f"{topic!r} partition {slot} has no writable leader in the current lookup"
             )
+            # look again now (the next try reads the fresh map), not at the periodic refresh
+            await self._after_failure(topic, None, missing)
+            raise missing
         key = routes.key(slot, node)
         partition = routes.wire_partition(slot)
         window = self._window(topic, slot) if windowed else None

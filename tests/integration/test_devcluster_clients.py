@@ -18,7 +18,7 @@ from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer import Consumer, Message
 from nsq_ha.devcluster import DevCluster, DevClusterThread
 from nsq_ha.errors import NotLeaderError, NotWritableError
-from nsq_ha.producer import Producer
+from nsq_ha.producer import Producer, RetryPolicy
 
 from .helpers import publish_keyed
 
@@ -289,3 +289,20 @@ async def test_not_leader_error_class_on_the_wire() -> None:
         async with NsqdConnection(replica.tcp_address) as conn:
             with pytest.raises(NotLeaderError):
                 await conn.publish("t", b"x", partition=0)
+
+
+async def test_a_partition_missing_from_the_lookup_makes_the_producer_look_again() -> None:
+    """After its leader is killed a partition is absent from ``access=w`` until failover; a
+    keyed publish then must refresh the lookup on each retry rather than wait for the periodic
+    refresh (30 s): with a 10 s retry deadline it reaches the new leader, and the producer
+    counts the lookups it forced."""
+    async with DevCluster(nodes=3, failover_delay=1.0) as cluster:
+        cluster.create_topic("gap", partitions=2, replicas=2)
+        retry = RetryPolicy(deadline=10.0)
+        async with Producer(lookupd=cluster.lookupd_http, retry=retry) as producer:
+            first = await producer.publish("gap", b"before", sharding_key="k")
+            await cluster.stop_node(cluster.leader_of("gap", first.partition or 0), kill=True)
+            forced = producer.stats["lookups_forced"]
+            after = await producer.publish("gap", b"after", sharding_key="k")
+            assert after.partition == first.partition
+            assert producer.stats["lookups_forced"] > forced
