@@ -56,6 +56,12 @@ def lookupd(request: pytest.FixtureRequest) -> Iterator[str]:
         yield request.getfixturevalue("fork_cluster").lookupd_http
 
 
+def tail_json(lookupd: str, topic: str, channel: str, count: int) -> list[dict[str, object]]:
+    """``nsq-ha tail --json -n COUNT`` on a fork lookupd: the messages it printed."""
+    argv = ["--lookupd", lookupd, "--topic", topic, "--channel", channel, "-n", str(count)]
+    return json_lines(ok(nsq_ha("tail", *argv, "--json", "--timeout", "60")))
+
+
 def _name(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(3)}"
 
@@ -84,21 +90,7 @@ def test_topic_create_lookup_pub_and_tail_keep_a_keys_order(lookupd: str) -> Non
     assert (summary["published"], summary["failed"], summary["errors"]) == (3, 0, [])
     assert sum(summary["partitions"].values()) == 3
 
-    tail = nsq_ha(
-        "tail",
-        "--lookupd",
-        lookupd,
-        "--topic",
-        topic,
-        "--channel",
-        "c",
-        "-n",
-        "3",
-        "--json",
-        "--timeout",
-        "60",
-    )
-    messages = json_lines(ok(tail))
+    messages = tail_json(lookupd, topic, "c", 3)
     assert sorted(m["body"] for m in messages) == ["a", "b", "c"]
     k1 = [m for m in messages if m["body"] in ("a", "c")]
     assert [m["body"] for m in k1] == ["a", "c"], "k1's messages out of order"
@@ -152,21 +144,7 @@ def test_pub_json_and_trace_ids_reach_tail(lookupd: str) -> None:
         assert isinstance(r["id"], str)
         assert len(r["id"]) == 32
     assert all(len(parts) == 1 for parts in by_key.values()), by_key
-    tail = nsq_ha(
-        "tail",
-        "--lookupd",
-        lookupd,
-        "--topic",
-        topic,
-        "--channel",
-        "t",
-        "-n",
-        "20",
-        "--json",
-        "--timeout",
-        "60",
-    )
-    received = {m["trace_id"]: m for m in json_lines(ok(tail))}
+    received = {m["trace_id"]: m for m in tail_json(lookupd, topic, "t", 20)}
     for r in per_line:
         got = received[r["trace_id"]]
         # a plain SUB carries no offsets (ordered and SUB_ADVANCED ones do)
@@ -177,21 +155,7 @@ def test_binary_bodies_are_printed_as_base64(lookupd: str) -> None:
     topic = _name("cli_binary")
     create(lookupd, topic)
     ok(nsq_ha("pub", "--lookupd", lookupd, "--topic", topic, stdin=b"\xff\xfe\x00ok\n"))
-    tail = nsq_ha(
-        "tail",
-        "--lookupd",
-        lookupd,
-        "--topic",
-        topic,
-        "--channel",
-        "b",
-        "-n",
-        "1",
-        "--json",
-        "--timeout",
-        "60",
-    )
-    (message,) = json_lines(ok(tail))
+    (message,) = tail_json(lookupd, topic, "b", 1)
     assert message["body_base64"] is True
     assert base64.b64decode(str(message["body"])) == b"\xff\xfe\x00ok"
 
@@ -201,21 +165,7 @@ def test_ext_headers_round_trip_and_plain_topics_refuse_them(lookupd: str) -> No
     create(lookupd, topic, "--ext")
     header = '{"source":"cli","##client_dispatch_tag":"t1"}'
     ok(nsq_ha("pub", "--lookupd", lookupd, "--topic", topic, "--ext", header, stdin=b"x\n"))
-    tail = nsq_ha(
-        "tail",
-        "--lookupd",
-        lookupd,
-        "--topic",
-        topic,
-        "--channel",
-        "e",
-        "-n",
-        "1",
-        "--json",
-        "--timeout",
-        "60",
-    )
-    (message,) = json_lines(ok(tail))
+    (message,) = tail_json(lookupd, topic, "e", 1)
     assert message["ext"] == json.loads(header)
 
     plain = _name("cli_noext")
