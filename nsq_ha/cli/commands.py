@@ -18,7 +18,7 @@ import secrets
 import signal
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -230,11 +230,16 @@ def parse_separator(text: str | None) -> bytes | None:
     return sep.encode()
 
 
-def read_lines(
+async def read_lines(
     stream: Any, key: str | None, sep: bytes | None, trace: bool
-) -> Iterator[_Line | CliError]:
-    """Messages from ``stream``'s lines (binary); a line without ``sep`` yields a CliError."""
-    for number, raw in enumerate(stream, 1):
+) -> AsyncIterator[_Line | CliError]:
+    """Messages from ``stream``'s lines (binary); a line without ``sep`` yields a CliError.
+
+    Lines are read in a worker thread, so that a slow or interactive stdin does not stall the
+    event loop (heartbeats, in-flight publishes) while it waits."""
+    number = 0
+    while raw := await asyncio.to_thread(stream.readline):
+        number += 1
         line = raw[:-1] if raw.endswith(b"\n") else raw
         line = line[:-1] if line.endswith(b"\r") else line
         trace_id = secrets.randbits(63) if trace else None
@@ -288,8 +293,7 @@ async def cmd_pub(args: argparse.Namespace) -> int:
         producer = Producer(lookup=lookup) if lookup is not None else Producer(nsqd=where["nsqd"])
         async with producer:
             batch: list[_Line] = []
-            lines = read_lines(sys.stdin.buffer, args.key, sep, args.trace)
-            for item in lines:
+            async for item in read_lines(sys.stdin.buffer, args.key, sep, args.trace):
                 if isinstance(item, CliError):
                     summary["failed"] += 1
                     errors[str(item)] += 1
