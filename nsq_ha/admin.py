@@ -31,7 +31,14 @@ from nsq_ha.errors import (
 )
 from nsq_ha.lookup import LookupClient
 from nsq_ha.lookup.client import normalize_lookupd
-from nsq_ha.lookup.wire import V1_ACCEPT, LookupdError, NodeInfo, PartitionMap, unwrap
+from nsq_ha.lookup.wire import (
+    V1_ACCEPT,
+    LookupdError,
+    NodeInfo,
+    PartitionMap,
+    parse_listlookup,
+    unwrap,
+)
 from nsq_ha.protocol.names import validate_channel, validate_topic
 
 __all__ = ["AdminError", "LookupdAdmin", "TopicSpec"]
@@ -137,12 +144,8 @@ class LookupdAdmin:
                 self._vanilla = True
                 self._leader = seed
                 return seed
-            leader = answer.get("lookupdleader") if isinstance(answer, dict) else None
-            if isinstance(leader, dict) and leader.get("NodeIP") and leader.get("HttpPort"):
-                host, port = leader["NodeIP"], leader["HttpPort"]
-                self._leader = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-            else:
-                self._leader = seed
+            # leader first; a null answer (standalone fork) leaves the seed
+            self._leader = (parse_listlookup(answer) or [seed])[0]
             return self._leader
         raise LookupdUnavailableError("no nsqlookupd answered: " + "; ".join(errors))
 
@@ -305,9 +308,7 @@ class LookupdAdmin:
         for partition, node in sorted(pmap.partitions.items()):
             if partitions is not None and partition not in partitions:
                 continue
-            base = f"http://{node.broadcast_address}:{node.http_port}"
-            if ":" in node.broadcast_address:
-                base = f"http://[{node.broadcast_address}]:{node.http_port}"
+            base = node.http_url
             params = {"topic": topic, "partition": str(partition), "channel": channel}
             await self._nsqd_post(base, "/channel/create", params, b"")
             if rewind:

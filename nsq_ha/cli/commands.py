@@ -405,17 +405,15 @@ def message_json(message: Message) -> dict[str, Any]:
 
 
 async def _start_new_channel(
-    lookupd: list[str], topic: str, channel: str, partitions: list[int] | None
+    admin: LookupdAdmin, pmap: PartitionMap, channel: str, partitions: list[int] | None
 ) -> None:
     """A channel the fork does not know yet starts at the partitions' end when the first SUB
     makes it; ``tail --from start`` (the default) creates it first and rewinds it, so that it
     sees what the topic holds, as vanilla's first channel gets the topic's backlog."""
-    async with LookupdAdmin(lookupd) as admin:
-        pmap = await admin.lookup.lookup(topic, "r", force=True)
-        if not pmap.fork or channel in pmap.channels:
-            return
-        done = await admin.create_channel(topic, channel, partitions=partitions, rewind=True)
-        log.info("created channel %s on partitions %s, from their first message", channel, done)
+    if not pmap.fork or channel in pmap.channels:
+        return
+    done = await admin.create_channel(pmap.topic, channel, partitions=partitions, rewind=True)
+    log.info("created channel %s on partitions %s, from their first message", channel, done)
 
 
 async def cmd_tail(args: argparse.Namespace) -> int:
@@ -428,9 +426,6 @@ async def cmd_tail(args: argparse.Namespace) -> int:
         raise CliError(str(exc), 2) from None
     if args.count is not None and args.count < 1:
         raise CliError("-n must be at least 1", 2)
-    if "lookupd" in where:
-        async with LookupClient(where["lookupd"]) as lookup:
-            await _existing(lookup, topic, "r")
     in_flight = min(args.count, 100) if args.count else 100
     consumer = Consumer(
         topic,
@@ -440,8 +435,12 @@ async def cmd_tail(args: argparse.Namespace) -> int:
         partitions=args.partition or None,
         max_in_flight=in_flight,
     )
-    if "lookupd" in where and args.start == "start":
-        await _start_new_channel(where["lookupd"], topic, channel, args.partition or None)
+    # the arguments are checked (above) before a channel is made (here)
+    if "lookupd" in where:
+        async with LookupdAdmin(where["lookupd"]) as admin:
+            pmap = await _existing(admin.lookup, topic, "r")
+            if args.start == "start":
+                await _start_new_channel(admin, pmap, channel, args.partition or None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

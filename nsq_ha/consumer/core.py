@@ -1107,9 +1107,7 @@ def _slot_of(message: Message) -> _Slot:
 
 
 async def _set_offset(node: NodeInfo, topic: str, partition: int, channel: str, body: str) -> None:
-    host = node.broadcast_address
-    host = f"[{host}]" if ":" in host else host
-    url = f"http://{host}:{node.http_port}/channel/setoffset"
+    url = f"{node.http_url}/channel/setoffset"
     params = {"topic": topic, "partition": str(partition), "channel": channel}
     async with httpx.AsyncClient(timeout=10.0) as http:
         try:
@@ -1118,6 +1116,6 @@ async def _set_offset(node: NodeInfo, topic: str, partition: int, channel: str, 
             raise NsqConnectionError(f"setoffset on {url} failed: {exc}") from exc
     if response.status_code != 200:
         raise NsqError(
-            f"nsqd {host}:{node.http_port} refused setoffset {body!r} for "
+            f"nsqd {node.http_url} refused setoffset {body!r} for "
             f"{topic}/{partition}/{channel}: HTTP {response.status_code} {response.text[:200]}"
         )

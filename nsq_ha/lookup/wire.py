@@ -74,6 +74,13 @@ class NodeInfo:
         return f"[{host}]:{self.tcp_port}" if ":" in host else f"{host}:{self.tcp_port}"
 
     @property
+    def http_url(self) -> str:
+        """``http://host:port`` of the node's HTTP API."""
+        host = self.broadcast_address
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.http_port}"
+
+    @property
     def is_fork(self) -> bool:
         """True for the HA fork's nsqd (its version carries ``-HA.``)."""
         return "-HA." in self.version

@@ -248,3 +248,12 @@ def test_leader_and_null_results() -> None:
     empty = parse_lookup("t", "r", None)
     assert empty.routes() == []
     assert not empty.fork
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [("10.0.0.2", "http://10.0.0.2:4151"), ("fe80::1", "http://[fe80::1]:4151")],
+)
+def test_node_http_url_brackets_ipv6(host: str, url: str) -> None:
+    node = NodeInfo.from_wire({"broadcast_address": host, "tcp_port": 4150, "http_port": 4151})
+    assert node.http_url == url
