@@ -1,0 +1,369 @@
+"""The ``nsq`` data source's options: strings in, typed values out, clear errors for bad ones.
+
+Spark hands a data source its options as a case-insensitive mapping of strings. This module
+turns them into :class:`WriteOptions` and :class:`ReadOptions` in one place, so that every
+value is checked before a task starts, and every mistake reads like ``option 'maxBatch' must
+be an integer >= 1, got 'ten'``. It imports nothing from pyspark, so it is tested on its own.
+
+Common options
+    ``lookupd``  nsqlookupd HTTP address(es), comma separated (the fork, or vanilla with lookupd)
+    ``nsqd``     nsqd TCP address(es) ``host:port``, comma separated (vanilla, no lookupd)
+    ``topic``    the topic (required)
+    ``strategy`` sharding strategy for keys: ``murmur3`` (Go SDK, default), ``java``, ``jump``
+
+Write options
+    ``bodyColumn`` (``body``), ``keyColumn``, ``traceColumn``, ``extColumns`` (comma list),
+    ``trace`` (``false``: publish traced so each result has its offset), ``maxBatch`` (500),
+    ``maxPending`` (10000 rows in flight per task), ``publishTimeout`` (60 s),
+    ``stampBatch`` (``true``: streaming writes to ext topics stamp query, batch, task and row)
+
+Read options
+    ``mode`` ``auto`` | ``replayable`` | ``driver``; ``channel``; ``startingOffsets``
+    (``latest`` | ``earliest`` | JSON ``{"0": 123, "1": 0}``); ``startingTimestamp``
+    (milliseconds since the epoch, like Kafka's); ``maxBytesPerTrigger``;
+    ``maxMessagesPerTrigger`` (driver mode); ``failOnDataLoss`` (``true``); ``readTimeout``
+    (60 s); ``walPath`` (driver mode: where batches are kept until Spark commits them);
+    ``msgTimeout`` (driver mode, s); ``pollTimeout`` (driver mode, s to wait for a first message)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import ConfigError
+from ..protocol import validate_channel, validate_topic
+from ..routing import get_strategy
+
+__all__ = [
+    "OptionError",
+    "ReadOptions",
+    "WriteOptions",
+    "parse_read_options",
+    "parse_write_options",
+]
+
+ReadMode = Literal["auto", "replayable", "driver"]
+
+_WRITE_KEYS = {
+    "lookupd",
+    "nsqd",
+    "topic",
+    "strategy",
+    "bodycolumn",
+    "keycolumn",
+    "tracecolumn",
+    "extcolumns",
+    "trace",
+    "maxbatch",
+    "maxpending",
+    "publishtimeout",
+    "stampbatch",
+}
+_READ_KEYS = {
+    "lookupd",
+    "nsqd",
+    "topic",
+    "mode",
+    "channel",
+    "startingoffsets",
+    "startingtimestamp",
+    "maxbytespertrigger",
+    "maxmessagespertrigger",
+    "failondataloss",
+    "readtimeout",
+    "walpath",
+    "msgtimeout",
+    "polltimeout",
+}
+# options Spark itself adds or that users commonly pass along to every source and sink
+_SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
+
+
+class OptionError(ConfigError):
+    """An option of the ``nsq`` data source is missing, unknown or has a bad value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where the topic is: lookupd URLs (fork or vanilla) or nsqd TCP addresses (vanilla)."""
+
+    topic: str
+    lookupd: tuple[str, ...] = ()
+    nsqd: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """Typed options of ``df.write.format("nsq")`` and ``df.writeStream.format("nsq")``."""
+
+    endpoint: Endpoint
+    strategy: str = "murmur3"
+    body_column: str = "body"
+    key_column: str | None = None
+    trace_column: str | None = None
+    ext_columns: tuple[str, ...] = ()
+    trace: bool = False
+    max_batch: int = 500
+    max_pending: int = 10_000
+    publish_timeout: float = 60.0
+    stamp_batch: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """Typed options of ``spark.readStream.format("nsq")``."""
+
+    endpoint: Endpoint
+    mode: ReadMode = "auto"
+    channel: str | None = None
+    starting: str | dict[int, int] = "latest"
+    starting_timestamp_ms: int | None = None
+    max_bytes_per_trigger: int | None = None
+    max_messages_per_trigger: int = 10_000
+    fail_on_data_loss: bool = True
+    read_timeout: float = 60.0
+    wal_path: str | None = None
+    msg_timeout: float = 60.0
+    poll_timeout: float = 1.0
+
+
+class _Options:
+    """Case-insensitive view of the raw options that remembers how the user spelled them."""
+
+    def __init__(self, raw: Mapping[str, Any], known: set[str], what: str) -> None:
+        self.values: dict[str, str] = {}
+        self.spelled: dict[str, str] = {}
+        for key, value in raw.items():
+            low = key.lower()
+            if low not in known and low not in _SPARK_KEYS:
+                hint = ", ".join(sorted(_spell(k) for k in known))
+                raise OptionError(f"unknown option {key!r} for {what}; known options: {hint}")
+            if value is None:
+                continue
+            self.values[low] = str(value)
+            self.spelled[low] = key
+
+    def name(self, low: str) -> str:
+        return self.spelled.get(low, _spell(low))
+
+    def text(self, low: str) -> str | None:
+        value = self.values.get(low)
+        if value is None:
+            return None
+        value = value.strip()
+        return value or None
+
+    def integer(self, low: str, default: int, minimum: int) -> int:
+        raw = self.text(low)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise OptionError(
+                f"option {self.name(low)!r} must be an integer >= {minimum}, got {raw!r}"
+            )
+        return value
+
+    def seconds(self, low: str, default: float) -> float:
+        raw = self.text(low)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if not math.isfinite(value) or value <= 0:
+            raise OptionError(
+                f"option {self.name(low)!r} must be a number of seconds > 0, got {raw!r}"
+            )
+        return value
+
+    def boolean(self, low: str, default: bool) -> bool:
+        raw = self.text(low)
+        if raw is None:
+            return default
+        if raw.lower() in ("true", "1", "yes"):
+            return True
+        if raw.lower() in ("false", "0", "no"):
+            return False
+        raise OptionError(f"option {self.name(low)!r} must be true or false, got {raw!r}")
+
+    def column(self, low: str, default: str | None = None) -> str | None:
+        return self.text(low) or default
+
+    def endpoint(self) -> Endpoint:
+        topic = self.text("topic")
+        if topic is None:
+            raise OptionError("option 'topic' is required")
+        try:
+            validate_topic(topic)
+        except ConfigError as exc:
+            raise OptionError(f"option 'topic': {exc}") from None
+        lookupd = _split(self.text("lookupd"))
+        nsqd = _split(self.text("nsqd"))
+        if bool(lookupd) == bool(nsqd):
+            raise OptionError(
+                "give exactly one of the options 'lookupd' (nsqlookupd HTTP addresses, comma "
+                "separated) or 'nsqd' (nsqd TCP host:port addresses, comma separated)"
+            )
+        for address in nsqd:
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise OptionError(f"option 'nsqd': {address!r} is not host:port")
+        for url in lookupd:
+            if "://" not in url and ":" not in url:
+                raise OptionError(
+                    f"option 'lookupd': {url!r} is not an address such as http://host:4161"
+                )
+        return Endpoint(topic=topic, lookupd=lookupd, nsqd=nsqd)
+
+
+def _spell(low: str) -> str:
+    """The documented camelCase spelling of a lower-cased option key."""
+    for name in (
+        "bodyColumn",
+        "keyColumn",
+        "traceColumn",
+        "extColumns",
+        "maxBatch",
+        "maxPending",
+        "publishTimeout",
+        "stampBatch",
+        "startingOffsets",
+        "startingTimestamp",
+        "maxBytesPerTrigger",
+        "maxMessagesPerTrigger",
+        "failOnDataLoss",
+        "readTimeout",
+        "walPath",
+        "msgTimeout",
+        "pollTimeout",
+    ):
+        if name.lower() == low:
+            return name
+    return low
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
+
+
+def parse_write_options(raw: Mapping[str, Any]) -> WriteOptions:
+    """Check and convert the options of an ``nsq`` sink; raises :class:`OptionError`."""
+    opts = _Options(raw, _WRITE_KEYS, "df.write.format('nsq')")
+    endpoint = opts.endpoint()
+    strategy = opts.text("strategy") or "murmur3"
+    try:
+        get_strategy(strategy)
+    except ConfigError as exc:
+        raise OptionError(f"option 'strategy': {exc}") from None
+    ext_columns = _split(opts.text("extcolumns"))
+    body = opts.column("bodycolumn", "body") or "body"
+    key = opts.column("keycolumn")
+    trace_col = opts.column("tracecolumn")
+    named = [c for c in (body, key, trace_col) if c is not None]
+    for column in ext_columns:
+        if column in named:
+            raise OptionError(f"option 'extColumns': {column!r} is already the body/key/trace")
+    if len(set(named)) != len(named):
+        raise OptionError("options 'bodyColumn', 'keyColumn' and 'traceColumn' must differ")
+    if endpoint.nsqd and (trace_col or ext_columns or opts.boolean("trace", False)):
+        raise OptionError(
+            "trace ids and ext headers exist only on the fork: use 'lookupd', not 'nsqd'"
+        )
+    return WriteOptions(
+        endpoint=endpoint,
+        strategy=strategy,
+        body_column=body,
+        key_column=key,
+        trace_column=trace_col,
+        ext_columns=ext_columns,
+        trace=opts.boolean("trace", False),
+        max_batch=opts.integer("maxbatch", 500, 1),
+        max_pending=opts.integer("maxpending", 10_000, 1),
+        publish_timeout=opts.seconds("publishtimeout", 60.0),
+        stamp_batch=opts.boolean("stampbatch", True),
+    )
+
+
+def parse_read_options(raw: Mapping[str, Any]) -> ReadOptions:
+    """Check and convert the options of an ``nsq`` streaming source; raises
+    :class:`OptionError`."""
+    opts = _Options(raw, _READ_KEYS, "spark.readStream.format('nsq')")
+    endpoint = opts.endpoint()
+    mode = (opts.text("mode") or "auto").lower()
+    if mode not in ("auto", "replayable", "driver"):
+        raise OptionError(f"option 'mode' must be auto, replayable or driver, got {mode!r}")
+    if mode == "replayable" and endpoint.nsqd:
+        raise OptionError(
+            "mode 'replayable' needs the fork in cluster mode, found through 'lookupd'"
+        )
+    channel = opts.text("channel")
+    if channel is not None:
+        try:
+            validate_channel(channel)
+        except ConfigError as exc:
+            raise OptionError(f"option 'channel': {exc}") from None
+    starting = _starting(opts)
+    timestamp = opts.text("startingtimestamp")
+    timestamp_ms: int | None = None
+    if timestamp is not None:
+        if opts.text("startingoffsets") is not None:
+            raise OptionError("give 'startingOffsets' or 'startingTimestamp', not both")
+        timestamp_ms = opts.integer("startingtimestamp", 0, 0)
+    max_bytes_raw = opts.text("maxbytespertrigger")
+    max_bytes = None if max_bytes_raw is None else opts.integer("maxbytespertrigger", 0, 1)
+    return ReadOptions(
+        endpoint=endpoint,
+        mode=mode,  # type: ignore[arg-type]  # checked above
+        channel=channel,
+        starting=starting,
+        starting_timestamp_ms=timestamp_ms,
+        max_bytes_per_trigger=max_bytes,
+        max_messages_per_trigger=opts.integer("maxmessagespertrigger", 10_000, 1),
+        fail_on_data_loss=opts.boolean("failondataloss", True),
+        read_timeout=opts.seconds("readtimeout", 60.0),
+        wal_path=opts.text("walpath"),
+        msg_timeout=opts.seconds("msgtimeout", 60.0),
+        poll_timeout=opts.seconds("polltimeout", 1.0),
+    )
+
+
+def _starting(opts: _Options) -> str | dict[int, int]:
+    raw = opts.text("startingoffsets")
+    if raw is None:
+        return "latest"
+    if raw.lower() in ("latest", "earliest"):
+        return raw.lower()
+    name = opts.name("startingoffsets")
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not data:
+        raise OptionError(
+            f"option {name!r} must be latest, earliest or a JSON object of partition to byte "
+            f'offset such as {{"0": 0, "1": 2048}}, got {raw!r}'
+        )
+    result: dict[int, int] = {}
+    for key, value in data.items():
+        if not str(key).isdigit() or isinstance(value, bool) or not isinstance(value, int):
+            raise OptionError(
+                f"option {name!r}: {key!r}: {value!r} is not partition (digits): offset (int)"
+            )
+        if value < 0 and value not in (-1, -2):
+            raise OptionError(
+                f"option {name!r}: partition {key} offset {value} must be >= 0, or -2 for "
+                "earliest, -1 for latest (as in Kafka)"
+            )
+        result[int(key)] = value
+    return result

@@ -1,0 +1,571 @@
+"""The streaming source's work, without pyspark: offsets, reading a range, the driver WAL.
+
+Two kinds of source (see :mod:`nsq_ha.spark`):
+
+**Replayable** (the fork in cluster mode). An offset is the byte position in each partition's
+queue, ``{"topic": T, "channel": C, "partitions": {"0": 1234, ...}}``; the channel is the
+query's own, so its cursor is nobody else's. A Spark task reads ``[start, end)`` of one
+partition: it creates the channel on the partition's leader, moves it to ``start`` with
+``POST /channel/setoffset virtual_queue:<start>``, subscribes ordered (every message then
+carries its offset and raw size), keeps the messages whose offset is in the range, and stops at
+the first one that ends at or past ``end``. Reading the same range again gives the same rows
+while the data is retained.
+
+**Driver** (vanilla NSQ, or ``mode=driver``). One consumer on the driver pulls up to
+``maxMessagesPerTrigger`` messages per micro-batch, writes them to a write-ahead file under
+``walPath`` before handing them to Spark (a replayed batch is read from there, identical), keeps
+them in flight (touching them) and finishes them only when Spark commits the batch. If the
+driver dies, nsqd redelivers what was not finished: at-least-once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..errors import (
+    ConfigError,
+    DiscoveryError,
+    NsqError,
+    NsqTimeoutError,
+    ProtocolError,
+    UnsupportedByServerError,
+)
+from ..lookup import LookupClient
+from ..lookup.wire import NodeInfo
+from ..sync import Consumer, Message, shared_loop
+from .options import Endpoint, ReadOptions
+
+__all__ = [
+    "SCHEMA",
+    "DataLossError",
+    "DriverReader",
+    "Extent",
+    "RangeTask",
+    "apply_byte_limit",
+    "fetch_extents",
+    "message_row",
+    "read_range",
+]
+
+log = logging.getLogger("nsq_ha.spark")
+
+#: the rows of the streaming source (Kafka's, with NSQ's fields)
+SCHEMA = (
+    "topic string, partition int, offset long, raw_size long, id string, trace_id long, "
+    "attempts int, timestamp timestamp, ext string, key string, body binary"
+)
+#: the ext header key a sink row's key is written under (ext topics), read back as ``key``
+KEY_HEADER = "nsq_key"
+
+_ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
+
+
+class DataLossError(NsqError):
+    """The offsets a query must read next are no longer retained by nsqd."""
+
+
+def _run(coro: Any, timeout: float | None = None) -> Any:
+    return asyncio.run_coroutine_threadsafe(coro, shared_loop()).result(timeout)
+
+
+def _signed64(value: int | None) -> int | None:
+    """A u64 trace id as Java's long (the fork's Java SDK shows it so)."""
+    if value is None:
+        return None
+    return value - 2**64 if value >= 2**63 else value
+
+
+def message_row(topic: str, message: Any) -> tuple[Any, ...]:
+    """One consumed message as a row of :data:`SCHEMA`."""
+    ext_data: bytes | None = message.ext_data
+    ext_text = None
+    key = None
+    if ext_data:
+        ext_text = ext_data.decode("utf-8", "replace")
+        with contextlib.suppress(ValueError):
+            parsed = json.loads(ext_text)
+            if isinstance(parsed, dict) and isinstance(parsed.get(KEY_HEADER), str):
+                key = parsed[KEY_HEADER]
+    ts_ns: int = message.timestamp
+    return (
+        topic,
+        message.partition,
+        message.offset,
+        message.raw_size,
+        bytes(message.id).hex(),
+        _signed64(message.trace_id),
+        message.attempts,
+        datetime.fromtimestamp(ts_ns / 1e9, tz=UTC),
+        ext_text,
+        key,
+        bytes(message.body),
+    )
+
+
+# -- replayable source: extents, limits, ranges ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Extent:
+    """What a partition retains: ``[start, end)`` in queue bytes (``backend_start``,
+    ``backend_depth`` of its leader's ``/stats``)."""
+
+    start: int
+    end: int
+
+
+async def _leaders(lookupd: Sequence[str], topic: str) -> tuple[bool, dict[int, NodeInfo]]:
+    async with LookupClient(list(lookupd)) as lookup:
+        pmap = await lookup.lookup(topic, "w", force=True)
+    return pmap.fork, dict(pmap.partitions)
+
+
+def is_fork(endpoint: Endpoint) -> bool:
+    """Whether the topic is on the fork in cluster mode (found through lookupd)."""
+    if not endpoint.lookupd:
+        return False
+    fork, _ = _run(_leaders(endpoint.lookupd, endpoint.topic), 30.0)
+    return bool(fork)
+
+
+async def _extents(lookupd: Sequence[str], topic: str) -> dict[int, Extent]:
+    fork, leaders = await _leaders(lookupd, topic)
+    if not fork:
+        raise UnsupportedByServerError(
+            f"{topic!r} is not on the fork in cluster mode: the replayable source needs "
+            "partition offsets (use mode=driver)"
+        )
+    result: dict[int, Extent] = {}
+    async with httpx.AsyncClient(timeout=10.0, headers=_ACCEPT) as http:
+        for partition, node in sorted(leaders.items()):
+            url = f"{node.http_url}/stats"
+            params = {"format": "json", "topic": topic, "partition": str(partition)}
+            try:
+                response = await http.get(url, params=params)
+            except httpx.HTTPError as exc:
+                raise DiscoveryError(f"nsqd {node.http_url} unreachable: {exc!r}") from exc
+            if response.status_code != 200:
+                raise DiscoveryError(
+                    f"nsqd {url} answered HTTP {response.status_code}: {response.text[:200]}"
+                )
+            data = response.json()
+            if isinstance(data, dict) and "data" in data and "topics" not in data:
+                data = data["data"]
+            for entry in data.get("topics") or []:
+                if entry.get("topic_name") == topic and entry.get("topic_partition") == str(
+                    partition
+                ):
+                    start = int(entry["backend_start"])
+                    end = int(entry["backend_depth"])
+                    result[partition] = Extent(start, max(start, end))
+                    break
+            else:
+                raise DiscoveryError(
+                    f"the leader {node.address} of {topic}/{partition} does not list it in /stats"
+                )
+    return result
+
+
+def fetch_extents(endpoint: Endpoint) -> dict[int, Extent]:
+    """Each partition's retained range, from its leader (raises if the topic is not on the
+    fork in cluster mode)."""
+    return dict(_run(_extents(endpoint.lookupd, endpoint.topic), 60.0))
+
+
+def apply_byte_limit(
+    start: Mapping[int, int], ends: Mapping[int, int], max_bytes: int | None
+) -> dict[int, int]:
+    """The end offsets of the next batch: all of ``ends``, or, with ``max_bytes``, at most that
+    many bytes shared fairly between the partitions that have data (water-filling: a partition
+    with little data leaves its share to the others). An end may fall inside a message: the
+    message that starts before it belongs to this batch."""
+    wanted = {p: max(0, end - start.get(p, end)) for p, end in ends.items()}
+    if max_bytes is None or sum(wanted.values()) <= max_bytes:
+        return dict(ends)
+    grant = dict.fromkeys(wanted, 0)
+    left = max_bytes
+    open_parts = sorted(p for p, w in wanted.items() if w > 0)
+    while left > 0 and open_parts:
+        share = max(1, left // len(open_parts))
+        for p in list(open_parts):
+            take = min(share, wanted[p] - grant[p], left)
+            grant[p] += take
+            left -= take
+            if grant[p] >= wanted[p]:
+                open_parts.remove(p)
+            if left <= 0:
+                break
+    return {p: start.get(p, ends[p]) + grant[p] for p in ends}
+
+
+def check_retained(
+    start: Mapping[int, int], extents: Mapping[int, Extent], *, fail: bool, topic: str
+) -> dict[int, int]:
+    """``start`` with every offset that is no longer retained moved to the partition's first
+    retained one, or :class:`DataLossError` when ``fail`` (``failOnDataLoss``)."""
+    result = dict(start)
+    for p, offset in start.items():
+        extent = extents.get(p)
+        if extent is None or offset >= extent.start:
+            continue
+        gone = extent.start - offset
+        text = (
+            f"{topic}/{p}: offsets {offset}..{extent.start} ({gone} bytes) are no longer "
+            f"retained by nsqd"
+        )
+        if fail:
+            raise DataLossError(
+                f"{text}; set failOnDataLoss=false to skip to the first retained message"
+            )
+        log.warning("%s; skipping them (failOnDataLoss=false)", text)
+        result[p] = extent.start
+    return result
+
+
+def new_channel_name() -> str:
+    """A channel for one query (kept in its offsets, so a restart reuses it)."""
+    return f"spark_{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(frozen=True, slots=True)
+class RangeTask:
+    """One Spark task of the replayable source: ``[start, end)`` of one partition."""
+
+    lookupd: tuple[str, ...]
+    topic: str
+    channel: str
+    partition: int
+    start: int
+    end: int
+    read_timeout: float
+
+
+async def _nsqd_post(node: NodeInfo, path: str, task: RangeTask, body: str = "") -> None:
+    params = {"topic": task.topic, "partition": str(task.partition), "channel": task.channel}
+    url = f"{node.http_url}{path}"
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        try:
+            response = await http.post(url, params=params, content=body.encode())
+        except httpx.HTTPError as exc:
+            raise DiscoveryError(f"nsqd {url} unreachable: {exc!r}") from exc
+    if response.status_code != 200:
+        raise NsqError(
+            f"nsqd {url} refused {body or path} for {task.topic}/{task.partition}/"
+            f"{task.channel}: HTTP {response.status_code} {response.text[:200]}"
+        )
+
+
+async def _position(task: RangeTask, body: str) -> tuple[NodeInfo, int]:
+    """Create ``task.channel`` on the partition's leader and move it (``setoffset``); return
+    the leader and the partition's write end just before the channel was made."""
+    extents = await _extents(task.lookupd, task.topic)
+    _, leaders = await _leaders(task.lookupd, task.topic)
+    node = leaders.get(task.partition)
+    extent = extents.get(task.partition)
+    if node is None or extent is None:
+        raise DiscoveryError(f"{task.topic}/{task.partition} has no leader listed now")
+    await _nsqd_post(node, "/channel/create", task)
+    await _nsqd_post(node, "/channel/setoffset", task, body)
+    return node, extent.end
+
+
+async def _drop_channel(node: NodeInfo, task: RangeTask) -> None:
+    try:
+        await _nsqd_post(node, "/channel/delete", task)
+    except NsqError as exc:  # a leftover channel wastes retention, it loses nothing
+        log.warning("could not delete the read channel %s: %s", task.channel, exc)
+
+
+def _subscribe(task: RangeTask) -> Consumer:
+    return Consumer(
+        task.topic,
+        task.channel,
+        lookupd=list(task.lookupd),
+        partitions=[task.partition],
+        ordered=True,
+        max_in_flight=1,
+        max_attempts=0,
+        backoff=None,
+        drain_timeout=1.0,
+    )
+
+
+def _finish_quietly(message: Message) -> None:
+    """FIN, for the channel's sake only: the range, not the channel's cursor, says what is read.
+
+    Right after ``setoffset`` the fork may deliver a message twice (what it had in flight or
+    read ahead, then the same message again from the new position, with the same id); the
+    second delivery makes the first one unanswerable, which is harmless here."""
+    try:
+        message.finish()
+    except NsqError as exc:
+        log.debug("not finished (harmless for a replayable read): %s", exc)
+
+
+def read_range(task: RangeTask) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``[task.start, task.end)`` of one partition, in offset order.
+
+    The read uses a channel of its own (``<query channel>_<partition>_<random>``), created at
+    the partition's write end ``W``, moved to ``start``, deleted afterwards: no other reader's
+    state can reach it. Right after ``setoffset`` the fork may first deliver what the channel
+    had read ahead, which on a fresh channel lies at ``W`` or later; the positioned messages
+    follow, contiguous from the first message at or after ``start``. So a message at or past
+    ``end`` ends the range if it lies before ``W``, or comes a second time, or continues the
+    chain of what was read; otherwise it was read ahead and is skipped.
+
+    Raises :class:`NsqTimeoutError` when no message arrives for ``read_timeout`` seconds
+    before the range is complete (nsqd lost the range, or the end was never written).
+    """
+    if task.start >= task.end:
+        return
+    fresh = dataclasses.replace(
+        task, channel=f"{task.channel[:40]}_{task.partition}_{secrets.token_hex(4)}"
+    )
+    node, write_end = _run(_position(fresh, f"virtual_queue:{task.start}"), 60.0)
+    next_offset = task.start
+    count = 0
+    read_ahead: set[int] = set()
+    try:
+        consumer = _subscribe(fresh)
+        try:
+            deadline = time.monotonic() + task.read_timeout
+            while next_offset < task.end:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    raise NsqTimeoutError(
+                        f"{task.topic}/{task.partition}: nothing arrived for {task.read_timeout}"
+                        f" s at offset {next_offset} (reading {task.start}..{task.end}, {count} "
+                        "rows so far); raise readTimeout if nsqd is slow"
+                    )
+                message = consumer.get(timeout=min(wait, 1.0))
+                if message is None:
+                    continue
+                offset, size = message.offset, message.raw_size
+                if offset is None or size is None:
+                    raise ProtocolError(
+                        f"{task.topic}/{task.partition}: an ordered delivery without offset"
+                    )
+                _finish_quietly(message)
+                if offset >= task.end:
+                    if offset < write_end or offset in read_ahead or offset == next_offset:
+                        break  # no message starts in [next_offset, end)
+                    read_ahead.add(offset)
+                    continue
+                if offset < next_offset:
+                    continue  # a second delivery of what was read
+                if count and offset != next_offset:
+                    log.warning(
+                        "%s/%d: a gap in the queue between %d and %d",
+                        task.topic,
+                        task.partition,
+                        next_offset,
+                        offset,
+                    )
+                count += 1
+                next_offset = offset + size
+                deadline = time.monotonic() + task.read_timeout
+                yield message_row(task.topic, message)
+        finally:
+            consumer.close(drain_timeout=1.0)
+    finally:
+        _run(_drop_channel(node, fresh), 30.0)
+    log.info(
+        "%s/%d: read %d rows of %d..%d", task.topic, task.partition, count, task.start, task.end
+    )
+
+
+def resolve_timestamp(
+    endpoint: Endpoint, channel: str, partition: int, seconds: int, extent: Extent, wait: float
+) -> int:
+    """The offset of the first message at or after ``seconds`` (Unix) in one partition, found
+    by moving a fresh channel there and reading one message; the write end if none arrives
+    (a message read ahead at the write end or later says the same)."""
+    if extent.start >= extent.end:
+        return extent.end
+    task = RangeTask(
+        endpoint.lookupd,
+        endpoint.topic,
+        f"{channel[:40]}_{partition}_{secrets.token_hex(4)}",
+        partition,
+        0,
+        0,
+        wait,
+    )
+    node, write_end = _run(_position(task, f"timestamp:{seconds}"), 60.0)
+    write_end = int(write_end)
+    try:
+        consumer = _subscribe(task)
+        try:
+            message = consumer.get(timeout=wait)
+            if message is None or message.offset is None:
+                return write_end
+            return min(int(message.offset), write_end)
+        finally:
+            consumer.close(drain_timeout=0.5)
+    finally:
+        _run(_drop_channel(node, task), 30.0)
+
+
+# -- driver source: pull, persist, hand out, finish on commit --------------------------------
+
+
+class DriverReader:
+    """The at-least-once source's state on the driver (one per query run).
+
+    ``read(seq)`` pulls the next batch, writes it to ``<walPath>/<seq>.jsonl`` (then renames it
+    into place) before returning it, and holds the messages; ``commit(seq)`` finishes every
+    held message of batches up to ``seq`` and deletes the files before ``seq``; ``replay(a,
+    b)`` reads batches ``a..b`` back from the files.
+    """
+
+    def __init__(self, opts: ReadOptions, channel: str) -> None:
+        if opts.wal_path is None:
+            raise ConfigError(
+                "mode=driver keeps each batch until Spark commits it: set the option 'walPath' "
+                "to a directory under the query's checkpointLocation"
+            )
+        self.opts = opts
+        self.channel = channel
+        self.wal = Path(opts.wal_path)
+        self._consumer: Consumer | None = None
+        self._held: dict[int, list[Message]] = {}
+        self._lock = threading.Lock()
+        self._toucher: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def _ensure(self) -> Consumer:
+        if self._consumer is None:
+            endpoint = self.opts.endpoint
+            where: dict[str, Any] = (
+                {"lookupd": list(endpoint.lookupd)}
+                if endpoint.lookupd
+                else {"nsqd": list(endpoint.nsqd)}
+            )
+            self.wal.mkdir(parents=True, exist_ok=True)
+            self._consumer = Consumer(
+                endpoint.topic,
+                self.channel,
+                **where,
+                max_in_flight=2 * self.opts.max_messages_per_trigger,
+                msg_timeout=self.opts.msg_timeout,
+                max_attempts=0,
+                backoff=None,
+                drain_timeout=1.0,
+            )
+            self._toucher = threading.Thread(
+                target=self._touch_loop, name="nsq_ha-spark-touch", daemon=True
+            )
+            self._toucher.start()
+        return self._consumer
+
+    def _touch_loop(self) -> None:
+        """Keep held messages from timing out on nsqd while Spark processes their batch."""
+        interval = max(0.5, self.opts.msg_timeout / 3)
+        while not self._stop.wait(interval):
+            with self._lock:
+                held = [m for batch in self._held.values() for m in batch]
+            for message in held:
+                if not message.responded:
+                    with contextlib.suppress(NsqError):
+                        message.touch()
+
+    def _path(self, seq: int) -> Path:
+        return self.wal / f"{seq}.jsonl"
+
+    def read(self, seq: int) -> list[tuple[Any, ...]]:
+        """Pull batch ``seq`` (may be empty: nothing arrived within ``pollTimeout``)."""
+        consumer = self._ensure()
+        rows: list[tuple[Any, ...]] = []
+        messages: list[Message] = []
+        wait = self.opts.poll_timeout
+        while len(rows) < self.opts.max_messages_per_trigger:
+            message = consumer.get(timeout=wait)
+            if message is None:
+                break
+            wait = 0.05  # after the first message, take what is already here
+            messages.append(message)
+            rows.append(message_row(self.opts.endpoint.topic, message))
+        if not rows:
+            return rows
+        self._persist(seq, rows)
+        with self._lock:
+            self._held[seq] = messages
+        return rows
+
+    def _persist(self, seq: int, rows: list[tuple[Any, ...]]) -> None:
+        path = self._path(seq)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as out:
+            for row in rows:
+                record = list(row)
+                record[7] = row[7].isoformat()
+                record[10] = base64.b64encode(row[10]).decode("ascii")
+                out.write(json.dumps(record) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+
+    def replay(self, first: int, last: int) -> Iterator[tuple[Any, ...]]:
+        """Batches ``first..last`` from the write-ahead files, exactly as handed out."""
+        for seq in range(first, last + 1):
+            path = self._path(seq)
+            if not path.exists():
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(
+                        f"batch {seq} of {self.opts.endpoint.topic!r} is not in {self.wal}: it "
+                        "cannot be replayed (set failOnDataLoss=false to go on without it)"
+                    )
+                log.warning("batch %d is not in %s; skipped", seq, self.wal)
+                continue
+            with open(path, encoding="utf-8") as lines:
+                for line in lines:
+                    record = json.loads(line)
+                    record[7] = datetime.fromisoformat(record[7])
+                    record[10] = base64.b64decode(record[10])
+                    yield tuple(record)
+
+    def commit(self, seq: int) -> None:
+        """Finish the messages of every batch up to ``seq``; drop the files before it."""
+        with self._lock:
+            done = sorted(s for s in self._held if s <= seq)
+            batches = [self._held.pop(s) for s in done]
+        finished = 0
+        for batch in batches:
+            for message in batch:
+                if not message.responded:
+                    try:
+                        message.finish()
+                        finished += 1
+                    except NsqError as exc:  # nsqd requeued it: it comes again (at-least-once)
+                        log.warning("could not finish %r: %s", message, exc)
+        # the newest committed batch stays on disk: if the checkpoint lost its commit (a
+        # crash while Spark wrote it), Spark asks for that batch again
+        for path in self.wal.glob("*.jsonl"):
+            with contextlib.suppress(ValueError, OSError):
+                if int(path.stem) < seq:
+                    path.unlink()
+        if finished:
+            log.info("committed batches up to %d: finished %d messages", seq, finished)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._consumer is not None:
+            self._consumer.close(drain_timeout=1.0)
+            self._consumer = None

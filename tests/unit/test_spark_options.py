@@ -1,0 +1,235 @@
+"""The ``nsq`` data source's option parsing and the pure parts of its sink and source (no
+Spark needed): typed values, one clear error per bad value, the per-trigger byte limit, the
+data-loss policy, row preparation and the ext stamp."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from nsq_ha.errors import ConfigError
+from nsq_ha.spark.options import OptionError, parse_read_options, parse_write_options
+from nsq_ha.spark.sink import STAMP_KEYS, BatchStamp, prepare
+from nsq_ha.spark.source import (
+    DataLossError,
+    Extent,
+    apply_byte_limit,
+    check_retained,
+    message_row,
+)
+
+L = "http://127.0.0.1:4161"
+
+
+def test_write_options_defaults_and_case_insensitive_keys() -> None:
+    opts = parse_write_options({"LOOKUPD": f"{L}, http://h2:4161", "topic": "orders"})
+    assert opts.endpoint.lookupd == (L, "http://h2:4161")
+    assert opts.endpoint.topic == "orders"
+    assert (opts.body_column, opts.key_column, opts.strategy) == ("body", None, "murmur3")
+    assert (opts.max_batch, opts.max_pending, opts.publish_timeout) == (500, 10_000, 60.0)
+    opts = parse_write_options(
+        {
+            "lookupd": L,
+            "topic": "t",
+            "keycolumn": "user",
+            "bodyColumn": "payload",
+            "extColumns": "a, b",
+            "strategy": "java",
+            "maxBatch": "10",
+            "trace": "TRUE",
+            "checkpointLocation": "/tmp/x",  # Spark's own options are let through
+        }
+    )
+    assert opts.key_column == "user"
+    assert opts.body_column == "payload"
+    assert opts.ext_columns == ("a", "b")
+    assert opts.strategy == "java"
+    assert opts.trace
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"lookupd": L}, "option 'topic' is required"),
+        ({"topic": "t"}, "exactly one of the options 'lookupd'"),
+        ({"topic": "t", "lookupd": L, "nsqd": "h:4150"}, "exactly one of the options"),
+        ({"topic": "bad topic!", "lookupd": L}, "option 'topic'"),
+        ({"topic": "t", "nsqd": "nohost"}, "is not host:port"),
+        ({"topic": "t", "nsqd": "h:99999"}, "is not host:port"),
+        ({"topic": "t", "lookupd": L, "maxBatch": "ten"}, "'maxBatch' must be an integer >= 1"),
+        ({"topic": "t", "lookupd": L, "maxPending": "0"}, "'maxPending' must be an integer"),
+        ({"topic": "t", "lookupd": L, "publishTimeout": "-1"}, "seconds > 0, got '-1'"),
+        ({"topic": "t", "lookupd": L, "publishTimeout": "nan"}, "seconds > 0"),
+        ({"topic": "t", "lookupd": L, "trace": "maybe"}, "must be true or false"),
+        ({"topic": "t", "lookupd": L, "strategy": "md5"}, "option 'strategy'"),
+        ({"topic": "t", "lookupd": L, "keyColumn": "body"}, "must differ"),
+        ({"topic": "t", "lookupd": L, "extColumns": "body"}, "already the body"),
+        ({"topic": "t", "nsqd": "h:4150", "traceColumn": "x"}, "exist only on the fork"),
+        ({"topic": "t", "lookupd": L, "bodyColum": "x"}, "unknown option 'bodyColum'"),
+    ],
+)
+def test_bad_write_options_are_refused_with_what_is_wrong(
+    options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(OptionError, match=message) as caught:
+        parse_write_options(options)
+    assert isinstance(caught.value, ConfigError)
+    assert isinstance(caught.value, ValueError)
+
+
+def test_unknown_option_lists_the_known_ones() -> None:
+    with pytest.raises(OptionError, match=r"known options: .*bodyColumn.*keyColumn"):
+        parse_write_options({"topic": "t", "lookupd": L, "key": "user"})
+
+
+def test_read_options() -> None:
+    opts = parse_read_options({"lookupd": L, "topic": "t"})
+    assert (opts.mode, opts.starting, opts.fail_on_data_loss) == ("auto", "latest", True)
+    opts = parse_read_options(
+        {
+            "lookupd": L,
+            "topic": "t",
+            "startingOffsets": '{"0": 10, "1": -2, "3": -1}',
+            "maxBytesPerTrigger": "4096",
+            "failOnDataLoss": "false",
+            "mode": "REPLAYABLE",
+            "channel": "spark_q1",
+        }
+    )
+    assert opts.starting == {0: 10, 1: -2, 3: -1}
+    assert opts.max_bytes_per_trigger == 4096
+    assert not opts.fail_on_data_loss
+    assert opts.mode == "replayable"
+    assert opts.channel == "spark_q1"
+    opts = parse_read_options(
+        {"nsqd": "h:4150", "topic": "t", "startingTimestamp": "1700000000123"}
+    )
+    assert opts.starting_timestamp_ms == 1700000000123
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"startingOffsets": "first"}, "must be latest, earliest or a JSON object"),
+        ({"startingOffsets": "[1, 2]"}, "JSON object"),
+        ({"startingOffsets": '{"a": 1}'}, "is not partition"),
+        ({"startingOffsets": '{"0": -5}'}, "-2 for earliest, -1 for latest"),
+        ({"startingOffsets": '{"0": true}'}, "is not partition"),
+        ({"startingOffsets": "earliest", "startingTimestamp": "1"}, "not both"),
+        ({"mode": "fast"}, "must be auto, replayable or driver"),
+        ({"channel": "no spaces"}, "option 'channel'"),
+        ({"maxBytesPerTrigger": "0"}, "'maxBytesPerTrigger' must be an integer >= 1"),
+        ({"readTimeout": "soon"}, "'readTimeout' must be a number of seconds"),
+    ],
+)
+def test_bad_read_options(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        parse_read_options({"lookupd": L, "topic": "t", **options})
+
+
+def test_replayable_mode_needs_lookupd() -> None:
+    with pytest.raises(OptionError, match="needs the fork in cluster mode"):
+        parse_read_options({"nsqd": "h:4150", "topic": "t", "mode": "replayable"})
+
+
+# -- the byte limit per trigger ---------------------------------------------------------------
+
+
+def test_without_a_limit_the_batch_ends_at_the_write_ends() -> None:
+    assert apply_byte_limit({0: 5, 1: 0}, {0: 100, 1: 50}, None) == {0: 100, 1: 50}
+    assert apply_byte_limit({0: 5, 1: 0}, {0: 100, 1: 50}, 10_000) == {0: 100, 1: 50}
+
+
+def test_a_limit_is_shared_fairly_and_a_small_partition_leaves_its_share() -> None:
+    # partition 1 has only 10 bytes: the other two share the rest
+    ends = apply_byte_limit({0: 0, 1: 0, 2: 0}, {0: 1000, 1: 10, 2: 1000}, 310)
+    assert ends[1] == 10
+    assert ends[0] + ends[2] == 300
+    assert abs(ends[0] - ends[2]) <= 1
+    # the total never exceeds the limit, and nothing moves backwards
+    ends = apply_byte_limit({0: 900, 1: 0}, {0: 1000, 1: 1000}, 7)
+    assert sum(ends[p] - s for p, s in {0: 900, 1: 0}.items()) == 7
+
+
+def test_a_partition_with_nothing_new_stays_where_it_is() -> None:
+    assert apply_byte_limit({0: 100, 1: 0}, {0: 100, 1: 500}, 50) == {0: 100, 1: 50}
+
+
+def test_data_loss_fails_or_skips_to_the_first_retained_offset() -> None:
+    extents = {0: Extent(0, 100), 1: Extent(400, 900)}
+    assert check_retained({0: 10, 1: 400}, extents, fail=True, topic="t") == {0: 10, 1: 400}
+    with pytest.raises(DataLossError, match=r"t/1: offsets 100\.\.400 .* failOnDataLoss=false"):
+        check_retained({0: 10, 1: 100}, extents, fail=True, topic="t")
+    assert check_retained({0: 10, 1: 100}, extents, fail=False, topic="t") == {0: 10, 1: 400}
+
+
+# -- rows in, messages out; messages in, rows out ---------------------------------------------
+
+
+def test_prepare_converts_a_row_and_stamps_it() -> None:
+    opts = parse_write_options(
+        {"lookupd": L, "topic": "t", "keyColumn": "k", "traceColumn": "tr", "extColumns": "x"}
+    )
+    stamp = BatchStamp(query="q", batch=3, task=1)
+    row: dict[str, Any] = {"body": "héllo", "k": 42, "tr": 7, "x": 1.5}
+    message = prepare(row, 9, opts, stamp)
+    assert message.body == "héllo".encode()
+    assert (message.key, message.trace_id) == (42, 7)
+    assert message.ext == {
+        "x": "1.5",
+        "nsq_spark_query": "q",
+        "nsq_spark_batch": "3",
+        "nsq_spark_task": "1",
+        "nsq_spark_seq": "9",
+    }
+    assert tuple(k for k in message.ext if k.startswith("nsq_spark")) == STAMP_KEYS  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"body": None, "k": "a"}, "row 4: the body column 'body' is null"),
+        ({"body": b"", "k": "a"}, "is empty"),
+        ({"body": 12, "k": "a"}, "must be binary or string, got int"),
+        ({"body": b"x", "k": None}, "the key column 'k' is None"),
+        ({"body": b"x", "k": 1.5}, "must be string, binary or integer, got float"),
+    ],
+)
+def test_prepare_names_the_row_and_column_of_a_bad_value(
+    row: dict[str, Any], message: str
+) -> None:
+    opts = parse_write_options({"lookupd": L, "topic": "t", "keyColumn": "k"})
+    with pytest.raises(ConfigError, match=message):
+        prepare(row, 4, opts, None)
+
+
+def test_bad_trace_values_are_refused() -> None:
+    opts = parse_write_options({"lookupd": L, "topic": "t", "traceColumn": "tr"})
+    for value in (-1, 2**64, "7", True):
+        with pytest.raises(ConfigError, match="must be a u64"):
+            prepare({"body": b"x", "tr": value}, 0, opts, None)
+
+
+class _Msg:
+    partition = 2
+    offset = 4096
+    raw_size = 48
+    id = bytes(range(16))
+    trace_id = 2**64 - 1
+    attempts = 1
+    timestamp = 1_700_000_000_123_456_789
+    ext_data = json.dumps({"nsq_key": "u7", "a": "b"}).encode()
+    body = b"payload"
+
+
+def test_message_row_matches_the_schema_order() -> None:
+    row = message_row("t", _Msg())
+    assert row[:5] == ("t", 2, 4096, 48, bytes(range(16)).hex())
+    assert row[5] == -1  # u64 max as Java's long
+    assert row[6] == 1
+    assert row[7] == datetime.fromtimestamp(1_700_000_000.123456789, tz=UTC)
+    assert json.loads(row[8]) == {"nsq_key": "u7", "a": "b"}
+    assert row[9:] == ("u7", b"payload")
