@@ -1,0 +1,448 @@
+"""The ``nsq`` Spark data source on Spark ``local[2]``: against the embedded cluster and the real
+fork cluster (same test, both backends), and the driver source against real vanilla nsqd.
+
+* a batch write of 100k rows with 500 keys to a 4-partition ordered topic keeps each key on one
+  partition, in row order (after ``co_partition``), nothing missing;
+* a streaming read stopped mid-way and restarted from its checkpoint (its last batch forced to
+  run again) sees every message; on the replayable source each batch holds exactly the offset
+  range its checkpoint names, and the replayed batch is identical;
+* a streaming write with a task that fails once publishes duplicates but loses nothing, and the
+  ``nsq_spark_*`` ext stamps remove the duplicates exactly.
+
+Marked ``spark``: ``pytest -m spark`` runs only these. Spark comes from the ``spark`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pyspark = pytest.importorskip(
+    "pyspark", reason="pyspark is not installed: pip install -e '.[spark]' (make test does)"
+)
+
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from nsq_ha import Consumer  # noqa: E402
+from nsq_ha.admin import LookupdAdmin  # noqa: E402
+from nsq_ha.devcluster import DevClusterThread  # noqa: E402
+from nsq_ha.routing import partition_for_key  # noqa: E402
+from nsq_ha.spark import STAMP_KEYS, co_partition, register  # noqa: E402
+from nsq_ha.sync import Producer  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+ROWS = 100_000
+KEYS = 500
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    """One local Spark for the module: 2 cores, up to 4 attempts per task (local mode would
+    otherwise never retry a failed task)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("nsq_ha-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+@dataclass
+class Backend:
+    name: str
+    lookupd: str
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(3)}"
+
+
+async def _create(lookupd: str, topics: list[tuple[str, dict[str, Any]]], channel: str) -> None:
+    """Create the topics (all at once: a new fork topic takes seconds to become writable) and,
+    on each partition, ``channel`` at the partition's start (so it sees every message)."""
+    async with LookupdAdmin(lookupd) as admin:
+        await asyncio.gather(*(admin.create_topic(name, **spec) for name, spec in topics))
+        for name, _ in topics:
+            await admin.create_channel(name, channel, rewind=True)
+
+
+TOPICS = {
+    "ordered": {"partitions": 4, "replicas": 2, "ordered": True},
+    "events": {"partitions": 4, "replicas": 2, "multi_part": True},
+    "ext": {"partitions": 4, "replicas": 2, "ext": True, "multi_part": True},
+}
+CHECK = "check"
+
+
+@pytest.fixture(scope="module", params=["devcluster", "fork"])
+def backend(request: pytest.FixtureRequest) -> Iterator[tuple[Backend, dict[str, str]]]:
+    """The embedded cluster or the real fork cluster, with this module's topics created."""
+    names = {kind: _name(f"sp_{kind}") for kind in TOPICS}
+    if request.param == "devcluster":
+        with DevClusterThread(nodes=3) as dev:
+            spec = [(names[k], TOPICS[k]) for k in TOPICS]
+            _run(_create(dev.lookupd_http, spec, CHECK))
+            yield Backend("devcluster", dev.lookupd_http), names
+    else:
+        fork = request.getfixturevalue("fork_cluster")
+        spec = [(names[k], TOPICS[k]) for k in TOPICS]
+        _run(_create(fork.lookupd_http, spec, CHECK))
+        yield Backend("fork", fork.lookupd_http), names
+
+
+async def _consume(
+    topic: str, channel: str, count: int, limit: float, **where: Any
+) -> list[Any]:
+    """Every message of ``topic`` on ``channel`` until ``count`` arrived and nothing more
+    comes for a second (so duplicates are seen too), finished one by one."""
+    got: list[Any] = []
+    deadline = time.monotonic() + limit
+    async with Consumer(topic, channel, max_in_flight=200, **where) as consumer:
+        while time.monotonic() < deadline:
+            wait = 1.0 if len(got) >= count else deadline - time.monotonic()
+            message = await consumer.get(timeout=max(0.1, wait))
+            if message is None:
+                if len(got) >= count:
+                    break
+                continue
+            got.append(message)
+            await message.finish()
+    return got
+
+
+# -- 1. batch write, key order ----------------------------------------------------------------
+
+
+def test_batch_write_keeps_each_keys_rows_on_one_partition_in_row_order(
+    spark: SparkSession, backend: tuple[Backend, dict[str, str]]
+) -> None:
+    where, names = backend
+    topic = names["ordered"]
+    df = spark.range(ROWS).select(
+        F.col("id").alias("seq"),
+        F.concat(F.lit("k"), (F.col("id") % KEYS).cast("string")).alias("user"),
+    )
+    df = df.withColumn("payload", F.concat_ws(":", "user", F.col("seq").cast("string")))
+    placed = co_partition(df, "user", where.lookupd, topic, "seq")
+    started = time.monotonic()
+    (
+        placed.write.format("nsq")
+        .mode("append")
+        .option("lookupd", where.lookupd)
+        .option("topic", topic)
+        .option("keyColumn", "user")
+        .option("bodyColumn", "payload")
+        .save()
+    )
+    wrote = time.monotonic() - started
+    messages = _run(_consume(topic, CHECK, ROWS, limit=600, lookupd=where.lookupd))
+    bodies = [m.body.decode() for m in messages]
+    assert len(bodies) == ROWS, f"{len(bodies)} consumed, {ROWS} written"
+    assert len(set(bodies)) == ROWS, "duplicates without a task retry"
+    last: dict[str, int] = {}
+    partitions: dict[str, set[int]] = defaultdict(set)
+    per_partition: Counter[int] = Counter()
+    for message, body in zip(messages, bodies, strict=True):
+        user, seq = body.split(":")
+        assert int(seq) > last.get(user, -1), f"{user}: {seq} after {last[user]}"
+        last[user] = int(seq)
+        partitions[user].add(message.partition)
+        per_partition[message.partition] += 1
+    assert len(last) == KEYS
+    for user, parts in partitions.items():
+        assert parts == {partition_for_key(user, 4)}, f"{user} on {parts}"
+    print(
+        f"\n{where.name}: wrote {ROWS} rows ({KEYS} keys) in {wrote:.1f} s; consumed "
+        f"{len(bodies)}, per partition {dict(sorted(per_partition.items()))}, 0 order "
+        "violations, every key on its producer partition"
+    )
+
+
+# -- 2. streaming read, stop, restart from the checkpoint -------------------------------------
+
+
+def _collect_to(out: Path, run: str) -> Callable[[DataFrame, int], None]:
+    def sink(batch: DataFrame, batch_id: int) -> None:
+        rows = batch.select("partition", "offset", "raw_size", "id", "body").collect()
+        path = out / f"batch-{batch_id:05d}-{run}.json"
+        records = [
+            {
+                "partition": r["partition"],
+                "offset": r["offset"],
+                "raw_size": r["raw_size"],
+                "id": r["id"],
+                "body": bytes(r["body"]).decode(),
+            }
+            for r in rows
+        ]
+        path.write_text(json.dumps(records))
+
+    return sink
+
+
+def _batches(out: Path) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    result = {}
+    for path in sorted(out.glob("batch-*.json")):
+        _, batch, run = path.stem.split("-")
+        result[(int(batch), run)] = json.loads(path.read_text())
+    return result
+
+
+def _run_until(query: Any, done: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    try:
+        while not done():
+            if query.exception() is not None:
+                raise AssertionError(f"the query failed: {query.exception()}")
+            assert time.monotonic() < deadline, "the query did not get there in time"
+            time.sleep(0.2)
+    finally:
+        query.stop()
+
+
+def _forget_last_commit(checkpoint: Path) -> int:
+    """Make the restarted query run its last committed batch N again, as after a crash between
+    processing and committing it: delete ``commits/N`` and any later, uncommitted ``offsets/``
+    (Spark re-runs only the newest batch of its offset log)."""
+
+    def numbered(folder: str) -> list[int]:
+        return sorted(int(p.name) for p in (checkpoint / folder).iterdir() if p.name.isdigit())
+
+    last = numbered("commits")[-1]
+    for folder, batches in (("offsets", [b for b in numbered("offsets") if b > last]),
+                            ("commits", [last])):
+        for batch in batches:
+            (checkpoint / folder / str(batch)).unlink()
+            (checkpoint / folder / f".{batch}.crc").unlink(missing_ok=True)
+    return last
+
+
+def _offsets_file(checkpoint: Path, batch: int) -> dict[str, Any]:
+    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    return json.loads(lines[-1])
+
+
+def _stream(
+    spark: SparkSession, options: dict[str, str], out: Path, checkpoint: Path, run: str
+) -> Any:
+    reader = spark.readStream.format("nsq")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return (
+        reader.load()
+        .writeStream.foreachBatch(_collect_to(out, run))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+
+
+def test_replayable_read_restarts_from_its_checkpoint_and_rereads_exact_ranges(
+    spark: SparkSession, backend: tuple[Backend, dict[str, str]], tmp_path: Path
+) -> None:
+    where, names = backend
+    topic = names["events"]
+    total = 2000
+    with Producer(lookupd=where.lookupd, trace=True) as producer:
+        results = [
+            producer.publish_async(topic, f"e{i:05d}".encode(), sharding_key=f"k{i % 40}")
+            for i in range(total)
+        ]
+        published = {
+            (r.partition, r.offset): f"e{i:05d}"
+            for i, r in enumerate(f.result(60) for f in results)
+        }
+    assert len(published) == total
+    size = sum(r.result().raw_size or 0 for r in results)
+    options = {
+        "lookupd": where.lookupd,
+        "topic": topic,
+        "startingOffsets": "earliest",
+        "maxBytesPerTrigger": str(size // 6),
+    }
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    out.mkdir()
+
+    def seen() -> set[tuple[int, int]]:
+        return {(r["partition"], r["offset"]) for rows in _batches(out).values() for r in rows}
+
+    first = _stream(spark, options, out, checkpoint, "a")
+    _run_until(first, lambda: len(_batches(out)) >= 2, timeout=300)
+    assert len(seen()) < total, "the first run was meant to stop mid-way"
+    replayed = _forget_last_commit(checkpoint)
+    second = _stream(spark, options, out, checkpoint, "b")
+    _run_until(second, lambda: len(seen()) >= total, timeout=300)
+
+    batches = _batches(out)
+    assert seen() == set(published), "a published message is missing (or a stranger came)"
+    # the replayed batch read exactly what it read the first time
+    again = {run: rows for (b, run), rows in batches.items() if b == replayed}
+    assert set(again) == {"a", "b"}, f"batch {replayed} was not run again: {sorted(batches)}"
+    assert again["a"] == again["b"]
+    # every batch holds exactly the messages in its checkpointed offset range, once
+    counts: Counter[tuple[int, int]] = Counter()
+    for (batch, run), rows in sorted(batches.items()):
+        if batch == replayed and run == "b":
+            continue
+        end = _offsets_file(checkpoint, batch)["partitions"]
+        # batch 0 starts at the earliest offsets: 0 on a new topic
+        start = _offsets_file(checkpoint, batch - 1)["partitions"] if batch > 0 else {}
+        want = {
+            (p, o)
+            for (p, o) in published
+            if int(start.get(str(p), 0)) <= o < int(end[str(p)])
+        }
+        got = {(r["partition"], r["offset"]) for r in rows}
+        assert got == want, f"batch {batch}: {len(got)} rows, its range holds {len(want)}"
+        counts.update(got)
+        for r in rows:
+            assert published[(r["partition"], r["offset"])] == r["body"]
+    assert set(counts) == set(published)
+    assert max(counts.values()) == 1
+    print(
+        f"\n{where.name}: {total} published; {len(batches)} batch outputs over 2 runs; batch "
+        f"{replayed} re-read after the restart with the same {len(again['a'])} rows; every "
+        "offset in exactly one checkpointed range"
+    )
+
+
+def test_driver_source_on_vanilla_is_at_least_once_across_a_restart(
+    spark: SparkSession, vanilla_cluster: Any, tmp_path: Path
+) -> None:
+    """Vanilla nsqd: the driver source; a restart replays its last batch from the WAL."""
+    topic = _name("sp_vanilla")
+    nsqd = vanilla_cluster.nodes[0].tcp_address
+    total = 1500
+    with Producer(nsqd=nsqd) as producer:
+        producer.publish(topic, b"warmup")
+        # the channel exists before the messages: it gets them all
+        consumer = _run(_consume(topic, "spark", 1, limit=30, nsqd=nsqd))
+        assert [m.body for m in consumer] == [b"warmup"]
+        producer.publish_many(topic, [f"v{i:05d}".encode() for i in range(total)])
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    out.mkdir()
+    options = {
+        "nsqd": nsqd,
+        "topic": topic,
+        "channel": "spark",
+        "walPath": str(checkpoint / "nsq-wal"),
+        "maxMessagesPerTrigger": "200",
+        "msgTimeout": "30",
+    }
+
+    def bodies() -> Counter[str]:
+        return Counter(r["body"] for rows in _batches(out).values() for r in rows)
+
+    first = _stream(spark, options, out, checkpoint, "a")
+    _run_until(first, lambda: len(_batches(out)) >= 3, timeout=300)
+    assert len(bodies()) < total
+    replayed = _forget_last_commit(checkpoint)
+    second = _stream(spark, options, out, checkpoint, "b")
+    _run_until(second, lambda: len(bodies()) >= total, timeout=300)
+    batches = _batches(out)
+    again = {run: rows for (b, run), rows in batches.items() if b == replayed}
+    assert set(again) == {"a", "b"}, f"batch {replayed} was not replayed: {sorted(batches)}"
+    assert again["a"] == again["b"], "the replayed batch differs from the WAL's"
+    counts = bodies()
+    assert set(counts) == {f"v{i:05d}" for i in range(total)}
+    duplicates = sum(c - 1 for c in counts.values())
+    print(
+        f"\nvanilla: {total} published, {len(counts)} distinct seen, {duplicates} duplicates "
+        f"(the replayed batch {replayed} and redeliveries of unfinished messages)"
+    )
+
+
+# -- 3. streaming write with a failing task ---------------------------------------------------
+
+
+def test_streaming_write_with_a_failed_task_duplicates_but_loses_nothing(
+    spark: SparkSession, backend: tuple[Backend, dict[str, str]], tmp_path: Path
+) -> None:
+    where, names = backend
+    topic = names["ext"]
+    source = tmp_path / "in"
+    source.mkdir()
+    files, per_file = 3, 1000
+    for f in range(files):
+        rows = [
+            json.dumps({"seq": f * per_file + i, "user": f"u{(f * per_file + i) % 50}"})
+            for i in range(per_file)
+        ]
+        (source / f"part-{f}.json").write_text("\n".join(rows) + "\n")
+    total = files * per_file
+    fail_at = per_file + 700  # in the second file (batch 1), once
+
+    from pyspark import TaskContext
+    from pyspark.sql.types import StringType
+
+    def body(seq: int, user: str) -> str | None:
+        context = TaskContext.get()
+        if seq == fail_at and context is not None and context.attemptNumber() == 0:
+            return None  # the sink refuses a null body: the task fails, Spark retries it
+        return f"{user}:{seq}"
+
+    body_udf = F.udf(body, StringType(), useArrow=False)
+    stream = (
+        spark.readStream.schema("seq long, user string")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .repartition(2)  # before the UDF, so that it runs in the writing task (and its retry)
+        .withColumn("body", body_udf("seq", "user"))
+    )
+    query = (
+        stream.writeStream.format("nsq")
+        .option("lookupd", where.lookupd)
+        .option("topic", topic)
+        .option("keyColumn", "user")
+        .option("maxBatch", "50")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(600)
+    assert query.exception() is None, query.exception()
+    messages = _run(_consume(topic, CHECK, total, limit=300, lookupd=where.lookupd))
+    bodies = Counter(m.body.decode() for m in messages)
+    assert set(bodies) == {f"u{s % 50}:{s}" for s in range(total)}, "a row was lost"
+    duplicates = sum(c - 1 for c in bodies.values())
+    assert duplicates > 0, "the failed attempt published nothing, so nothing was shown"
+    stamps: dict[tuple[str, ...], str] = {}
+    for message in messages:
+        ext = message.ext
+        stamp = tuple(str(ext[k]) for k in STAMP_KEYS)
+        assert ext["nsq_key"] == message.body.decode().split(":")[0]
+        previous = stamps.setdefault(stamp, message.body.decode())
+        assert previous == message.body.decode(), f"{stamp} on two different rows"
+    assert len(stamps) == total, f"{len(stamps)} distinct stamps for {total} rows"
+    batches = Counter(int(s[1]) for s in stamps)
+    print(
+        f"\n{where.name}: {total} rows streamed in {len(batches)} batches; {len(messages)} "
+        f"messages consumed, {duplicates} duplicates from the retried task, 0 lost; "
+        f"deduplicated on the nsq_spark_* stamp: {len(stamps)}"
+    )
+    shutil.rmtree(tmp_path / "checkpoint", ignore_errors=True)
