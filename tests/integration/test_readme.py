@@ -52,6 +52,7 @@ def test_the_readme_has_the_examples_this_module_expects() -> None:
         "consuming_1",
         "blocking_code_1",
         "administration_1",
+        "spark_1",
         "the_embedded_cluster_1",
     ]
 
@@ -67,9 +68,11 @@ def lookupd() -> Iterator[str]:
 @pytest.mark.parametrize(("name", "code"), BLOCKS, ids=[name for name, _ in BLOCKS])
 def test_readme_example_runs(lookupd: str, name: str, code: str) -> None:
     assert DEFAULT_LOOKUPD in code or "DevCluster(" in code, f"{name} talks to no cluster"
+    if name.startswith("spark"):
+        pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
     script = code.replace(DEFAULT_LOOKUPD, lookupd)
     proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
     if "print(" in code:

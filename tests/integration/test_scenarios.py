@@ -27,7 +27,17 @@ SCENARIOS: dict[str, tuple[int, float, float]] = {
     "ordered_failover": (400, 120.0, 400.0),
     "sharded_consumers": (600, 120.0, 200.0),
     "trace_pipeline": (200, 120.0, 200.0),
+    # Spark local[2]: a streaming read and a batch write, about a minute on the embedded cluster
+    "spark_pipeline": (1000, 400.0, 600.0),
 }
+
+
+def _needs(name: str) -> None:
+    """Skip a scenario whose extra is not installed (make test installs it)."""
+    if name.startswith("spark_"):
+        pytest.importorskip(
+            "pyspark", reason="pyspark is not installed: pip install -e '.[spark]'"
+        )
 
 
 def run_scenario(name: str, timeout: float, *args: str) -> str:
@@ -78,11 +88,13 @@ def test_scenario(name: str, backend: tuple[str, str]) -> None:
     kind, lookupd = backend
     _, embedded_timeout, fork_timeout = SCENARIOS[name]
     timeout = fork_timeout if kind == "fork" else embedded_timeout
+    _needs(name)
     stdout = run_scenario(name, timeout, "--lookupd", lookupd)
     assert f"cluster: {lookupd} (given)" in stdout
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_scenario_own_cluster(name: str) -> None:
+    _needs(name)
     stdout = run_scenario(name, SCENARIOS[name][1])
     assert "cluster: embedded" in stdout
