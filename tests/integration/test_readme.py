@@ -65,7 +65,14 @@ def lookupd() -> Iterator[str]:
         yield cluster.lookupd_http
 
 
-@pytest.mark.parametrize(("name", "code"), BLOCKS, ids=[name for name, _ in BLOCKS])
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [
+        pytest.param(name, code, marks=pytest.mark.spark if name.startswith("spark") else ())
+        for name, code in BLOCKS
+    ],
+    ids=[name for name, _ in BLOCKS],
+)
 def test_readme_example_runs(lookupd: str, name: str, code: str) -> None:
     assert DEFAULT_LOOKUPD in code or "DevCluster(" in code, f"{name} talks to no cluster"
     if name.startswith("spark"):

@@ -32,6 +32,14 @@ SCENARIOS: dict[str, tuple[int, float, float]] = {
 }
 
 
+def _names() -> list[object]:
+    """The scenarios as parameters; the Spark ones carry the ``spark`` marker."""
+    return [
+        pytest.param(n, marks=pytest.mark.spark) if n.startswith("spark_") else n
+        for n in sorted(SCENARIOS)
+    ]
+
+
 def _needs(name: str) -> None:
     """Skip a scenario whose extra is not installed (make test installs it)."""
     if name.startswith("spark_"):
@@ -83,7 +91,7 @@ def backend(request: pytest.FixtureRequest) -> tuple[str, str]:
     return "fork", fork.lookupd_http
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize("name", _names())
 def test_scenario(name: str, backend: tuple[str, str]) -> None:
     kind, lookupd = backend
     _, embedded_timeout, fork_timeout = SCENARIOS[name]
@@ -93,7 +101,7 @@ def test_scenario(name: str, backend: tuple[str, str]) -> None:
     assert f"cluster: {lookupd} (given)" in stdout
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize("name", _names())
 def test_scenario_own_cluster(name: str) -> None:
     _needs(name)
     stdout = run_scenario(name, SCENARIOS[name][1])
