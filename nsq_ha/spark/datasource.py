@@ -4,6 +4,7 @@ holds only options and plain values; connections are opened inside ``write`` and
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -202,8 +203,6 @@ def _with_key_header(rows: Iterator[Any], key_column: str) -> Iterator[Any]:
 
 
 def _add_ext_column(opts: WriteOptions, column: str) -> WriteOptions:
-    import dataclasses
-
     if column in opts.ext_columns:
         return opts
     return dataclasses.replace(opts, ext_columns=(*opts.ext_columns, column))

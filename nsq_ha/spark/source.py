@@ -146,6 +146,13 @@ def is_fork(endpoint: Endpoint) -> bool:
 
 
 async def _extents(lookupd: Sequence[str], topic: str) -> dict[int, Extent]:
+    return (await _leaders_and_extents(lookupd, topic))[1]
+
+
+async def _leaders_and_extents(
+    lookupd: Sequence[str], topic: str
+) -> tuple[dict[int, NodeInfo], dict[int, Extent]]:
+    """Each partition's leader (one lookup) and retained range (its leader's ``/stats``)."""
     fork, leaders = await _leaders(lookupd, topic)
     if not fork:
         raise UnsupportedByServerError(
@@ -180,7 +187,7 @@ async def _extents(lookupd: Sequence[str], topic: str) -> dict[int, Extent]:
                 raise DiscoveryError(
                     f"the leader {node.address} of {topic}/{partition} does not list it in /stats"
                 )
-    return result
+    return leaders, result
 
 
 def fetch_extents(endpoint: Endpoint) -> dict[int, Extent]:
@@ -275,8 +282,7 @@ async def _nsqd_post(node: NodeInfo, path: str, task: RangeTask, body: str = "")
 async def _position(task: RangeTask, body: str) -> tuple[NodeInfo, int]:
     """Create ``task.channel`` on the partition's leader and move it (``setoffset``); return
     the leader and the partition's write end just before the channel was made."""
-    extents = await _extents(task.lookupd, task.topic)
-    _, leaders = await _leaders(task.lookupd, task.topic)
+    leaders, extents = await _leaders_and_extents(task.lookupd, task.topic)
     node = leaders.get(task.partition)
     extent = extents.get(task.partition)
     if node is None or extent is None:
