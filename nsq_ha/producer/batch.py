@@ -37,16 +37,17 @@ from nsq_ha.protocol.publish import (
     TRACE_ID_HEADER,
     ExtHeader,
     encode_ext_header,
-    encode_mpub,
     encode_mpub_ext,
     encode_mpub_trace,
     encode_pub,
     encode_pub_ext,
     encode_pub_trace,
+    frame_batch,
 )
 from nsq_ha.protocol.trace import TracedResponse, parse_traced_response
 
 __all__ = [
+    "PLAIN_RECEIPT",
     "BatchBuilder",
     "OutgoingMessage",
     "Receipt",
@@ -187,9 +188,13 @@ class BatchBuilder:
         batch = [first]
         if first.message.ext is not None and not self.ext_topic:
             return batch
+        plain = not self.tracing and first.message.trace_id is None and first.message.ext is None
+        if plain and self._take_plain(queue, batch):
+            return batch
+        # traced or ext messages (first, or next after plain ones): the general rules below
         traced = self.tracing or first.message.trace_id is not None
         has_ext = first.message.ext is not None
-        body_bytes = len(first.message.body)
+        body_bytes = sum(len(item.message.body) for item in batch)
         ext_bytes = len(first.message.ext or b"")
         while queue and len(batch) < self.max_count:
             msg = queue[0].message
@@ -214,6 +219,45 @@ class BatchBuilder:
         return batch
 
 
+    def split_plain(self, messages: list[OutgoingMessage]) -> list[list[OutgoingMessage]]:
+        """Cut plain messages (no trace id, no header) into batches, in order, by the count and
+        body-size limits: what repeated :meth:`take` would give, without a queue."""
+        count, limit = len(messages), self.max_count
+        if count <= limit and 4 + 4 * count + sum(len(m.body) for m in messages) <= (
+            self.max_body_size
+        ):
+            return [messages]
+        batches: list[list[OutgoingMessage]] = []
+        start = 0
+        while start < count:
+            end, room = start + 1, self.max_body_size - 8 - len(messages[start].body)
+            while end < count and end - start < limit:
+                room -= 4 + len(messages[end].body)
+                if room < 0:
+                    break
+                end += 1
+            batches.append(messages[start:end])
+            start = end
+        return batches
+
+    def _take_plain(self, queue: deque[_Item], batch: list[_Item]) -> bool:
+        """Extend a plain batch with the plain messages at the head of ``queue`` (the common
+        case, kept to one check per message): an ``MPUB`` body is a u32 count, then a u32
+        length and the body of each message. False if it stopped at a traced or ext message
+        (the general rules decide whether that one joins), True if the batch is complete."""
+        room = self.max_body_size - 4 - 4 - len(batch[0].message.body)
+        limit = self.max_count
+        while queue and len(batch) < limit:
+            msg = queue[0].message
+            if msg.trace_id is not None or msg.ext is not None:
+                return False
+            room -= 4 + len(msg.body)
+            if room < 0:
+                return True
+            batch.append(queue.popleft())
+        return True
+
+
 def _encoded_size(msg: OutgoingMessage, kind: str) -> int:
     """Length of one message inside an ``MPUB*`` body of ``kind`` (what max_msg_size limits)."""
     if kind == "trace":
@@ -236,8 +280,13 @@ def batch_command(messages: Sequence[OutgoingMessage], *, tracing: bool = False)
     """The command :func:`encode_batch` sends for ``messages``: ``b"PUB"``, ``b"MPUB_TRACE"``..."""
     if not messages:
         raise InvalidArgumentError("a publish needs at least one message")
-    has_ext = any(m.ext is not None for m in messages)
-    traced = tracing or any(m.trace_id is not None for m in messages)
+    has_ext, traced = False, tracing
+    for m in messages:  # one pass (this runs twice for every batch sent)
+        if m.ext is not None:
+            has_ext = True  # an ext batch is PUB_EXT/MPUB_EXT, traced or not
+            break
+        if m.trace_id is not None:
+            traced = True
     single = len(messages) == 1
     if has_ext:
         return b"PUB_EXT" if single else b"MPUB_EXT"
@@ -265,9 +314,9 @@ def encode_batch(
         return encode_pub_trace(topic, first.body, first.trace_id or 0, partition, **limits)
     if name == b"PUB_EXT" and first.ext is not None:
         return encode_pub_ext(topic, first.body, first.ext, partition, **limits)
-    if name == b"MPUB":
-        return encode_mpub(
-            topic, [m.body for m in messages], partition, **limits, max_body_size=max_body_size
+    if name == b"MPUB":  # the bodies were checked when the messages were made
+        return frame_batch(
+            b"MPUB", topic, partition, [m.body for m in messages], max_msg_size, max_body_size
         )
     if name == b"MPUB_TRACE":
         return encode_mpub_trace(
@@ -299,6 +348,10 @@ class Receipt:
         return _U64.pack(self.internal_id, self.trace_id or 0)
 
 
+#: the receipt of every message answered by a plain ``OK`` (immutable, so shared)
+PLAIN_RECEIPT = Receipt()
+
+
 def _expects_traced(name: bytes, messages: Sequence[OutgoingMessage]) -> bool:
     if name in (b"PUB_TRACE", b"MPUB_TRACE"):
         return True
@@ -324,6 +377,8 @@ def receipts_from_answer(
             raise RemoteProtocolError(
                 f"nsqd answered {bytes(answer[:40])!r} to {name.decode()}, which is answered OK"
             )
+        if name in (b"PUB", b"MPUB") or all(m.trace_id is None for m in messages):
+            return [PLAIN_RECEIPT] * len(messages)
         return [Receipt(trace_id=m.trace_id) for m in messages]
     response = parse_traced_response(answer)
     if name != b"MPUB_TRACE":

@@ -57,6 +57,7 @@ from nsq_ha.errors import (
 )
 from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
 from nsq_ha.producer.batch import (
+    PLAIN_RECEIPT,
     BatchBuilder,
     OutgoingMessage,
     Receipt,
@@ -178,12 +179,24 @@ class _Queued:
 
 @dataclass(slots=True)
 class _Lane:
-    """Ordered traffic of one (topic, slot): a queue and at most one batch out."""
+    """Queued one-message publishes of one (topic, slot), sent as batches (group commit).
+
+    A keyed lane (``slot`` set) has at most one batch out, so call order holds; the unkeyed
+    lane of a topic (``slot`` None) sends each batch to the next partition, several at once.
+    """
 
     topic: str
-    slot: int
+    slot: int | None
+    loop: asyncio.AbstractEventLoop
     queue: deque[_Queued] = field(default_factory=deque)
-    task: asyncio.Task[None] | None = None
+    senders: set[asyncio.Task[None]] = field(default_factory=set)
+    #: senders waiting for nsqd's answer to their batch (the others will take the next one)
+    sending: int = 0
+
+    @property
+    def idle_sender(self) -> bool:
+        """A sender is about to take the next batch: enqueued messages will go with it."""
+        return self.sending < len(self.senders)
 
 
 def _check_features(
@@ -221,8 +234,14 @@ class Producer:
     :class:`~nsq_ha.producer.policy.RetryPolicy`. ``trace=True`` publishes every message traced
     (trace id 0 unless given) so that every result carries its id and queue offset.
     ``unkeyed_window``: unacknowledged unkeyed commands per partition. ``max_batch``: most
-    messages per ``MPUB``. ``close_timeout``: how long :meth:`close` waits for in-flight
-    publishes before failing them.
+    messages per ``MPUB``. ``linger``: seconds a batch waits for more messages before it goes
+    (0: it goes as soon as the previous batch of its partition is acknowledged).
+    ``close_timeout``: how long :meth:`close` waits for in-flight publishes before failing them.
+
+    Group commit: concurrent :meth:`publish` calls are queued per partition and sent as one
+    ``MPUB`` (or ``MPUB_TRACE``/``MPUB_EXT``) per batch, up to ``max_batch`` messages and the
+    size limits; each caller still gets its own result or error. Keyed calls keep call order
+    (one batch out per partition); unkeyed calls spread their batches round-robin.
 
     Use ``async with Producer(...) as producer`` or call :meth:`close`.
     """
@@ -239,13 +258,16 @@ class Producer:
         trace: bool = False,
         unkeyed_window: int = 1024,
         max_batch: int = 1000,
+        linger: float = 0.0,
         close_timeout: float = 10.0,
     ) -> None:
         given = [x is not None for x in (lookupd, lookup, nsqd)]
         if sum(given) != 1:
             raise ConfigError("give exactly one of lookupd=, lookup= or nsqd=")
-        if unkeyed_window < 1 or max_batch < 1 or close_timeout <= 0:
-            raise ConfigError("unkeyed_window and max_batch must be >= 1, close_timeout > 0")
+        if unkeyed_window < 1 or max_batch < 1 or close_timeout <= 0 or not linger >= 0:
+            raise ConfigError(
+                "unkeyed_window and max_batch must be >= 1, close_timeout > 0, linger >= 0"
+            )
         self._owns_lookup = lookupd is not None
         self._lookup: LookupClient | None = (
             LookupClient(lookupd) if lookupd is not None else lookup
@@ -262,10 +284,12 @@ class Producer:
         self.trace = trace
         self.unkeyed_window = unkeyed_window
         self.max_batch = max_batch
+        self.linger = linger
         self.close_timeout = close_timeout
         self._conns: dict[ConnKey, asyncio.Task[NsqdConnection]] = {}
         self._ready: dict[ConnKey, NsqdConnection] = {}
-        self._lanes: dict[tuple[str, int], _Lane] = {}
+        self._lanes: dict[tuple[str, int | None], _Lane] = {}
+        self._valid_topics: set[str] = set()  # names validate_topic() accepted
         self._windows: dict[tuple[str, int], _Window] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._routes_cache: dict[str, tuple[PartitionMap, _Routes]] = {}
@@ -323,9 +347,34 @@ class Producer:
         order; ``trace_id`` (u64) sends PUB_TRACE; ``ext`` (a JSON object) sends PUB_EXT to an
         ext topic; ``defer`` (seconds) sends DPUB (vanilla only).
         """
-        self._check_open()
-        with self._in_flight():
+        if self._closing:
+            raise ProducerClosedError("the producer is closed")
+        self._active += 1  # what _in_flight() does, inline: this is the hottest call
+        self._idle.clear()
+        try:
+            if (
+                partition is None
+                and trace_id is None
+                and ext is None
+                and defer is None
+                and type(body) is bytes
+                and body
+                and len(body) <= self.config.max_msg_size
+            ):
+                # the common case, checked as prepare_message would, without its generality
+                routes = self._cached_routes(topic) if topic in self._valid_topics else None
+                if routes is not None:
+                    slot = (
+                        None
+                        if sharding_key is None
+                        else self._slot_for(routes, sharding_key, None)
+                    )
+                    return await self._enqueue_one(topic, slot, OutgoingMessage(body))
             return await self._publish(topic, body, sharding_key, partition, trace_id, ext, defer)
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
 
     async def _publish(
         self,
@@ -338,6 +387,7 @@ class Producer:
         defer: float | None,
     ) -> PublishResult:
         validate_topic(topic)
+        self._valid_topics.add(topic)
         msg = prepare_message(
             body, trace_id=trace_id, ext=ext, max_msg_size=self.config.max_msg_size
         )
@@ -348,10 +398,10 @@ class Producer:
         routes = await self._resolve(topic)
         _check_features(routes.fork, topic, [msg], defer=defer, partition=partition)
         slot = self._slot_for(routes, sharding_key, partition)
-        if slot is not None:
-            (future,) = self._enqueue(topic, slot, [msg])
-            return await future
-        return (await self._send(topic, [msg], slot=None, defer=defer))[0]
+        if defer is not None:
+            return (await self._send(topic, [msg], slot=None, defer=defer))[0]
+        (future,) = self._enqueue(topic, slot, [msg])
+        return await future
 
     async def publish_many(
         self,
@@ -401,12 +451,21 @@ class Producer:
             _per_message(exts, len(bodies), "exts") if exts is not None else [ext] * len(bodies)
         )
         size = self.config.max_msg_size
-        msgs = [
-            prepare_message(b, trace_id=t, ext=h, max_msg_size=size)
-            for b, t, h in zip(bodies, traces, headers, strict=True)
-        ]
+        plain = (
+            trace_ids is None
+            and ext is None
+            and exts is None
+            and all(type(b) is bytes and 0 < len(b) <= size for b in bodies)
+        )
+        if plain:  # bodies that prepare_message would pass unchanged
+            msgs = [OutgoingMessage(b) for b in bodies]
+        else:
+            msgs = [
+                prepare_message(b, trace_id=t, ext=h, max_msg_size=size)
+                for b, t, h in zip(bodies, traces, headers, strict=True)
+            ]
         routes = await self._resolve(topic)
-        _check_features(routes.fork, topic, msgs, defer=None, partition=partition)
+        _check_features(routes.fork, topic, [] if plain else msgs, defer=None, partition=partition)
         slot = self._slot_for(routes, sharding_key, partition)
         if slot is not None:
             futures = self._enqueue(topic, slot, msgs)
@@ -414,21 +473,20 @@ class Producer:
                 await asyncio.gather(*futures, return_exceptions=True)
             )
         else:
-            outcomes = await self._direct_many(topic, msgs, routes)
-        errors = [o for o in outcomes if isinstance(o, BaseException)]
-        if errors:
-            for err in errors:
-                if isinstance(err, asyncio.CancelledError):
-                    raise err
-            failed = len(errors)
-            error = PublishError(
-                f"{failed} of {len(msgs)} messages to {topic!r} were not published: {errors[0]}",
-                attempts=max((getattr(e, "attempts", 1) for e in errors), default=1),
-                last_error=errors[0],
-            )
-            error.results = list(outcomes)
-            raise error
-        return [o for o in outcomes if isinstance(o, PublishResult)]
+            outcomes = await self._direct_many(topic, msgs, routes, plain=plain)
+        errors = [o for o in outcomes if not isinstance(o, PublishResult)]
+        if not errors:
+            return cast("list[PublishResult]", outcomes)
+        for err in errors:
+            if isinstance(err, asyncio.CancelledError):
+                raise err
+        error = PublishError(
+            f"{len(errors)} of {len(msgs)} messages to {topic!r} were not published: {errors[0]}",
+            attempts=max((getattr(e, "attempts", 1) for e in errors), default=1),
+            last_error=errors[0],
+        )
+        error.results = list(outcomes)
+        raise error
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit
         """Stop accepting publishes, wait for the in-flight ones, then close the connections.
@@ -451,9 +509,15 @@ class Producer:
                     limit,
                 )
                 self._aborting = True
+                closed = PublishError(
+                    "the producer closed before nsqd acknowledged it", attempts=0
+                )
                 for lane in self._lanes.values():
-                    if lane.task is not None:
-                        lane.task.cancel()
+                    for sender in lane.senders:
+                        sender.cancel()
+                    for queued in lane.queue:  # a sender cancelled before it ran settles none
+                        _settle(queued.future, closed)
+                    lane.queue.clear()
             conns = list(self._ready.values())
             for task in self._conns.values():
                 task.cancel()
@@ -802,6 +866,10 @@ class Producer:
             await self._after_failure(topic, key, exc)
             raise
         self.stats["published"] += len(messages)
+        if receipts and receipts[0] is PLAIN_RECEIPT and receipts[-1] is PLAIN_RECEIPT:
+            # a plain OK tells every message the same: one (immutable) result serves them all
+            shared = PublishResult(topic, partition, node.address, attempts)
+            return [shared] * len(receipts)
         return [
             PublishResult(
                 topic,
@@ -830,14 +898,23 @@ class Producer:
         return window
 
     async def _direct_many(
-        self, topic: str, messages: list[OutgoingMessage], routes: _Routes
+        self, topic: str, messages: list[OutgoingMessage], routes: _Routes, *, plain: bool
     ) -> list[PublishResult | BaseException]:
         """Unkeyed publish_many: cut into batches, each sent round-robin, concurrently."""
-        queue = deque(_Carrier(m) for m in messages)
         builder = self._builder(routes)
-        batches: list[list[OutgoingMessage]] = []
-        while queue:
-            batches.append([q.message for q in builder.take(queue)])
+        batches: list[list[OutgoingMessage]]
+        if plain and not builder.tracing:
+            batches = builder.split_plain(messages)
+        else:
+            queue = deque(_Carrier(m) for m in messages)
+            batches = []
+            while queue:
+                batches.append([q.message for q in builder.take(queue)])
+        if len(batches) == 1:  # no task for the common case
+            try:
+                return list(await self._send(topic, batches[0], slot=None))
+            except Exception as exc:  # as gather(return_exceptions=True) would hand it back
+                return [exc] * len(messages)
         outcomes = await asyncio.gather(
             *(self._send(topic, batch, slot=None) for batch in batches), return_exceptions=True
         )
@@ -860,31 +937,59 @@ class Producer:
 
     # -- ordered lanes ----------------------------------------------------------------------
 
+    def _enqueue_one(
+        self, topic: str, slot: int | None, message: OutgoingMessage
+    ) -> asyncio.Future[PublishResult]:
+        """:meth:`_enqueue` of one message (the hot path of :meth:`publish`)."""
+        lane = self._lanes.get((topic, slot))
+        if lane is not None and lane.senders and (slot is not None or lane.idle_sender):
+            future: asyncio.Future[PublishResult] = lane.loop.create_future()
+            lane.queue.append(_Queued(message, future))
+            return future
+        return self._enqueue(topic, slot, [message])[0]
+
     def _enqueue(
-        self, topic: str, slot: int, messages: list[OutgoingMessage]
+        self, topic: str, slot: int | None, messages: list[OutgoingMessage]
     ) -> list[asyncio.Future[PublishResult]]:
         loop = asyncio.get_running_loop()
         lane = self._lanes.get((topic, slot))
         if lane is None:
-            lane = self._lanes[(topic, slot)] = _Lane(topic, slot)
+            lane = self._lanes[(topic, slot)] = _Lane(topic, slot, loop)
         futures: list[asyncio.Future[PublishResult]] = []
         for msg in messages:
             future: asyncio.Future[PublishResult] = loop.create_future()
             lane.queue.append(_Queued(msg, future))
             futures.append(future)
-        if lane.task is None:
-            lane.task = loop.create_task(self._run_lane(lane), name=f"nsq_ha-lane-{topic}-{slot}")
+        senders = len(lane.senders)
+        if senders == 0 or (
+            lane.slot is None and not lane.idle_sender and senders < self._senders_for(lane)
+        ):  # another batch may go out while the others wait for their acknowledgements
+            sender = loop.create_task(self._run_lane(lane), name=f"nsq_ha-lane-{topic}-{slot}")
+            lane.senders.add(sender)
         return futures
 
+    def _senders_for(self, lane: _Lane) -> int:
+        """Batches a lane may have out at once: one keeps a keyed lane in order; the unkeyed
+        lane overlaps two per writable partition (one in flight while the next fills)."""
+        if lane.slot is not None:
+            return 1
+        routes = self._cached_routes(lane.topic)
+        return max(2, 2 * len(routes.writable)) if routes is not None else 2
+
     async def _run_lane(self, lane: _Lane) -> None:
-        """Send a lane's queue, one batch at a time, in order."""
+        """Send a lane's queue, one batch at a time (the lane's other senders take others)."""
         live: list[_Queued] = []
         try:
             while lane.queue:
+                if self.linger and len(lane.queue) < self.max_batch:
+                    await asyncio.sleep(self.linger)
+                    if not lane.queue:
+                        break
                 batch = self._builder(self._cached_routes(lane.topic)).take(lane.queue)
                 live = [q for q in batch if not q.future.done()]  # done: the caller gave up
                 if not live:
                     continue
+                lane.sending += 1
                 try:
                     results = await self._send(
                         lane.topic, [q.message for q in live], slot=lane.slot
@@ -894,6 +999,8 @@ class Producer:
                         _settle(q.future, exc)
                     live = []
                     continue
+                finally:
+                    lane.sending -= 1
                 for q, result in zip(live, results, strict=True):
                     if not q.future.done():
                         q.future.set_result(result)
@@ -914,14 +1021,16 @@ class Producer:
             lane.queue.clear()
             raise
         finally:
-            lane.task = None
+            # now, not in a done callback: an _enqueue before that callback ran would count
+            # this sender as busy and leave its messages with no sender at all
+            lane.senders.discard(cast("asyncio.Task[None]", asyncio.current_task()))
 
     async def _drained(self, limit: float) -> bool:
         """Wait until no lane has work and no send is active; False after ``limit`` s."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
         while True:
-            tasks = [lane.task for lane in self._lanes.values() if lane.task is not None]
+            tasks = [sender for lane in self._lanes.values() for sender in lane.senders]
             if not tasks and self._active == 0:
                 return True
             remaining = deadline - loop.time()

@@ -17,6 +17,7 @@ from typing import TypeAlias
 
 from nsq_ha.errors import InvalidArgumentError
 from nsq_ha.protocol.commands import (
+    MAX_WIRE_LENGTH,
     as_bytes,
     check_size,
     check_uint,
@@ -40,6 +41,7 @@ __all__ = [
     "encode_pub",
     "encode_pub_ext",
     "encode_pub_trace",
+    "frame_batch",
 ]
 
 #: A JSON header: a mapping (serialised compactly, key order kept) or ready-made JSON bytes.
@@ -148,7 +150,7 @@ def encode_pub_ext(
     return with_body(_line(b"PUB_EXT", topic, partition), data)
 
 
-def _encode_batch(
+def frame_batch(
     name: bytes,
     topic: str,
     partition: int | None,
@@ -156,14 +158,22 @@ def _encode_batch(
     max_msg_size: int | None,
     max_body_size: int | None,
 ) -> bytes:
-    """Frame already-encoded messages as ``[u32 count]{[u32 len][msg]}`` and check sizes."""
+    """Frame already-encoded messages as ``[u32 count]{[u32 len][msg]}`` and check sizes.
+
+    ``name`` is the batch command (``MPUB``, ``MPUB_TRACE``, ``MPUB_EXT``); each message must
+    already be what that command carries (non-empty bytes: the encoders above check that).
+    """
     if not messages:
         raise InvalidArgumentError(f"{name.decode()} needs at least one message")
-    parts = [_U32.pack(len(messages))]
-    for index, message in enumerate(messages):
-        check_size(f"{name.decode()} message {index}", len(message), max_msg_size)
-        parts.append(_U32.pack(len(message)))
-        parts.append(message)
+    lengths = [len(message) for message in messages]
+    limit = MAX_WIRE_LENGTH if max_msg_size is None else min(max_msg_size, MAX_WIRE_LENGTH)
+    if max(lengths) > limit:
+        for index, length in enumerate(lengths):  # name the first one too large
+            check_size(f"{name.decode()} message {index}", length, max_msg_size)
+    pack = _U32.pack
+    parts = [pack(len(messages))]
+    for message, length in zip(messages, lengths, strict=True):
+        parts += (pack(length), message)
     body = b"".join(parts)
     check_size(f"{name.decode()} body", len(body), max_body_size)
     return with_body(_line(name, topic, partition), body)
@@ -178,8 +188,10 @@ def encode_mpub(
     max_body_size: int | None = None,
 ) -> bytes:
     """Return ``MPUB <topic> [<partition>]\\n[len][u32 count]{[u32 len][body]}``."""
-    messages = [_body(body, "MPUB message") for body in bodies]
-    return _encode_batch(b"MPUB", topic, partition, messages, max_msg_size, max_body_size)
+    messages = list(bodies)
+    if not all(type(body) is bytes and body for body in messages):  # else say which is wrong
+        messages = [_body(body, "MPUB message") for body in messages]
+    return frame_batch(b"MPUB", topic, partition, messages, max_msg_size, max_body_size)
 
 
 def encode_mpub_trace(
@@ -199,7 +211,7 @@ def encode_mpub_trace(
         _U64.pack(check_uint(trace_id, "trace id", 64)) + _body(body, "MPUB_TRACE message")
         for trace_id, body in messages
     ]
-    return _encode_batch(b"MPUB_TRACE", topic, partition, encoded, max_msg_size, max_body_size)
+    return frame_batch(b"MPUB_TRACE", topic, partition, encoded, max_msg_size, max_body_size)
 
 
 def encode_mpub_ext(
@@ -219,7 +231,7 @@ def encode_mpub_ext(
     for header, body in messages:
         json_header = b"" if header is None else encode_ext_header(header)
         encoded.append(_U16.pack(len(json_header)) + json_header + _body(body, "MPUB_EXT message"))
-    return _encode_batch(b"MPUB_EXT", topic, partition, encoded, max_msg_size, max_body_size)
+    return frame_batch(b"MPUB_EXT", topic, partition, encoded, max_msg_size, max_body_size)
 
 
 def encode_dpub(topic: str, body: bytes, delay: float, *, max_msg_size: int | None = None) -> bytes:

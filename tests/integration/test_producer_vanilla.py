@@ -12,7 +12,7 @@ import pytest
 from nsq_ha import sync
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.errors import ConnectionClosedError, TopicNotFoundError, UnsupportedByServerError
-from nsq_ha.producer import Producer
+from nsq_ha.producer import Producer, PublishResult
 from nsq_ha.routing import get_strategy
 from nsq_ha.testing.servers import VanillaCluster
 
@@ -68,7 +68,13 @@ async def test_lookupd_spreads_unkeyed_and_pins_keyed_messages(
             if len(pmap.producers) == len(vanilla_cluster.nodes):
                 break
             await asyncio.sleep(0.2)
-        unkeyed = await asyncio.gather(*(producer.publish(topic, b"u%d" % i) for i in range(100)))
+        # concurrent unkeyed publishes go out together (group commit); batches go round-robin
+        unkeyed: list[PublishResult] = []
+        for wave in range(4):
+            unkeyed += await asyncio.gather(
+                *(producer.publish(topic, b"u%d" % (25 * wave + i)) for i in range(25))
+            )
+        assert producer.stats["commands"] == 4  # one MPUB per wave
         keyed = [
             await producer.publish(topic, f"{key}:{n}".encode(), sharding_key=key)
             for key in ("alpha", "beta", "gamma", "delta")

@@ -280,3 +280,48 @@ def test_mpub_trace_sizes_that_add_up_to_nothing_known_keep_only_the_first(
     receipts = receipts_from_answer(traced_answer(3, 0, 34, 1000), batch)
     assert receipts == [Receipt(3, 7, 34, None), Receipt(None, 8, None, None)]
     assert "no known record layout" in caplog.text
+
+
+# -- the plain fast paths agree with the general rules ----------------------------------------
+
+
+def _general_take(builder: BatchBuilder, queue: deque[Item]) -> list[Item]:
+    """The general rule, one message at a time: the batch grows while its encoded body fits."""
+    batch = [queue.popleft()]
+    while queue and len(batch) < builder.max_count:
+        candidate = [*batch, queue[0]]
+        traced = builder.tracing or any(i.message.trace_id is not None for i in candidate)
+        kind = "trace" if traced else "plain"
+        if any(i.message.ext is not None for i in candidate):
+            break
+        size = batch_body_size(len(candidate), sum(len(i.message.body) for i in candidate), 0, kind)
+        if size > builder.max_body_size:
+            break
+        batch.append(queue.popleft())
+    return batch
+
+
+@given(
+    bodies=st.lists(st.integers(1, 40), min_size=1, max_size=60),
+    traced_at=st.sets(st.integers(0, 59), max_size=5),
+    max_body=st.integers(50, 400),
+    max_count=st.integers(1, 20),
+)
+def test_take_and_split_plain_cut_where_the_general_rule_does(
+    bodies: list[int], traced_at: set[int], max_body: int, max_count: int
+) -> None:
+    messages = [
+        msg(b"x" * n, trace_id=7 if i in traced_at else None) for i, n in enumerate(bodies)
+    ]
+    builder = BatchBuilder(max_msg_size=100, max_body_size=max_body, max_count=max_count)
+    fast, slow = queue_of(*messages), queue_of(*messages)
+    while fast:
+        got = [i.message for i in builder.take(fast)]
+        assert got == [i.message for i in _general_take(builder, slow)]
+    plain = [m for m in messages if m.trace_id is None]
+    if plain:
+        expected = []
+        queue = queue_of(*plain)
+        while queue:
+            expected.append([i.message for i in _general_take(builder, queue)])
+        assert builder.split_plain(plain) == expected
