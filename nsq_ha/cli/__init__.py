@@ -16,6 +16,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any
 
 from nsq_ha._version import __version__
@@ -150,6 +151,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     servers.add_argument("names", nargs="*", help="recipes to build: vanilla, fork (all)")
     servers.add_argument("--keep-going", action="store_true", help="exit 0 even if one fails")
+    bench = sub.add_parser(
+        "bench",
+        help="benchmark nsq_ha against pynsq, gnsq, ansq and the Go tools",
+        description="Start vanilla nsqd (and the fork's cluster when built), install the peer "
+        "clients into their own virtualenv, run every workload for each client in interleaved "
+        "rounds and print medians, ratios and the targets as Markdown.",
+    )
+    size = bench.add_mutually_exclusive_group()
+    size.add_argument(
+        "--quick",
+        action="store_const",
+        dest="profile",
+        const="quick",
+        help="3 rounds of smaller runs, under 5 minutes (the default)",
+    )
+    size.add_argument(
+        "--full",
+        action="store_const",
+        dest="profile",
+        const="full",
+        help="5 rounds of 100k-message runs (the README's table)",
+    )
+    size.add_argument(
+        "--smoke",
+        action="store_const",
+        dest="profile",
+        const="smoke",
+        help="tiny sizes, one round; fails if any run fails (make test)",
+    )
+    bench.set_defaults(profile="quick")
+    bench.add_argument("--no-fork", action="store_true", help="vanilla nsqd only")
+    bench.add_argument("--no-peers", action="store_true", help="nsq_ha and Go only")
+    bench.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="WORKLOAD",
+        help="run workloads whose id starts with this (repeatable)",
+    )
+    bench.add_argument("--json", type=Path, default=None, help="write the results here")
+    bench.add_argument("--markdown", type=Path, default=None, help="write the tables here")
     dev = sub.add_parser(
         "devcluster",
         help="run the embedded fork cluster (lookupd + N nsqd) until Ctrl-C",
@@ -185,6 +227,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from nsq_ha.devcluster.cli import run_devcluster
 
         return run_devcluster(args)
+    if args.command == "bench":
+        from nsq_ha.bench import run_bench
+
+        return run_bench(
+            args.profile,
+            fork=not args.no_fork,
+            peers=not args.no_peers,
+            only=args.only,
+            json_path=args.json,
+            markdown_path=args.markdown,
+            strict=args.profile == "smoke",
+        )
     if args.command == "servers":
         from nsq_ha.testing.build import main as build_main
 

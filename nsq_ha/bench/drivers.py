@@ -1,0 +1,277 @@
+"""Benchmark drivers for nsq_ha (and the raw-socket bound), one workload per process.
+
+``python -m nsq_ha.bench.drivers '<spec JSON>'`` runs the workload the spec names and prints
+one result line (:func:`nsq_ha.bench.measure.emit`). The runner starts a fresh process for every
+run so that CPU and memory figures belong to that run alone.
+
+Clients (``spec["client"]``): ``nsq_ha`` (asyncio), ``nsq_ha-batch`` (``run_batches``),
+``nsq_ha-sync`` (the blocking facade) and ``raw`` (a blocking socket that does the least a
+client can: the bound for ordered consumption).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from typing import Any
+
+from nsq_ha.bench.measure import (
+    Span,
+    body,
+    emit,
+    latency_ns,
+    latency_summary,
+    read_spec,
+    rss_mb,
+    stamped_body,
+)
+from nsq_ha.consumer import Consumer
+from nsq_ha.producer import Producer
+from nsq_ha.protocol import MAGIC_V2
+from nsq_ha.protocol.commands import encode_fin, encode_identify, encode_rdy, encode_sub_ordered
+
+
+def _where(spec: dict[str, Any]) -> dict[str, Any]:
+    """``lookupd=`` when the spec names one (the partition-aware path), else ``nsqd=``."""
+    if spec.get("lookupd"):
+        return {"lookupd": spec["lookupd"]}
+    return {"nsqd": spec["nsqd"]}
+
+
+async def publish_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """``n`` one-message ``publish()`` calls from ``concurrency`` tasks (keyed if asked)."""
+    n, tasks, topic = spec["n"], spec["concurrency"], spec["topic"]
+    data = body(spec["size"])
+    keyed = bool(spec.get("keyed"))
+    span = Span()
+    async with Producer(**_where(spec)) as producer:
+        await producer.publish(topic, data)  # connect and look up outside the timed part
+
+        async def worker(first: int, count: int) -> None:
+            if keyed:
+                for i in range(first, first + count):
+                    await producer.publish(topic, data, sharding_key=i % 512)
+            else:
+                for _ in range(count):
+                    await producer.publish(topic, data)
+
+        share = n // tasks
+        span.start()
+        await asyncio.gather(*(worker(k * share, share) for k in range(tasks)))
+        result = span.stop(share * tasks, commands=producer.stats["commands"])
+    return result
+
+
+async def publish_many(spec: dict[str, Any]) -> dict[str, Any]:
+    """``n`` messages as ``publish_many`` calls of ``batch``, ``concurrency`` calls at once."""
+    n, tasks, topic, batch = spec["n"], spec["concurrency"], spec["topic"], spec["batch"]
+    bodies = [body(spec["size"])] * batch
+    span = Span()
+    async with Producer(**_where(spec)) as producer:
+        await producer.publish(topic, bodies[0])
+        calls = n // batch
+        per_task = calls // tasks
+
+        async def worker() -> None:
+            for _ in range(per_task):
+                await producer.publish_many(topic, bodies)
+
+        span.start()
+        await asyncio.gather(*(worker() for _ in range(tasks)))
+        result = span.stop(per_task * tasks * batch)
+    return result
+
+
+def _consumer(spec: dict[str, Any], **options: Any) -> Consumer:
+    return Consumer(
+        spec["topic"],
+        spec["channel"],
+        max_in_flight=spec["rdy"],
+        **_where(spec),
+        **options,
+    )
+
+
+async def consume(spec: dict[str, Any]) -> dict[str, Any]:
+    """``async for`` over ``n`` prefilled messages, finishing each."""
+    n = spec["n"]
+    span = Span()
+    span.start()
+    got = 0
+    async with _consumer(spec, ordered=spec.get("ordered")) as consumer:
+        async for message in consumer:
+            await message.finish()
+            got += 1
+            if got >= n:
+                break
+        result = span.stop(got)
+    return result
+
+
+async def consume_batches(spec: dict[str, Any]) -> dict[str, Any]:
+    """``run_batches`` (batches of 100) over ``n`` prefilled messages; returning finishes."""
+    n = spec["n"]
+    span = Span()
+    span.start()
+    got = 0
+    done = asyncio.Event()
+    result: dict[str, Any] = {}
+
+    def handler(messages: list[Any]) -> None:
+        nonlocal got, result
+        got += len(messages)
+        if got >= n and not done.is_set():
+            result = span.stop(got)
+            done.set()
+
+    async with _consumer(spec) as consumer:
+        runner = asyncio.create_task(consumer.run_batches(handler, max_size=100))
+        await done.wait()
+        runner.cancel()
+    return result
+
+
+def consume_sync(spec: dict[str, Any]) -> dict[str, Any]:
+    """The blocking facade: ``for message in consumer: message.finish()``."""
+    from nsq_ha.sync import Consumer as SyncConsumer
+
+    n = spec["n"]
+    span = Span()
+    span.start()
+    got = 0
+    with SyncConsumer(
+        spec["topic"], spec["channel"], max_in_flight=spec["rdy"], **_where(spec)
+    ) as consumer:
+        for message in consumer:
+            message.finish()
+            got += 1
+            if got >= n:
+                break
+        result = span.stop(got)
+    return result
+
+
+async def latency(spec: dict[str, Any]) -> dict[str, Any]:
+    """Publish stamped one-message publishes at ``rate``/s for ``seconds``; consume them."""
+    rate, total, topic = spec["rate"], int(spec["rate"] * spec["seconds"]), spec["topic"]
+    size = spec["size"]
+    loop = asyncio.get_running_loop()
+    samples: list[int] = []
+    errors = 0
+    async with Producer(**_where(spec)) as producer, _consumer(spec) as consumer:
+        await consumer.start()
+        await producer.publish(topic, stamped_body(size))  # connects; one of the ``total``
+        pending: set[asyncio.Task[Any]] = set()
+
+        def settled(task: asyncio.Task[Any]) -> None:
+            nonlocal errors
+            pending.discard(task)
+            if task.cancelled() or task.exception() is not None:
+                errors += 1
+
+        async def produce() -> None:
+            start, sent = loop.time(), 1
+            while sent < total:
+                due = min(total, 1 + int((loop.time() - start) * rate))
+                while sent < due:
+                    task = loop.create_task(producer.publish(topic, stamped_body(size)))
+                    pending.add(task)
+                    task.add_done_callback(settled)
+                    sent += 1
+                await asyncio.sleep(0.0005)
+
+        async def receive() -> None:
+            async for message in consumer:
+                samples.append(latency_ns(message.body))
+                await message.finish()
+                if len(samples) >= total:
+                    return
+
+        span = Span()
+        span.start()
+        await asyncio.gather(produce(), receive())
+        result = span.stop(len(samples), errors=errors, **latency_summary(samples))
+    return result
+
+
+async def hold(spec: dict[str, Any]) -> dict[str, Any]:
+    """Receive ``n`` messages with ``max_in_flight`` = ``rdy`` and hold them all unanswered."""
+    n = spec["n"]
+    baseline = rss_mb()
+    span = Span()
+    span.start()
+    held: list[Any] = []
+    async with _consumer(spec, drain_timeout=1.0) as consumer:
+        async for message in consumer:
+            held.append(message)
+            if len(held) >= n:
+                break
+        result = span.stop(len(held), baseline_mb=baseline)
+        for message in held:
+            await message.finish()
+    return result
+
+
+def raw_ordered(spec: dict[str, Any]) -> dict[str, Any]:
+    """The one-round-trip-per-message bound: a blocking socket, SUB_ORDERED, RDY 1, FIN each.
+
+    It does nothing but read a frame and answer it, so its rate is what nsqd's ordered delivery
+    allows on this machine; :func:`consume` with ``ordered`` is measured against it.
+    """
+    host, _, port = spec["nsqd"].rpartition(":")
+    n = spec["n"]
+    sock = socket.create_connection((host, int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    stream = sock.makefile("rb")
+    size_type = struct.Struct(">ii")
+    identify = {"client_id": "raw", "hostname": "raw", "feature_negotiation": False}
+    sock.sendall(MAGIC_V2 + encode_identify(identify))
+    sock.sendall(
+        encode_sub_ordered(spec["topic"], spec["channel"], spec.get("partition", 0)) + encode_rdy(1)
+    )
+    span = Span()
+    span.start()
+    got = 0
+    while got < n:
+        size, kind = size_type.unpack(stream.read(8))
+        data = stream.read(size - 4)
+        if kind == 2:  # message: FIN it (id at bytes 10..26)
+            sock.sendall(encode_fin(data[10:26]))
+            got += 1
+        elif kind == 1:
+            raise RuntimeError(f"nsqd error: {data!r}")
+        elif data == b"_heartbeat_":
+            sock.sendall(b"NOP\n")
+    result = span.stop(got)
+    sock.close()
+    return result
+
+
+_ASYNC = {
+    ("nsq_ha", "pub1"): publish_one,
+    ("nsq_ha", "pubmany"): publish_many,
+    ("nsq_ha", "consume"): consume,
+    ("nsq_ha-batch", "consume"): consume_batches,
+    ("nsq_ha", "latency"): latency,
+    ("nsq_ha", "hold"): hold,
+}
+_BLOCKING = {
+    ("nsq_ha-sync", "consume"): consume_sync,
+    ("raw", "consume"): raw_ordered,
+}
+
+
+def main() -> None:
+    spec = read_spec()
+    key = (spec["client"], spec["workload"])
+    if key in _ASYNC:
+        emit(asyncio.run(_ASYNC[key](spec)))
+    elif key in _BLOCKING:
+        emit(_BLOCKING[key](spec))
+    else:
+        raise SystemExit(f"no nsq_ha driver for client {key[0]!r} workload {key[1]!r}")
+
+
+if __name__ == "__main__":
+    main()
