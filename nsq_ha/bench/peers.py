@@ -82,6 +82,8 @@ def pynsq_run(spec: dict[str, Any]) -> dict[str, Any]:
         baseline = measure.rss_mb()
 
         def handler(message: Any) -> bool | None:
+            if state["got"] == 0 and workload == "consume":
+                span.start()  # consume runs time from the first message (as nsq_ha's)
             state["got"] += 1
             if workload == "hold":
                 message.enable_async()
@@ -89,7 +91,7 @@ def pynsq_run(spec: dict[str, Any]) -> dict[str, Any]:
             elif workload == "latency":
                 samples.append(measure.latency_ns(message.body))
             if state["got"] == target:
-                extra: dict[str, Any] = {"count": target}
+                extra: dict[str, Any] = {"count": target - (workload == "consume")}
                 if workload == "hold":
                     extra["baseline_mb"] = baseline
                 if workload == "latency":
@@ -104,6 +106,7 @@ def pynsq_run(spec: dict[str, Any]) -> dict[str, Any]:
             message_handler=handler,
             nsqd_tcp_addresses=[spec["nsqd"]],
             max_in_flight=spec["rdy"],
+            **({"output_buffer_size": 64} if spec.get("unbuffered") else {}),
         )
         if workload == "latency":
             writer = nsq.Writer([spec["nsqd"]])
@@ -176,11 +179,17 @@ def gnsq_run(spec: dict[str, Any]) -> dict[str, Any]:
         samples: list[int] = []
         got = [0]
         consumer = gnsq.Consumer(
-            topic, spec["channel"], nsqd_tcp_addresses=[spec["nsqd"]], max_in_flight=spec["rdy"]
+            topic,
+            spec["channel"],
+            nsqd_tcp_addresses=[spec["nsqd"]],
+            max_in_flight=spec["rdy"],
+            **({"output_buffer_size": 64} if spec.get("unbuffered") else {}),
         )
 
         @consumer.on_message.connect  # type: ignore[untyped-decorator]
         def handler(consumer: Any, message: Any) -> None:
+            if got[0] == 0 and workload == "consume":
+                span.start()
             got[0] += 1
             if workload == "hold":
                 message.enable_async()
@@ -211,7 +220,7 @@ def gnsq_run(spec: dict[str, Any]) -> dict[str, Any]:
             extra["baseline_mb"] = baseline
         if workload == "latency":
             extra.update(measure.latency_summary(samples))
-        result = span.stop(count=got[0], **extra)
+        result = span.stop(count=got[0] - (workload == "consume"), **extra)
         consumer.close()
         return result
     raise SystemExit(f"gnsq: no driver for {workload!r}")
@@ -278,6 +287,8 @@ async def ansq_run(spec: dict[str, Any]) -> dict[str, Any]:
             producing = asyncio.create_task(produce())
         got = 0
         async for message in reader.messages():
+            if got == 0 and workload == "consume":
+                span.start()
             got += 1
             if workload == "hold":
                 held.append(message)
@@ -292,7 +303,7 @@ async def ansq_run(spec: dict[str, Any]) -> dict[str, Any]:
             extra["baseline_mb"] = baseline
         if workload == "latency":
             extra.update(measure.latency_summary(samples))
-        result = span.stop(count=got, **extra)
+        result = span.stop(count=got - (workload == "consume"), **extra)
         if producing is not None:
             await producing
         await reader.close()

@@ -36,6 +36,7 @@ import httpx
 
 from nsq_ha._version import __version__
 from nsq_ha.bench import measure
+from nsq_ha.errors import NsqError
 from nsq_ha.testing.build import (
     FORK,
     VANILLA,
@@ -414,6 +415,10 @@ class Bench:
             "keyed": workload.keyed,
             "rate": 10_000,
             "seconds": p.latency_seconds,
+            # the latency run asks nsqd not to buffer deliveries (IDENTIFY output_buffer_size
+            # -1; where a peer has the option): the default 16 KiB buffer fills in ~12 ms at
+            # 10k msgs/s, a throughput-for-latency trade every client can make
+            "unbuffered": workload.kind == "latency",
             "channel": "bench",
         }
         if workload.server == "vanilla":
@@ -440,13 +445,19 @@ class Bench:
     def _prefill(self, spec: dict[str, Any], count: int) -> None:
         from nsq_ha.producer import Producer
 
+        fork = self.fork.lookupd_http if self.fork is not None and "partition" in spec else None
+
         async def fill() -> None:
-            where = {"nsqd": spec["nsqd"]}
-            async with Producer(**where) as producer:
+            # the fork's partition goes by lookupd (its nsqd refuses a PUB without one on an
+            # ordered topic); vanilla straight to the nsqd
+            producer = Producer(lookupd=fork) if fork else Producer(nsqd=spec["nsqd"])
+            async with producer:
                 bodies = [measure.body(spec["size"])] * 500
                 left = count
                 while left > 0:
-                    await producer.publish_many(spec["topic"], bodies[: min(500, left)])
+                    await producer.publish_many(
+                        spec["topic"], bodies[: min(500, left)], partition=spec.get("partition")
+                    )
                     left -= min(500, left)
 
         asyncio.run(fill())
@@ -555,7 +566,7 @@ class Bench:
                     started = time.monotonic()
                     try:
                         sample = self.run_one(workload, client)
-                    except (BenchError, BuildError, httpx.HTTPError, OSError) as exc:
+                    except (BenchError, BuildError, NsqError, httpx.HTTPError, OSError) as exc:
                         sample = Sample(error=str(exc))
                     cell.samples.append(sample)
                     self.progress(
