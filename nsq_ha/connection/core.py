@@ -557,6 +557,15 @@ class NsqdConnection:
 
     def fin(self, message_id: bytes) -> None:
         """Finish a message."""
+        if (
+            message_id in self._in_flight
+            and self._machine.state is ConnState.SUBSCRIBED
+            and self._fatal_error is None
+        ):  # an id nsqd delivered here, so valid: send_nowait's checks, cut to what can fail
+            self._in_flight.discard(message_id)
+            self._in_flight_changed.set()
+            self._enqueue(b"FIN " + message_id + b"\n")
+            return
         self.send_nowait(encode_fin(message_id))
 
     def req(self, message_id: bytes, delay: float = 0.0) -> None:

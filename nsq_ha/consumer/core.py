@@ -96,6 +96,7 @@ class _Slot:
         "channel",
         "conn",
         "consumer",
+        "counts",
         "held",
         "key",
         "ordered",
@@ -118,6 +119,10 @@ class _Slot:
         #: delivered and not yet answered, by message id
         self.held: dict[bytes, Message] = {}
         self.retired = False
+        #: the partition's counters in the consumer's stats (shared by its slots over time)
+        self.counts: Counter[str] = consumer._per_partition.setdefault(
+            -1 if partition is None else partition, Counter()
+        )
 
     def __repr__(self) -> str:
         part = "-" if self.partition is None else self.partition
@@ -362,11 +367,7 @@ class Consumer:
 
     def _count(self, slot: _Slot, name: str) -> None:
         self._counts[name] += 1
-        part = -1 if slot.partition is None else slot.partition
-        counter = self._per_partition.get(part)
-        if counter is None:
-            counter = self._per_partition[part] = Counter()
-        counter[name] += 1
+        slot.counts[name] += 1
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -741,8 +742,11 @@ class Consumer:
             self._count(slot, "timed_out")
             self._apply(self._planner.done(slot.key, success=None))
         slot.held[decoded.id] = message
-        self._count(slot, "received")
-        self._apply(self._planner.message(slot.key))
+        self._counts["received"] += 1
+        slot.counts["received"] += 1
+        changes = self._planner.message(slot.key)
+        if changes or self._planner.blocked:
+            self._apply(changes)
         if self._closing:
             self._requeue_now(slot, message)
             return
@@ -811,12 +815,23 @@ class Consumer:
         self._held_changed.set()
 
     def _finish(self, slot: _Slot, message: Message) -> None:
-        conn = self._check_answerable(slot, message, "finish")
-        with _gone_on_error(message, "finish"):
-            conn.fin(message.id)
-        self._settled(slot, message, Outcome.FINISHED)
-        self._count(slot, "finished")
-        self._apply(self._planner.done(slot.key, success=True))
+        # the hottest answer, so _check_answerable/_gone_on_error/_settled/_count are inlined
+        conn = slot.conn
+        message_id = message.id
+        if conn is None or slot.held.get(message_id) is not message or conn.closed:
+            conn = self._check_answerable(slot, message, "finish")  # raises
+        try:
+            conn.fin(message_id)
+        except NsqError as exc:
+            raise MessageConnectionGoneError(f"cannot finish {message!r}: {exc}") from exc
+        message.outcome = Outcome.FINISHED
+        del slot.held[message_id]
+        self._held_changed.set()
+        self._counts["finished"] += 1
+        slot.counts["finished"] += 1
+        changes = self._planner.done(slot.key, success=True)
+        if changes or self._planner.blocked:
+            self._apply(changes)
 
     def _requeue(self, slot: _Slot, message: Message, delay: float | None, backoff: bool) -> None:
         conn = self._check_answerable(slot, message, "requeue")
@@ -867,6 +882,14 @@ class Consumer:
         """The next message, or ``None`` once the consumer is closing (or after ``timeout``)."""
         if not self._started:
             await self.start()
+        queue = self._queue
+        while timeout is None:  # no timer to arm: the common case of async for
+            message = await queue.get()
+            if message is None:
+                queue.put_nowait(None)  # wake the other readers too
+                return None
+            if message.outcome is None:
+                return message
         try:
             async with asyncio.timeout(timeout):
                 while True:

@@ -199,7 +199,8 @@ class Message:
 
     async def finish(self) -> None:
         """Acknowledge: nsqd forgets the message (FIN on the delivering connection)."""
-        self._check("finish")
+        if self.outcome is not None:
+            self._check("finish")
         self._owner.finish(self)
 
     async def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
