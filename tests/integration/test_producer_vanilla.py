@@ -152,3 +152,24 @@ def test_a_forked_child_exits_without_waiting_for_the_parents_loop(
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     producer.close()
+
+
+async def test_linger_gathers_publishes_that_arrive_apart(vanilla_cluster: VanillaCluster) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+
+    async def spread(producer: Producer) -> list[PublishResult]:
+        async def one(i: int) -> PublishResult:
+            await asyncio.sleep(0.01 * i)
+            return await producer.publish(topic, b"m%d" % i)
+
+        return await asyncio.gather(*(one(i) for i in range(10)))
+
+    async with Producer(nsqd=address) as eager:
+        await spread(eager)
+        assert eager.stats["commands"] > 1  # without linger each arrival goes when it can
+    async with Producer(nsqd=address, linger=0.3) as patient:
+        results = await spread(patient)
+        assert patient.stats["commands"] == 1  # one MPUB for all ten
+    assert len(results) == 10
+    assert all(r.address == address for r in results)
