@@ -12,6 +12,8 @@ client can: the bound for ordered consumption).
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import os
 import socket
 import struct
 from typing import Any
@@ -121,14 +123,16 @@ async def consume_batches(spec: dict[str, Any]) -> dict[str, Any]:
     done = asyncio.Event()
     result: dict[str, Any] = {}
 
+    first = 0
+
     def handler(messages: list[Any]) -> None:
-        nonlocal got, result
+        nonlocal got, first, result
         if got == 0:
-            span.start()  # (the first batch's messages are left out of the count)
-            got = 1 - len(messages)
+            span.start()  # the first batch arrived before the clock started: not counted
+            first = len(messages)
         got += len(messages)
         if got >= n and not done.is_set():
-            result = span.stop(got - 1)
+            result = span.stop(got - first)
             done.set()
 
     async with _consumer(spec) as consumer:
@@ -272,14 +276,22 @@ _BLOCKING = {
 
 
 def main() -> None:
+    """Run the spec's workload; with ``NSQ_HA_BENCH_PROFILE=<dir>`` under cProfile, the stats
+    written to ``<dir>/<client>-<workload>-<pid>.prof`` (read them with ``pstats``)."""
     spec = read_spec()
     key = (spec["client"], spec["workload"])
-    if key in _ASYNC:
-        emit(asyncio.run(_ASYNC[key](spec)))
-    elif key in _BLOCKING:
-        emit(_BLOCKING[key](spec))
-    else:
+    if key not in _ASYNC and key not in _BLOCKING:
         raise SystemExit(f"no nsq_ha driver for client {key[0]!r} workload {key[1]!r}")
+    profile_dir = os.environ.get("NSQ_HA_BENCH_PROFILE")
+    profiler = cProfile.Profile() if profile_dir else None
+    if profiler is not None:
+        profiler.enable()
+    result = asyncio.run(_ASYNC[key](spec)) if key in _ASYNC else _BLOCKING[key](spec)
+    if profiler is not None and profile_dir:
+        profiler.disable()
+        name = f"{key[0]}-{key[1]}-{os.getpid()}.prof"
+        profiler.dump_stats(os.path.join(profile_dir, name))
+    emit(result)
 
 
 if __name__ == "__main__":

@@ -150,6 +150,9 @@ class NsqdConnection:
         self._negotiated: Negotiated | None = None
         self._auth: AuthResponse | None = None
         self._format: MessageFormat | None = None
+        #: SUB_ORDERED: nsqd sends the next message only after this one's FIN, so a FIN is
+        #: written at once rather than gathered with others at the end of the loop turn
+        self._ordered = False
         self._pending: deque[_Pending] = deque()
         self._out: list[bytes] = []
         self._out_size = 0
@@ -511,6 +514,7 @@ class NsqdConnection:
             extend_support=negotiated.extend_support,
             ext_topic=negotiated.extend_support,
         )
+        self._ordered = ordered
         self._machine.move(ConnState.SUBSCRIBING)
         await self._await_answer(name, self._submit(name, data), None)
         log.info("subscribed to %s/%s partition %s on %s", topic, channel, partition, self.address)
@@ -565,6 +569,8 @@ class NsqdConnection:
             self._in_flight.discard(message_id)
             self._in_flight_changed.set()
             self._enqueue(b"FIN " + message_id + b"\n")
+            if self._ordered:
+                self._flush()
             return
         self.send_nowait(encode_fin(message_id))
 

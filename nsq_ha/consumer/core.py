@@ -943,6 +943,18 @@ class Consumer:
                 with contextlib.suppress(MessageResponseError):
                     await (message.requeue() if failed else message.finish())
 
+    def _get_nowait(self) -> Message | None:
+        """The next queued message if one is there now (``None`` also when closing)."""
+        queue = self._queue
+        while not queue.empty():
+            message = queue.get_nowait()
+            if message is None:
+                queue.put_nowait(None)  # the closing marker stays for every reader
+                return None
+            if message.outcome is None:
+                return message
+        return None
+
     async def run_batches(
         self,
         handler: BatchHandler,
@@ -969,10 +981,14 @@ class Consumer:
                     return
                 batch = [first]
                 deadline = loop.time() + max_wait
-                while len(batch) < max_size and not self.is_starved():
-                    message = await self.get(timeout=max(0.0, deadline - loop.time()))
+                while len(batch) < max_size:
+                    message = self._get_nowait()  # what is here already, without a timer
                     if message is None:
-                        break
+                        if self.is_starved() or self._closing:
+                            break
+                        message = await self.get(timeout=max(0.0, deadline - loop.time()))
+                        if message is None:
+                            break
                     batch.append(message)
                 await self._call(handler, batch, batch)
 
