@@ -28,7 +28,7 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.protocol.commands import as_bytes, check_size, check_uint, compact_json
@@ -66,9 +66,12 @@ _U64 = struct.Struct(">QQ")
 _RECORD_OVERHEAD = 4 + 26
 
 
-@dataclass(frozen=True, slots=True)
-class OutgoingMessage:
-    """One message ready to publish: validated body, optional trace id, encoded ext header."""
+class OutgoingMessage(NamedTuple):
+    """One message ready to publish: validated body, optional trace id, encoded ext header.
+
+    A named tuple rather than a frozen dataclass: one is made per published message, and a
+    tuple is several times cheaper to build.
+    """
 
     body: bytes
     trace_id: int | None = None
@@ -303,9 +306,13 @@ def encode_batch(
     tracing: bool = False,
     max_msg_size: int | None = None,
     max_body_size: int | None = None,
+    name: bytes | None = None,
 ) -> bytes:
-    """Encode ``messages`` as one publish command (see the table in the module docstring)."""
-    name = batch_command(messages, tracing=tracing)
+    """Encode ``messages`` as one publish command (see the table in the module docstring).
+
+    ``name``: what :func:`batch_command` returns for them, when the caller has it already.
+    """
+    name = name or batch_command(messages, tracing=tracing)
     limits = {"max_msg_size": max_msg_size}
     first = messages[0]
     if name == b"PUB":
@@ -364,14 +371,16 @@ def receipts_from_answer(
     *,
     tracing: bool = False,
     ext_topic: bool | None = None,
+    name: bytes | None = None,
 ) -> list[Receipt]:
     """One receipt per message from nsqd's answer to :func:`encode_batch`'s command.
 
     An answer of the wrong shape (``OK`` where a traced answer is due, a traced answer to a
     plain publish, a trace id that is not the one sent) raises RemoteProtocolError.
     ``ext_topic`` (``None``: unknown) chooses the record layout for ``MPUB_TRACE`` batches.
+    ``name``: the batch's command, when the caller has it already.
     """
-    name = batch_command(messages, tracing=tracing)
+    name = name or batch_command(messages, tracing=tracing)
     if not _expects_traced(name, messages):
         if answer != OK:
             raise RemoteProtocolError(

@@ -61,6 +61,7 @@ from nsq_ha.producer.batch import (
     BatchBuilder,
     OutgoingMessage,
     Receipt,
+    batch_command,
     encode_batch,
     prepare_message,
     receipts_from_answer,
@@ -838,9 +839,13 @@ class Producer:
             async with window if window is not None else contextlib.nullcontext():
                 conn = await self._connection(key)
                 fork = conn.is_fork
-                if routes.fork is None:  # nsqd= addresses: the kind is known only now
-                    _check_features(fork, topic, messages, defer=defer, partition=partition)
                 tracing = self.trace and fork
+                name = batch_command(messages, tracing=tracing)
+                if routes.fork is None:  # nsqd= addresses: the kind is known only now
+                    plain = name in (b"PUB", b"MPUB")  # no trace id, no header to look for
+                    _check_features(
+                        fork, topic, () if plain else messages, defer=defer, partition=partition
+                    )
                 if defer is not None:
                     data = encode_dpub(
                         topic, messages[0].body, defer, max_msg_size=self.config.max_msg_size
@@ -853,6 +858,7 @@ class Producer:
                         tracing=tracing,
                         max_msg_size=self.config.max_msg_size,
                         max_body_size=self.config.max_body_size,
+                        name=name,
                     )
                 self.stats["commands"] += 1
                 answer = await conn.command(data, response_timeout=self.retry.attempt_timeout)
@@ -860,7 +866,7 @@ class Producer:
                     receipts = receipts_from_answer(answer, messages)
                 else:
                     receipts = receipts_from_answer(
-                        answer, messages, tracing=tracing, ext_topic=routes.ext
+                        answer, messages, tracing=tracing, ext_topic=routes.ext, name=name
                     )
         except NsqError as exc:
             await self._after_failure(topic, key, exc)
