@@ -13,6 +13,7 @@ package (not only in ``bench/``) so that the installed command can run it.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -47,6 +48,8 @@ def run_bench(
         print(f"[{time.monotonic() - started:6.1f} s] {line}", file=sys.stderr, flush=True)
 
     bench.progress = progress
+    # a TERM (a CI timeout, kill) unwinds like Ctrl-C, so the servers are stopped, not orphaned
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         progress("installing the peers (pynsq, gnsq, ansq) into their virtualenv if needed")
         bench.prepare_peers(pip_args)
@@ -57,6 +60,7 @@ def run_bench(
             bench.run_rounds()
     finally:
         bench.close()
+        signal.signal(signal.SIGTERM, previous)
     report = Report(bench)
     text = report.render()
     print(text)
@@ -72,3 +76,7 @@ def run_bench(
             print(f"bench: failed runs {failed}, missing clients {missing}", file=sys.stderr)
             return 1
     return 0
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

@@ -1,0 +1,60 @@
+"""The benchmark harness's pure parts: Go output parsing, medians, ratios, targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsq_ha.bench.measure import latency_summary, percentile
+from nsq_ha.bench.report import Report, Target
+from nsq_ha.bench.runner import PROFILES, Bench, BenchError, Cell, Sample, _go_duration, _parse_go
+
+
+def test_go_tool_output_is_read_as_count_and_seconds() -> None:
+    line = (
+        "[bench_writer] 2026/11/21 20:49:33 duration: 1.000252977s - 33.437mb/s - "
+        "350611.303ops/s - 2.852us/op"
+    )
+    parsed = _parse_go(line)
+    assert parsed["seconds"] == pytest.approx(1.000252977)
+    assert parsed["count"] / parsed["seconds"] == pytest.approx(350611.303, rel=1e-5)
+    assert _go_duration("1m2.5s") == pytest.approx(62.5)
+    assert _go_duration("750ms") == pytest.approx(0.75)
+    with pytest.raises(BenchError, match="no figures"):
+        _parse_go("panic: dial tcp: connection refused")
+
+
+def test_percentiles_and_the_warm_up_cut() -> None:
+    assert percentile([], 0.5) == 0.0
+    assert percentile([float(v) for v in range(1, 101)], 0.99) == 99.0
+    samples = [100_000_000] * 10 + [1_000_000] * 90  # a slow start, then 1 ms
+    summary = latency_summary(samples)
+    assert summary["p99_ms"] == pytest.approx(1.0)
+    assert summary["max_ms"] == pytest.approx(1.0)
+
+
+def test_medians_ratios_and_targets_come_from_the_same_run() -> None:
+    bench = Bench(PROFILES["smoke"], use_fork=False)
+    bench.cells = {
+        ("pub1", "nsq_ha"): Cell([Sample(rate=90.0), Sample(rate=100.0), Sample(rate=300.0)]),
+        ("pub1", "pynsq"): Cell([Sample(rate=10.0)]),
+        ("pub1", "ansq"): Cell([Sample(rate=40.0), Sample(error="boom")]),
+        ("hold", "nsq_ha"): Cell([Sample(rss_mb=70.0)]),
+    }
+    bench.unavailable["fork"] = "not built"
+    report = Report(bench)
+    assert report.value("pub1", "nsq_ha") == 100.0  # the median, not the mean
+    targets = {t.name: t for t in report.targets()}
+    publish = targets["publish, one per call / best peer"]
+    assert publish.value == pytest.approx(2.5)  # 100 / ansq's 40, the best peer
+    assert publish.holds is True
+    assert targets["consumer RSS, 10k in flight"].holds is False  # 70 MiB > 60
+    assert targets["ordered consume / one-round-trip bound"].holds is None
+    table = report.render()
+    assert "(1 failed)" in table
+    assert "no fork: not built" in table
+
+
+def test_a_target_reads_lower_is_better_the_right_way() -> None:
+    assert Target("p99", 1.5, 2.0, False, " ms").holds is True
+    assert Target("p99", 2.5, 2.0, False, " ms").holds is False
+    assert "MISSED" in Target("x", 0.5, 0.9, True, "x").row()
