@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 #: the peer clients and the versions the issue's figures were taken with
 PEERS = {"pynsq": "0.9.1", "gnsq": "1.0.2", "ansq": "0.3.0"}
 RESULT_TAG = "NSQ_HA_BENCH_RESULT "
+#: messages per second published in the latency workload
+LATENCY_RATE = 10_000
 
 
 _T = TypeVar("_T")
@@ -287,8 +289,13 @@ def _sample_from(result: dict[str, Any], kind: str) -> Sample:
         sample.rss_mb = result.get("rss_mb")
     if kind == "latency":
         sample.p50_ms, sample.p99_ms = result.get("p50_ms"), result.get("p99_ms")
+        notes = []
         if result.get("errors"):
-            sample.note = f"{result['errors']} publish errors"
+            notes.append(f"{result['errors']} publish errors")
+        if sample.rate is not None and sample.rate < 0.8 * LATENCY_RATE:
+            # a client that cannot keep the pace is measured at a lighter load: say so
+            notes.append(f"kept only {sample.rate / 1000:.1f}k of {LATENCY_RATE // 1000}k msgs/s")
+        sample.note = "; ".join(notes) or None
     return sample
 
 
@@ -413,7 +420,7 @@ class Bench:
             "batch": workload.batch,
             "rdy": workload.rdy,
             "keyed": workload.keyed,
-            "rate": 10_000,
+            "rate": LATENCY_RATE,
             "seconds": p.latency_seconds,
             # the latency run asks nsqd not to buffer deliveries (IDENTIFY output_buffer_size
             # -1; where a peer has the option): the default 16 KiB buffer fills in ~12 ms at
