@@ -563,11 +563,13 @@ class Producer:
                 routes = self._static_routes[topic] = _Routes(topic, None, nodes, len(nodes))
             return routes
         pmap = self._lookup.cached(topic, "w")
-        if pmap is None or not pmap.routes():
+        if pmap is None:
             return None
         cached = self._routes_cache.get(topic)
-        if cached is not None and cached[0] is pmap:
-            return cached[1]
+        if cached is not None and cached[0] is pmap:  # every publish: keep it to dict hits
+            return cached[1] if cached[1].nodes else None
+        if not pmap.routes():
+            return None
         routes = _Routes.from_map(pmap)
         self._routes_cache[topic] = (pmap, routes)
         return routes
