@@ -934,11 +934,11 @@ class Producer:
                 flat.extend(outcome)
         return flat
 
-    def _builder(self, routes: _Routes | None) -> BatchBuilder:
+    def _builder(self, routes: _Routes | None, share: int | None = None) -> BatchBuilder:
         return BatchBuilder(
             max_msg_size=self.config.max_msg_size,
             max_body_size=self.config.max_body_size,
-            max_count=self.max_batch,
+            max_count=self.max_batch if share is None else max(1, min(share, self.max_batch)),
             tracing=self.trace and routes is not None and routes.fork is True,
             ext_topic=routes is not None and routes.ext is True,
         )
@@ -968,13 +968,21 @@ class Producer:
             future: asyncio.Future[PublishResult] = loop.create_future()
             lane.queue.append(_Queued(msg, future))
             futures.append(future)
+        if not lane.senders or lane.slot is None:
+            self._add_sender(lane)
+        return futures
+
+    def _add_sender(self, lane: _Lane) -> None:
+        """Start a sender for ``lane`` unless one is about to take the next batch anyway: a
+        keyed lane has one, an unkeyed one more while the others wait for their answers."""
         senders = len(lane.senders)
         if senders == 0 or (
             lane.slot is None and not lane.idle_sender and senders < self._senders_for(lane)
-        ):  # another batch may go out while the others wait for their acknowledgements
-            sender = loop.create_task(self._run_lane(lane), name=f"nsq_ha-lane-{topic}-{slot}")
+        ):
+            sender = lane.loop.create_task(
+                self._run_lane(lane), name=f"nsq_ha-lane-{lane.topic}-{lane.slot}"
+            )
             lane.senders.add(sender)
-        return futures
 
     def _senders_for(self, lane: _Lane) -> int:
         """Batches a lane may have out at once: one keeps a keyed lane in order; the unkeyed
@@ -993,11 +1001,20 @@ class Producer:
                     await asyncio.sleep(self.linger)
                     if not lane.queue:
                         break
-                batch = self._builder(self._cached_routes(lane.topic)).take(lane.queue)
+                routes = self._cached_routes(lane.topic)
+                share = None
+                if lane.slot is None and routes is not None and len(routes.writable) > 1:
+                    # an unkeyed burst is spread: a batch takes its share of what is queued
+                    # among the partitions that have no batch out now
+                    free = max(1, len(routes.writable) - lane.sending)
+                    share = -(-len(lane.queue) // free)
+                batch = self._builder(routes, share).take(lane.queue)
                 live = [q for q in batch if not q.future.done()]  # done: the caller gave up
                 if not live:
                     continue
                 lane.sending += 1
+                if share is not None and lane.queue:
+                    self._add_sender(lane)  # the rest goes to other partitions meanwhile
                 try:
                     results = await self._send(
                         lane.topic, [q.message for q in live], slot=lane.slot

@@ -200,7 +200,9 @@ def _collect_to(out: Path, run: str) -> Callable[[DataFrame, int], None]:
             }
             for r in rows
         ]
-        path.write_text(json.dumps(records))
+        partial = path.with_suffix(".part")  # the test polls the directory: no half-files
+        partial.write_text(json.dumps(records))
+        partial.replace(path)
 
     return sink
 
