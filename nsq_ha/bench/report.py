@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from nsq_ha.bench.runner import PEERS, Bench, Cell, Workload
+from nsq_ha.bench.runner import PEERS, Bench, Workload
 
 _LABELS = {
     "nsq_ha": "nsq_ha",
@@ -263,4 +263,4 @@ def _x(ratio: float | None) -> str:
     return f"{ratio:.2f}x" if ratio is not None else ""
 
 
-__all__ = ["Cell", "Report", "Target"]
+__all__ = ["Report", "Target"]
