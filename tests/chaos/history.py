@@ -1,0 +1,377 @@
+"""The chaos suite's history: what was published, acknowledged, consumed and broken, and when.
+
+A run appends to one :class:`History` (publish calls and their outcome, every delivery, every
+fault with its start and heal time); :func:`check` turns it into a :class:`Report` without
+looking at anything else, so the checker is tested on hand-made histories
+(``test_history.py``) as well as on real runs.
+
+Bodies are ``key:seq`` (ASCII).  Definitions, per topic:
+
+* **acknowledged**: the publish call returned a result (nsqd said OK);
+* **lost**: acknowledged and never delivered;
+* **duplicates**: deliveries beyond the first of a ``key:seq``;
+* **order violation** (ordered topics): an acknowledged ``key:s`` delivered for the first time
+  after an acknowledged ``key:t`` with ``t > s`` had been delivered.  Redelivery after a
+  rewind (``1 2 3 2 3 4``) is duplication, not a violation; a publish that failed is
+  indeterminate (it may or may not be in the topic) and takes no part in the order check;
+* **indeterminate consumed**: delivered although its publish failed (allowed, reported);
+* **recovery time** of a fault: from its heal until every partition that had traffic before
+  the fault has both an acknowledged publish and a delivery again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Delivery", "Fault", "History", "Report", "TopicReport", "check", "parse_body"]
+
+#: How many examples of each kind of problem a report keeps.
+EXAMPLES = 10
+
+
+def parse_body(body: bytes) -> tuple[str, int]:
+    """``b"k7:42"`` -> ``("k7", 42)``; ValueError for anything else."""
+    key, sep, seq = body.decode("ascii").rpartition(":")
+    if not sep or not key:
+        raise ValueError(f"not a key:seq body: {body[:40]!r}")
+    return key, int(seq)
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One message delivered to a consumer."""
+
+    at: float
+    key: str
+    seq: int
+    #: the partition (fork), or the nsqd address (vanilla)
+    partition: int | str | None
+    offset: int | None
+    attempts: int
+
+
+@dataclass(slots=True)
+class Fault:
+    """One nemesis event: what, on what, when it started and when it was healed."""
+
+    name: str
+    target: str
+    started: float
+    healed: float | None = None
+    error: str | None = None
+
+    def describe(self, t0: float) -> str:
+        """``+12.345s kill9 nsqd1 (healed +14.000s)``."""
+        healed = "" if self.healed is None else f" (healed +{self.healed - t0:.3f}s)"
+        failed = "" if self.error is None else f" FAILED: {self.error}"
+        return f"+{self.started - t0:.3f}s {self.name} {self.target}{healed}{failed}"
+
+
+@dataclass
+class History:
+    """Everything a chaos run observed, appended to as it happens (one event loop)."""
+
+    #: topic -> True when its channel is consumed ordered (the order check applies)
+    topics: dict[str, bool]
+    seed: int = 0
+    started: float = field(default_factory=time.monotonic)
+    #: topic -> (key, seq) -> publish outcome: a result tuple (partition, offset) or an error name
+    acked: dict[str, dict[tuple[str, int], tuple[int | str | None, int | None]]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    failed: dict[str, dict[tuple[str, int], str]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    attempted: Counter[str] = field(default_factory=Counter)
+    #: (time, topic, partition) of every acknowledgement, in time order
+    ack_times: list[tuple[float, str, int | str | None]] = field(default_factory=list)
+    deliveries: dict[str, list[Delivery]] = field(default_factory=lambda: defaultdict(list))
+    faults: list[Fault] = field(default_factory=list)
+    #: bodies that were not ``key:seq`` (a corrupted delivery), with their topic
+    garbage: list[tuple[str, bytes]] = field(default_factory=list)
+
+    # -- recording ------------------------------------------------------------------------
+
+    def publishing(self, topic: str) -> None:
+        """A publish call is about to be made."""
+        self.attempted[topic] += 1
+
+    def ack(
+        self, topic: str, key: str, seq: int, partition: int | str | None, offset: int | None
+    ) -> None:
+        """The publish of ``key:seq`` was acknowledged (``partition``: or the nsqd address)."""
+        self.acked[topic][(key, seq)] = (partition, offset)
+        self.failed[topic].pop((key, seq), None)
+        self.ack_times.append((time.monotonic(), topic, partition))
+
+    def fail(self, topic: str, key: str, seq: int, error: BaseException) -> None:
+        """The publish of ``key:seq`` raised ``error`` (the message is indeterminate)."""
+        self.failed[topic][(key, seq)] = type(error).__name__
+
+    def deliver(
+        self,
+        topic: str,
+        body: bytes,
+        partition: int | str | None,
+        offset: int | None = None,
+        attempts: int = 1,
+    ) -> None:
+        """A consumer got ``body``."""
+        try:
+            key, seq = parse_body(body)
+        except (ValueError, UnicodeDecodeError):
+            self.garbage.append((topic, bytes(body[:64])))
+            return
+        self.deliveries[topic].append(
+            Delivery(time.monotonic(), key, seq, partition, offset, attempts)
+        )
+
+    def fault(self, name: str, target: str) -> Fault:
+        """A nemesis starts ``name`` on ``target``; set ``healed`` on the result when over."""
+        event = Fault(name, target, time.monotonic())
+        self.faults.append(event)
+        return event
+
+    def consumed(self, topic: str) -> set[tuple[str, int]]:
+        """Distinct ``(key, seq)`` delivered on ``topic`` so far."""
+        return {(d.key, d.seq) for d in self.deliveries[topic]}
+
+    def missing(self, topic: str) -> set[tuple[str, int]]:
+        """Acknowledged on ``topic`` and not (yet) delivered."""
+        return set(self.acked[topic]) - self.consumed(topic)
+
+
+@dataclass
+class TopicReport:
+    """The tallies of one topic."""
+
+    topic: str
+    ordered: bool
+    attempted: int
+    acknowledged: int
+    errors: dict[str, int]
+    consumed: int
+    deliveries: int
+    duplicates: int
+    lost: list[tuple[str, int]]
+    order_violations: list[str]
+    indeterminate_consumed: int
+    garbage: int
+
+    def line(self) -> str:
+        """One line of tallies."""
+        errors = ", ".join(f"{k}={v}" for k, v in sorted(self.errors.items())) or "none"
+        return (
+            f"{self.topic} ({'ordered' if self.ordered else 'unordered'}): "
+            f"published {self.attempted}, acknowledged {self.acknowledged}, "
+            f"publish errors {sum(self.errors.values())} ({errors}), "
+            f"consumed {self.consumed} in {self.deliveries} deliveries, "
+            f"lost {len(self.lost)}, duplicates {self.duplicates}, "
+            f"order violations {len(self.order_violations) if self.ordered else 'n/a'}, "
+            f"indeterminate consumed {self.indeterminate_consumed}, garbage {self.garbage}"
+        )
+
+
+@dataclass
+class Report:
+    """What :func:`check` found; ``ok`` is the verdict."""
+
+    seed: int
+    duration: float
+    topics: list[TopicReport]
+    faults: list[str]
+    fault_counts: dict[str, int]
+    nemesis_errors: list[str]
+    recovery: dict[str, float | None]
+    max_recovery: float | None
+    unrecovered: list[str]
+
+    @property
+    def events(self) -> int:
+        """How many nemesis events were injected."""
+        return sum(self.fault_counts.values())
+
+    @property
+    def messages(self) -> int:
+        """Acknowledged messages over all topics."""
+        return sum(t.acknowledged for t in self.topics)
+
+    @property
+    def lost(self) -> int:
+        """Lost messages over all topics."""
+        return sum(len(t.lost) for t in self.topics)
+
+    @property
+    def order_violations(self) -> int:
+        """Order violations over the ordered topics."""
+        return sum(len(t.order_violations) for t in self.topics)
+
+    @property
+    def ok(self) -> bool:
+        """Nothing acknowledged was lost, no order broken, no body corrupted."""
+        return self.lost == 0 and self.order_violations == 0 and not any(
+            t.garbage for t in self.topics
+        )
+
+    def render(self, backend: str = "") -> str:
+        """The report as text (what the test prints, and fails with)."""
+        head = f"chaos report{f' [{backend}]' if backend else ''}: seed={self.seed}"
+        lines = [
+            head,
+            f"  verdict: {'OK' if self.ok else 'FAILED'}: {self.messages} acknowledged "
+            f"messages, {self.events} nemesis events in {self.duration:.1f}s, "
+            f"lost {self.lost}, order violations {self.order_violations}",
+            "  events: " + (", ".join(f"{k}={v}" for k, v in sorted(self.fault_counts.items()))),
+        ]
+        lines += [f"  {t.line()}" for t in self.topics]
+        rec = "n/a" if self.max_recovery is None else f"{self.max_recovery:.3f}s"
+        lines.append(f"  max recovery after a fault: {rec}")
+        slowest = sorted(
+            ((v, k) for k, v in self.recovery.items() if v is not None), reverse=True
+        )[:3]
+        if slowest:
+            lines.append(
+                "  slowest recoveries: " + "; ".join(f"{k}: {v:.3f}s" for v, k in slowest)
+            )
+        if self.unrecovered:
+            lines.append(f"  not recovered by the end: {', '.join(self.unrecovered)}")
+        if self.nemesis_errors:
+            lines.append("  nemesis errors: " + "; ".join(self.nemesis_errors[:EXAMPLES]))
+        for t in self.topics:
+            if t.lost:
+                lines.append(f"  LOST on {t.topic} (first {EXAMPLES}): {t.lost[:EXAMPLES]}")
+            for v in t.order_violations[:EXAMPLES]:
+                lines.append(f"  ORDER on {t.topic}: {v}")
+        lines.append(f"  rerun: NSQ_HA_CHAOS_SEED={self.seed}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as a JSON-able dict (written next to the test's output)."""
+        return {
+            "seed": self.seed,
+            "ok": self.ok,
+            "duration": round(self.duration, 3),
+            "events": self.events,
+            "fault_counts": self.fault_counts,
+            "acknowledged": self.messages,
+            "lost": self.lost,
+            "order_violations": self.order_violations,
+            "max_recovery": self.max_recovery,
+            "unrecovered": self.unrecovered,
+            "topics": [
+                {**t.__dict__, "lost": [f"{k}:{s}" for k, s in t.lost]} for t in self.topics
+            ],
+            "faults": self.faults,
+            "nemesis_errors": self.nemesis_errors,
+        }
+
+    def dumps(self) -> str:
+        """JSON text of :meth:`to_json`."""
+        return json.dumps(self.to_json(), indent=1, sort_keys=True)
+
+
+def _order_violations(
+    deliveries: list[Delivery], acked: dict[tuple[str, int], Any]
+) -> list[str]:
+    highest: dict[str, tuple[int, Delivery]] = {}
+    seen: set[tuple[str, int]] = set()
+    violations: list[str] = []
+    for d in deliveries:
+        item = (d.key, d.seq)
+        first = item not in seen
+        seen.add(item)
+        if item not in acked:
+            continue
+        top = highest.get(d.key)
+        if first and top is not None and top[0] > d.seq:
+            violations.append(
+                f"{d.key}:{d.seq} (partition {d.partition} offset {d.offset}) first delivered "
+                f"after {d.key}:{top[0]} (partition {top[1].partition} offset "
+                f"{top[1].offset})"
+            )
+        if top is None or d.seq > top[0]:
+            highest[d.key] = (d.seq, d)
+    return violations
+
+
+def _recovery(history: History, fault: Fault) -> float | None:
+    """Seconds from ``fault``'s heal until every partition busy before it acked and delivered.
+
+    ``None`` when some partition never did again before the run ended.
+    """
+    healed = fault.healed if fault.healed is not None else fault.started
+    before_acks = {(t, p) for at, t, p in history.ack_times if at < fault.started}
+    before_dels = {
+        (t, d.partition)
+        for t, ds in history.deliveries.items()
+        for d in ds
+        if d.at < fault.started
+    }
+    first_ack: dict[tuple[str, int | str | None], float] = {}
+    for at, t, p in history.ack_times:
+        if at >= healed and (t, p) not in first_ack:
+            first_ack[(t, p)] = at
+    first_del: dict[tuple[str, int | str | None], float] = {}
+    for t, ds in history.deliveries.items():
+        for d in ds:
+            if d.at >= healed and (t, d.partition) not in first_del:
+                first_del[(t, d.partition)] = d.at
+    worst = 0.0
+    for want, seen in ((before_acks, first_ack), (before_dels, first_del)):
+        for where in want:
+            if where not in seen:
+                return None
+            worst = max(worst, seen[where] - healed)
+    return worst
+
+
+def check(history: History, ended: float | None = None) -> Report:
+    """Judge ``history``: tallies, losses, duplicates, order violations, recovery times."""
+    t0 = history.started
+    topics: list[TopicReport] = []
+    for topic, ordered in history.topics.items():
+        acked = history.acked[topic]
+        failed = history.failed[topic]
+        deliveries = history.deliveries[topic]
+        consumed = {(d.key, d.seq) for d in deliveries}
+        lost = sorted(set(acked) - consumed)
+        topics.append(
+            TopicReport(
+                topic=topic,
+                ordered=ordered,
+                attempted=history.attempted[topic],
+                acknowledged=len(acked),
+                errors=dict(Counter(failed.values())),
+                consumed=len(consumed),
+                deliveries=len(deliveries),
+                duplicates=len(deliveries) - len(consumed),
+                lost=lost,
+                order_violations=_order_violations(deliveries, acked) if ordered else [],
+                indeterminate_consumed=len(consumed & set(failed)),
+                garbage=sum(1 for t, _ in history.garbage if t == topic),
+            )
+        )
+    recovery: dict[str, float | None] = {}
+    unrecovered: list[str] = []
+    for fault in history.faults:
+        label = fault.describe(t0)
+        value = _recovery(history, fault)
+        recovery[label] = value
+        if value is None:
+            unrecovered.append(label)
+    values = [v for v in recovery.values() if v is not None]
+    return Report(
+        seed=history.seed,
+        duration=(ended or time.monotonic()) - t0,
+        topics=topics,
+        faults=[f.describe(t0) for f in history.faults],
+        fault_counts=dict(Counter(f.name for f in history.faults if f.error is None)),
+        nemesis_errors=[f.describe(t0) for f in history.faults if f.error is not None],
+        recovery=recovery,
+        max_recovery=max(values) if values else None,
+        unrecovered=unrecovered,
+    )
