@@ -580,8 +580,11 @@ class Producer:
         if routes is not None:
             return routes
         assert self._lookup is not None  # noqa: S101 - static routes are always cached
+        # a cached map without a writable partition is what sent us here: ask lookupd again
+        # (each retry of _resolve does), rather than fail from it until the refresh timer
+        stale = self._lookup.cached(topic, "w") is not None
         try:
-            pmap = await self._lookup.writable(topic)
+            pmap = await self._lookup.writable(topic, force=stale)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if self._closing and task is not None and not task.cancelling():

@@ -17,7 +17,7 @@ from nsq_ha import sync
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer import Consumer, Message
 from nsq_ha.devcluster import DevCluster, DevClusterThread
-from nsq_ha.errors import NotLeaderError, NotWritableError
+from nsq_ha.errors import NotLeaderError, NotWritableError, PublishError
 from nsq_ha.producer import Producer, RetryPolicy
 
 from .helpers import publish_keyed
@@ -306,3 +306,31 @@ async def test_a_partition_missing_from_the_lookup_makes_the_producer_look_again
             after = await producer.publish("gap", b"after", sharding_key="k")
             assert after.partition == first.partition
             assert producer.stats["lookups_forced"] > forced
+
+
+async def test_a_topic_with_no_writable_partition_is_looked_up_again_on_each_retry() -> None:
+    """Found by the chaos suite (seed 3195334330): when a kill left *every* partition of a
+    topic out of ``access=w``, the producer cached that empty map and failed each retry from
+    it until the 30 s refresh timer, although the node was back within a second.  Each retry
+    must ask lookupd again: with a 10 s retry deadline the publish lands once the node is up
+    (the cluster's own failover is held off for 60 s, so only a fresh lookup can find it)."""
+    async with DevCluster(nodes=3, failover_delay=60.0) as cluster:
+        cluster.create_topic("allgone", partitions=2, replicas=2, placement=[[1, 2], [1, 0]])
+        retry = RetryPolicy(deadline=10.0, max_backoff=0.2)
+        async with Producer(lookupd=cluster.lookupd_http, retry=retry) as producer:
+            await producer.publish("allgone", b"before")
+            await cluster.stop_node(1, kill=True)
+            async with Producer(
+                lookupd=cluster.lookupd_http, retry=RetryPolicy.no_retry()
+            ) as once:
+                with pytest.raises(PublishError, match="none is writable now"):
+                    await once.publish("allgone", b"x")
+
+            async def restart_soon() -> None:
+                await asyncio.sleep(0.5)
+                await cluster.start_node(1)
+
+            restart = asyncio.create_task(restart_soon())
+            result = await producer.publish("allgone", b"after")
+            await restart
+            assert result.address == cluster.nodes[1].tcp_address
