@@ -89,11 +89,16 @@ class Handshake:
         if negotiated.snappy or negotiated.deflate:
             if negotiated.snappy and negotiated.deflate:
                 raise HandshakeError("nsqd announced both snappy and deflate")
+            name = "snappy" if negotiated.snappy else "deflate"
+            if not (config.snappy if negotiated.snappy else config.deflate):
+                raise HandshakeError(f"nsqd {self._address} started {name} that was not asked for")
+            level = negotiated.deflate_level or config.deflate_level
+            if negotiated.deflate and level < 1:
+                raise HandshakeError(f"nsqd {self._address} announced deflate level {level}")
             self._machine.move(ConnState.COMPRESSION_UPGRADE)
             if negotiated.snappy:
                 transport.enable_compression(SnappyCodec())
             else:
-                level = negotiated.deflate_level or config.deflate_level
                 transport.enable_compression(DeflateCodec(min(level, 9)))
             await self._expect_ok(transport.compression or "compression")
         elif config.snappy or config.deflate:

@@ -9,7 +9,9 @@ become a :class:`PartitionMap`.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
@@ -34,6 +36,29 @@ Access = Literal["r", "w"]
 
 #: Request header asking for the unwrapped v1 answers.
 V1_ACCEPT: Mapping[str, str] = {"Accept": "application/vnd.nsq; version=1.0"}
+_HOST_CHARS = re.compile(r"[A-Za-z0-9._%:-]+")
+_HOSTNAME = re.compile(r"[A-Za-z0-9._-]+")
+_IPV4_SHAPE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
+
+
+def _is_host(host: object) -> bool:
+    """True for an IP address or an ASCII host name from lookupd.
+
+    The client builds URLs and ``host:port`` addresses from it; anything else would make httpx
+    raise ``InvalidURL`` (not an NsqError) far from the lookup that brought it.
+    """
+    if not isinstance(host, str) or _HOST_CHARS.fullmatch(host) is None:
+        return False
+    try:
+        if ":" in host:
+            ipaddress.IPv6Address(host)
+        elif _IPV4_SHAPE.fullmatch(host):
+            ipaddress.IPv4Address(host)
+        else:
+            return _HOSTNAME.fullmatch(host) is not None
+    except ValueError:
+        return False
+    return True
 
 
 class LookupdError(DiscoveryError):
@@ -96,10 +121,10 @@ class NodeInfo:
             tcp, http = node["tcp_port"], node.get("http_port", 0)
         except KeyError as exc:
             raise RemoteProtocolError(f"lookup node lacks {exc.args[0]!r}: {raw!r}") from None
-        if not isinstance(host, str) or not host:
+        if not _is_host(host):
             raise RemoteProtocolError(f"lookup node has a bad broadcast_address: {raw!r}")
-        for port in (tcp, http):
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        for port, low in ((tcp, 1), (http, 0)):  # http_port 0: not announced
+            if isinstance(port, bool) or not isinstance(port, int) or not low <= port <= 65535:
                 raise RemoteProtocolError(f"lookup node has a bad port: {raw!r}")
         return cls(
             broadcast_address=host,
@@ -199,7 +224,7 @@ def unwrap(status: int, headers: Mapping[str, str], body: bytes, url: str = "") 
     if text:
         try:
             data = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # also too deep, or an int over 4300 digits
             if status == 200:
                 return text  # a plain string result
             raise LookupdError(status, text, url) from None
@@ -244,7 +269,7 @@ def parse_lookup(topic: str, access: Access, result: object) -> PartitionMap:
         for key, node in raw_parts.items():
             try:
                 pid = int(key)
-            except ValueError:
+            except (TypeError, ValueError):
                 raise RemoteProtocolError(f"lookup partition id {key!r} is not a number") from None
             if not 0 <= pid <= 254:
                 raise RemoteProtocolError(f"lookup partition id {pid} is out of range")
@@ -281,8 +306,13 @@ def parse_listlookup(result: object) -> list[str]:
     for node in nodes:
         if not isinstance(node, dict) or not node.get("NodeIP") or not node.get("HttpPort"):
             raise RemoteProtocolError(f"listlookup node is malformed: {node!r}")
-        host, port = str(node["NodeIP"]), str(node["HttpPort"])
-        if not port.isdigit():
+        host, port = node["NodeIP"], node["HttpPort"]
+        if not _is_host(host):
+            raise RemoteProtocolError(f"listlookup node has a bad NodeIP: {node!r}")
+        # the fork sends the port as a decimal string; accept a JSON number too
+        if isinstance(port, str) and port.isascii() and port.isdigit() and len(port) <= 5:
+            port = int(port)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise RemoteProtocolError(f"listlookup node has a bad HttpPort: {node!r}")
         url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         if url not in urls:

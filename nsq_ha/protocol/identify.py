@@ -254,6 +254,8 @@ _INT_KEYS = (
 )
 _BOOL_KEYS = ("tls_v1", "deflate", "snappy", "auth_required")
 _STR_KEYS = ("version", "desired_tag")
+#: nsqd's numbers are Go int64s: a larger one is a lie (and would overflow a float in seconds)
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 
 def _load_object(data: bytes, what: str) -> dict[str, Any]:
@@ -276,6 +278,8 @@ def _check_types(answer: Mapping[str, object], what: str) -> None:
                 continue
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 raise RemoteProtocolError(f"{what} key {key!r} is not a JSON {kind.__name__}")
+            if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
+                raise RemoteProtocolError(f"{what} key {key!r} is out of the int64 range")
 
 
 def _request_side(request: Mapping[str, object] | None) -> dict[str, Any]:
