@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-test
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test install servers lint typecheck unit clean
+.PHONY: demo test chaos install servers lint typecheck unit clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,8 +43,14 @@ typecheck: $(STAMP)
 test: servers lint typecheck
 	$(PY) -m pytest
 
+# The long chaos profile (>= 100 nemesis events over >= 500k messages per cluster) and a long
+# fuzz run of the decoders; `make test` runs the CI profile of the same suite.
+chaos: servers
+	NSQ_HA_CHAOS_PROFILE=long NSQ_HA_FUZZ_EXAMPLES=$${NSQ_HA_FUZZ_EXAMPLES:-20000} \
+		$(PY) -m pytest tests/chaos
+
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .chaos-reports

@@ -298,10 +298,9 @@ def _order_violations(
     return violations
 
 
-def _recovery(history: History, fault: Fault) -> float | None:
-    """Seconds from ``fault``'s heal until every partition busy before it acked and delivered.
-
-    ``None`` when some partition never did again before the run ended.
+def _recovery(history: History, fault: Fault) -> tuple[float | None, str]:
+    """Seconds from ``fault``'s heal until every partition busy before it acked and delivered,
+    and which came last (``None`` when some partition never did again before the run ended).
     """
     healed = fault.healed if fault.healed is not None else fault.started
     before_acks = {(t, p) for at, t, p in history.ack_times if at < fault.started}
@@ -320,13 +319,14 @@ def _recovery(history: History, fault: Fault) -> float | None:
         for d in ds:
             if d.at >= healed and (t, d.partition) not in first_del:
                 first_del[(t, d.partition)] = d.at
-    worst = 0.0
-    for want, seen in ((before_acks, first_ack), (before_dels, first_del)):
+    worst, what = 0.0, ""
+    for kind, want, seen in (("ack", before_acks, first_ack), ("delivery", before_dels, first_del)):
         for where in want:
             if where not in seen:
-                return None
-            worst = max(worst, seen[where] - healed)
-    return worst
+                return None, f"no {kind} on {where[0]}/{where[1]}"
+            if seen[where] - healed >= worst:
+                worst, what = seen[where] - healed, f"{kind} on {where[0]}/{where[1]}"
+    return worst, what
 
 
 def check(history: History, ended: float | None = None) -> Report:
@@ -358,8 +358,10 @@ def check(history: History, ended: float | None = None) -> Report:
     recovery: dict[str, float | None] = {}
     unrecovered: list[str] = []
     for fault in history.faults:
-        label = fault.describe(t0)
-        value = _recovery(history, fault)
+        if fault.error is not None:
+            continue  # the nemesis could not act: nothing to recover from
+        value, last = _recovery(history, fault)
+        label = f"{fault.describe(t0)} [last: {last}]"
         recovery[label] = value
         if value is None:
             unrecovered.append(label)

@@ -1,0 +1,269 @@
+"""One chaos run: producers and consumers under a seeded nemesis, recorded into a History.
+
+A run has four phases:
+
+1. **warm-up**: producers and consumers start, traffic flows with no faults;
+2. **chaos**: the nemesis injects a random fault (chosen with ``random.Random(seed)``), holds
+   it, heals it, waits, and again, until the profile's event count is reached and the
+   producers have had at least the profile's message count acknowledged;
+3. **recovery**: producers go on for a few seconds with no fault, then stop;
+4. **drain**: consumers run until every acknowledged message was delivered (or the drain
+   timeout passes: what is still missing is then *lost*).
+
+Producers: for each topic, ``keys`` tasks, each owning one key and publishing ``key:seq`` with
+``sharding_key=key`` one call after the other (so each key has one writer and a defined order).
+Publishes are traced on the fork, so each acknowledgement carries partition and offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from nsq_ha.consumer import Consumer
+from nsq_ha.errors import NsqError
+from nsq_ha.producer import Producer
+
+from .history import History, Report, check
+
+__all__ = ["PROFILES", "Backend", "Nemesis", "Pace", "Profile", "profile_from_env", "run_chaos"]
+
+log = logging.getLogger("nsq_ha.chaos")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How big a run is."""
+
+    name: str
+    #: at least this many acknowledged messages (all topics together)
+    messages: int
+    #: at least this many nemesis events
+    events: int
+    #: producer tasks per topic (one key each)
+    keys: int = 24
+    #: seconds between a heal and the next fault (uniform)
+    gap: tuple[float, float] = (0.2, 0.8)
+    #: seconds a fault is held before it is healed (uniform; instant faults ignore it)
+    hold: tuple[float, float] = (0.5, 2.5)
+    warmup: float = 1.0
+    recovery: float = 3.0
+    #: seconds the drain waits with no delivery before it calls what is missing lost
+    drain_timeout: float = 60.0
+
+
+PROFILES = {
+    "smoke": Profile("smoke", messages=3_000, events=5, keys=8),
+    "ci": Profile("ci", messages=50_000, events=30),
+    "long": Profile("long", messages=500_000, events=100, keys=32),
+}
+
+
+def profile_from_env(default: str = "ci") -> Profile:
+    """``NSQ_HA_CHAOS_PROFILE`` (smoke, ci, long), else ``default``."""
+    name = os.environ.get("NSQ_HA_CHAOS_PROFILE", default)
+    if name not in PROFILES:
+        raise ValueError(f"NSQ_HA_CHAOS_PROFILE={name!r}: pick one of {sorted(PROFILES)}")
+    return PROFILES[name]
+
+
+def seed_from_env() -> int:
+    """``NSQ_HA_CHAOS_SEED`` when set (a rerun), else a fresh random seed."""
+    given = os.environ.get("NSQ_HA_CHAOS_SEED")
+    return int(given) if given else random.SystemRandom().randrange(2**32)
+
+
+#: A nemesis: given the run's rng, the history and how long to hold, inject a fault, hold it,
+#: heal it, and record it (``history.fault(...)``, then ``.healed``).
+Nemesis = Callable[[random.Random, History, float], Awaitable[None]]
+
+
+@dataclass
+class Backend:
+    """What a run needs from a cluster: topics, clients, nemeses, and a final heal."""
+
+    name: str
+    #: topic -> consumed ordered
+    topics: dict[str, bool]
+    make_producer: Callable[[], Producer]
+    make_consumer: Callable[[str], Consumer]
+    nemeses: dict[str, Nemesis]
+    #: undo anything a failed nemesis may have left behind
+    heal_all: Callable[[], Awaitable[None]]
+    #: trace publishes (fork: partition + offset in every acknowledgement)
+    traced: bool = True
+
+
+@dataclass
+class Pace:
+    """The producers' total publish rate (msgs/s; ``None``: as fast as they can).
+
+    The nemesis loop sets it so the profile's messages spread over its events, whatever the
+    backend's speed: faults always land on a loaded cluster, and the run is not stretched by
+    a backlog the consumers cannot drain.
+    """
+
+    rate: float | None = None
+    tasks: int = 1
+
+    def period(self) -> float:
+        """Seconds between two publishes of one producer task."""
+        return 0.0 if self.rate is None else self.tasks / self.rate
+
+
+async def _produce(
+    producer: Producer,
+    history: History,
+    topic: str,
+    key: str,
+    stop: asyncio.Event,
+    pace: Pace,
+) -> None:
+    seq = 0
+    loop = asyncio.get_running_loop()
+    slot = loop.time()
+    while not stop.is_set():
+        period = pace.period()
+        if period:
+            slot = max(slot + period, loop.time() - 1.0)  # at most 1 s of catching up
+            if slot > loop.time():
+                await asyncio.sleep(slot - loop.time())
+        body = f"{key}:{seq}".encode()
+        history.publishing(topic)
+        try:
+            result = await producer.publish(topic, body, sharding_key=key)
+        except NsqError as exc:
+            history.fail(topic, key, seq, exc)
+            log.info("publish %s %s:%d failed: %s", topic, key, seq, exc)
+        else:
+            where = result.address if result.partition is None else result.partition
+            history.ack(topic, key, seq, where, result.offset)
+        seq += 1
+
+
+async def _consume(consumer: Consumer, history: History, topic: str) -> None:
+    async for message in consumer:
+        where = message.address if message.partition is None else message.partition
+        history.deliver(topic, message.body, where, message.offset, message.attempts)
+        await message.finish()
+
+
+async def _nemesis_loop(
+    backend: Backend,
+    profile: Profile,
+    rng: random.Random,
+    history: History,
+    enough_messages: Callable[[], bool],
+    pace: Pace,
+) -> None:
+    names = sorted(backend.nemeses)
+    done = 0
+    began = time.monotonic()
+    while done < profile.events or not enough_messages():
+        acked = sum(len(a) for a in history.acked.values())
+        left_events = max(profile.events - done, 1)
+        cycle = (time.monotonic() - began) / done if done else _guess_cycle(profile)
+        pace.rate = max(profile.messages - acked, profile.messages / 20) / (left_events * cycle)
+        name = names[done % len(names)] if done < len(names) else rng.choice(names)
+        hold = rng.uniform(*profile.hold)
+        before = len(history.faults)
+        try:
+            await backend.nemeses[name](rng, history, hold)
+        except Exception as exc:  # a nemesis that could not act is reported, not fatal
+            log.warning("nemesis %s failed: %r", name, exc)
+            if len(history.faults) > before:
+                history.faults[-1].error = repr(exc)
+            else:
+                history.fault(name, "?").error = repr(exc)
+            await backend.heal_all()
+        else:
+            done += 1
+        await asyncio.sleep(rng.uniform(*profile.gap))
+
+
+def _guess_cycle(profile: Profile) -> float:
+    """Seconds one nemesis event takes, before any was timed."""
+    return sum(profile.hold) / 2 + sum(profile.gap) / 2 + 0.5
+
+
+async def run_chaos(
+    backend: Backend, profile: Profile, seed: int, *, channel: str = "chaos"
+) -> Report:
+    """Run ``profile`` against ``backend`` with ``seed``; the checked report."""
+    del channel  # the backend's consumers choose their channel
+    rng = random.Random(seed)  # noqa: S311 - a replayable schedule, not crypto
+    history = History(dict(backend.topics), seed=seed)
+    log.warning("chaos run [%s] profile=%s seed=%d", backend.name, profile.name, seed)
+    stop = asyncio.Event()
+    consumers = [backend.make_consumer(topic) for topic in backend.topics]
+    producer = backend.make_producer()
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for consumer in consumers:
+            await consumer.start()
+        for topic, consumer in zip(backend.topics, consumers, strict=True):
+            tasks.append(asyncio.create_task(_consume(consumer, history, topic)))
+        pace = Pace(
+            rate=profile.messages / (profile.events * _guess_cycle(profile)),
+            tasks=len(backend.topics) * profile.keys,
+        )
+        producers = [
+            asyncio.create_task(_produce(producer, history, topic, f"k{i}", stop, pace))
+            for topic in backend.topics
+            for i in range(profile.keys)
+        ]
+        await asyncio.sleep(profile.warmup)
+
+        def enough() -> bool:
+            return sum(len(a) for a in history.acked.values()) >= profile.messages
+
+        await _nemesis_loop(backend, profile, rng, history, enough, pace)
+        await asyncio.sleep(profile.recovery)
+        stop.set()
+        await _settle(producers, profile.drain_timeout)
+        await _drain(history, backend.topics, profile.drain_timeout)
+        ended = time.monotonic()
+    finally:
+        stop.set()
+        await backend.heal_all()
+        with contextlib.suppress(Exception):
+            await producer.close()
+        for consumer in consumers:
+            with contextlib.suppress(Exception):
+                await consumer.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return check(history, ended)
+
+
+async def _settle(producers: Sequence[asyncio.Task[None]], timeout: float) -> None:  # noqa: ASYNC109
+    """Let each producer task finish its current call (they stop at the next loop turn)."""
+    done, pending = await asyncio.wait(producers, timeout=timeout)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:
+        if task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+
+async def _drain(history: History, topics: dict[str, bool], timeout: float) -> None:  # noqa: ASYNC109
+    """Wait until every acknowledged message was delivered, or ``timeout`` seconds pass with
+    no new delivery (a slow consumer still making progress is waited for)."""
+    last, progressed = -1, time.monotonic()
+    while time.monotonic() - progressed < timeout:
+        missing = sum(len(history.missing(t)) for t in topics)
+        if not missing:
+            return
+        delivered = sum(len(history.deliveries[t]) for t in topics)
+        if delivered != last:
+            last, progressed = delivered, time.monotonic()
+            log.info("drain: %d acknowledged messages not delivered yet", missing)
+        await asyncio.sleep(0.5)
