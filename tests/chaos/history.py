@@ -87,6 +87,10 @@ class History:
         default_factory=lambda: defaultdict(dict)
     )
     attempted: Counter[str] = field(default_factory=Counter)
+    #: topic -> (key, seq) -> when it was acknowledged
+    acked_at: dict[str, dict[tuple[str, int], float]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
     #: (time, topic, partition) of every acknowledgement, in time order
     ack_times: list[tuple[float, str, int | str | None]] = field(default_factory=list)
     deliveries: dict[str, list[Delivery]] = field(default_factory=lambda: defaultdict(list))
@@ -106,7 +110,9 @@ class History:
         """The publish of ``key:seq`` was acknowledged (``partition``: or the nsqd address)."""
         self.acked[topic][(key, seq)] = (partition, offset)
         self.failed[topic].pop((key, seq), None)
-        self.ack_times.append((time.monotonic(), topic, partition))
+        now = time.monotonic()
+        self.ack_times.append((now, topic, partition))
+        self.acked_at[topic][(key, seq)] = now
 
     def fail(self, topic: str, key: str, seq: int, error: BaseException) -> None:
         """The publish of ``key:seq`` raised ``error`` (the message is indeterminate)."""
@@ -161,6 +167,8 @@ class TopicReport:
     order_violations: list[str]
     indeterminate_consumed: int
     garbage: int
+    #: for the first lost messages: where they were acknowledged and what was delivered around
+    lost_context: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         """One line of tallies."""
@@ -244,6 +252,7 @@ class Report:
         for t in self.topics:
             if t.lost:
                 lines.append(f"  LOST on {t.topic} (first {EXAMPLES}): {t.lost[:EXAMPLES]}")
+                lines += [f"    {c}" for c in t.lost_context]
             for v in t.order_violations[:EXAMPLES]:
                 lines.append(f"  ORDER on {t.topic}: {v}")
         lines.append(f"  rerun: NSQ_HA_CHAOS_SEED={self.seed}")
@@ -329,6 +338,41 @@ def _recovery(history: History, fault: Fault) -> tuple[float | None, str]:
     return worst, what
 
 
+def _offset(d: Delivery) -> int:
+    return d.offset or 0
+
+
+def _lost_context(history: History, topic: str, lost: list[tuple[str, int]]) -> list[str]:
+    """The history around each of the first lost messages: its acknowledgement (partition,
+    offset, time), the deliveries of that partition with the nearest offsets, and the faults
+    under way around then."""
+    t0 = history.started
+    out: list[str] = []
+    for item in lost[:EXAMPLES]:
+        partition, offset = history.acked[topic][item]
+        at = history.acked_at[topic].get(item, t0)
+        line = f"{item[0]}:{item[1]} acked +{at - t0:.3f}s partition {partition} offset {offset}"
+        if offset is not None:
+            same = [d for d in history.deliveries[topic] if d.partition == partition]
+            same = [d for d in same if d.offset is not None]
+            below = max((d for d in same if d.offset < offset), key=_offset, default=None)
+            above = min((d for d in same if d.offset > offset), key=_offset, default=None)
+            for name, d in (("below", below), ("above", above)):
+                if d is not None:
+                    line += (
+                        f"; nearest delivered {name}: {d.key}:{d.seq} offset {d.offset} "
+                        f"+{d.at - t0:.3f}s (attempts {d.attempts})"
+                    )
+        near = [
+            f.describe(t0) for f in history.faults
+            if f.started - 5 <= at <= (f.healed or f.started) + 5
+        ]
+        if near:
+            line += f"; faults within 5 s: {', '.join(near)}"
+        out.append(line)
+    return out
+
+
 def check(history: History, ended: float | None = None) -> Report:
     """Judge ``history``: tallies, losses, duplicates, order violations, recovery times."""
     t0 = history.started
@@ -353,6 +397,7 @@ def check(history: History, ended: float | None = None) -> Report:
                 order_violations=_order_violations(deliveries, acked) if ordered else [],
                 indeterminate_consumed=len(consumed & set(failed)),
                 garbage=sum(1 for t, _ in history.garbage if t == topic),
+                lost_context=_lost_context(history, topic, lost),
             )
         )
     recovery: dict[str, float | None] = {}

@@ -133,3 +133,16 @@ def test_parse_body() -> None:
     for bad in (b"42", b":1", b"k:", b"k:x"):
         with pytest.raises(ValueError, match=r"key:seq|invalid literal"):
             parse_body(bad)
+
+
+def test_a_lost_message_comes_with_the_history_around_it() -> None:
+    h = _history()
+    _publish(h, ORD, "a", range(3))  # offsets 0, 10, 20 on partition 0
+    _deliver(h, ORD, "a", [0, 2])
+    h.fault("kill9", "node0").healed = h.started + 1
+    (context,) = check(h).topics[0].lost_context
+    assert "a:1 acked" in context
+    assert "partition 0 offset 10" in context
+    assert "below: a:0 offset 0" in context
+    assert "above: a:2 offset 20" in context
+    assert "kill9 node0" in context
