@@ -21,7 +21,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from nsq_ha.connection import ConnectionConfig
@@ -58,6 +58,23 @@ def _consumer(topic: str, **where: Any) -> Consumer:
         max_reconnect_interval=2.0,
         backoff=None,
         **where,
+    )
+
+
+def _fork_like(
+    name: str,
+    lookupd: str,
+    nemeses: dict[str, Nemesis],
+    heal_all: Callable[[], Awaitable[None]],
+) -> Backend:
+    """A backend found through lookupd: an ordered and a plain topic, traced publishes."""
+    return Backend(
+        name=name,
+        topics={ORDERED: True, PLAIN: False},
+        make_producer=lambda: Producer(lookupd=lookupd, trace=True, config=CONFIG, retry=RETRY),
+        make_consumer=lambda topic: _consumer(topic, lookupd=lookupd),
+        nemeses=nemeses,
+        heal_all=heal_all,
     )
 
 
@@ -172,16 +189,7 @@ async def devcluster_backend(partitions: int = 3) -> AsyncIterator[Backend]:
             "drop_response": drop,
             "cut_mid_frame": cut,
         }
-        yield Backend(
-            name="devcluster",
-            topics={ORDERED: True, PLAIN: False},
-            make_producer=lambda: Producer(
-                lookupd=lookupd, trace=True, config=CONFIG, retry=RETRY
-            ),
-            make_consumer=lambda topic: _consumer(topic, lookupd=lookupd),
-            nemeses=nemeses,
-            heal_all=heal_all,
-        )
+        yield _fork_like("devcluster", lookupd, nemeses, heal_all)
 
 
 # -- vanilla nsqd behind fault proxies --------------------------------------------------------
@@ -364,13 +372,4 @@ async def fork_backend(cluster: ForkCluster, partitions: int = 2) -> AsyncIterat
         "lookupd_restart": lookupd_restart,
         "etcd_pause": etcd_pause,
     }
-    yield Backend(
-        name="fork",
-        topics={ORDERED: True, PLAIN: False},
-        make_producer=lambda: Producer(
-            lookupd=lookupd, trace=True, config=CONFIG, retry=RETRY
-        ),
-        make_consumer=lambda topic: _consumer(topic, lookupd=lookupd),
-        nemeses=nemeses,
-        heal_all=heal_all,
-    )
+    yield _fork_like("fork", lookupd, nemeses, heal_all)
