@@ -163,6 +163,12 @@ async def _nemesis_loop(
     pace: Pace,
 ) -> None:
     names = sorted(backend.nemeses)
+    only = os.environ.get("NSQ_HA_CHAOS_NEMESES")
+    if only:  # e.g. "kill9,stop": narrow a failing run down to the faults that matter
+        unknown = set(only.split(",")) - set(names)
+        if unknown:
+            raise ValueError(f"NSQ_HA_CHAOS_NEMESES: {sorted(unknown)} not among {names}")
+        names = [n for n in names if n in only.split(",")]
     done = 0
     began = time.monotonic()
     while done < profile.events or not enough_messages():
