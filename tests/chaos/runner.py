@@ -198,11 +198,8 @@ def _guess_cycle(profile: Profile) -> float:
     return sum(profile.hold) / 2 + sum(profile.gap) / 2 + 0.5
 
 
-async def run_chaos(
-    backend: Backend, profile: Profile, seed: int, *, channel: str = "chaos"
-) -> Report:
+async def run_chaos(backend: Backend, profile: Profile, seed: int) -> Report:
     """Run ``profile`` against ``backend`` with ``seed``; the checked report."""
-    del channel  # the backend's consumers choose their channel
     rng = random.Random(seed)  # noqa: S311 - a replayable schedule, not crypto
     history = History(dict(backend.topics), seed=seed)
     log.warning("chaos run [%s] profile=%s seed=%d", backend.name, profile.name, seed)
