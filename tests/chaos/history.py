@@ -21,6 +21,7 @@ Bodies are ``key:seq`` (ASCII).  Definitions, per topic:
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 from collections import Counter, defaultdict
@@ -307,34 +308,39 @@ def _order_violations(
     return violations
 
 
-def _recovery(history: History, fault: Fault) -> tuple[float | None, str]:
+#: (topic, partition or nsqd address) -> sorted times of its acknowledgements or deliveries
+Timeline = dict[tuple[str, int | str | None], list[float]]
+
+
+def _timelines(history: History) -> tuple[Timeline, Timeline]:
+    """The acknowledgement and delivery times of each partition, sorted (built once)."""
+    acks: Timeline = defaultdict(list)
+    for at, topic, where in history.ack_times:
+        acks[(topic, where)].append(at)
+    dels: Timeline = defaultdict(list)
+    for topic, ds in history.deliveries.items():
+        for d in ds:
+            dels[(topic, d.partition)].append(d.at)
+    for line in (*acks.values(), *dels.values()):
+        line.sort()  # already in order when recorded live: a linear check
+    return acks, dels
+
+
+def _recovery(fault: Fault, acks: Timeline, dels: Timeline) -> tuple[float | None, str]:
     """Seconds from ``fault``'s heal until every partition busy before it acked and delivered,
     and which came last (``None`` when some partition never did again before the run ended).
     """
     healed = fault.healed if fault.healed is not None else fault.started
-    before_acks = {(t, p) for at, t, p in history.ack_times if at < fault.started}
-    before_dels = {
-        (t, d.partition)
-        for t, ds in history.deliveries.items()
-        for d in ds
-        if d.at < fault.started
-    }
-    first_ack: dict[tuple[str, int | str | None], float] = {}
-    for at, t, p in history.ack_times:
-        if at >= healed and (t, p) not in first_ack:
-            first_ack[(t, p)] = at
-    first_del: dict[tuple[str, int | str | None], float] = {}
-    for t, ds in history.deliveries.items():
-        for d in ds:
-            if d.at >= healed and (t, d.partition) not in first_del:
-                first_del[(t, d.partition)] = d.at
     worst, what = 0.0, ""
-    for kind, want, seen in (("ack", before_acks, first_ack), ("delivery", before_dels, first_del)):
-        for where in want:
-            if where not in seen:
+    for kind, lines in (("ack", acks), ("delivery", dels)):
+        for where, times in lines.items():
+            if times[0] >= fault.started:
+                continue  # no traffic there before the fault
+            i = bisect.bisect_left(times, healed)
+            if i == len(times):
                 return None, f"no {kind} on {where[0]}/{where[1]}"
-            if seen[where] - healed >= worst:
-                worst, what = seen[where] - healed, f"{kind} on {where[0]}/{where[1]}"
+            if times[i] - healed >= worst:
+                worst, what = times[i] - healed, f"{kind} on {where[0]}/{where[1]}"
     return worst, what
 
 
@@ -402,10 +408,11 @@ def check(history: History, ended: float | None = None) -> Report:
         )
     recovery: dict[str, float | None] = {}
     unrecovered: list[str] = []
+    acks, dels = _timelines(history)
     for fault in history.faults:
         if fault.error is not None:
             continue  # the nemesis could not act: nothing to recover from
-        value, last = _recovery(history, fault)
+        value, last = _recovery(fault, acks, dels)
         label = f"{fault.describe(t0)} [last: {last}]"
         recovery[label] = value
         if value is None:
