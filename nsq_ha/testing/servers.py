@@ -151,6 +151,14 @@ class _Cluster:
     ) -> httpx.Response:
         return self._http.request(method, url, params=params, headers=V1_ACCEPT)
 
+    def stop_node(self, index: int, kill: bool = False) -> None:
+        """Stop nsqd ``index``: SIGTERM and wait, or ``kill=True`` for SIGKILL."""
+        self.nodes[index].process.stop(kill=kill)
+
+    def start_node(self, index: int) -> None:
+        """Start a stopped nsqd again with the same ports and data, and wait for its /ping."""
+        self._start_node(self.nodes[index])
+
     @staticmethod
     def _start_node(node: NsqdNode) -> None:
         node.process.start()
@@ -462,14 +470,6 @@ class ForkCluster(_Cluster):
         if entry is None:
             raise ClusterError(f"{topic}/{partition} has no writable leader now: {parts}")
         return self.node_for(entry["distributed_id"])
-
-    def stop_node(self, index: int, kill: bool = False) -> None:
-        """Stop nsqd ``index``: SIGTERM and wait, or ``kill=True`` for SIGKILL."""
-        self.nodes[index].process.stop(kill=kill)
-
-    def start_node(self, index: int) -> None:
-        """Start a stopped nsqd again with the same ports and data, and wait for its /ping."""
-        self._start_node(self.nodes[index])
 
     def wait_stable(self, timeout: float = 180.0) -> None:
         """Wait until lookupd's ``/cluster/stats`` reports ``"stable": true``.

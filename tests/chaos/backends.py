@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -59,6 +60,22 @@ def _consumer(topic: str, **where: Any) -> Consumer:
         backoff=None,
         **where,
     )
+
+
+async def _held(
+    h: History,
+    name: str,
+    target: str,
+    seconds: float,
+    inject: Callable[[], object],
+    heal: Callable[[], object],
+) -> None:
+    """Record fault ``name`` on ``target``, ``inject`` it, hold it ``seconds``, ``heal`` it."""
+    event = h.fault(name, target)
+    inject()
+    await asyncio.sleep(seconds)
+    heal()
+    event.healed = _now()
 
 
 def _fork_like(
@@ -109,67 +126,50 @@ async def devcluster_backend(partitions: int = 3) -> AsyncIterator[Backend]:
             await cluster.start_node(i)
             event.healed = _now()
 
-        async def stop(rng: random.Random, h: History, hold: float) -> None:
-            await stop_start(rng, h, hold, kill=False)
-
-        async def kill(rng: random.Random, h: History, hold: float) -> None:
-            await stop_start(rng, h, hold, kill=True)
-
         async def pause(rng: random.Random, h: History, hold: float) -> None:
             i = node(rng)
-            event = h.fault("pause", f"node{i}")
-            cluster.pause_node(i)
-            await asyncio.sleep(max(hold, 2.5))  # longer than 2 heartbeat intervals
-            cluster.resume_node(i)
-            event.healed = _now()
+            # longer than 2 heartbeat intervals: the client must declare the peer dead
+            await _held(h, "pause", f"node{i}", max(hold, 2.5),
+                        lambda: cluster.pause_node(i), lambda: cluster.resume_node(i))
 
         async def lookupd_down(rng: random.Random, h: History, hold: float) -> None:
-            event = h.fault("lookupd_down", "lookupd")
-            cluster.lookupd_fail(500)
-            await asyncio.sleep(hold)
-            cluster.lookupd_fail(None)
-            event.healed = _now()
+            await _held(h, "lookupd_down", "lookupd", hold,
+                        lambda: cluster.lookupd_fail(500), lambda: cluster.lookupd_fail(None))
 
         async def stale_lookup(rng: random.Random, h: History, hold: float) -> None:
             topic, p = part(rng)
-            event = h.fault("stale_lookup+leader_move", f"{topic}/{p}")
-            cluster.lookupd_stale(True)
-            cluster.move_leader(topic, p)
-            await asyncio.sleep(hold)
-            cluster.lookupd_stale(False)
-            event.healed = _now()
+
+            def stale_then_move() -> None:
+                cluster.lookupd_stale(True)
+                cluster.move_leader(topic, p)
+
+            await _held(h, "stale_lookup+leader_move", f"{topic}/{p}", hold,
+                        stale_then_move, lambda: cluster.lookupd_stale(False))
 
         async def unwritable(rng: random.Random, h: History, hold: float) -> None:
             topic, p = part(rng)
-            event = h.fault("unwritable", f"{topic}/{p}")
-            cluster.set_writable(topic, p, False)
-            await asyncio.sleep(hold)
-            cluster.set_writable(topic, p, True)
-            event.healed = _now()
+            await _held(h, "unwritable", f"{topic}/{p}", hold,
+                        lambda: cluster.set_writable(topic, p, False),
+                        lambda: cluster.set_writable(topic, p, True))
 
         async def delay(rng: random.Random, h: History, hold: float) -> None:
             i = node(rng)
-            event = h.fault("delay_responses", f"node{i}")
-            cluster.delay_responses(i, rng.uniform(0.05, 0.5))
-            await asyncio.sleep(hold)
-            cluster.delay_responses(i, 0.0)
-            event.healed = _now()
+            seconds = rng.uniform(0.05, 0.5)
+            await _held(h, "delay_responses", f"node{i}", hold,
+                        lambda: cluster.delay_responses(i, seconds),
+                        lambda: cluster.delay_responses(i, 0.0))
 
         async def drop(rng: random.Random, h: History, hold: float) -> None:
             i = node(rng)
-            event = h.fault("drop_response", f"node{i}")
-            cluster.drop_responses(i, 1)
-            await asyncio.sleep(hold)
-            cluster.drop_responses(i, 0)
-            event.healed = _now()
+            await _held(h, "drop_response", f"node{i}", hold,
+                        lambda: cluster.drop_responses(i, 1),
+                        lambda: cluster.drop_responses(i, 0))
 
         async def cut(rng: random.Random, h: History, hold: float) -> None:
             i = node(rng)
-            event = h.fault("cut_mid_frame", f"node{i}")
-            cluster.cut_after(i, rng.randrange(1, 4096))
-            await asyncio.sleep(min(hold, 0.5))
-            cluster.cut_after(i, None)
-            event.healed = _now()
+            nbytes = rng.randrange(1, 4096)
+            await _held(h, "cut_mid_frame", f"node{i}", min(hold, 0.5),
+                        lambda: cluster.cut_after(i, nbytes), lambda: cluster.cut_after(i, None))
 
         async def heal_all() -> None:
             cluster.clear_faults()
@@ -179,8 +179,8 @@ async def devcluster_backend(partitions: int = 3) -> AsyncIterator[Backend]:
 
         nemeses: dict[str, Nemesis] = {
             "leader_move": leader_move,
-            "stop": stop,
-            "kill9": kill,
+            "stop": functools.partial(stop_start, kill=False),
+            "kill9": functools.partial(stop_start, kill=True),
             "pause": pause,
             "lookupd_down": lookupd_down,
             "stale_lookup": stale_lookup,
@@ -212,18 +212,16 @@ async def vanilla_backend(cluster: VanillaCluster, rng: random.Random) -> AsyncI
     async def restart(rng: random.Random, h: History, hold: float) -> None:
         i = pick(rng)
         event = h.fault("stop", f"nsqd{i}")
-        await asyncio.to_thread(cluster.nodes[i].process.stop)
+        await asyncio.to_thread(cluster.stop_node, i)
         await asyncio.sleep(hold)
-        await asyncio.to_thread(cluster._start_node, cluster.nodes[i])
+        await asyncio.to_thread(cluster.start_node, i)
         event.healed = _now()
 
     async def pause(rng: random.Random, h: History, hold: float) -> None:
         i = pick(rng)
-        event = h.fault("sigstop", f"nsqd{i}")
-        cluster.nodes[i].process.pause()
-        await asyncio.sleep(max(hold, 2.5))  # longer than 2 heartbeat intervals
-        cluster.nodes[i].process.resume()
-        event.healed = _now()
+        proc = cluster.nodes[i].process
+        # longer than 2 heartbeat intervals: the client must declare the peer dead
+        await _held(h, "sigstop", f"nsqd{i}", max(hold, 2.5), proc.pause, proc.resume)
 
     async def cut(rng: random.Random, h: History, hold: float) -> None:
         i = pick(rng)
@@ -234,19 +232,13 @@ async def vanilla_backend(cluster: VanillaCluster, rng: random.Random) -> AsyncI
 
     async def stall(rng: random.Random, h: History, hold: float) -> None:
         i = pick(rng)
-        event = h.fault("proxy_stall", f"nsqd{i}")
-        proxies[i].stall()
-        await asyncio.sleep(hold + 1.0)
-        proxies[i].heal()
-        event.healed = _now()
+        await _held(h, "proxy_stall", f"nsqd{i}", hold + 1.0, proxies[i].stall, proxies[i].heal)
 
     async def slow(rng: random.Random, h: History, hold: float) -> None:
         i = pick(rng)
-        event = h.fault("proxy_slow_reads", f"nsqd{i}")
-        proxies[i].slow(piece=rng.choice([1, 7, 64]), pause=0.005)
-        await asyncio.sleep(hold)
-        proxies[i].heal()
-        event.healed = _now()
+        piece = rng.choice([1, 7, 64])
+        await _held(h, "proxy_slow_reads", f"nsqd{i}", hold,
+                    lambda: proxies[i].slow(piece=piece, pause=0.005), proxies[i].heal)
 
     async def heal_all() -> None:
         for proxy in proxies:
@@ -254,7 +246,7 @@ async def vanilla_backend(cluster: VanillaCluster, rng: random.Random) -> AsyncI
         for node in cluster.nodes:
             node.process.resume()
             if not node.process.running:
-                await asyncio.to_thread(cluster._start_node, node)
+                await asyncio.to_thread(cluster.start_node, node.index)
 
     nemeses: dict[str, Nemesis] = {
         "stop": restart,
@@ -320,20 +312,12 @@ async def fork_backend(cluster: ForkCluster, partitions: int = 2) -> AsyncIterat
         event.healed = _now()
         await writable()
 
-    async def stop(rng: random.Random, h: History, hold: float) -> None:
-        await stop_start(rng, h, hold, kill=False)
-
-    async def kill(rng: random.Random, h: History, hold: float) -> None:
-        await stop_start(rng, h, hold, kill=True)
 
     async def pause(rng: random.Random, h: History, hold: float) -> None:
         i = pick(rng)
         await writable()
-        event = h.fault("sigstop", f"nsqd{i}")
-        cluster.nodes[i].process.pause()
-        await asyncio.sleep(max(hold, 2.5))
-        cluster.nodes[i].process.resume()
-        event.healed = _now()
+        proc = cluster.nodes[i].process
+        await _held(h, "sigstop", f"nsqd{i}", max(hold, 2.5), proc.pause, proc.resume)
         await writable()
 
     async def lookupd_restart(rng: random.Random, h: History, hold: float) -> None:
@@ -348,11 +332,7 @@ async def fork_backend(cluster: ForkCluster, partitions: int = 2) -> AsyncIterat
 
     async def etcd_pause(rng: random.Random, h: History, hold: float) -> None:
         proc = procs["etcd"]
-        event = h.fault("etcd_pause", "etcd")
-        proc.pause()
-        await asyncio.sleep(hold)
-        proc.resume()
-        event.healed = _now()
+        await _held(h, "etcd_pause", "etcd", hold, proc.pause, proc.resume)
         await writable()
 
     async def heal_all() -> None:
@@ -366,8 +346,8 @@ async def fork_backend(cluster: ForkCluster, partitions: int = 2) -> AsyncIterat
 
     nemeses: dict[str, Nemesis] = {
         "leader_move": leader_move,
-        "stop": stop,
-        "kill9": kill,
+        "stop": functools.partial(stop_start, kill=False),
+        "kill9": functools.partial(stop_start, kill=True),
         "sigstop": pause,
         "lookupd_restart": lookupd_restart,
         "etcd_pause": etcd_pause,

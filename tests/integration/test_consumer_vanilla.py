@@ -395,7 +395,7 @@ async def test_a_restarted_nsqd_is_found_again_through_lookup(
             async with asyncio.timeout(10):
                 while consumer.connections:  # noqa: ASYNC110 - waiting for the loss
                     await asyncio.sleep(0.05)
-            await asyncio.to_thread(own._start_node, node)
+            await asyncio.to_thread(own.start_node, node.index)
             await publish(node.tcp_address, topic, [b"after"])
             second = await consumer.get(timeout=30)
             assert second is not None
