@@ -33,6 +33,7 @@ from nsq_ha.testing.build import (
     ServerBinaries,
     ServerRecipe,
     find_built,
+    how_to_get,
     last_failure,
 )
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
@@ -80,8 +81,8 @@ def _binaries(recipe: ServerRecipe) -> ServerBinaries:
     why = last_failure(recipe) or "no build found in the cache"
     _unavailable(
         recipe.name,
-        f"{recipe.name} NSQ servers ({recipe.module} {recipe.version}) are not built: {why.strip()}"
-        " -- run `make servers` (needs Go on PATH and the Go module proxy)",
+        f"{recipe.name} NSQ servers ({recipe.module} {recipe.version}) are not built: "
+        f"{why.strip()} -- {how_to_get(recipe)}",
     )
 
 
