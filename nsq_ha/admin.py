@@ -41,7 +41,7 @@ from nsq_ha.lookup.wire import (
 )
 from nsq_ha.protocol.names import validate_channel, validate_topic
 
-__all__ = ["AdminError", "LookupdAdmin", "TopicSpec"]
+__all__ = ["MAX_RETENTION_DAYS", "MAX_SYNC_EVERY", "AdminError", "LookupdAdmin", "TopicSpec"]
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,25 @@ class AdminError(DiscoveryError):
     """nsqlookupd refused an admin request, or it did not take effect in time."""
 
 
+#: the fork's upper bound for ``syncdisk`` (larger values are clamped by nsqlookupd)
+MAX_SYNC_EVERY = 4000
+#: the fork's upper bound for a topic's ``retention`` (days)
+MAX_RETENTION_DAYS = 60
+
+
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
-    """What ``/topic/create`` is asked for."""
+    """What ``/topic/create`` is asked for.
+
+    ``sync_every`` is the fork's ``syncdisk``: nsqd fsyncs the partition's log after that many
+    messages (and flushes its write buffer then).  ``1`` (``durable``) means every write is on
+    disk before nsqd acknowledges it, so a leader crash (``kill -9``) loses no acknowledged
+    write; ``None`` leaves nsqd's ``--sync-every`` default (2500), with which a crash can lose
+    the writes acknowledged since the last sync, on every replica (see the README's
+    "Durability on the fork").  ``retention_days`` (1..60) overrides nsqd's retention of
+    consumed data; ``channel_auto_create=False`` makes SUB to an unknown channel fail until
+    ``/channel/create`` made it.
+    """
 
     name: str
     partitions: int = 1
@@ -66,13 +82,34 @@ class TopicSpec:
     ext: bool = False
     #: several partitions of a plain topic may share a node (ordered topics always may)
     multi_part: bool = False
+    sync_every: int | None = None
+    retention_days: int | None = None
+    channel_auto_create: bool = True
 
     def __post_init__(self) -> None:
         validate_topic(self.name)
+        for what in ("partitions", "replicas", "sync_every", "retention_days"):
+            value = getattr(self, what)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"{what} must be an int, got {value!r}")
         if not 1 <= self.partitions <= 254:
             raise ConfigError(f"partitions must be 1..254, got {self.partitions}")
         if not 1 <= self.replicas <= 5:
             raise ConfigError(f"replicas must be 1..5, got {self.replicas}")
+        if self.sync_every is not None and not 1 <= self.sync_every <= MAX_SYNC_EVERY:
+            raise ConfigError(
+                f"sync_every must be 1..{MAX_SYNC_EVERY} (1 = fsync every write), "
+                f"got {self.sync_every}"
+            )
+        if self.retention_days is not None and not 1 <= self.retention_days <= MAX_RETENTION_DAYS:
+            raise ConfigError(
+                f"retention_days must be 1..{MAX_RETENTION_DAYS}, got {self.retention_days}"
+            )
+
+    @property
+    def durable(self) -> bool:
+        """Every acknowledged write is fsynced first (``sync_every == 1``)."""
+        return self.sync_every == 1
 
     def query(self) -> dict[str, str]:
         """The query string of the fork's ``/topic/create``."""
@@ -87,6 +124,12 @@ class TopicSpec:
             params["extend"] = "true"
         if self.multi_part:
             params["multipart"] = "true"
+        if self.sync_every is not None:
+            params["syncdisk"] = str(self.sync_every)
+        if self.retention_days is not None:
+            params["retention"] = str(self.retention_days)
+        if not self.channel_auto_create:
+            params["disable_channel_auto_create"] = "true"
         return params
 
 
@@ -169,21 +212,40 @@ class LookupdAdmin:
         ordered: bool = False,
         ext: bool = False,
         multi_part: bool = False,
+        sync_every: int | None = None,
+        durable: bool = False,
+        retention_days: int | None = None,
+        channel_auto_create: bool = True,
         wait: bool = True,
         timeout: float = 120.0,  # noqa: ASYNC109 - a deadline for the whole wait
     ) -> PartitionMap | None:
         """Create a topic; with ``wait`` return its ``access=w`` map once every partition has a
         leader. Without ``ordered`` or ``multi_part`` the fork needs nodes >= partitions x
-        replicas. Re-creating with the same parameters succeeds; different ones raise
-        :class:`AdminError` (``already exist``)."""
-        spec = TopicSpec(name, partitions, replicas, ordered, ext, multi_part)
+        replicas. ``durable`` is ``sync_every=1`` (see :class:`TopicSpec`). Re-creating with the
+        same parameters succeeds; different ones raise :class:`AdminError` (``already
+        exist``)."""
+        if durable:
+            if sync_every not in (None, 1):
+                raise ConfigError(f"durable means sync_every=1; got sync_every={sync_every}")
+            sync_every = 1
+        spec = TopicSpec(
+            name,
+            partitions,
+            replicas,
+            ordered,
+            ext,
+            multi_part,
+            sync_every=sync_every,
+            retention_days=retention_days,
+            channel_auto_create=channel_auto_create,
+        )
         await self.leader()
         deadline = time.monotonic() + timeout
         if self._vanilla:
-            if partitions != 1 or replicas != 1 or ordered or ext or multi_part:
+            if spec != TopicSpec(name):
                 raise ConfigError(
                     "vanilla nsqlookupd creates plain topics only (no partitions, replicas, "
-                    "ordered or ext)"
+                    "ordered, ext, sync_every, retention_days or channel_auto_create)"
                 )
             await self.post("/topic/create", {"topic": name})
             return None

@@ -80,6 +80,28 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--replicas", type=_positive, default=1, help="replicas per partition")
     create.add_argument("--ordered", action="store_true", help="an ordered topic (SUB_ORDERED)")
     create.add_argument("--ext", action="store_true", help="an ext topic (JSON headers, tags)")
+    sync = create.add_mutually_exclusive_group()
+    sync.add_argument(
+        "--durable",
+        action="store_true",
+        help="fsync every write before nsqd acknowledges it (--sync-every 1): a leader crash "
+        "loses no acknowledged message; costs publish throughput",
+    )
+    sync.add_argument(
+        "--sync-every",
+        type=_positive,
+        metavar="N",
+        help="the fork's syncdisk: fsync the partition log every N writes (1..4000; default: "
+        "nsqd's --sync-every)",
+    )
+    create.add_argument(
+        "--retention-days", type=_positive, metavar="DAYS", help="keep consumed data DAYS (1..60)"
+    )
+    create.add_argument(
+        "--no-channel-auto-create",
+        action="store_true",
+        help="SUB to a channel that /channel/create did not make fails",
+    )
     create.add_argument("--no-wait", action="store_true", help="return once lookupd accepted")
     create.add_argument("--timeout", type=float, default=120.0, help="seconds to wait (120)")
     create.add_argument("--json", action="store_true", help="print the map as JSON")

@@ -181,6 +181,9 @@ async def cmd_topic_create(args: argparse.Namespace) -> int:
             args.replicas,
             ordered=args.ordered,
             ext=args.ext,
+            sync_every=1 if args.durable else args.sync_every,
+            retention_days=args.retention_days,
+            channel_auto_create=not args.no_channel_auto_create,
             wait=not args.no_wait,
             timeout=args.timeout,
         )

@@ -59,6 +59,8 @@ log = logging.getLogger("nsq_ha.devcluster")
 FORK_VERSION = "0.3.7-HA.1.13.0"
 MAX_PARTITIONS = 254
 MAX_REPLICAS = 5
+#: nsqlookupd clamps a topic's ``syncdisk`` to this
+MAX_SYNC_EVERY = 4000
 
 
 class ServerError(Exception):
@@ -270,6 +272,10 @@ class DevTopic:
     ext: bool = False
     multi_part: bool = False
     disable_channel_auto_create: bool = False
+    #: ``syncdisk`` and ``retention`` as created (0: nsqd's defaults); not emulated, but part of
+    #: the meta a re-create must match, as on the fork
+    sync_every: int = 0
+    retention_days: int = 0
     partitions: list[DevPartition] = field(default_factory=list)
     registered_channels: set[str] = field(default_factory=set)
 
@@ -506,6 +512,8 @@ class DevCluster:
         ext: bool = False,
         multi_part: bool = True,
         disable_channel_auto_create: bool = False,
+        sync_every: int = 0,
+        retention_days: int = 0,
         placement: list[list[int]] | None = None,
     ) -> DevTopic:
         """Create a topic as lookupd's ``/topic/create`` does (same validation and errors,
@@ -514,7 +522,9 @@ class DevCluster:
         Partition ``p``'s replicas are ``replicas`` consecutive nodes starting at a rotating
         node; the first is the leader (``placement`` gives each partition's node indexes
         instead, leader first).  Re-creating with identical parameters is a no-op; different
-        parameters raise ``already exist``.
+        parameters raise ``already exist``.  ``sync_every`` (the fork's ``syncdisk``, clamped
+        to 4000 as nsqlookupd does) and ``retention_days`` are only remembered for that
+        comparison: the emulator keeps every message in memory whatever they say.
         """
         if not name:
             raise ServerError("MISSING_ARG_TOPIC")
@@ -531,13 +541,25 @@ class DevCluster:
             not spread and len(self.nodes) < partitions * replicas
         ):
             raise ServerError(f"No node is available for topic: {name}")
+        sync_every = min(sync_every, MAX_SYNC_EVERY)
         existing = self.topics.get(name)
         if existing is not None:
-            same = (existing.partition_num, existing.replica, existing.ordered, existing.ext) == (
+            same = (
+                existing.partition_num,
+                existing.replica,
+                existing.ordered,
+                existing.ext,
+                existing.disable_channel_auto_create,
+                existing.sync_every,
+                existing.retention_days,
+            ) == (
                 partitions,
                 replicas,
                 ordered,
                 ext,
+                disable_channel_auto_create,
+                sync_every,
+                retention_days,
             )
             if not same:
                 raise ServerError("already exist")
@@ -550,6 +572,8 @@ class DevCluster:
             ext=ext,
             multi_part=multi_part and not ordered,
             disable_channel_auto_create=disable_channel_auto_create,
+            sync_every=sync_every,
+            retention_days=retention_days,
         )
         count = len(self.nodes)
         if placement is not None and (

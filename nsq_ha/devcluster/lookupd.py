@@ -320,8 +320,8 @@ class LookupdApi:
         partitions = _ranged(query, "partition_num", 1, _MAX_PARTITION_NUM, "TOPIC_PARTITION_NUM")
         replicas = _ranged(query, "replicator", 1, 5, "TOPIC_REPLICATOR")
         _int_param(query, "suggestload", "INVALID_ARG_TOPIC_LOAD_FACTOR", _MAX_LOAD_FACTOR)
-        _int_param(query, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK")
-        _int_param(query, "retention", None)
+        sync_every = _int_param(query, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK")
+        retention = _int_param(query, "retention", None)
         try:
             self.cluster.create_topic(
                 name,
@@ -331,6 +331,8 @@ class LookupdApi:
                 ext=query.get("extend") == "true",
                 multi_part=query.get("multipart") == "true",
                 disable_channel_auto_create=query.get("disable_channel_auto_create") == "true",
+                sync_every=sync_every,
+                retention_days=retention,
             )
         except ServerError as exc:
             raise ApiError(400, exc.code) from None
@@ -514,12 +516,13 @@ def _ranged(query: dict[str, str], key: str, low: int, high: int, suffix: str) -
     return value
 
 
-def _int_param(query: dict[str, str], key: str, code: str | None, high: int | None = None) -> None:
-    """An optional integer parameter (``0..high`` when ``high`` is set); ``code`` None answers
-    Go's strconv error text, as ``retention`` does on the real server."""
+def _int_param(query: dict[str, str], key: str, code: str | None, high: int | None = None) -> int:
+    """An optional integer parameter (``0..high`` when ``high`` is set; 0 when absent);
+    ``code`` None answers Go's strconv error text, as ``retention`` does on the real server."""
     try:
         value = go_atoi(query.get(key) or "0")
     except ValueError as exc:
         raise ApiError(400, code or str(exc)) from None
     if code is not None and high is not None and not 0 <= value <= high:
         raise ApiError(400, code)
+    return value

@@ -28,6 +28,7 @@ from typing import Any, Literal, Self
 
 import httpx
 
+from nsq_ha.admin import TopicSpec
 from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.process import ManagedProcess, ServerStartError, free_ports, http_ok
 
@@ -73,30 +74,6 @@ class NsqdNode:
         if self.rpc_port is None:
             raise ClusterError("vanilla nodes have no distributed id")
         return f"127.0.0.1:{self.rpc_port}:{self.tcp_port}:{self.worker_id}"
-
-
-@dataclass(frozen=True)
-class TopicSpec:
-    """Parameters of a fork topic, as given to ``/topic/create``."""
-
-    name: str
-    partitions: int
-    replicas: int
-    ordered: bool = False
-    ext: bool = False
-
-    def query(self) -> dict[str, str]:
-        params = {
-            "topic": self.name,
-            "partition_num": str(self.partitions),
-            "replicator": str(self.replicas),
-            "multipart": "true",
-        }
-        if self.ordered:
-            params["orderedmulti"] = "true"
-        if self.ext:
-            params["extend"] = "true"
-        return params
 
 
 @dataclass
@@ -397,15 +374,34 @@ class ForkCluster(_Cluster):
         ordered: bool = False,
         ext: bool = False,
         *,
+        durable: bool = False,
+        sync_every: int | None = None,
+        retention_days: int | None = None,
+        channel_auto_create: bool = True,
         wait: bool = True,
         timeout: float = 120.0,
     ) -> TopicSpec:
         """Create a topic through lookupd's admin API; by default wait until it is writable.
 
-        Coordinator errors right after start-up (nodes not yet known to it) are retried until
-        ``timeout``; other refusals raise :class:`ClusterError` with lookupd's message.
+        Every topic is created multi-part, so several partitions may share a node.  ``durable``
+        is ``sync_every=1``: nsqd fsyncs each write before acknowledging it (see
+        :class:`nsq_ha.admin.TopicSpec`).  Coordinator errors right after start-up (nodes not yet
+        known to it) are retried until ``timeout``; other refusals raise :class:`ClusterError`
+        with lookupd's message.
         """
-        spec = TopicSpec(name, partitions, replicas, ordered, ext)
+        if durable and sync_every not in (None, 1):
+            raise ClusterError(f"durable means sync_every=1; got sync_every={sync_every}")
+        spec = TopicSpec(
+            name,
+            partitions,
+            replicas,
+            ordered,
+            ext,
+            multi_part=True,
+            sync_every=1 if durable else sync_every,
+            retention_days=retention_days,
+            channel_auto_create=channel_auto_create,
+        )
         deadline = time.monotonic() + timeout
         while True:
             resp = self.request("POST", f"{self.lookupd_http}/topic/create", spec.query())

@@ -246,6 +246,50 @@ def one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
     return lines[0]
 
 
+DURABLE_FLAGS = (
+    "--replicas", "2", "--durable", "--retention-days", "3", "--no-channel-auto-create"
+)
+
+
+def test_topic_create_durable_is_stored_with_its_options(lookupd: str) -> None:
+    """``--durable`` (syncdisk=1), ``--retention-days`` and ``--no-channel-auto-create`` reach
+    nsqlookupd: the lookup shows the topic and its meta, the identical create is accepted, and
+    one that differs only in the sync interval is refused, because lookupd stored it."""
+    topic = _name("cli_durable")
+    created = create(lookupd, topic, *DURABLE_FLAGS)
+    assert sorted(created["partitions"]) == ["0"]  # type: ignore[arg-type]
+    assert created["meta"]["replica"] == 2  # type: ignore[index]
+    assert created["meta"]["disable_channel_auto_create"] is True  # type: ignore[index]
+    table = ok(nsq_ha("lookup", "--lookupd", lookupd, "--topic", topic, "--plain"))
+    assert f"{topic} (access=w): 1 partitions, replicas 2" in table
+    assert create(lookupd, topic, *DURABLE_FLAGS)["partitions"] == created["partitions"]
+    other = [f for f in DURABLE_FLAGS if f != "--durable"]
+    proc = nsq_ha("topic", "create", "--lookupd", lookupd, "--topic", topic, *other,
+                  "--sync-every", "100")
+    assert "already exist" in one_line_error(proc, 1)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--sync-every", "4001"], "sync_every must be 1..4000"),
+        (["--retention-days", "61"], "retention_days must be 1..60"),
+    ],
+)
+def test_bad_durability_options_are_refused_before_any_request(
+    flags: list[str], message: str
+) -> None:
+    proc = nsq_ha("topic", "create", "--lookupd", "http://127.0.0.1:1", "--topic", "t", *flags)
+    assert message in one_line_error(proc, 2)  # not "unreachable": no request was made
+
+
+def test_durable_and_a_sync_interval_are_exclusive() -> None:
+    proc = nsq_ha("topic", "create", "--lookupd", "http://127.0.0.1:1", "--topic", "t",
+                  "--durable", "--sync-every", "5")
+    assert proc.returncode == 2
+    assert "argument --sync-every: not allowed with argument --durable" in proc.stderr
+
+
 @pytest.mark.parametrize("command", ["lookup", "pub", "tail"])
 def test_an_unknown_topic_is_one_line(dev: DevClusterThread, command: str) -> None:
     extra = ["--channel", "c", "-n", "1"] if command == "tail" else []
