@@ -1,11 +1,16 @@
 #!/bin/sh
-# Build nsqd and nsqlookupd of the partitioned NSQ fork from the Go module proxy, the way
+# Build nsqd and nsqlookupd of the partitioned NSQ fork from its pinned source, the way
 # nsq_ha/testing/build.py (recipe FORK) does it, minus its source patch:
 #
-#   * a throwaway module requires the fork at FORK_VERSION plus EXTRA_REQUIRES (reflect2 v1.0.2:
-#     older versions crash at start-up on Go >= 1.18), because `go install module@version`
-#     refuses modules whose go.mod has replace directives;
-#   * the fork's own replace directives are repeated in the throwaway module;
+#   * the source is the archive FORK_ARCHIVE (a .tar.gz of the pinned revision, e.g. the
+#     project's ../shared/servers/youzan-nsq-b16e68eb.tar.gz, checked against
+#     FORK_ARCHIVE_SHA256), or else a git clone of FORK_GIT_URL checked out at FORK_COMMIT;
+#     the Go module proxy is not asked for the fork (the one these machines reach refuses it);
+#   * a throwaway module requires the fork at FORK_VERSION, replaced by that source folder, plus
+#     EXTRA_REQUIRES (reflect2 v1.0.2: older versions crash at start-up on Go >= 1.18), because
+#     `go install module@version` refuses modules whose go.mod has replace directives;
+#   * the fork's own replace directives are repeated in the throwaway module; the dependencies
+#     come from the Go module proxy (GOPROXY, or Go's default);
 #   * `go build -trimpath -ldflags=-checklinkname=0` (Go >= 1.23 refuses the old //go:linkname
 #     pulls of some dependencies without it);
 #   * both binaries must report FORK_EXPECTED_VERSION.
@@ -19,6 +24,10 @@ set -eu
 out=${1:?usage: build-fork.sh OUTDIR}
 : "${FORK_MODULE:=github.com/youzan/nsq}"
 : "${FORK_VERSION:?FORK_VERSION is not set}"
+: "${FORK_ARCHIVE:=}"
+: "${FORK_ARCHIVE_SHA256:=}"
+: "${FORK_GIT_URL:=https://github.com/youzan/nsq.git}"
+: "${FORK_COMMIT:=}"
 : "${FORK_EXPECTED_VERSION:=}"
 : "${EXTRA_REQUIRES:=}"
 : "${GO_DIRECTIVE:=1.22}"
@@ -29,19 +38,59 @@ export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
 : "${GOTOOLCHAIN:=local}"
 export GOTOOLCHAIN
 
+case $out in
+    /*) ;;
+    *) out=$(pwd)/$out ;;
+esac
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cd "$work"
-printf 'module nsqhabuild\n\ngo %s\n' "$GO_DIRECTIVE" >go.mod
 
-go mod download -json "$FORK_MODULE@$FORK_VERSION" >download.json || {
-    cat download.json >&2
-    echo "build-fork: the Go module proxy did not provide $FORK_MODULE@$FORK_VERSION" >&2
-    exit 1
-}
-gomod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p' download.json)
-[ -n "$gomod" ] && [ -f "$gomod" ] || {
-    echo "build-fork: no go.mod for $FORK_MODULE@$FORK_VERSION in: $(cat download.json)" >&2
+# -- the pinned source, into $work/src ---------------------------------------------------------
+if [ -n "$FORK_ARCHIVE" ]; then
+    [ -f "$FORK_ARCHIVE" ] || {
+        echo "build-fork: FORK_ARCHIVE=$FORK_ARCHIVE is not a file" >&2
+        exit 1
+    }
+    [ -n "$FORK_ARCHIVE_SHA256" ] || {
+        echo "build-fork: FORK_ARCHIVE_SHA256 is not set" >&2
+        exit 1
+    }
+    got=$(sha256sum "$FORK_ARCHIVE" | cut -d' ' -f1)
+    [ "$got" = "$FORK_ARCHIVE_SHA256" ] || {
+        echo "build-fork: $FORK_ARCHIVE has sha256 $got, expected $FORK_ARCHIVE_SHA256" >&2
+        exit 1
+    }
+    mkdir "$work/unpacked"
+    tar -xzf "$FORK_ARCHIVE" -C "$work/unpacked" --no-same-owner
+    if [ -f "$work/unpacked/go.mod" ]; then
+        mv "$work/unpacked" "$work/src"
+    else
+        set -- "$work"/unpacked/*/go.mod
+        [ $# -eq 1 ] && [ -f "$1" ] || {
+            echo "build-fork: $FORK_ARCHIVE has no go.mod in its one top folder" >&2
+            exit 1
+        }
+        mv "${1%/go.mod}" "$work/src"
+    fi
+    echo "build-fork: source: $FORK_ARCHIVE (sha256 $got)" >&2
+else
+    [ -n "$FORK_COMMIT" ] || {
+        echo "build-fork: set FORK_ARCHIVE (a source .tar.gz) or FORK_COMMIT (to clone)" >&2
+        exit 1
+    }
+    git init -q "$work/src"
+    git -C "$work/src" fetch -q --depth 1 "$FORK_GIT_URL" "$FORK_COMMIT"
+    git -C "$work/src" checkout -q FETCH_HEAD
+    head=$(git -C "$work/src" rev-parse HEAD)
+    [ "$head" = "$FORK_COMMIT" ] || {
+        echo "build-fork: $FORK_GIT_URL gave $head, expected $FORK_COMMIT" >&2
+        exit 1
+    }
+    echo "build-fork: source: $FORK_GIT_URL at $head" >&2
+fi
+module=$(sed -n 's/^module[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/p' "$work/src/go.mod")
+[ "$module" = "$FORK_MODULE" ] || {
+    echo "build-fork: the source is module '$module', not '$FORK_MODULE'" >&2
     exit 1
 }
 
@@ -69,14 +118,16 @@ replaces=$(awk '
     block && /^\)/ { block = 0; next }
     block { emit($0); next }
     /^replace[[:space:]]/ { sub(/^replace[[:space:]]+/, ""); emit($0) }
-' "$gomod")
+' "$work/src/go.mod")
 
+cd "$work"
+printf 'module nsqhabuild\n\ngo %s\n' "$GO_DIRECTIVE" >go.mod
 requires="-require=$FORK_MODULE@$FORK_VERSION"
 for req in $EXTRA_REQUIRES; do
     requires="$requires -require=$req"
 done
 # shellcheck disable=SC2086  # word splitting of the collected arguments is intended
-go mod edit $requires $replaces
+go mod edit $requires $replaces "-replace=$FORK_MODULE=./src"
 echo "build-fork: throwaway go.mod:" >&2
 cat go.mod >&2
 

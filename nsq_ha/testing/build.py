@@ -95,6 +95,8 @@ class PinnedArchive:
 
     filename: str
     sha256: str
+    #: the git commit the archive holds (docker/ clones it when no archive is given)
+    commit: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +183,7 @@ FORK = ServerRecipe(
     archive=PinnedArchive(
         filename="youzan-nsq-b16e68eb.tar.gz",
         sha256="bc0fa7daee260c382df00e50317c9cd64e256fe064024cf74976231e43e46451",
+        commit="b16e68ebed1d63251b09c1390524ad95f4ca6459",
     ),
 )
 
@@ -493,7 +496,9 @@ def _patched_copy(recipe: ServerRecipe, src_dir: Path, dest: Path) -> None:
         log.info("patched %s: %s", patch.path, patch.why)
 
 
-def _source_tree(recipe: ServerRecipe, source: ServerSource, work: Path, env: dict[str, str]) -> Path:
+def _source_tree(
+    recipe: ServerRecipe, source: ServerSource, work: Path, env: dict[str, str]
+) -> Path:
     """The folder holding the server module's source (and ``go.mod``) for this build."""
     if source.kind == "proxy":
         return Path(_download(recipe, work, env)["Dir"])

@@ -21,7 +21,8 @@ import yaml
 
 from nsq_ha.testing.build import FORK
 
-DOCKER = Path(__file__).resolve().parents[2] / "docker"
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"
 DOCKERFILE = DOCKER / "Dockerfile"
 BUILD_SCRIPT = DOCKER / "build-fork.sh"
@@ -331,7 +332,12 @@ def test_dockerfile_pins_equal_the_fork_recipe() -> None:
         "GO_LDFLAGS": FORK.ldflags,
         "GO_DIRECTIVE": FORK.go_directive,
         "FORK_PROGRAMS": " ".join(FORK.programs.values()),
+        "FORK_COMMIT": FORK.archive.commit if FORK.archive else None,
+        "FORK_ARCHIVE_SHA256": FORK.archive.sha256 if FORK.archive else None,
+        "FORK_ARCHIVE": "",
     }
+    assert FORK.archive is not None
+    assert FORK.version.endswith(FORK.archive.commit[:12]), "the recipe's version and commit differ"
     for name, want in expected.items():
         assert args.get(name) == want, (
             f"Dockerfile ARG {name} defaults to {args.get(name)!r}; the FORK recipe says {want!r}"
@@ -349,7 +355,7 @@ def test_dockerfile_go_version_accepts_checklinkname() -> None:
     assert re.search(r"^FROM golang:\$\{GO_VERSION\}\S* AS build", DOCKERFILE.read_text(), re.M)
 
 
-def test_dockerfile_builds_from_the_module_proxy_without_patching() -> None:
+def test_dockerfile_builds_from_the_pinned_source_without_patching() -> None:
     for path in (DOCKERFILE, BUILD_SCRIPT):
         for line in code_lines(path):
             assert "reservedFDNum" not in line, f"{path.name} patches the source: {line.strip()}"
@@ -363,13 +369,44 @@ def test_dockerfile_builds_from_the_module_proxy_without_patching() -> None:
     for line in code_lines(DOCKERFILE):
         if line.startswith("COPY") and "--from=" not in line:
             sources += [w for w in line.split()[1:-1] if not w.startswith("--")]
-    assert set(sources) <= {"build-fork.sh", "create-topics.sh"}, (
-        f"Dockerfile copies {sources}: the fork must come from the module proxy, not the context"
+    assert set(sources) <= {"build-fork.sh", "create-topics.sh", "*.tar.gz"}, (
+        f"Dockerfile copies {sources}: only the scripts and a source archive placed by the user"
     )
     script = BUILD_SCRIPT.read_text()
-    assert 'go mod download -json "$FORK_MODULE@$FORK_VERSION"' in script
+    assert "go mod download" not in script, "the fork must not come from the module proxy"
+    assert '"-replace=$FORK_MODULE=./src"' in script
+    assert 'sha256sum "$FORK_ARCHIVE"' in script
+    assert 'fetch -q --depth 1 "$FORK_GIT_URL" "$FORK_COMMIT"' in script
     assert '-ldflags="$GO_LDFLAGS"' in script
-    assert "-replace=$FORK_MODULE" not in script, "the fork must not be replaced by a local copy"
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "docker/*.tar.gz" in ignored, "a source archive placed in docker/ must not be committed"
+
+
+def _build_script(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FORK_VERSION": FORK.version}
+    full.update(env)
+    return subprocess.run(
+        ["/bin/sh", str(BUILD_SCRIPT), str(tmp_path / "out")],
+        cwd=tmp_path, env=full, capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def test_build_script_refuses_an_archive_that_is_not_the_pinned_one(tmp_path: Path) -> None:
+    assert FORK.archive is not None
+    archive = tmp_path / "fake.tar.gz"
+    archive.write_bytes(b"not the fork")
+    proc = _build_script(
+        tmp_path, FORK_ARCHIVE=str(archive), FORK_ARCHIVE_SHA256=FORK.archive.sha256
+    )
+    assert proc.returncode == 1
+    assert f"expected {FORK.archive.sha256}" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_build_script_needs_an_archive_or_a_commit(tmp_path: Path) -> None:
+    proc = _build_script(tmp_path)
+    assert proc.returncode == 1
+    assert "set FORK_ARCHIVE (a source .tar.gz) or FORK_COMMIT (to clone)" in proc.stderr
 
 
 def test_dockerfile_final_stage_is_the_slim_nsq_image() -> None:
