@@ -83,11 +83,13 @@ def _fork_like(
     lookupd: str,
     nemeses: dict[str, Nemesis],
     heal_all: Callable[[], Awaitable[None]],
+    topics: tuple[str, str] = (ORDERED, PLAIN),
 ) -> Backend:
     """A backend found through lookupd: an ordered and a plain topic, traced publishes."""
+    ordered, plain = topics
     return Backend(
         name=name,
-        topics={ORDERED: True, PLAIN: False},
+        topics={ordered: True, plain: False},
         make_producer=lambda: Producer(lookupd=lookupd, trace=True, config=CONFIG, retry=RETRY),
         make_consumer=lambda topic: _consumer(topic, lookupd=lookupd),
         nemeses=nemeses,
@@ -274,12 +276,25 @@ async def vanilla_backend(cluster: VanillaCluster, rng: random.Random) -> AsyncI
 
 
 @contextlib.asynccontextmanager
-async def fork_backend(cluster: ForkCluster, partitions: int = 2) -> AsyncIterator[Backend]:
-    """The fork cluster with an ordered and a plain replica-3 topic (created here)."""
-    for topic, ordered in ((ORDERED, True), (PLAIN, False)):
+async def fork_backend(
+    cluster: ForkCluster, partitions: int = 2, *, durable: bool = True
+) -> AsyncIterator[Backend]:
+    """The fork cluster with an ordered and a plain replica-3 topic (created here).
+
+    ``durable`` topics fsync every write before nsqd acknowledges it (``syncdisk=1``); without
+    it the topics keep nsqd's default (sync every 2500 writes), which loses acknowledged
+    writes on a leader crash: ``make chaos`` runs both and prints them side by side.  The two
+    kinds use different topic names (``chaos_ord``/``chaos_plain`` and ``..._default``).
+    """
+    suffix = "" if durable else "_default"
+    ordered_topic, plain_topic = f"{ORDERED}{suffix}", f"{PLAIN}{suffix}"
+    for topic, ordered in ((ordered_topic, True), (plain_topic, False)):
         if topic not in cluster.topics:
             await asyncio.to_thread(
-                cluster.create_topic, topic, partitions, 3, ordered, timeout=180.0
+                functools.partial(
+                    cluster.create_topic, topic, partitions, 3, ordered,
+                    durable=durable, timeout=180.0,
+                )
             )
     lookupd = cluster.lookupd_http
     procs = {p.name: p for p in cluster._procs}
@@ -289,11 +304,11 @@ async def fork_backend(cluster: ForkCluster, partitions: int = 2) -> AsyncIterat
 
     async def writable() -> None:
         """Wait (up to 2 min) until every partition of both topics has a writable leader."""
-        for topic in (ORDERED, PLAIN):
+        for topic in (ordered_topic, plain_topic):
             await asyncio.to_thread(cluster.wait_writable, topic, 120.0)
 
     async def leader_move(rng: random.Random, h: History, hold: float) -> None:
-        topic, p = rng.choice([ORDERED, PLAIN]), rng.randrange(partitions)
+        topic, p = rng.choice([ordered_topic, plain_topic]), rng.randrange(partitions)
         # lookupd refuses a move while it deems the cluster unstable, which it re-evaluates
         # about once a minute: give up after 90 s (a nemesis error, not an event)
         await asyncio.to_thread(cluster.wait_stable, 90.0)
@@ -352,4 +367,5 @@ async def fork_backend(cluster: ForkCluster, partitions: int = 2) -> AsyncIterat
         "lookupd_restart": lookupd_restart,
         "etcd_pause": etcd_pause,
     }
-    yield _fork_like("fork", lookupd, nemeses, heal_all)
+    name = "fork" if durable else "fork-default-topics"
+    yield _fork_like(name, lookupd, nemeses, heal_all, (ordered_topic, plain_topic))

@@ -9,6 +9,10 @@ Bodies are ``key:seq`` (ASCII).  Definitions, per topic:
 
 * **acknowledged**: the publish call returned a result (nsqd said OK);
 * **lost**: acknowledged and never delivered;
+* **overwritten by the server** (a kind of lost, traced publishes only): the acknowledgement
+  named a (partition, offset) that was later delivered with another body, so nsqd gave an
+  acknowledged write's place in its log to another message: the server's loss, not the
+  client's;
 * **duplicates**: deliveries beyond the first of a ``key:seq``;
 * **order violation** (ordered topics): an acknowledged ``key:s`` delivered for the first time
   after an acknowledged ``key:t`` with ``t > s`` had been delivered.  Redelivery after a
@@ -28,7 +32,16 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Delivery", "Fault", "History", "Report", "TopicReport", "check", "parse_body"]
+__all__ = [
+    "Delivery",
+    "Fault",
+    "History",
+    "Report",
+    "TopicReport",
+    "check",
+    "parse_body",
+    "unrecovered_faults",
+]
 
 #: How many examples of each kind of problem a report keeps.
 EXAMPLES = 10
@@ -170,6 +183,8 @@ class TopicReport:
     garbage: int
     #: for the first lost messages: where they were acknowledged and what was delivered around
     lost_context: list[str] = field(default_factory=list)
+    #: the lost messages whose acknowledged (partition, offset) was delivered with another body
+    overwritten: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         """One line of tallies."""
@@ -179,7 +194,8 @@ class TopicReport:
             f"published {self.attempted}, acknowledged {self.acknowledged}, "
             f"publish errors {sum(self.errors.values())} ({errors}), "
             f"consumed {self.consumed} in {self.deliveries} deliveries, "
-            f"lost {len(self.lost)}, duplicates {self.duplicates}, "
+            f"lost {len(self.lost)} (overwritten by the server {len(self.overwritten)}), "
+            f"duplicates {self.duplicates}, "
             f"order violations {len(self.order_violations) if self.ordered else 'n/a'}, "
             f"indeterminate consumed {self.indeterminate_consumed}, garbage {self.garbage}"
         )
@@ -215,6 +231,11 @@ class Report:
         return sum(len(t.lost) for t in self.topics)
 
     @property
+    def overwritten(self) -> int:
+        """Lost messages whose acknowledged log position the server gave to another message."""
+        return sum(len(t.overwritten) for t in self.topics)
+
+    @property
     def order_violations(self) -> int:
         """Order violations over the ordered topics."""
         return sum(len(t.order_violations) for t in self.topics)
@@ -233,7 +254,8 @@ class Report:
             head,
             f"  verdict: {'OK' if self.ok else 'FAILED'}: {self.messages} acknowledged "
             f"messages, {self.events} nemesis events in {self.duration:.1f}s, "
-            f"lost {self.lost}, order violations {self.order_violations}",
+            f"lost {self.lost} (overwritten by the server {self.overwritten}), "
+            f"order violations {self.order_violations}",
             "  events: " + (", ".join(f"{k}={v}" for k, v in sorted(self.fault_counts.items()))),
         ]
         lines += [f"  {t.line()}" for t in self.topics]
@@ -254,6 +276,8 @@ class Report:
             if t.lost:
                 lines.append(f"  LOST on {t.topic} (first {EXAMPLES}): {t.lost[:EXAMPLES]}")
                 lines += [f"    {c}" for c in t.lost_context]
+            for o in t.overwritten[:EXAMPLES]:
+                lines.append(f"  OVERWRITTEN BY THE SERVER on {t.topic}: {o}")
             for v in t.order_violations[:EXAMPLES]:
                 lines.append(f"  ORDER on {t.topic}: {v}")
         lines.append(f"  rerun: NSQ_HA_CHAOS_SEED={self.seed}")
@@ -269,6 +293,7 @@ class Report:
             "fault_counts": self.fault_counts,
             "acknowledged": self.messages,
             "lost": self.lost,
+            "overwritten_by_server": self.overwritten,
             "order_violations": self.order_violations,
             "max_recovery": self.max_recovery,
             "unrecovered": self.unrecovered,
@@ -324,6 +349,38 @@ def _timelines(history: History) -> tuple[Timeline, Timeline]:
     for line in (*acks.values(), *dels.values()):
         line.sort()  # already in order when recorded live: a linear check
     return acks, dels
+
+
+def unrecovered_faults(history: History) -> list[Fault]:
+    """The faults (nemesis errors aside) some partition has not recovered from yet."""
+    acks, dels = _timelines(history)
+    return [
+        f for f in history.faults
+        if f.error is None and _recovery(f, acks, dels)[0] is None
+    ]
+
+
+def _overwritten(
+    history: History, topic: str, lost: list[tuple[str, int]]
+) -> list[str]:
+    """The lost messages whose acknowledged (partition, offset) was delivered with another
+    body: nsqd gave that place in its log to another message."""
+    held: dict[tuple[int | str | None, int], tuple[str, int]] = {}
+    for d in history.deliveries[topic]:
+        if d.offset is not None:
+            held.setdefault((d.partition, d.offset), (d.key, d.seq))
+    out: list[str] = []
+    for item in lost:
+        partition, offset = history.acked[topic][item]
+        if offset is None:
+            continue
+        other = held.get((partition, offset))
+        if other is not None and other != item:
+            out.append(
+                f"{item[0]}:{item[1]} acknowledged at partition {partition} offset {offset}, "
+                f"which was delivered as {other[0]}:{other[1]}"
+            )
+    return out
 
 
 def _recovery(fault: Fault, acks: Timeline, dels: Timeline) -> tuple[float | None, str]:
@@ -404,6 +461,7 @@ def check(history: History, ended: float | None = None) -> Report:
                 indeterminate_consumed=len(consumed & set(failed)),
                 garbage=sum(1 for t, _ in history.garbage if t == topic),
                 lost_context=_lost_context(history, topic, lost),
+                overwritten=_overwritten(history, topic, lost),
             )
         )
     recovery: dict[str, float | None] = {}

@@ -6,7 +6,9 @@ A run has four phases:
 2. **chaos**: the nemesis injects a random fault (chosen with ``random.Random(seed)``), holds
    it, heals it, waits, and again, until the profile's event count is reached and the
    producers have had at least the profile's message count acknowledged;
-3. **recovery**: producers go on for a few seconds with no fault, then stop;
+3. **recovery**: producers go on with no fault for a few seconds, and on until every fault has
+   recovered (acknowledgements and deliveries again on every partition busy before it) or
+   ``recovery_patience`` seconds have passed since the last heal; then they stop;
 4. **drain**: consumers run until every acknowledged message was delivered (or the drain
    timeout passes: what is still missing is then *lost*).
 
@@ -30,7 +32,7 @@ from nsq_ha.consumer import Consumer
 from nsq_ha.errors import NsqError
 from nsq_ha.producer import Producer
 
-from .history import History, Report, check
+from .history import History, Report, check, unrecovered_faults
 
 __all__ = ["PROFILES", "Backend", "Nemesis", "Pace", "Profile", "profile_from_env", "run_chaos"]
 
@@ -54,6 +56,8 @@ class Profile:
     hold: tuple[float, float] = (0.5, 2.5)
     warmup: float = 1.0
     recovery: float = 3.0
+    #: how long after the last heal the recovery phase waits for every fault to recover
+    recovery_patience: float = 45.0
     #: seconds the drain waits with no delivery before it calls what is missing lost
     drain_timeout: float = 60.0
 
@@ -227,7 +231,7 @@ async def run_chaos(backend: Backend, profile: Profile, seed: int) -> Report:
             return sum(len(a) for a in history.acked.values()) >= profile.messages
 
         await _nemesis_loop(backend, profile, rng, history, enough, pace)
-        await asyncio.sleep(profile.recovery)
+        await _recover(history, profile)
         stop.set()
         await _settle(producers, profile.drain_timeout)
         await _drain(history, backend.topics, profile.drain_timeout)
@@ -244,6 +248,19 @@ async def run_chaos(backend: Backend, profile: Profile, seed: int) -> Report:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return check(history, ended)
+
+
+async def _recover(history: History, profile: Profile) -> None:
+    """The recovery phase: ``profile.recovery`` seconds, then on until no fault is left
+    unrecovered or ``profile.recovery_patience`` seconds passed since the last heal."""
+    await asyncio.sleep(profile.recovery)
+    last_heal = max((f.healed or f.started for f in history.faults), default=time.monotonic())
+    while time.monotonic() - last_heal < profile.recovery_patience:
+        pending = unrecovered_faults(history)  # tens of ms on a CI-sized history
+        if not pending:
+            return
+        log.info("recovery: waiting for %d fault(s): %s", len(pending), pending[-1].name)
+        await asyncio.sleep(1.0)
 
 
 async def _settle(producers: Sequence[asyncio.Task[None]], timeout: float) -> None:  # noqa: ASYNC109

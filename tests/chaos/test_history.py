@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .history import Delivery, History, check, parse_body
+from .history import Delivery, History, check, parse_body, unrecovered_faults
 
 ORD, PLAIN = "ord", "plain"
 
@@ -121,6 +121,11 @@ def test_recovery_time_and_unrecovered_faults() -> None:
     assert report.unrecovered
     assert "pause node1" in report.unrecovered[0]
     assert report.fault_counts == {"kill9": 1, "pause": 1}
+    assert unrecovered_faults(h) == [late]
+    h.ack_times.append((h.started + 4.8, ORD, 0))
+    assert unrecovered_faults(h) == [late]  # acknowledged again, but nothing delivered yet
+    h.deliveries[ORD].append(_at(h, 4.9))
+    assert unrecovered_faults(h) == []
 
 
 def _at(h: History, offset: float) -> Delivery:
@@ -146,3 +151,30 @@ def test_a_lost_message_comes_with_the_history_around_it() -> None:
     assert "below: a:0 offset 0" in context
     assert "above: a:2 offset 20" in context
     assert "kill9 node0" in context
+
+
+def test_an_acknowledged_offset_delivered_with_another_body_is_the_servers_loss() -> None:
+    h = _history()
+    _publish(h, PLAIN, "a", range(4))  # offsets 0, 10, 20, 30 on partition 0
+    _deliver(h, PLAIN, "a", [0, 3])
+    h.deliver(PLAIN, b"b:7", 0, 10)  # a:1's acknowledged place now holds b:7
+    h.deliver(PLAIN, b"c:1", 1, 20)  # the same offset on another partition is no overwrite
+    report = check(h)
+    topic = report.topics[1]
+    assert topic.lost == [("a", 1), ("a", 2)]
+    assert topic.overwritten == [
+        "a:1 acknowledged at partition 0 offset 10, which was delivered as b:7"
+    ]
+    assert (report.lost, report.overwritten) == (2, 1)
+    assert not report.ok
+    text = report.render()
+    assert "lost 2 (overwritten by the server 1)" in text
+    assert "OVERWRITTEN BY THE SERVER on plain: a:1" in text
+    assert json.loads(report.dumps())["overwritten_by_server"] == 1
+
+
+def test_redelivery_at_the_acknowledged_offset_is_no_overwrite() -> None:
+    h = _history()
+    _publish(h, ORD, "a", range(2))
+    _deliver(h, ORD, "a", [0, 1, 1])
+    assert check(h).overwritten == 0
