@@ -149,8 +149,15 @@ VANILLA_WORKLOADS = (
     ),
 )
 
-#: fork topics: id -> (partitions, replicas, ordered)
-FORK_TOPICS = {"r1": (1, 1, False), "r3": (1, 3, False), "k4": (4, 1, False), "ord": (1, 1, True)}
+#: fork topics: id -> (partitions, replicas, ordered, durable); a durable topic fsyncs every
+#: write before acknowledging it (syncdisk=1: README, "Durability on the fork")
+FORK_TOPICS = {
+    "r1": (1, 1, False, False),
+    "r3": (1, 3, False, False),
+    "r3d": (1, 3, False, True),
+    "k4": (4, 1, False, False),
+    "ord": (1, 1, True, False),
+}
 
 FORK_WORKLOADS = (
     Workload(
@@ -186,6 +193,25 @@ FORK_WORKLOADS = (
         "r3",
         "pubmany",
         ("nsq_ha", "pynsq", "ansq"),
+        go="writer:100",
+        batch=100,
+        concurrency=4,
+    ),
+    Workload(
+        "fork-pub1-r3d",
+        "fork, replica 3, durable: publish, one message per call (100 concurrent)",
+        "r3d",
+        "pub1",
+        ("nsq_ha",),
+        go="writer:1",
+        slow=True,
+    ),
+    Workload(
+        "fork-pubmany-r3d",
+        "fork, replica 3, durable: publish_many, batches of 100 (4 concurrent)",
+        "r3d",
+        "pubmany",
+        ("nsq_ha",),
         go="writer:100",
         batch=100,
         concurrency=4,
@@ -366,9 +392,11 @@ class Bench:
         self.versions["fork nsqd"] = FORK.version
         with ForkCluster(binaries) as cluster:
             stamp = time.strftime("%H%M%S")
-            for tid, (partitions, replicas, ordered) in FORK_TOPICS.items():
+            for tid, (partitions, replicas, ordered, durable) in FORK_TOPICS.items():
                 name = f"bench_{tid}_{stamp}"
-                cluster.create_topic(name, partitions, replicas, ordered, wait=False)
+                cluster.create_topic(
+                    name, partitions, replicas, ordered, durable=durable, wait=False
+                )
                 self.fork_topics[tid] = name
             for name in self.fork_topics.values():
                 cluster.wait_writable(name)

@@ -58,3 +58,11 @@ def test_a_target_reads_lower_is_better_the_right_way() -> None:
     assert Target("p99", 1.5, 2.0, False, " ms").holds is True
     assert Target("p99", 2.5, 2.0, False, " ms").holds is False
     assert "MISSED" in Target("x", 0.5, 0.9, True, "x").row()
+
+
+def test_a_measurement_without_a_goal_is_reported_not_judged() -> None:
+    durable = Target("durable / default", 0.41, None, True, "x")
+    assert durable.holds is None
+    assert durable.row() == "| durable / default | (measured) | 0.41x | - |"
+    missing = Target("durable / default", None, None, True, "x", "no fork: not built")
+    assert missing.row() == "| durable / default | (measured) | not measured | no fork: not built |"
