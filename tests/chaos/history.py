@@ -93,6 +93,8 @@ class History:
     topics: dict[str, bool]
     seed: int = 0
     started: float = field(default_factory=time.monotonic)
+    #: the wall-clock time of ``started``, to line the report up with log lines
+    started_wall: float = field(default_factory=time.time)
     #: topic -> (key, seq) -> publish outcome: a result tuple (partition, offset) or an error name
     acked: dict[str, dict[tuple[str, int], tuple[int | str | None, int | None]]] = field(
         default_factory=lambda: defaultdict(dict)
@@ -208,6 +210,8 @@ class Report:
     seed: int
     duration: float
     topics: list[TopicReport]
+    #: wall-clock time of +0 s (the offsets in the report count from it)
+    started_wall: float
     faults: list[str]
     fault_counts: dict[str, int]
     nemesis_errors: list[str]
@@ -249,7 +253,8 @@ class Report:
 
     def render(self, backend: str = "") -> str:
         """The report as text (what the test prints, and fails with)."""
-        head = f"chaos report{f' [{backend}]' if backend else ''}: seed={self.seed}"
+        t0 = time.strftime("%H:%M:%S", time.localtime(self.started_wall))
+        head = f"chaos report{f' [{backend}]' if backend else ''}: seed={self.seed}, +0s = {t0}"
         lines = [
             head,
             f"  verdict: {'OK' if self.ok else 'FAILED'}: {self.messages} acknowledged "
@@ -480,6 +485,7 @@ def check(history: History, ended: float | None = None) -> Report:
         seed=history.seed,
         duration=(ended or time.monotonic()) - t0,
         topics=topics,
+        started_wall=history.started_wall,
         faults=[f.describe(t0) for f in history.faults],
         fault_counts=dict(Counter(f.name for f in history.faults if f.error is None)),
         nemesis_errors=[f.describe(t0) for f in history.faults if f.error is not None],
