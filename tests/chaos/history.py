@@ -218,6 +218,9 @@ class Report:
     recovery: dict[str, float | None]
     max_recovery: float | None
     unrecovered: list[str]
+    #: for the slowest recovery: per partition, the last ack/delivery before the fault and the
+    #: first after its heal (offsets from +0 s)
+    slowest_detail: list[str] = field(default_factory=list)
 
     @property
     def events(self) -> int:
@@ -273,6 +276,9 @@ class Report:
             lines.append(
                 "  slowest recoveries: " + "; ".join(f"{k}: {v:.3f}s" for v, k in slowest)
             )
+        if self.slowest_detail:
+            lines.append("  around the slowest recovery (per partition):")
+            lines += [f"    {d}" for d in self.slowest_detail]
         if self.unrecovered:
             lines.append(f"  not recovered by the end: {', '.join(self.unrecovered)}")
         if self.nemesis_errors:
@@ -406,6 +412,23 @@ def _recovery(fault: Fault, acks: Timeline, dels: Timeline) -> tuple[float | Non
     return worst, what
 
 
+def _around(fault: Fault, acks: Timeline, dels: Timeline, t0: float) -> list[str]:
+    """Per partition: the last ack and delivery before ``fault`` and the first after its heal."""
+    healed = fault.healed if fault.healed is not None else fault.started
+    out: list[str] = []
+    for where in sorted({*acks, *dels}, key=str):
+        parts = []
+        for kind, lines in (("ack", acks), ("delivery", dels)):
+            times = lines.get(where, [])
+            i = bisect.bisect_left(times, fault.started)
+            j = bisect.bisect_left(times, healed)
+            before = f"+{times[i - 1] - t0:.3f}s" if i else "none"
+            after = f"+{times[j] - t0:.3f}s" if j < len(times) else "none"
+            parts.append(f"{kind} last before {before}, first after heal {after}")
+        out.append(f"{where[0]}/{where[1]}: " + "; ".join(parts))
+    return out
+
+
 def _offset(d: Delivery) -> int:
     return d.offset or 0
 
@@ -471,6 +494,7 @@ def check(history: History, ended: float | None = None) -> Report:
         )
     recovery: dict[str, float | None] = {}
     unrecovered: list[str] = []
+    slowest: tuple[float, Fault] | None = None
     acks, dels = _timelines(history)
     for fault in history.faults:
         if fault.error is not None:
@@ -480,6 +504,8 @@ def check(history: History, ended: float | None = None) -> Report:
         recovery[label] = value
         if value is None:
             unrecovered.append(label)
+        elif slowest is None or value > slowest[0]:
+            slowest = (value, fault)
     values = [v for v in recovery.values() if v is not None]
     return Report(
         seed=history.seed,
@@ -492,4 +518,7 @@ def check(history: History, ended: float | None = None) -> Report:
         recovery=recovery,
         max_recovery=max(values) if values else None,
         unrecovered=unrecovered,
+        slowest_detail=[] if slowest is None else [
+            f"{slowest[1].describe(t0)}:", *_around(slowest[1], acks, dels, t0)
+        ],
     )

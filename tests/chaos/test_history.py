@@ -115,6 +115,11 @@ def test_recovery_time_and_unrecovered_faults() -> None:
     h.deliveries[ORD].append(_at(h, 4.0))
     report = check(h, ended=h.started + 5)
     assert report.max_recovery == pytest.approx(1.0)
+    assert report.slowest_detail[1:] == [
+        "ord/0: ack last before +1.000s, first after heal +3.500s; "
+        "delivery last before +1.000s, first after heal +4.000s"
+    ]
+    assert "around the slowest recovery" in report.render()
     late = h.fault("pause", "node1")
     late.started, late.healed = h.started + 4.5, h.started + 4.6
     report = check(h, ended=h.started + 5)
