@@ -34,7 +34,16 @@ from nsq_ha.producer import Producer
 
 from .history import History, Report, check, unrecovered_faults
 
-__all__ = ["PROFILES", "Backend", "Nemesis", "Pace", "Profile", "profile_from_env", "run_chaos"]
+__all__ = [
+    "MAX_PERIOD",
+    "PROFILES",
+    "Backend",
+    "Nemesis",
+    "Pace",
+    "Profile",
+    "profile_from_env",
+    "run_chaos",
+]
 
 log = logging.getLogger("nsq_ha.chaos")
 
@@ -104,13 +113,19 @@ class Backend:
     traced: bool = True
 
 
+#: the longest a producer task waits between two publishes: every partition keeps traffic, so
+#: a recovery is measured to within a fraction of a second, never stretched by the pacer
+MAX_PERIOD = 0.5
+
+
 @dataclass
 class Pace:
     """The producers' total publish rate (msgs/s; ``None``: as fast as they can).
 
     The nemesis loop sets it so the profile's messages spread over its events, whatever the
     backend's speed: faults always land on a loaded cluster, and the run is not stretched by
-    a backlog the consumers cannot drain.
+    a backlog the consumers cannot drain.  Each task still publishes at least every
+    :data:`MAX_PERIOD` seconds.
     """
 
     rate: float | None = None
@@ -118,7 +133,18 @@ class Pace:
 
     def period(self) -> float:
         """Seconds between two publishes of one producer task."""
-        return 0.0 if self.rate is None else self.tasks / self.rate
+        return 0.0 if self.rate is None else min(self.tasks / self.rate, MAX_PERIOD)
+
+    @staticmethod
+    def rate_for(
+        profile: Profile, *, acked: int, done: int, elapsed: float, wasted: float
+    ) -> float:
+        """The total rate that spreads what is left of ``profile``'s messages over its events
+        left, from how long an event took so far (``elapsed`` seconds for ``done`` events, less
+        the ``wasted`` seconds of nemeses that failed); 1/20 of the target once it is met."""
+        left_events = max(profile.events - done, 1)
+        cycle = max(elapsed - wasted, 0.1) / done if done else _guess_cycle(profile)
+        return max(profile.messages - acked, profile.messages / 20) / (left_events * cycle)
 
 
 async def _produce(
@@ -175,17 +201,23 @@ async def _nemesis_loop(
         names = [n for n in names if n in only.split(",")]
     done = 0
     began = time.monotonic()
+    wasted = 0.0  # seconds spent in nemeses that failed: not a measure of an event's length
     while done < profile.events or not enough_messages():
-        acked = sum(len(a) for a in history.acked.values())
-        left_events = max(profile.events - done, 1)
-        cycle = (time.monotonic() - began) / done if done else _guess_cycle(profile)
-        pace.rate = max(profile.messages - acked, profile.messages / 20) / (left_events * cycle)
+        pace.rate = Pace.rate_for(
+            profile,
+            acked=sum(len(a) for a in history.acked.values()),
+            done=done,
+            elapsed=time.monotonic() - began,
+            wasted=wasted,
+        )
         name = names[done % len(names)] if done < len(names) else rng.choice(names)
         hold = rng.uniform(*profile.hold)
         before = len(history.faults)
+        tried = time.monotonic()
         try:
             await backend.nemeses[name](rng, history, hold)
         except Exception as exc:  # a nemesis that could not act is reported, not fatal
+            wasted += time.monotonic() - tried
             log.warning("nemesis %s failed: %r", name, exc)
             if len(history.faults) > before:
                 history.faults[-1].error = repr(exc)
