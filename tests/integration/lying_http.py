@@ -54,6 +54,10 @@ class LyingHttpServer:
             await self._handler(head.decode("latin-1"), writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
+        except asyncio.CancelledError:
+            # stopped by __aexit__: end normally, or Python 3.11's start_server logs the
+            # cancelled task as an error
+            pass
         finally:
             self._tasks.discard(task)  # type: ignore[arg-type]
             writer.close()

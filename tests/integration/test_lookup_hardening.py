@@ -26,7 +26,7 @@ from nsq_ha.errors import (
 from nsq_ha.lookup import LookupClient, normalize_lookupd
 from nsq_ha.producer import Producer
 from nsq_ha.testing.process import free_ports
-from nsq_ha.testing.servers import VanillaCluster
+from nsq_ha.testing.servers import ForkCluster, VanillaCluster
 from tests.integration.lying_http import Handler, LyingHttpServer, answer, flood, trickler
 
 SLACK = 2.0  # seconds allowed past a deadline (a loaded machine)
@@ -65,6 +65,25 @@ async def test_a_trickling_lookupd_does_not_hold_back_a_good_one(
         async with asyncio.timeout(timeout + SLACK):
             again = await client.writable(topic, force=True)
         assert again == pmap
+
+
+async def test_a_trickling_seed_does_not_hold_back_the_fork(
+    fork_cluster: ForkCluster, fork_topic4: str
+) -> None:
+    """On the fork, /listlookup names the real lookupds; the trickling seed stays last."""
+    timeout = 3.0
+    async with (
+        LyingHttpServer(trickler()) as slow,
+        LookupClient([slow.url, fork_cluster.lookupd_http], timeout=timeout) as client,
+    ):
+        start = time.monotonic()
+        try:
+            async with asyncio.timeout(timeout + SLACK):
+                pmap = await client.writable(fork_topic4)
+        except TimeoutError:
+            pytest.fail(f"lookup still blocked after {time.monotonic() - start:.1f}s")
+        assert client.lookupds == [fork_cluster.lookupd_http, slow.url]
+        assert [r.partition for r in pmap.routes()] == [0, 1, 2, 3]
 
 
 async def test_a_lookup_against_only_a_trickler_fails_within_its_deadline() -> None:
