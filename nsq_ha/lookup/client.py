@@ -1,12 +1,21 @@
 """LookupClient: find topic partitions through nsqlookupd (fork or vanilla).
 
 * Seeds are nsqlookupd HTTP addresses; ``/listlookup`` finds the rest of a fork's lookupds (404 on
-  vanilla, null on a standalone fork: the seeds are used as they are).
+  vanilla, null on a standalone fork: the seeds are used as they are). Every usable lookupd is
+  asked at once and the first decisive answer wins.
 * ``/lookup?topic=T&access=r|w&metainfo=true`` is asked of every usable lookupd at once and the
-  answers merged (the leader's first).
+  answers merged (the leader's first). Once one lookupd has answered, the others get
+  :data:`ANSWER_GRACE` seconds more: a slow lookupd never holds back the answers of the others
+  (its request goes on in the background until the deadline, and then counts as a failure).
+* Every lookup has an overall deadline, ``timeout`` seconds, discovery and every request
+  included, however slowly a lookupd trickles its answer.
+* Answers are read streaming and refused past ``max_answer_bytes``; the wire module caps what
+  they may hold (:mod:`nsq_ha.lookup.wire`). A lookupd whose answer is refused counts as failed.
 * Refreshes are coalesced: however many callers ask at once, one request per lookupd goes out.
 * A lookupd that fails is skipped until a backoff (doubling, with jitter, capped) has passed.
 * Watched topics are refreshed on a timer with jitter; listeners hear about changed maps.
+* Credentials in a seed (``http://user:secret@host:4161``) are sent as HTTP basic auth, never as
+  part of a URL; reprs, logs and errors show ``http://user:***@host:4161``.
 * All HTTP goes through one ``httpx.AsyncClient``.
 """
 
@@ -14,13 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
 import httpx
 
@@ -29,11 +40,12 @@ from nsq_ha.errors import (
     DiscoveryError,
     LookupdUnavailableError,
     NsqError,
+    RemoteProtocolError,
     TopicNotFoundError,
     TopicNotWritableError,
 )
+from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd
 from nsq_ha.lookup.wire import (
-    V1_ACCEPT,
     Access,
     LookupdError,
     PartitionMap,
@@ -43,31 +55,45 @@ from nsq_ha.lookup.wire import (
     unwrap,
 )
 
-__all__ = ["LookupClient", "normalize_lookupd"]
+__all__ = ["ANSWER_GRACE", "DEFAULT_MAX_ANSWER_BYTES", "LookupClient", "normalize_lookupd"]
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[PartitionMap], Awaitable[None] | None]
+T = TypeVar("T")
+
+#: Seconds the other lookupds get, once one has answered a lookup, to answer too.
+ANSWER_GRACE = 0.5
+#: Default cap on one lookupd answer: a 255-partition fork answer is about 100 KB, and parsing
+#: 512 KiB of the costliest JSON allowed takes ~15 ms of one idle core (the event loop stall).
+DEFAULT_MAX_ANSWER_BYTES = 512 << 10
+_MAX_ANSWER_BYTES_LIMIT = 64 << 20
 
 
-def normalize_lookupd(address: str) -> str:
-    """``host:port`` or ``http://host:port[/]`` -> ``http://host:port``."""
-    addr = address.strip().rstrip("/")
-    if not addr:
-        raise ConfigError("empty nsqlookupd address")
-    if "://" not in addr:
-        addr = f"http://{addr}"
-    url = httpx.URL(addr)
-    if url.scheme not in ("http", "https") or not url.host:
-        raise ConfigError(f"nsqlookupd address must be host:port or an http URL, got {address!r}")
-    return addr
+def _seconds(name: str, value: object) -> float:
+    """A duration option: a finite number of seconds > 0, else :class:`ConfigError`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
 
 
 @dataclass
 class _LookupdState:
-    url: str
+    endpoint: Endpoint
     failures: int = 0
     retry_at: float = 0.0
+
+    @property
+    def url(self) -> str:
+        """The base URL requests go to (no userinfo)."""
+        return self.endpoint.url
+
+    @property
+    def shown(self) -> str:
+        """The base URL for logs, reprs and errors (password redacted)."""
+        return self.endpoint.shown
 
     def usable(self, now: float) -> bool:
         return now >= self.retry_at
@@ -85,24 +111,55 @@ class LookupClient:
         refresh_interval: float = 30.0,
         jitter: float = 0.2,
         max_backoff: float = 60.0,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
-        seed_list = [seeds] if isinstance(seeds, str) else list(seeds)
+        """Validate every option (:class:`ConfigError`) before anything is created.
+
+        ``timeout``: the deadline of one lookup (discovery and every request included), in
+        seconds. ``refresh_interval``: how often watched topics are refreshed. ``jitter``:
+        the random fraction (0 <= j < 1) spread over timers and backoffs. ``max_backoff``: the
+        longest a failing lookupd is skipped. ``max_answer_bytes``: the largest answer read
+        from a lookupd (512 KiB by default, at most 64 MiB).
+        """
+        try:
+            seed_list = [seeds] if isinstance(seeds, str) else list(seeds)
+        except TypeError:
+            raise ConfigError(f"seeds must be addresses, got {type(seeds).__name__}") from None
         if not seed_list:
             raise ConfigError("LookupClient needs at least one nsqlookupd address")
-        if refresh_interval <= 0 or timeout <= 0 or max_backoff <= 0:
-            raise ConfigError("refresh_interval, timeout and max_backoff must be > 0")
-        if not 0 <= jitter < 1:
-            raise ConfigError(f"jitter must be in [0, 1), got {jitter}")
-        self._seeds = list(dict.fromkeys(normalize_lookupd(s) for s in seed_list))
-        self._lookupds = {u: _LookupdState(u) for u in self._seeds}
+        self._timeout = _seconds("timeout", timeout)
+        self.refresh_interval = _seconds("refresh_interval", refresh_interval)
+        self.max_backoff = _seconds("max_backoff", max_backoff)
+        if (
+            isinstance(jitter, bool)
+            or not isinstance(jitter, int | float)
+            or not 0 <= jitter < 1  # also refuses NaN
+        ):
+            raise ConfigError(f"jitter must be a number in [0, 1), got {jitter!r}")
+        self.jitter = float(jitter)
+        if (
+            isinstance(max_answer_bytes, bool)
+            or not isinstance(max_answer_bytes, int)
+            or not 1 <= max_answer_bytes <= _MAX_ANSWER_BYTES_LIMIT
+        ):
+            raise ConfigError(
+                f"max_answer_bytes must be an int in 1..{_MAX_ANSWER_BYTES_LIMIT}, "
+                f"got {max_answer_bytes!r}"
+            )
+        self.max_answer_bytes = max_answer_bytes
+        endpoints: dict[str, Endpoint] = {}
+        for seed in seed_list:
+            endpoint = Endpoint.parse(normalize_lookupd(seed))
+            endpoints.setdefault(endpoint.url, endpoint)
+        self._seeds = list(endpoints)
+        self._seed_endpoints = endpoints
+        self._lookupds = {u: _LookupdState(e) for u, e in endpoints.items()}
         self._owns_http = http is None
-        self._http = http or httpx.AsyncClient(timeout=timeout)
-        self._timeout = timeout
-        self.refresh_interval = refresh_interval
-        self.jitter = jitter
-        self.max_backoff = max_backoff
+        self._http = http or httpx.AsyncClient(timeout=self._timeout)
         self._maps: dict[tuple[str, Access], PartitionMap] = {}
         self._inflight: dict[tuple[str, Access], asyncio.Task[PartitionMap]] = {}
+        #: requests still running after their lookup returned (they end by its deadline)
+        self._stragglers: set[asyncio.Task[object]] = set()
         self._discovered = False
         self._watch: dict[tuple[str, Access], list[Listener]] = {}
         self._timer: asyncio.Task[None] | None = None
@@ -127,53 +184,96 @@ class LookupClient:
         await self.close()
 
     @property
+    def timeout(self) -> float:
+        """The deadline of one lookup, in seconds."""
+        return self._timeout
+
+    @property
     def lookupds(self) -> list[str]:
-        """Known lookupd base URLs (seeds and discovered), leader first when known."""
-        return list(self._lookupds)
+        """Known lookupd base URLs (seeds and discovered), leader first when known.
+
+        Passwords are redacted (``http://user:***@host:4161``).
+        """
+        return [s.shown for s in self._lookupds.values()]
 
     def lookupd_status(self) -> list[tuple[str, int, float]]:
-        """``(url, failures in a row, seconds until it is asked again)`` per known lookupd."""
+        """``(url, failures in a row, seconds until it is asked again)`` per known lookupd.
+
+        The URL is shown as in :attr:`lookupds` (password redacted).
+        """
         now = time.monotonic()
-        return [(s.url, s.failures, max(0.0, s.retry_at - now)) for s in self._lookupds.values()]
+        return [
+            (s.shown, s.failures, max(0.0, s.retry_at - now)) for s in self._lookupds.values()
+        ]
 
     async def close(self) -> None:
-        """Stop the refresh timer and close the HTTP client if this object created it."""
+        """Stop the timer and every request, and close the HTTP client if this object made it."""
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
             self._timer = None
-        for task in list(self._inflight.values()):
+        tasks: list[asyncio.Task[object]] = [*self._inflight.values(), *self._stragglers]
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._owns_http:
             await self._http.aclose()
 
     # -- HTTP -------------------------------------------------------------------------------
 
-    async def _get(self, base: str, path: str, params: dict[str, str] | None = None) -> object:
-        state = self._lookupds.get(base)
-        self.requests_sent[path] = self.requests_sent.get(path, 0) + 1
-        url = f"{base}{path}"
-        try:
-            resp = await self._http.get(url, params=params, headers=dict(V1_ACCEPT))
-        except httpx.HTTPError as exc:
-            if state is not None:
-                self._mark_failed(state, exc)
-            raise LookupdUnavailableError(f"nsqlookupd {base} unreachable: {exc!r}") from exc
-        if state is not None and resp.status_code < 500:
-            state.failures, state.retry_at = 0, 0.0
-        return unwrap(resp.status_code, resp.headers, resp.content, url)
+    async def _ask(
+        self,
+        state: _LookupdState,
+        path: str,
+        params: dict[str, str] | None,
+        parse: Callable[[object], T],
+        deadline: float,
+    ) -> T:
+        """GET ``path`` of one lookupd by ``deadline`` (loop time) and parse the answer.
 
-    def _mark_failed(self, state: _LookupdState, exc: BaseException) -> None:
+        A lookupd that cannot be reached, misses the deadline or sends an answer we refuse is
+        marked failed (backoff); an error status is not (it answered).
+        """
+        self.requests_sent[path] = self.requests_sent.get(path, 0) + 1
+        try:
+            async with asyncio.timeout_at(deadline):
+                answer = await get_answer(
+                    self._http, state.endpoint, path, params, max_bytes=self.max_answer_bytes
+                )
+        except TimeoutError:
+            self._mark_failed(state, "no answer by the deadline")
+            raise LookupdUnavailableError(
+                f"nsqlookupd {state.shown} did not answer {path} within {self._timeout:.1f} s "
+                "(timeout)"
+            ) from None
+        except httpx.HTTPError as exc:
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self._mark_failed(state, reason)
+            raise LookupdUnavailableError(
+                f"nsqlookupd {state.shown} unreachable: {reason}"
+            ) from exc
+        except RemoteProtocolError as exc:
+            self._mark_failed(state, str(exc))
+            raise
+        if answer.status < 500:
+            state.failures, state.retry_at = 0, 0.0
+        try:
+            return parse(unwrap(answer.status, answer.headers, answer.body, state.shown + path))
+        except RemoteProtocolError as exc:
+            self._mark_failed(state, str(exc))
+            raise
+
+    def _mark_failed(self, state: _LookupdState, reason: str) -> None:
         state.failures += 1
-        delay = min(self.max_backoff, 0.5 * 2 ** (state.failures - 1))
+        delay = min(self.max_backoff, 0.5 * 2 ** min(state.failures - 1, 30))
         delay *= 1 + random.uniform(-self.jitter, self.jitter)  # noqa: S311 - jitter, not crypto
         state.retry_at = time.monotonic() + delay
         log.warning(
             "nsqlookupd %s failed (%s); next try in %.1fs (%d failures in a row)",
-            state.url,
-            exc,
+            state.shown,
+            reason,
             delay,
             state.failures,
         )
@@ -186,29 +286,93 @@ class LookupClient:
         # every lookupd is backing off: try the one whose backoff ends first rather than none
         return [min(self._lookupds.values(), key=lambda s: s.retry_at)]
 
+    def _start(
+        self,
+        states: list[_LookupdState],
+        path: str,
+        params: dict[str, str] | None,
+        parse: Callable[[object], T],
+        deadline: float,
+    ) -> list[asyncio.Task[T]]:
+        loop = asyncio.get_running_loop()
+        return [
+            loop.create_task(
+                self._ask(s, path, params, parse, deadline), name=f"nsq_ha-lookupd-{path}"
+            )
+            for s in states
+        ]
+
+    @staticmethod
+    async def _cancel(tasks: Sequence[asyncio.Task[T]]) -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _straggle(self, task: asyncio.Task[object]) -> None:
+        """Let ``task`` run to its deadline (it marks its lookupd failed if it misses it)."""
+        self._stragglers.add(task)
+        task.add_done_callback(self._straggler_done)
+
+    def _straggler_done(self, task: asyncio.Task[object]) -> None:
+        self._stragglers.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a late answer or failure was already accounted for
+
     # -- discovery --------------------------------------------------------------------------
 
     async def discover(self) -> list[str]:
-        """Ask ``/listlookup`` for the fork's lookupds; keep the seeds on vanilla/standalone."""
-        for state in self._usable():
-            try:
-                found = parse_listlookup(await self._get(state.url, "/listlookup"))
-            except LookupdError as exc:
-                if exc.status == 404:  # vanilla nsqlookupd has no /listlookup
-                    log.debug("%s has no /listlookup (vanilla): using the seeds", state.url)
-                    break
-                raise
-            except LookupdUnavailableError:
-                continue
-            if not found:
-                log.debug("%s: /listlookup is null (standalone fork): using the seeds", state.url)
-                break
-            ordered = found + [u for u in self._lookupds if u not in found]
-            self._lookupds = {u: self._lookupds.get(u) or _LookupdState(u) for u in ordered}
-            log.info("nsqlookupd cluster: %s (leader first)", ", ".join(found))
-            break
-        self._discovered = True
+        """Ask ``/listlookup`` for the fork's lookupds; keep the seeds on vanilla/standalone.
+
+        Every usable lookupd is asked at once; the first decisive answer wins (a list, null on
+        a standalone fork, 404 on vanilla). Bounded by ``timeout``.
+        """
+        await self._discover(asyncio.get_running_loop().time() + self._timeout)
         return self.lookupds
+
+    async def _discover(self, deadline: float) -> None:
+        states = self._usable()
+        tasks = self._start(states, "/listlookup", None, parse_listlookup, deadline)
+        first_error: NsqError | None = None
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                try:
+                    found = await next_done
+                except LookupdError as exc:
+                    if exc.status == 404:  # vanilla nsqlookupd has no /listlookup
+                        log.debug("nsqlookupd has no /listlookup (vanilla): using the seeds")
+                        break
+                    first_error = first_error or exc
+                    continue
+                except LookupdUnavailableError:
+                    continue
+                except NsqError as exc:
+                    first_error = first_error or exc
+                    continue
+                if not found:
+                    log.debug("/listlookup is null (standalone fork): using the seeds")
+                    break
+                self._adopt(found)
+                log.info("nsqlookupd cluster: %s (leader first)", ", ".join(found))
+                break
+            else:
+                if first_error is not None:
+                    raise first_error
+        finally:
+            await self._cancel(tasks)
+        self._discovered = True
+
+    def _adopt(self, found: list[str]) -> None:
+        """Use the lookupds ``/listlookup`` named (leader first), then the seeds not named.
+
+        Lookupds discovered before and no longer named are forgotten. A named lookupd that is
+        also a seed keeps the seed's credentials; the others get none.
+        """
+        ordered = found + [u for u in self._seeds if u not in found]
+        self._lookupds = {
+            u: self._lookupds.get(u)
+            or _LookupdState(self._seed_endpoints.get(u) or Endpoint(u, u))
+            for u in ordered
+        }
 
     # -- lookups ----------------------------------------------------------------------------
 
@@ -256,25 +420,17 @@ class LookupClient:
             task.exception()  # retrieved here; every waiter re-raises it from the shield
 
     async def _fetch(self, topic: str, access: Access) -> PartitionMap:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
         if not self._discovered:
             with contextlib.suppress(NsqError):
-                await self.discover()
+                await self._discover(deadline)
         params = {"topic": topic, "access": access, "metainfo": "true"}
-        states = self._usable()
-        answers = await asyncio.gather(
-            *(self._get(s.url, "/lookup", params) for s in states), return_exceptions=True
-        )
-        maps: list[PartitionMap] = []
-        errors: list[BaseException] = []
-        for ans in answers:
-            if isinstance(ans, BaseException):
-                if not isinstance(ans, NsqError):
-                    raise ans
-                errors.append(ans)
-            else:
-                maps.append(parse_lookup(topic, access, ans))
+        parse = functools.partial(parse_lookup, topic, access)
+        answers = await self._gather(self._usable(), "/lookup", params, parse, deadline)
+        maps = [a for a in answers if isinstance(a, PartitionMap)]
         if not maps:
-            raise self._lookup_failure(topic, access, errors)
+            raise self._lookup_failure(topic, access, [a for a in answers if a not in maps])
         merged = merge_maps(maps)
         old = self._maps.get((topic, access))
         self._maps[(topic, access)] = merged
@@ -289,8 +445,55 @@ class LookupClient:
             await self._notify((topic, access), merged)
         return merged
 
+    async def _gather(
+        self,
+        states: list[_LookupdState],
+        path: str,
+        params: dict[str, str] | None,
+        parse: Callable[[object], T],
+        deadline: float,
+    ) -> list[T | NsqError]:
+        """Ask every lookupd of ``states`` at once; their answers or errors, in their order.
+
+        Waits for all of them until one has answered, then :data:`ANSWER_GRACE` more seconds
+        at most: the requests still running then are left out of the result and go on in the
+        background until the deadline.
+        """
+        loop = asyncio.get_running_loop()
+        tasks = self._start(states, path, params, parse, deadline)
+        pending: set[asyncio.Task[T]] = set(tasks)
+        grace_end: float | None = None
+        try:
+            while pending:
+                wait = None if grace_end is None else max(0.0, grace_end - loop.time())
+                done, pending = await asyncio.wait(
+                    pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    break
+                if grace_end is None and any(
+                    not t.cancelled() and t.exception() is None for t in done
+                ):
+                    grace_end = min(deadline, loop.time() + ANSWER_GRACE)
+        except BaseException:
+            await self._cancel(tasks)
+            raise
+        results: list[T | NsqError] = []
+        for task in tasks:
+            if task in pending:
+                self._straggle(task)
+                continue
+            exc = task.exception()
+            if exc is None:
+                results.append(task.result())
+            elif isinstance(exc, NsqError):
+                results.append(exc)
+            else:
+                raise exc
+        return results
+
     @staticmethod
-    def _lookup_failure(topic: str, access: Access, errors: list[BaseException]) -> NsqError:
+    def _lookup_failure(topic: str, access: Access, errors: Sequence[object]) -> NsqError:
         for err in errors:
             # matched on the message: the wrapped envelope reports these as HTTP 500
             msg = err.message if isinstance(err, LookupdError) else ""
@@ -314,6 +517,9 @@ class LookupClient:
                 )
         for err in errors:
             if isinstance(err, LookupdError):
+                return err
+        for err in errors:
+            if isinstance(err, RemoteProtocolError):
                 return err
         detail = "; ".join(str(e) for e in errors) or "no nsqlookupd to ask"
         return LookupdUnavailableError(f"lookup of {topic!r} (access={access}) failed: {detail}")

@@ -5,13 +5,20 @@ Handles both response envelopes (PROTOCOL.md §5.1): the v1 form sent when the r
 HTTP status) and the wrapped form (``{"status_code", "status_txt", "data"}``, errors always 500).
 Fork lookups (``partitions`` map, optional ``meta``) and vanilla lookups (``producers`` only) both
 become a :class:`PartitionMap`.
+
+A lying lookupd cannot make these functions slow or their errors big: answers with more than
+:data:`MAX_JSON_CONTAINERS` objects and arrays are refused before parsing, partition maps are
+capped at :data:`MAX_PARTITIONS`, lookupd lists at :data:`MAX_LOOKUPDS`, and error texts quote
+the answer shortened.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
 import re
+import reprlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
@@ -19,6 +26,9 @@ from typing import Any, Literal, TypedDict
 from nsq_ha.errors import DiscoveryError, RemoteProtocolError
 
 __all__ = [
+    "MAX_JSON_CONTAINERS",
+    "MAX_LOOKUPDS",
+    "MAX_PARTITIONS",
     "V1_ACCEPT",
     "Access",
     "LookupdError",
@@ -39,6 +49,46 @@ V1_ACCEPT: Mapping[str, str] = {"Accept": "application/vnd.nsq; version=1.0"}
 _HOST_CHARS = re.compile(r"[A-Za-z0-9._%:-]+")
 _HOSTNAME = re.compile(r"[A-Za-z0-9._-]+")
 _IPV4_SHAPE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
+_PARTITION_KEY = re.compile(r"0|[1-9][0-9]{0,2}")
+
+#: Partitions a fork topic can have (nsqlookupd's MAX_PARTITION_NUM; ids are 0..254).
+MAX_PARTITIONS = 255
+#: nsqlookupds a ``/listlookup`` answer may name (each one is asked on every lookup).
+MAX_LOOKUPDS = 64
+#: JSON objects and arrays an answer may hold; parsing time grows with them, and a real answer
+#: (255 partitions, a few hundred nodes) holds well under a thousand.
+MAX_JSON_CONTAINERS = 10_000
+#: Longest lookupd error message kept (the rest is cut).
+MAX_MESSAGE = 512
+
+
+
+class _BriefRepr(reprlib.Repr):
+    """reprlib without sorting dicts (sorting a huge one is the slow part)."""
+
+    def repr_dict(self, x: dict[Any, Any], level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        pieces = [
+            f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
+            for k, v in itertools.islice(x.items(), self.maxdict)
+        ]
+        if len(x) > self.maxdict:
+            pieces.append("...")
+        return "{" + ", ".join(pieces) + "}"
+
+
+_brief_repr = _BriefRepr()
+_brief_repr.maxstring = _brief_repr.maxother = 120
+_brief_repr.maxdict = _brief_repr.maxlist = 6
+_brief_repr.maxlevel = 3
+
+
+def _brief(value: object) -> str:
+    """A short repr of part of an answer, for error texts (cheap even for a huge value)."""
+    return _brief_repr.repr(value)
 
 
 def _is_host(host: object) -> bool:
@@ -65,6 +115,8 @@ class LookupdError(DiscoveryError):
     """nsqlookupd answered with an error status (``.status``, ``.message``)."""
 
     def __init__(self, status: int, message: str, url: str = "") -> None:
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE] + f"... ({len(message)} characters)"
         super().__init__(f"nsqlookupd {url} answered {status}: {message}".replace("  ", " "))
         self.status = status
         self.message = message
@@ -114,18 +166,18 @@ class NodeInfo:
     def from_wire(cls, raw: object) -> NodeInfo:
         """Build from a node object; raise :class:`RemoteProtocolError` if it is malformed."""
         if not isinstance(raw, dict):
-            raise RemoteProtocolError(f"lookup node is not an object: {raw!r}")
+            raise RemoteProtocolError(f"lookup node is not an object: {_brief(raw)}")
         node: _NodeWire = raw  # type: ignore[assignment]
         try:
             host = node["broadcast_address"]
             tcp, http = node["tcp_port"], node.get("http_port", 0)
         except KeyError as exc:
-            raise RemoteProtocolError(f"lookup node lacks {exc.args[0]!r}: {raw!r}") from None
+            raise RemoteProtocolError(f"lookup node lacks {exc.args[0]!r}: {_brief(raw)}") from None
         if not _is_host(host):
-            raise RemoteProtocolError(f"lookup node has a bad broadcast_address: {raw!r}")
+            raise RemoteProtocolError(f"lookup node has a bad broadcast_address: {_brief(raw)}")
         for port, low in ((tcp, 1), (http, 0)):  # http_port 0: not announced
             if isinstance(port, bool) or not isinstance(port, int) or not low <= port <= 65535:
-                raise RemoteProtocolError(f"lookup node has a bad port: {raw!r}")
+                raise RemoteProtocolError(f"lookup node has a bad port: {_brief(raw)}")
         return cls(
             broadcast_address=host,
             tcp_port=tcp,
@@ -150,12 +202,12 @@ class TopicMeta:
     @classmethod
     def from_wire(cls, raw: object) -> TopicMeta:
         if not isinstance(raw, dict):
-            raise RemoteProtocolError(f"lookup meta is not an object: {raw!r}")
+            raise RemoteProtocolError(f"lookup meta is not an object: {_brief(raw)}")
         num, replica = raw.get("partition_num", 0), raw.get("replica", 0)
-        if not isinstance(num, int) or isinstance(num, bool) or num < 0:
-            raise RemoteProtocolError(f"lookup meta has a bad partition_num: {raw!r}")
+        if not isinstance(num, int) or isinstance(num, bool) or not 0 <= num <= MAX_PARTITIONS:
+            raise RemoteProtocolError(f"lookup meta has a bad partition_num: {_brief(raw)}")
         if not isinstance(replica, int) or isinstance(replica, bool):
-            raise RemoteProtocolError(f"lookup meta has a bad replica: {raw!r}")
+            raise RemoteProtocolError(f"lookup meta has a bad replica: {_brief(raw)}")
         flags = {
             k: bool(raw.get(k, False))
             for k in ("ordered", "extend_support", "multi_part", "disable_channel_auto_create")
@@ -219,6 +271,11 @@ def unwrap(status: int, headers: Mapping[str, str], body: bytes, url: str = "") 
 
     An empty successful body (a null result) gives ``None``.
     """
+    if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
+        raise RemoteProtocolError(
+            f"nsqlookupd {url} answered {len(body)} bytes with more than "
+            f"{MAX_JSON_CONTAINERS} JSON containers (objects and arrays): refused unparsed"
+        )
     text = body.decode("utf-8", "replace").strip()
     data: Any = None
     if text:
@@ -249,7 +306,7 @@ def _node_list(raw: object, what: str) -> tuple[NodeInfo, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise RemoteProtocolError(f"lookup {what} is not a list: {raw!r}")
+        raise RemoteProtocolError(f"lookup {what} is not a list: {_brief(raw)}")
     # lookupd lists producers in any order; sorted, equal answers give equal maps
     return tuple(sorted((NodeInfo.from_wire(n) for n in raw), key=lambda n: n.address))
 
@@ -259,24 +316,29 @@ def parse_lookup(topic: str, access: Access, result: object) -> PartitionMap:
     if result is None:
         result = {}
     if not isinstance(result, dict):
-        raise RemoteProtocolError(f"lookup of {topic!r} is not an object: {result!r}")
+        raise RemoteProtocolError(f"lookup of {topic!r} is not an object: {_brief(result)}")
     fork = "partitions" in result
     partitions: dict[int, NodeInfo] = {}
     raw_parts = result.get("partitions")
     if raw_parts is not None:
         if not isinstance(raw_parts, dict):
-            raise RemoteProtocolError(f"lookup partitions is not an object: {raw_parts!r}")
+            raise RemoteProtocolError(f"lookup partitions is not an object: {_brief(raw_parts)}")
+        if len(raw_parts) > MAX_PARTITIONS:
+            raise RemoteProtocolError(
+                f"lookup of {topic!r} names {len(raw_parts)} partitions, over the limit "
+                f"of {MAX_PARTITIONS}"
+            )
         for key, node in raw_parts.items():
-            try:
-                pid = int(key)
-            except (TypeError, ValueError):
-                raise RemoteProtocolError(f"lookup partition id {key!r} is not a number") from None
-            if not 0 <= pid <= 254:
+            # canonical decimals only: "1" and "01" naming one partition would be ambiguous
+            if not isinstance(key, str) or _PARTITION_KEY.fullmatch(key) is None:
+                raise RemoteProtocolError(f"lookup partition id {_brief(key)} is not a number")
+            pid = int(key)
+            if pid >= MAX_PARTITIONS:
                 raise RemoteProtocolError(f"lookup partition id {pid} is out of range")
             partitions[pid] = NodeInfo.from_wire(node)
     channels = result.get("channels") or []
     if not isinstance(channels, list):
-        raise RemoteProtocolError(f"lookup channels is not a list: {channels!r}")
+        raise RemoteProtocolError(f"lookup channels is not a list: {_brief(channels)}")
     meta_raw = result.get("meta")
     return PartitionMap(
         topic=topic,
@@ -294,29 +356,37 @@ def parse_listlookup(result: object) -> list[str]:
     if result is None:
         return []
     if not isinstance(result, dict):
-        raise RemoteProtocolError(f"listlookup is not an object: {result!r}")
+        raise RemoteProtocolError(f"listlookup is not an object: {_brief(result)}")
     nodes: list[object] = []
     if result.get("lookupdleader"):
         nodes.append(result["lookupdleader"])
     more = result.get("lookupdnodes") or []
     if not isinstance(more, list):
-        raise RemoteProtocolError(f"listlookup lookupdnodes is not a list: {more!r}")
+        raise RemoteProtocolError(f"listlookup lookupdnodes is not a list: {_brief(more)}")
     nodes.extend(more)
+    if len(nodes) > MAX_LOOKUPDS + 1:  # the leader is listed again among the nodes
+        raise RemoteProtocolError(
+            f"listlookup names {len(nodes)} lookupds, over the limit of {MAX_LOOKUPDS}"
+        )
     urls: list[str] = []
     for node in nodes:
         if not isinstance(node, dict) or not node.get("NodeIP") or not node.get("HttpPort"):
-            raise RemoteProtocolError(f"listlookup node is malformed: {node!r}")
+            raise RemoteProtocolError(f"listlookup node is malformed: {_brief(node)}")
         host, port = node["NodeIP"], node["HttpPort"]
         if not _is_host(host):
-            raise RemoteProtocolError(f"listlookup node has a bad NodeIP: {node!r}")
+            raise RemoteProtocolError(f"listlookup node has a bad NodeIP: {_brief(node)}")
         # the fork sends the port as a decimal string; accept a JSON number too
         if isinstance(port, str) and port.isascii() and port.isdigit() and len(port) <= 5:
             port = int(port)
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise RemoteProtocolError(f"listlookup node has a bad HttpPort: {node!r}")
+            raise RemoteProtocolError(f"listlookup node has a bad HttpPort: {_brief(node)}")
         url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         if url not in urls:
             urls.append(url)
+    if len(urls) > MAX_LOOKUPDS:
+        raise RemoteProtocolError(
+            f"listlookup names {len(urls)} lookupds, over the limit of {MAX_LOOKUPDS}"
+        )
     return urls
 
 

@@ -1,0 +1,113 @@
+"""One bounded GET to an nsqlookupd: capped size, no content decoding, credentials apart.
+
+The caller bounds the time (``asyncio.timeout``); this module bounds the memory: the body is
+read as it streams in and reading stops as soon as it passes ``max_bytes`` (a declared
+``Content-Length`` over the cap is refused before any of the body is read). ``identity`` is
+asked for and any other ``Content-Encoding`` refused, so a small compressed answer cannot
+expand into a big one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import httpx
+
+from nsq_ha.errors import ConfigError, RemoteProtocolError
+from nsq_ha.lookup.wire import V1_ACCEPT
+from nsq_ha.redact import redact_url, split_credentials
+
+__all__ = ["Answer", "Endpoint", "get_answer", "normalize_lookupd"]
+
+_HEADERS = {**V1_ACCEPT, "Accept-Encoding": "identity"}
+
+
+def normalize_lookupd(address: str) -> str:
+    """``host:port`` or ``http://host:port[/]`` -> ``http://host:port`` (userinfo kept).
+
+    A refused address is quoted redacted in the :class:`ConfigError`.
+    """
+    if not isinstance(address, str):
+        raise ConfigError(f"nsqlookupd address must be a string, got {type(address).__name__}")
+    addr = address.strip().rstrip("/")
+    if not addr:
+        raise ConfigError("empty nsqlookupd address")
+    if "://" not in addr:
+        addr = f"http://{addr}"
+    try:
+        url = httpx.URL(addr)
+    except httpx.InvalidURL:
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.host:
+        raise ConfigError(
+            f"nsqlookupd address must be host:port or an http URL, got {redact_url(address)!r}"
+        )
+    return addr
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An nsqlookupd base URL as requested (no userinfo), shown (redacted), and its auth."""
+
+    url: str
+    shown: str
+    auth: httpx.BasicAuth | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, address: str) -> Endpoint:
+        """Split ``http://user:secret@host:port`` into the bare URL and basic auth."""
+        bare, credentials = split_credentials(address)
+        if credentials is None:
+            return cls(bare, bare)
+        return cls(bare, redact_url(address), httpx.BasicAuth(*credentials))
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An nsqlookupd answer, whole and under the size cap."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+async def get_answer(
+    http: httpx.AsyncClient,
+    endpoint: Endpoint,
+    path: str,
+    params: Mapping[str, str] | None,
+    *,
+    max_bytes: int,
+) -> Answer:
+    """GET ``path`` of ``endpoint``; :class:`RemoteProtocolError` past ``max_bytes``.
+
+    httpx errors (connect, read, protocol) propagate as they are.
+    """
+    where = f"nsqlookupd {endpoint.shown}{path}"
+    auth = endpoint.auth if endpoint.auth is not None else httpx.USE_CLIENT_DEFAULT
+    request = http.build_request("GET", endpoint.url + path, params=params, headers=_HEADERS)
+    response = await http.send(request, auth=auth, stream=True)
+    try:
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise RemoteProtocolError(
+                f"{where} answered with content-encoding {encoding[:40]!r} (identity was asked)"
+            )
+        declared = response.headers.get("content-length", "").strip()
+        if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
+            raise RemoteProtocolError(
+                f"{where} announced a {int(declared)}-byte answer, over the limit of "
+                f"{max_bytes} bytes (max_answer_bytes)"
+            )
+        body = bytearray()
+        async for chunk in response.aiter_raw():
+            body += chunk
+            if len(body) > max_bytes:
+                raise RemoteProtocolError(
+                    f"{where} answered more than {max_bytes} bytes, over the limit "
+                    "(max_answer_bytes): the rest was not read"
+                )
+        return Answer(response.status_code, response.headers, bytes(body))
+    finally:
+        await response.aclose()

@@ -1,0 +1,41 @@
+"""Credentials in URLs: show them redacted, send them apart (pure functions).
+
+``http://user:secret@host:4161`` is shown as ``http://user:***@host:4161`` (a user-only
+userinfo, often a token, as ``http://***@host:4161``) and requested as ``http://host:4161``
+with HTTP basic auth, so that no URL that reaches a log, a repr or an exception text (ours or
+httpx's) carries the secret.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+__all__ = ["redact_url", "split_credentials"]
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password (or a user-only userinfo) replaced by ``***``.
+
+    Works on any string, parseable or not: everything between ``scheme://`` (or the start) and
+    the last ``@`` is userinfo. A string without ``@`` is returned unchanged.
+    """
+    scheme_end = url.find("://")
+    start = scheme_end + 3 if scheme_end >= 0 else 0
+    at = url.rfind("@")
+    if at < start:
+        return url
+    userinfo = url[start:at]
+    user, colon, _password = userinfo.partition(":")
+    shown = f"{user}:***" if colon else "***"
+    return url[:start] + shown + url[at:]
+
+
+def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``(url without userinfo, (user, password))``, decoded; ``None`` when there is none.
+
+    Raises :class:`httpx.InvalidURL` if ``url`` cannot be parsed.
+    """
+    parsed = httpx.URL(url)
+    if not parsed.userinfo:
+        return url, None
+    return str(parsed.copy_with(userinfo=b"")), (parsed.username, parsed.password)

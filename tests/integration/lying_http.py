@@ -1,0 +1,112 @@
+"""A scripted HTTP server on 127.0.0.1 (port 0) that plays a misbehaving nsqlookupd.
+
+Each connection's request head is read and recorded, then ``handler(head, writer)`` writes
+whatever answer the test wants (slowly, hugely, wrongly) and the connection is closed. Every
+loop in the handlers below is bounded, and leaving the ``async with`` cancels them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Self
+
+Handler = Callable[[str, asyncio.StreamWriter], Awaitable[None]]
+
+
+class LyingHttpServer:
+    """``async with LyingHttpServer(handler) as server``: ``server.url``, ``server.requests``."""
+
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: the request heads received (request line and headers), in order
+        self.requests: list[str] = []
+        self.url = ""
+
+    async def __aenter__(self) -> Self:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)  # type: ignore[arg-type]
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            self.requests.append(head.decode("latin-1"))
+            await self._handler(head.decode("latin-1"), writer)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            # stopped by __aexit__: end normally, or Python 3.11's start_server logs the
+            # cancelled task as an error
+            pass
+        finally:
+            self._tasks.discard(task)  # type: ignore[arg-type]
+            writer.close()
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                await writer.wait_closed()
+
+
+def head(status: str = "200 OK", *, length: int | None = None, extra: str = "") -> bytes:
+    """A response head; no ``length`` means the body runs until the connection closes."""
+    lines = [f"HTTP/1.1 {status}", "Content-Type: application/json", "Connection: close"]
+    if length is not None:
+        lines.append(f"Content-Length: {length}")
+    return ("\r\n".join(lines) + "\r\n" + extra + "\r\n").encode()
+
+
+def trickler(interval: float = 0.05, limit: int = 20_000) -> Handler:
+    """Answer one byte every ``interval`` s: a valid head, then a body that never ends."""
+
+    async def handle(_head: str, writer: asyncio.StreamWriter) -> None:
+        data = head(length=10_000_000) + b" " * limit
+        for i in range(len(data)):
+            writer.write(data[i : i + 1])
+            await writer.drain()
+            await asyncio.sleep(interval)
+
+    return handle
+
+
+def flood(prefix: bytes, *, total: int, length: int | None = None) -> Handler:
+    """Answer 200 with ``prefix`` and then filler up to ``total`` bytes, in 64 KiB writes."""
+
+    async def handle(_head: str, writer: asyncio.StreamWriter) -> None:
+        writer.write(head(length=length) + prefix)
+        chunk = b"a" * 65536
+        sent = len(prefix)
+        while sent < total:
+            writer.write(chunk)
+            await writer.drain()
+            sent += len(chunk)
+
+    return handle
+
+
+def answer(body: object, status: str = "200 OK", *, extra: str = "") -> Handler:
+    """Answer at once with ``body`` (JSON-encoded unless it is bytes)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+
+    async def handle(_head: str, writer: asyncio.StreamWriter) -> None:
+        writer.write(head(status, length=len(data), extra=extra) + data)
+        await writer.drain()
+
+    return handle
