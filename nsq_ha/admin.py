@@ -30,7 +30,7 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import LookupClient
-from nsq_ha.lookup.client import normalize_lookupd
+from nsq_ha.lookup.http import Endpoint, normalize_lookupd
 from nsq_ha.lookup.wire import (
     V1_ACCEPT,
     LookupdError,
@@ -140,11 +140,22 @@ class LookupdAdmin:
         seeds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
         if not seeds:
             raise ConfigError("LookupdAdmin needs at least one nsqlookupd address")
-        self._seeds = [normalize_lookupd(s) for s in seeds]
+        normalized = [normalize_lookupd(s) for s in seeds]
+        #: bare base URL -> endpoint (a seed's credentials travel as basic auth, never in a URL)
+        self._endpoints = {e.url: e for e in map(Endpoint.parse, normalized)}
+        self._seeds = list(self._endpoints)
         self._http = httpx.AsyncClient(timeout=timeout)
-        self.lookup = LookupClient(self._seeds, http=self._http, timeout=timeout)
+        self.lookup = LookupClient(normalized, http=self._http, timeout=timeout)
         self._leader: str | None = None
         self._vanilla = False
+
+    def __repr__(self) -> str:
+        seeds = ", ".join(e.shown for e in self._endpoints.values())
+        return f"<LookupdAdmin [{seeds}] leader={self._shown(self._leader)}>"
+
+    def _shown(self, base: str | None) -> str | None:
+        endpoint = self._endpoints.get(base) if base is not None else None
+        return endpoint.shown if endpoint is not None else base
 
     async def __aenter__(self) -> Self:
         return self
@@ -163,12 +174,21 @@ class LookupdAdmin:
     async def _request(
         self, method: str, base: str, path: str, params: dict[str, str] | None = None
     ) -> object:
-        url = f"{base}{path}"
+        endpoint = self._endpoints.get(base)
+        auth = endpoint.auth if endpoint is not None else None
+        shown = self._shown(base)
         try:
-            resp = await self._http.request(method, url, params=params, headers=dict(V1_ACCEPT))
+            resp = await self._http.request(
+                method,
+                f"{base}{path}",
+                params=params,
+                headers=dict(V1_ACCEPT),
+                auth=auth if auth is not None else httpx.USE_CLIENT_DEFAULT,
+            )
         except httpx.HTTPError as exc:
-            raise LookupdUnavailableError(f"nsqlookupd {base} unreachable: {exc!r}") from exc
-        return unwrap(resp.status_code, resp.headers, resp.content, url)
+            # the URL sent holds no credentials, so httpx's text may be shown as it is
+            raise LookupdUnavailableError(f"nsqlookupd {shown} unreachable: {exc!r}") from exc
+        return unwrap(resp.status_code, resp.headers, resp.content, f"{shown}{path}")
 
     async def leader(self) -> str:
         """The leader nsqlookupd's HTTP URL (the first seed on vanilla or standalone lookupd)."""

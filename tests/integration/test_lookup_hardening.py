@@ -15,6 +15,7 @@ import tracemalloc
 
 import pytest
 
+from nsq_ha.admin import LookupdAdmin
 from nsq_ha.consumer import Consumer
 from nsq_ha.errors import (
     ConfigError,
@@ -277,3 +278,31 @@ async def test_a_token_only_userinfo_is_hidden_too(caplog: pytest.LogCaptureFixt
     for text in shown:
         assert SECRET not in text
     assert f"http://***@127.0.0.1:{dead_port}" in client.lookupds
+
+
+async def test_the_admin_client_keeps_lookupd_credentials_out_of_urls_logs_and_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """LookupdAdmin sends a seed's password as HTTP basic auth, and shows it nowhere: not in
+    httpx's request log lines, not in its errors (unreachable or refused)."""
+    caplog.set_level(logging.DEBUG)
+    (dead_port,) = free_ports(1)
+    refused = answer({"message": "INTERNAL_ERROR"}, "500 Internal Server Error")
+    texts: list[str] = []
+    async with LyingHttpServer(refused) as failing:
+        for seed in (
+            f"http://user:{SECRET}@127.0.0.1:{dead_port}",
+            failing.url.replace("http://", f"http://user:{SECRET}@"),
+        ):
+            async with LookupdAdmin(seed, timeout=2) as admin:
+                with pytest.raises(NsqError) as info:
+                    await admin.create_topic("admin_hardening", wait=False)
+                texts += [_texts(info.value), repr(admin)]
+        token = base64.b64encode(f"user:{SECRET}".encode()).decode()
+        assert failing.requests
+        assert all(f"authorization: basic {token}".lower() in r.lower() for r in failing.requests)
+        assert all(SECRET not in r.split("\r\n", 1)[0] for r in failing.requests)  # not in URLs
+    texts += [caplog.text, *(str(r.args) for r in caplog.records)]
+    for text in texts:
+        assert SECRET not in text
+    assert any("user:***@127.0.0.1" in t for t in texts)
