@@ -140,7 +140,18 @@ class StreamTransport:
             return await self._reader.readexactly(count)
 
     async def read(self) -> bytes:
-        """Return the next plain bytes (never empty), or ``b""`` when the peer closed."""
+        """Return the next plain bytes (never empty), or ``b""`` when the peer closed.
+
+        With compression, at most one bounded slice is returned per call, and a slice decoded
+        from input already received is returned only after the event loop has run once: a
+        compression bomb neither fills memory nor stalls other tasks.
+        """
+        codec = self._codec
+        if codec is not None and codec.pending:
+            await asyncio.sleep(0)  # one slice per loop turn
+            data = codec.decompress(b"")
+            if data:
+                return data
         while True:
             with map_exceptions(f"reading from {self.address}"):
                 raw = await self._reader.read(READ_SIZE)

@@ -6,6 +6,7 @@ Durations are float seconds; the IDENTIFY body (milliseconds on the wire) is pro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import socket
 import ssl
@@ -13,23 +14,49 @@ from dataclasses import dataclass
 
 from nsq_ha._version import __version__
 from nsq_ha.errors import ConfigError
-from nsq_ha.protocol.identify import ExtFilter, IdentifyRequest, build_identify
+from nsq_ha.protocol.identify import MAX_DURATION_MS, ExtFilter, IdentifyRequest, build_identify
 
-__all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_MSG_SIZE", "ConnectionConfig"]
+__all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_MSG_SIZE", "MAX_DURATION", "ConnectionConfig"]
 
 #: nsqd's default ``--max-msg-size``.
 DEFAULT_MAX_MSG_SIZE = 1024 * 1024
 #: nsqd's default ``--max-body-size``.
 DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
+#: Longest duration option accepted, in seconds (2**31 - 1 ms, about 24.8 days): anything
+#: longer is no deadline at all, and nsqd could not read it as milliseconds.
+MAX_DURATION = MAX_DURATION_MS / 1000
+_REDACTED = "<redacted>"
 
 
 def _positive(value: object, what: str) -> float:
-    """Return ``value`` if it is a finite number of seconds above 0, else raise ConfigError."""
+    """Return ``value`` if it is a finite number of seconds in (0, MAX_DURATION]."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{what} must be a number of seconds, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{what} must be a finite number of seconds above 0, got {value!r}")
+    if not (math.isfinite(value) and 0 < value <= MAX_DURATION):
+        raise ConfigError(
+            f"{what} must be a finite number of seconds above 0 and at most {MAX_DURATION}, "
+            f"got {value!r}"
+        )
     return float(value)
+
+
+def _check_secret(secret: object) -> None:
+    """Refuse an AUTH secret that cannot be sent; the error never shows the secret."""
+    if secret is None:
+        return
+    if isinstance(secret, str):
+        try:
+            raw = secret.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(
+                "auth_secret is not encodable as UTF-8 (the value is not shown)"
+            ) from None
+    elif isinstance(secret, bytes):
+        raw = secret
+    else:
+        raise ConfigError(f"auth_secret must be str or bytes, not {type(secret).__name__}")
+    if not raw:
+        raise ConfigError("auth_secret must not be empty (use None for no AUTH)")
 
 
 def _size(value: object, what: str, minimum: int) -> int:
@@ -51,14 +78,22 @@ class ConnectionConfig:
 
     Upgrades: ``tls`` (an ``ssl.SSLContext``; the connection fails if nsqd does not agree to
     TLS), ``tls_server_hostname`` (defaults to the host connected to), ``snappy`` or
-    ``deflate`` (+ ``deflate_level``); ``auth_secret`` is sent when nsqd says
-    ``auth_required``.
+    ``deflate`` (+ ``deflate_level``).
+
+    AUTH: ``auth_secret`` is sent when nsqd says ``auth_required``, and by default only over
+    TLS: on a plaintext connection the handshake fails with HandshakeError and the secret is
+    not sent, because any host that lookupd names (or anyone on the path) could claim
+    ``auth_required`` and read it. ``allow_plaintext_auth=True`` sends it in clear text anyway
+    (only for a trusted network: the secret can be sniffed or phished). The secret never
+    appears in ``repr``, logs or exception texts.
 
     Limits checked before sending: ``max_msg_size`` and ``max_body_size`` (nsqd's
     ``--max-msg-size``/``--max-body-size``; defaults are nsqd's). Timeouts in seconds:
     ``connect_timeout`` (TCP + handshake), ``command_timeout`` (default for a response),
-    ``close_timeout`` (CLS and in-flight work at close). ``write_buffer_limit`` is the
-    socket-buffer high-water mark above which senders wait.
+    ``close_timeout`` (CLS and in-flight work at close); each is a finite number of seconds
+    above 0 and at most :data:`MAX_DURATION`, and ``command_timeout`` also bounds the wait
+    for a full socket buffer to drain. ``write_buffer_limit`` is the socket-buffer high-water
+    mark above which senders wait.
     """
 
     client_id: str | None = None
@@ -78,6 +113,7 @@ class ConnectionConfig:
     deflate: bool = False
     deflate_level: int = 6
     auth_secret: str | bytes | None = None
+    allow_plaintext_auth: bool = False
     max_msg_size: int = DEFAULT_MAX_MSG_SIZE
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
     connect_timeout: float = 10.0
@@ -89,14 +125,26 @@ class ConnectionConfig:
         """Check every value; a bad one raises ConfigError naming it."""
         if self.tls is not None and not isinstance(self.tls, ssl.SSLContext):
             raise ConfigError(f"tls must be an ssl.SSLContext, not {type(self.tls).__name__}")
-        if self.auth_secret is not None and not self.auth_secret:
-            raise ConfigError("auth_secret must not be empty (use None for no AUTH)")
+        _check_secret(self.auth_secret)
+        if not isinstance(self.allow_plaintext_auth, bool):
+            raise ConfigError("allow_plaintext_auth must be a bool")
         _size(self.max_msg_size, "max_msg_size", 1)
         _size(self.max_body_size, "max_body_size", 1)
         _size(self.write_buffer_limit, "write_buffer_limit", 1024)
         for name in ("connect_timeout", "command_timeout", "close_timeout"):
             _positive(getattr(self, name), name)
         self.to_identify()  # build_identify raises InvalidArgumentError (a ConfigError)
+
+    def __repr__(self) -> str:
+        """Every field, with the AUTH secret redacted."""
+        shown = []
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if item.name == "auth_secret" and value is not None:
+                shown.append(f"auth_secret={_REDACTED}")
+            else:
+                shown.append(f"{item.name}={value!r}")
+        return f"ConnectionConfig({', '.join(shown)})"
 
     @property
     def heartbeats_enabled(self) -> bool:

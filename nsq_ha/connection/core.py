@@ -10,10 +10,14 @@
   ``E_FIN_FAILED``/``E_REQ_FAILED``/``E_TOUCH_FAILED``, which belong to commands without a
   success answer and go to ``on_error`` (§11); message frames are decoded with the format the
   subscribe command chose and go to ``on_message`` or :meth:`NsqdConnection.messages`;
-* **liveness**: no bytes from nsqd for two heartbeat intervals means a dead peer
-  (:class:`~nsq_ha.errors.NsqTimeoutError` to every waiter);
+* **liveness**: no complete frame from nsqd for two heartbeat intervals means a dead peer
+  (:class:`~nsq_ha.errors.NsqTimeoutError` to every waiter); bytes that complete no frame
+  (a trickle) do not count;
+* **flow control on receipt**: messages beyond the RDY given close the connection with
+  :class:`~nsq_ha.errors.RemoteProtocolError` (:mod:`nsq_ha.protocol.flow`), so a server
+  ignoring RDY cannot make the client buffer without limit;
 * **writes** queued in one event-loop turn go out as one write; senders wait while the socket
-  buffer is above ``write_buffer_limit``;
+  buffer is above ``write_buffer_limit``, and that wait counts in the command's timeout;
 * **states** live in :mod:`nsq_ha.protocol.state`: an illegal command or move raises
   :class:`~nsq_ha.errors.LocalProtocolError` before anything is sent.
 
@@ -34,13 +38,13 @@ from typing import Any, Self
 
 from nsq_ha.connection.config import ConnectionConfig
 from nsq_ha.connection.handshake import Handshake
+from nsq_ha.connection.writer import CommandWriter
 from nsq_ha.errors import (
     BrokerError,
     ConfigError,
     ConnectionClosedError,
     LocalProtocolError,
     MessageCommandError,
-    NsqConnectionError,
     NsqError,
     NsqTimeoutError,
     RemoteProtocolError,
@@ -49,7 +53,6 @@ from nsq_ha.protocol.commands import (
     StartPosition,
     encode_cls,
     encode_fin,
-    encode_nop,
     encode_rdy,
     encode_req,
     encode_sub,
@@ -57,6 +60,7 @@ from nsq_ha.protocol.commands import (
     encode_sub_ordered,
     encode_touch,
 )
+from nsq_ha.protocol.flow import DeliveryLedger
 from nsq_ha.protocol.frames import (
     CLOSE_WAIT,
     DEFAULT_MAX_FRAME_SIZE,
@@ -87,8 +91,10 @@ ErrorHandler = Callable[[BrokerError], object]
 _NO_RESPONSE = frozenset({b"FIN", b"REQ", b"TOUCH", b"RDY", b"NOP"})
 _SUBSCRIBE = frozenset({b"SUB", b"SUB_ORDERED", b"SUB_ADVANCED"})
 _FORK_ONLY = frozenset({b"SUB_ORDERED", b"SUB_ADVANCED", b"PUB_TRACE", b"PUB_EXT", b"MPUB_TRACE"})
-#: Heartbeat intervals without a single byte from nsqd after which the peer counts as dead.
+#: Heartbeat intervals without a complete frame from nsqd after which the peer counts as dead.
 DEAD_PEER_INTERVALS = 2
+#: msg_timeout assumed when nsqd does not announce one (nsqd's default), seconds.
+DEFAULT_MSG_TIMEOUT = 60.0
 #: Ids that :meth:`NsqdConnection.sync` TOUCHes: never in flight (a fork internal id of 2**63-1;
 #: on vanilla, where ids are 16 hex characters, a value its id generator cannot reach soon).
 SYNC_ID_FORK = b"\x7f" + b"\xff" * 7 + b"\x00" * 8
@@ -101,6 +107,13 @@ class _Pending:
 
     name: bytes
     future: asyncio.Future[bytes]
+
+
+def _describe(reason: BaseException) -> str:
+    """A non-empty text for a close reason (a bare CancelledError has none)."""
+    if isinstance(reason, asyncio.CancelledError):
+        return "cancelled"
+    return str(reason) or type(reason).__name__
 
 
 def _split_address(address: str | tuple[str, int]) -> tuple[str, int]:
@@ -154,9 +167,8 @@ class NsqdConnection:
         #: written at once rather than gathered with others at the end of the loop turn
         self._ordered = False
         self._pending: deque[_Pending] = deque()
-        self._out: list[bytes] = []
-        self._out_size = 0
-        self._flush_handle: asyncio.Handle | None = None
+        self._writer = CommandWriter(self.config.write_buffer_limit, self.address)
+        self._handshake_writes = 0
         self._reader_task: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._reader_stopping = False
@@ -166,9 +178,8 @@ class NsqdConnection:
         self._messages: asyncio.Queue[DecodedMessage | None] = asyncio.Queue()
         self._in_flight: set[bytes] = set()
         self._in_flight_changed = asyncio.Event()
+        self._ledger = DeliveryLedger(expiry=DEFAULT_MSG_TIMEOUT)
         self._syncs: deque[asyncio.Future[None]] = deque()
-        #: Number of socket writes issued (a coalescing statistic).
-        self.writes = 0
 
     def __repr__(self) -> str:
         """Show address, state, server kind, layers and queue sizes."""
@@ -187,7 +198,7 @@ class NsqdConnection:
         if self._in_flight:
             parts.append(f"in_flight={len(self._in_flight)}")
         if self._close_reason is not None:
-            parts.append(f"reason={self._close_reason!s}")
+            parts.append(f"reason={_describe(self._close_reason)}")
         return f"<NsqdConnection {' '.join(parts)}>"
 
     # -- properties -------------------------------------------------------------------------
@@ -196,6 +207,11 @@ class NsqdConnection:
     def address(self) -> str:
         """``host:port`` of the nsqd."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def writes(self) -> int:
+        """Number of socket writes issued (a coalescing statistic)."""
+        return self._handshake_writes + self._writer.writes
 
     @property
     def state(self) -> ConnState:
@@ -289,11 +305,23 @@ class NsqdConnection:
                     f"(stuck in {self.state.name})"
                 )
                 reason.__cause__ = exc
-            log.warning("connection to %s failed during handshake: %s", self.address, reason)
-            await self._shutdown(reason, ConnectionClosedError(str(reason)))
+            if isinstance(exc, asyncio.CancelledError):
+                log.info(
+                    "connection to %s cancelled during the handshake (in state %s)",
+                    self.address,
+                    self.state.name,
+                )
+            else:
+                log.warning(
+                    "connection to %s failed during handshake: %s", self.address, _describe(reason)
+                )
+            await self._shutdown(reason, ConnectionClosedError(_describe(reason)))
             if reason is exc:
                 raise
             raise reason from exc
+        negotiated = self.negotiated
+        expiry = negotiated.msg_timeout or self.config.msg_timeout or DEFAULT_MSG_TIMEOUT
+        self._ledger = DeliveryLedger(expiry=expiry)
         self._machine.move(ConnState.READY)
         self._reader_task = asyncio.get_running_loop().create_task(
             self._read_loop(), name=f"nsqd-reader-{self.address}"
@@ -309,11 +337,12 @@ class NsqdConnection:
             connect_timeout=config.connect_timeout,
             write_buffer_limit=config.write_buffer_limit,
         )
+        self._writer.transport = self._transport
         handshake = Handshake(self.host, config, self._transport, self._decoder, self._machine)
         try:
             await handshake.run()
         finally:
-            self.writes += handshake.writes
+            self._handshake_writes += handshake.writes
             self._negotiated = handshake.negotiated
             self._auth = handshake.auth
 
@@ -339,39 +368,11 @@ class NsqdConnection:
 
     def _enqueue(self, data: bytes) -> None:
         """Queue bytes; everything queued in one loop turn leaves in one write."""
-        self._out.append(data)
-        self._out_size += len(data)
-        if self._out_size >= self.config.write_buffer_limit:
-            self._flush()
-        elif self._flush_handle is None:
-            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+        self._writer.enqueue(data)
 
     def _flush(self) -> None:
-        """Hand the queued bytes to the socket layer as one write."""
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        if not self._out or self._transport is None:
-            return
-        data = b"".join(self._out)
-        self._out.clear()
-        self._out_size = 0
-        try:
-            self._transport.write(data)
-        except NsqConnectionError as exc:  # the read loop reports the close
-            log.debug("write to %s dropped: %s", self.address, exc)
-            return
-        self.writes += 1
-
-    async def _backpressure(self) -> None:
-        """Wait while the socket layer holds more than ``write_buffer_limit`` bytes."""
-        transport = self._transport
-        if transport is None:
-            return
-        if transport.write_buffer_size() + self._out_size > self.config.write_buffer_limit:
-            self._flush()
-            with contextlib.suppress(NsqConnectionError):  # waiters learn it from the reader
-                await transport.drain()
+        """Hand the queued bytes to the socket layer now."""
+        self._writer.flush()
 
     def send_nowait(self, data: bytes) -> None:
         """Send a command nsqd does not answer on success: FIN, REQ, TOUCH, RDY or NOP.
@@ -384,6 +385,10 @@ class NsqdConnection:
             raise LocalProtocolError(f"{name.decode()} has a response: use command()")
         if name in (b"FIN", b"REQ") and len(data) >= 20:
             self._settle(bytes(data[4:20]))
+        elif name == b"TOUCH" and len(data) >= 22:
+            self._ledger.touched(bytes(data[6:22]), asyncio.get_running_loop().time())
+        elif name == b"RDY":
+            self._ledger.rdy(int(bytes(data[4:])))
         self._enqueue(bytes(data))
 
     async def command(self, data: bytes, *, response_timeout: float | None = None) -> bytes:
@@ -410,19 +415,32 @@ class NsqdConnection:
     async def _await_answer(
         self, name: bytes, future: asyncio.Future[bytes], limit: float | None
     ) -> bytes:
-        """Apply backpressure, then wait for the answer (NsqTimeoutError after ``limit`` s)."""
-        await self._backpressure()
+        """Wait for the socket buffer to drain, then for the answer: both within ``limit`` s
+        (NsqTimeoutError after that; a late answer is then discarded)."""
         if limit is None:
             limit = self.config.command_timeout
+        sent = False
         try:
             async with asyncio.timeout(limit):
+                await self._writer.backpressure()
+                sent = True
                 return await future
+        except asyncio.CancelledError:
+            future.cancel()  # the caller gave up: nobody waits for the answer any more
+            raise
         except TimeoutError as exc:
-            if future.cancelled():
+            if not future.done() or future.cancelled():
+                future.cancel()  # the FIFO keeps its place; the late answer is discarded
+                if not sent:
+                    raise NsqTimeoutError(
+                        f"{name.decode()} could not be written to {self.address} within "
+                        f"{limit} s: nsqd is not reading (socket buffer full)"
+                    ) from exc
                 raise NsqTimeoutError(
                     f"no answer to {name.decode()} from {self.address} within {limit} s"
                 ) from exc
-            raise
+        # the answer (or its error, possibly a TimeoutError itself) came as the time ran out
+        return future.result()
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -568,6 +586,7 @@ class NsqdConnection:
         ):  # an id nsqd delivered here, so valid: send_nowait's checks, cut to what can fail
             self._in_flight.discard(message_id)
             self._in_flight_changed.set()
+            self._ledger.settled(message_id)
             self._enqueue(b"FIN " + message_id + b"\n")
             if self._ordered:
                 self._flush()
@@ -595,6 +614,7 @@ class NsqdConnection:
 
     def _settle(self, message_id: bytes) -> None:
         """Forget an in-flight message once it was finished or requeued."""
+        self._ledger.settled(message_id)
         if message_id in self._in_flight:
             self._in_flight.discard(message_id)
             self._in_flight_changed.set()
@@ -605,22 +625,27 @@ class NsqdConnection:
         """Read frames until the connection ends; then fail every waiter with the reason."""
         transport = self._require_transport()
         interval = self.negotiated.heartbeat_interval
-        deadline = None if interval is None else DEAD_PEER_INTERVALS * interval
+        window = None if interval is None else DEAD_PEER_INTERVALS * interval
+        loop = asyncio.get_running_loop()
+        last_frame = loop.time()  # liveness: a complete frame, not any byte
         try:
             self._handle_frames(self._decoder.feed(b""))
             while True:
                 try:
-                    async with asyncio.timeout(deadline):
+                    async with asyncio.timeout_at(None if window is None else last_frame + window):
                         data = await transport.read()
                 except TimeoutError as exc:
                     raise NsqTimeoutError(
-                        f"nsqd {self.address} sent nothing for {deadline} s "
+                        f"nsqd {self.address} sent no complete frame for {window} s "
                         f"({DEAD_PEER_INTERVALS} heartbeat intervals): dead peer"
                     ) from exc
                 if not data:
                     self._decoder.feed_eof()
                     raise self._eof_error()
-                self._handle_frames(self._decoder.feed(data))
+                frames = self._decoder.feed(data)
+                if frames:
+                    last_frame = loop.time()
+                    self._handle_frames(frames)
         except NsqError as exc:
             await self._connection_lost(exc)
         except Exception as exc:  # a bug in a handler: do not leave waiters hanging
@@ -663,7 +688,7 @@ class NsqdConnection:
         if data == b"_heartbeat_":
             log.debug("heartbeat from %s", self.address)
             if not self._machine.closed:
-                self._enqueue(encode_nop())
+                self._writer.answer_heartbeat()  # one NOP per write, even for a flood
             return
         if not self._pending:
             raise RemoteProtocolError(f"response {data[:64]!r} answers no pending command")
@@ -721,6 +746,7 @@ class NsqdConnection:
         if self._format is None:
             raise RemoteProtocolError("message frame on a connection that did not subscribe")
         message = decode_message(data, self._format)
+        self._ledger.delivered(message.id, asyncio.get_running_loop().time())
         self._in_flight.add(message.id)
         if self._on_message is None:
             self._messages.put_nowait(message)
@@ -808,10 +834,7 @@ class NsqdConnection:
             return
         self._close_reason = reason
         self._machine.move(ConnState.CLOSED)
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        self._out.clear()
+        self._writer.clear()
         while self._pending:
             pending = self._pending.popleft()
             if not pending.future.done():
@@ -826,7 +849,11 @@ class NsqdConnection:
         await self._await_reader(cancel=True)
         if self._transport is not None:
             await self._transport.close()
-        log.info("connection to %s closed%s", self.address, f": {reason}" if reason else "")
+        log.info(
+            "connection to %s closed%s",
+            self.address,
+            f": {_describe(reason)}" if reason is not None else "",
+        )
 
     async def wait_closed(self) -> None:
         """Wait until the connection is closed (by either side)."""

@@ -108,6 +108,12 @@ class Handshake:
                 raise HandshakeError(
                     f"nsqd {self._address} requires AUTH and no auth_secret is set"
                 )
+            if not transport.tls and not config.allow_plaintext_auth:
+                raise HandshakeError(
+                    f"nsqd {self._address} asks for AUTH on a plaintext connection; the secret "
+                    "was not sent (connect with tls=, or set allow_plaintext_auth=True to send "
+                    "it in clear text)"
+                )
             self._machine.move(ConnState.AUTHENTICATING)
             self._write(encode_auth(config.auth_secret, max_body_size=config.max_body_size))
             self.auth = parse_auth_response(await self._answer(b"AUTH"))

@@ -3,7 +3,12 @@
 Both directions of a connection switch to the same format once nsqd agrees in the IDENTIFY
 answer. Each codec here is sans-IO: ``compress(data)`` returns bytes ready for the wire (each
 call's output is complete, so the peer can decode it at once) and ``decompress(data)`` accepts
-any split of the incoming stream and returns whatever plain bytes are complete.
+any split of the incoming stream and returns plain bytes that are complete, at most
+:data:`MAX_DECOMPRESSED_SLICE` per call: when more could be decoded from the input already
+given, the codec's ``pending`` is true and ``decompress(b"")`` returns the next slice. A
+compression bomb (a few KiB that inflate to hundreds of MiB) is thus decoded one bounded slice
+at a time, and the reader above can stop at the first bad frame and let other tasks run
+between slices.
 
 * **snappy**: the framing format of ``github.com/golang/snappy`` ``NewWriter``/``NewReader``
   (the published snappy *framing_format.txt*): a stream identifier chunk
@@ -26,6 +31,7 @@ import snappy  # type: ignore[import-untyped]
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 
 __all__ = [
+    "MAX_DECOMPRESSED_SLICE",
     "MAX_SNAPPY_BLOCK",
     "SNAPPY_STREAM_IDENTIFIER",
     "DeflateCodec",
@@ -38,6 +44,8 @@ __all__ = [
 SNAPPY_STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
 #: Largest number of plain bytes one data chunk may decode to.
 MAX_SNAPPY_BLOCK = 65536
+#: Most plain bytes one ``decompress`` call returns.
+MAX_DECOMPRESSED_SLICE = 4 * MAX_SNAPPY_BLOCK
 _CHUNK_HEADER = 4
 _CHUNK_COMPRESSED = 0x00
 _CHUNK_UNCOMPRESSED = 0x01
@@ -55,25 +63,34 @@ class StreamCodec(Protocol):
     """What a connection needs from a compression codec."""
 
     name: str
+    #: True when ``decompress(b"")`` may return more plain bytes from input already given.
+    pending: bool
 
     def compress(self, data: bytes) -> bytes:
         """Return wire bytes for ``data``, flushed so the peer can decode them now."""
         ...
 
     def decompress(self, data: bytes) -> bytes:
-        """Feed wire bytes; return the plain bytes now complete (possibly ``b""``)."""
+        """Feed wire bytes; return at most :data:`MAX_DECOMPRESSED_SLICE` plain bytes now
+        complete (possibly ``b""``)."""
         ...
 
 
-def iter_snappy_chunks(buffer: bytearray) -> list[tuple[int, bytes]]:
-    """Remove every complete chunk from the front of ``buffer`` and return ``(type, body)``.
+def iter_snappy_chunks(
+    buffer: bytearray, max_data_chunks: int | None = None
+) -> list[tuple[int, bytes]]:
+    """Remove complete chunks from the front of ``buffer`` and return ``(type, body)``: every
+    one, or up to and including the ``max_data_chunks``-th data chunk.
 
     Bytes of an incomplete chunk stay in ``buffer``. Reserved chunk types and lengths no valid
     stream has raise RemoteProtocolError.
     """
     chunks: list[tuple[int, bytes]] = []
     position = 0
+    data_chunks = 0
     while len(buffer) - position >= _CHUNK_HEADER:
+        if max_data_chunks is not None and data_chunks >= max_data_chunks:
+            break
         chunk_type = buffer[position]
         length = int.from_bytes(buffer[position + 1 : position + _CHUNK_HEADER], "little")
         if _CHUNK_UNCOMPRESSED < chunk_type < _FIRST_SKIPPABLE:
@@ -91,6 +108,8 @@ def iter_snappy_chunks(buffer: bytearray) -> list[tuple[int, bytes]]:
             break
         chunks.append((chunk_type, bytes(buffer[position + _CHUNK_HEADER : end])))
         position = end
+        if chunk_type in (_CHUNK_COMPRESSED, _CHUNK_UNCOMPRESSED):
+            data_chunks += 1
     del buffer[:position]
     return chunks
 
@@ -106,6 +125,7 @@ class SnappyCodec:
         self._decompressor = snappy.StreamDecompressor()
         self._buffer = bytearray()
         self._seen_identifier = False
+        self.pending = False
 
     def __repr__(self) -> str:
         """Show how many received bytes wait for the rest of their chunk."""
@@ -118,10 +138,16 @@ class SnappyCodec:
         return bytes(self._compressor.compress(data))
 
     def decompress(self, data: bytes) -> bytes:
-        """Feed framed bytes; return the plain bytes of every chunk now complete."""
+        """Feed framed bytes; return the plain bytes of the chunks now complete, at most
+        :data:`MAX_DECOMPRESSED_SLICE` (``pending`` tells whether more chunks wait)."""
         self._buffer += data
         complete: list[bytes] = []
-        for chunk_type, body in iter_snappy_chunks(self._buffer):
+        limit = MAX_DECOMPRESSED_SLICE // MAX_SNAPPY_BLOCK
+        chunks = iter_snappy_chunks(self._buffer, limit)
+        self.pending = (
+            sum(t in (_CHUNK_COMPRESSED, _CHUNK_UNCOMPRESSED) for t, _ in chunks) >= limit
+        )
+        for chunk_type, body in chunks:
             if chunk_type == _CHUNK_STREAM_ID:
                 if body != SNAPPY_STREAM_IDENTIFIER[_CHUNK_HEADER:]:
                     raise RemoteProtocolError(f"bad snappy stream identifier {body!r}")
@@ -154,6 +180,7 @@ class DeflateCodec:
         self.level = level
         self._compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
         self._decompressor = zlib.decompressobj(-15)
+        self.pending = False
 
     def __repr__(self) -> str:
         """Show the level."""
@@ -166,10 +193,21 @@ class DeflateCodec:
         return self._compressor.compress(data) + self._compressor.flush(zlib.Z_SYNC_FLUSH)
 
     def decompress(self, data: bytes) -> bytes:
-        """Feed raw DEFLATE bytes; return what they decode to."""
-        if self._decompressor.eof:
+        """Feed raw DEFLATE bytes; return what they decode to, at most
+        :data:`MAX_DECOMPRESSED_SLICE` (the rest waits: ``pending``)."""
+        decompressor = self._decompressor
+        if decompressor.eof:
+            if not data and not decompressor.unused_data:
+                self.pending = False
+                return b""
             raise RemoteProtocolError("deflate stream already ended")
+        tail = decompressor.unconsumed_tail
+        if tail:
+            data = tail + data
         try:
-            return self._decompressor.decompress(data)
+            plain = decompressor.decompress(data, MAX_DECOMPRESSED_SLICE)
         except zlib.error as exc:
             raise RemoteProtocolError(f"corrupt deflate stream: {exc}") from exc
+        # a full slice may leave output inside zlib even when all input was consumed
+        self.pending = bool(decompressor.unconsumed_tail) or len(plain) >= MAX_DECOMPRESSED_SLICE
+        return plain

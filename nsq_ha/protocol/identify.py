@@ -17,6 +17,7 @@ from nsq_ha.protocol.commands import ms_to_seconds, seconds_to_ms
 
 __all__ = [
     "DEFAULT_HEARTBEAT_INTERVAL",
+    "MAX_DURATION_MS",
     "AuthResponse",
     "ExtFilter",
     "ExtFilterTerm",
@@ -31,6 +32,9 @@ __all__ = [
 
 #: nsqd's heartbeat interval when IDENTIFY does not set one (``--client-timeout`` / 2), seconds.
 DEFAULT_HEARTBEAT_INTERVAL = 30.0
+#: Largest duration IDENTIFY sends, in ms (2**31 - 1, about 24.8 days; nsqd's own limits are far
+#: lower, and a bigger number would not even be read as an integer by Go).
+MAX_DURATION_MS = 2**31 - 1
 _DESIRED_TAG = re.compile(r"[a-zA-Z0-9_-]{1,100}")
 
 
@@ -100,7 +104,7 @@ class AuthResponse(TypedDict):
 
 
 def _duration_ms(value: float, what: str, minimum_ms: int, *, allow_off: bool = True) -> int:
-    """Convert seconds to ms, keep ``-1`` as nsqd's "off" value if allowed, check the minimum."""
+    """Convert seconds to ms, keep ``-1`` as nsqd's "off" value if allowed, check the bounds."""
     if allow_off and value == -1:
         return -1
     milliseconds = seconds_to_ms(value, what)
@@ -108,6 +112,10 @@ def _duration_ms(value: float, what: str, minimum_ms: int, *, allow_off: bool = 
         raise InvalidArgumentError(
             f"{what} {value!r} s is below nsqd's minimum of {minimum_ms / 1000} s "
             "(use None for the server default)"
+        )
+    if milliseconds > MAX_DURATION_MS:
+        raise InvalidArgumentError(
+            f"{what} {value!r} s is above the largest duration sent, {MAX_DURATION_MS / 1000} s"
         )
     return milliseconds
 

@@ -155,7 +155,13 @@ UPGRADES = {
 def _config(client_tls: ssl.SSLContext, upgrade: dict[str, object]) -> ConnectionConfig:
     options = dict(upgrade)
     tls = client_tls if options.pop("tls", False) else None
-    return ConnectionConfig(tls=tls, auth_secret=GOOD_SECRET, **options)  # type: ignore[arg-type]
+    # AUTH goes over TLS by default; the plaintext upgrades must allow it explicitly
+    return ConnectionConfig(
+        tls=tls,
+        auth_secret=GOOD_SECRET,
+        allow_plaintext_auth=tls is None,
+        **options,  # type: ignore[arg-type]
+    )
 
 
 @pytest.mark.parametrize("upgrade", list(UPGRADES))
@@ -203,13 +209,25 @@ async def test_upgrade_round_trip(
 async def test_auth_denied(secure_address: str, auth_server: AuthServer) -> None:
     """A secret the auth server answers 403 for: nsqd sends fatal E_AUTH_FAILED, connect()
     raises it and the connection is closed."""
-    bad = ConnectionConfig(auth_secret="wrong")  # noqa: S106 - a deliberately wrong secret
+    bad = ConnectionConfig(auth_secret="wrong", allow_plaintext_auth=True)  # noqa: S106
     conn = NsqdConnection(secure_address, config=bad)
     with pytest.raises(AuthFailedError) as info:
         await conn.connect()
     assert info.value.fatal is True
     assert conn.state is ConnState.CLOSED
     assert any(q.get("secret") == "wrong" for q in auth_server.queries)
+
+
+async def test_plaintext_auth_refused_without_the_option(
+    secure_address: str, auth_server: AuthServer
+) -> None:
+    """A real nsqd asking for AUTH on a plaintext connection: by default the secret is not
+    sent (the auth server never sees it) and the handshake fails with HandshakeError."""
+    queries_before = len(auth_server.queries)
+    config = ConnectionConfig(auth_secret=GOOD_SECRET)
+    with pytest.raises(HandshakeError, match="plaintext"):
+        await NsqdConnection.open(secure_address, config=config)
+    assert auth_server.queries[queries_before:] == []
 
 
 async def test_auth_required_without_a_secret(secure_address: str) -> None:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.protocol.compression import (
+    MAX_DECOMPRESSED_SLICE,
     MAX_SNAPPY_BLOCK,
     SNAPPY_STREAM_IDENTIFIER,
     DeflateCodec,
@@ -200,6 +201,69 @@ def test_deflate_errors() -> None:
         DeflateCodec().decompress(b"\xff\xff\xff\xff")
     ended = DeflateCodec()
     ended.decompress(zlib.compress(b"x")[2:-4])  # a complete raw stream with a final block
+    assert ended.decompress(b"") == b""  # nothing pending after the end: no error
     with pytest.raises(RemoteProtocolError, match="already ended"):
         ended.decompress(b"more")
     assert DeflateCodec().compress(b"") == b""
+
+
+# -- bounded slices: a compression bomb comes out a slice at a time ----------------------------
+
+
+def _drain(codec: DeflateCodec | SnappyCodec, wire: bytes) -> list[bytes]:
+    """Feed ``wire`` once, then ``decompress(b"")`` while ``pending``; return every output."""
+    outputs = [codec.decompress(wire)]
+    for _ in range(100_000):
+        if not codec.pending:
+            break
+        outputs.append(codec.decompress(b""))
+    assert not codec.pending
+    return outputs
+
+
+def test_a_deflate_bomb_comes_out_in_bounded_slices() -> None:
+    """64 KiB of deflate that inflate to 64 MiB: no call returns more than one slice, and the
+    slices add up to the whole stream."""
+    plain = bytes(64 * 1024 * 1024)
+    go_like = zlib.compressobj(9, zlib.DEFLATED, -15)
+    wire = go_like.compress(plain) + go_like.flush(zlib.Z_SYNC_FLUSH)
+    assert len(wire) < 128 * 1024
+    outputs = _drain(DeflateCodec(), wire)
+    assert max(len(o) for o in outputs) <= MAX_DECOMPRESSED_SLICE
+    assert sum(len(o) for o in outputs) == len(plain)
+    assert all(o == bytes(len(o)) for o in outputs)
+
+
+def test_snappy_chunks_come_out_in_bounded_slices() -> None:
+    """Twenty 64 KiB chunks in one read: at most four chunks per call."""
+    plain = os.urandom(20 * MAX_SNAPPY_BLOCK)
+    wire = SnappyCodec().compress(plain)
+    outputs = _drain(SnappyCodec(), wire)
+    assert max(len(o) for o in outputs) <= MAX_DECOMPRESSED_SLICE
+    assert len(outputs) >= 5
+    assert b"".join(outputs) == plain
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    codec=st.sampled_from(["deflate", "snappy"]),
+    size=st.integers(0, 3 * MAX_DECOMPRESSED_SLICE),
+    cuts=st.lists(st.integers(0, 400_000), max_size=6),
+    drains=st.lists(st.integers(0, 3), max_size=8),
+)
+def test_slices_keep_the_stream_whatever_the_interleaving(
+    codec: str, size: int, cuts: list[int], drains: list[int]
+) -> None:
+    """New input fed while earlier input is still pending comes out after it, in order."""
+    plain = (b"nsq" * (size // 3 + 1))[:size] + os.urandom(min(size, 1000))
+    sender = DeflateCodec(6) if codec == "deflate" else SnappyCodec()
+    receiver = DeflateCodec(6) if codec == "deflate" else SnappyCodec()
+    wire = sender.compress(plain)
+    out = []
+    for index, piece in enumerate(_split(wire, cuts)):
+        out.append(receiver.decompress(piece))
+        for _ in range(drains[index] if index < len(drains) else 0):
+            out.append(receiver.decompress(b""))
+    out.extend(_drain(receiver, b""))
+    assert all(len(o) <= MAX_DECOMPRESSED_SLICE for o in out)
+    assert b"".join(out) == plain

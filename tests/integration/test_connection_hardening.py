@@ -1,0 +1,411 @@
+"""What one nsqd connection promises whatever the server does (issue 20, connection part).
+
+Every test plays nsqd with a small lying TCP server (:mod:`tests.integration.lying_nsqd`) that
+follows the protocol exactly as far as the test needs and then lies: it stops reading, trickles
+a frame, sends a deflate bomb, ignores RDY, or asks for AUTH on a plaintext socket. The client
+must end each case with a typed :class:`~nsq_ha.errors.NsqError` within its deadline, in bounded
+memory (tracemalloc), without stalling the event loop (a ticker task), and without sending or
+showing a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import tracemalloc
+import zlib
+from collections.abc import Iterator
+
+import pytest
+
+from nsq_ha.connection import ConnectionConfig, NsqdConnection
+from nsq_ha.consumer import Consumer
+from nsq_ha.errors import (
+    ConfigError,
+    HandshakeError,
+    NsqTimeoutError,
+    PublishError,
+    RemoteProtocolError,
+)
+from nsq_ha.producer import Producer, RetryPolicy
+from nsq_ha.protocol.command_decoder import ClientCommand
+from nsq_ha.protocol.frames import (
+    DEFAULT_MAX_FRAME_SIZE,
+    OK,
+    FrameType,
+    encode_frame,
+    max_frame_size_for,
+)
+from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message
+
+from .lying_nsqd import LoopLag, Peer, Script, identify_answer, lying_nsqd
+
+MiB = 1024 * 1024
+#: The memory a lying server may make the client hold (issue 20's target).
+MEMORY_BOUND = 64 * MiB
+#: The longest event-loop stall a lying server may cause (issue 20's target).
+LAG_BOUND = 0.1
+SECRET = "s3cr3t-do-not-leak"  # noqa: S105 - the secret every test checks is never shown
+
+
+@contextlib.contextmanager
+def traced_growth() -> Iterator[list[int]]:
+    """Yield a list that receives the peak traced memory growth (bytes) at the end."""
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    growth: list[int] = []
+    try:
+        yield growth
+    finally:
+        growth.append(tracemalloc.get_traced_memory()[1] - base)
+        if started:
+            tracemalloc.stop()
+
+
+def _message_frame(index: int) -> bytes:
+    message = DecodedMessage(
+        timestamp=1_700_000_000_000_000_000, attempts=1, id=b"%016x" % index, body=b"m%d" % index
+    )
+    return encode_frame(FrameType.MESSAGE, encode_message(message, MessageFormat.vanilla()))
+
+
+# -- item 6: the command timeout covers the wait for a full socket ---------------------------------
+
+
+async def _stop_reading(peer: Peer) -> None:
+    await peer.handshake()
+    await asyncio.sleep(60)  # reads nothing more: the client's socket buffers fill up
+
+
+async def test_publish_to_an_nsqd_that_stops_reading_times_out() -> None:
+    """nsqd answers IDENTIFY and then reads nothing: a 32 MiB PUB cannot leave the socket
+    buffers. The publish fails with NsqTimeoutError within command_timeout (+ margin), not
+    after the buffers drain (never)."""
+    config = ConnectionConfig(
+        heartbeat_interval=-1,
+        command_timeout=1.0,
+        close_timeout=0.5,
+        max_msg_size=64 * MiB,
+        max_body_size=64 * MiB,
+    )
+    async with lying_nsqd(_stop_reading) as server:
+        conn = await NsqdConnection.open(server.address, config=config)
+        try:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with pytest.raises(NsqTimeoutError, match=r"within 1\.0 s"):
+                async with asyncio.timeout(config.command_timeout + 2.0):
+                    await conn.publish("hardening", bytes(32 * MiB))
+            assert loop.time() - started < config.command_timeout + 2.0
+        finally:
+            await conn.close()
+
+
+async def test_producer_attempt_timeout_covers_a_full_socket() -> None:
+    """The same through ``Producer(nsqd=)``: every attempt is bounded by attempt_timeout, so the
+    publish ends with PublishError (last error NsqTimeoutError) within attempts x timeout."""
+    config = ConnectionConfig(
+        heartbeat_interval=-1, close_timeout=0.5, max_msg_size=64 * MiB, max_body_size=64 * MiB
+    )
+    retry = RetryPolicy(attempts=2, deadline=None, attempt_timeout=1.0, initial_backoff=0.01)
+    async with lying_nsqd(_stop_reading) as server:
+        producer = Producer(nsqd=server.address, config=config, retry=retry, close_timeout=1.0)
+        try:
+            with pytest.raises(PublishError) as info:
+                async with asyncio.timeout(2 * retry.attempt_timeout + 3.0):
+                    await producer.publish("hardening", bytes(32 * MiB))
+            assert isinstance(info.value.last_error, NsqTimeoutError)
+        finally:
+            async with asyncio.timeout(10):
+                await producer.close()
+
+
+# -- item 10: liveness is a complete frame, not a byte ---------------------------------------------
+
+
+async def test_a_trickled_frame_is_no_sign_of_life() -> None:
+    """After SUB nsqd sends the header of a 1000-byte frame and then one byte every 0.5 s: no
+    frame completes, so after two heartbeat intervals (2 s) the peer counts as dead."""
+
+    async def script(peer: Peer) -> None:
+        await peer.handshake()
+        await peer.expect(b"SUB")
+        await peer.ok()
+        await peer.send(struct.pack(">Ii", 1004, int(FrameType.RESPONSE)))
+        for _ in range(60):
+            await asyncio.sleep(0.5)
+            await peer.send(b"x")
+
+    config = ConnectionConfig(heartbeat_interval=1.0, close_timeout=0.5)
+    async with lying_nsqd(script) as server:
+        conn = await NsqdConnection.open(server.address, config=config)
+        try:
+            await conn.subscribe("hardening", "ch")
+            async with asyncio.timeout(2 * 1.0 + 3.0):
+                await conn.wait_closed()
+            assert isinstance(conn.close_reason, NsqTimeoutError)
+            assert "no complete frame" in str(conn.close_reason)
+        finally:
+            await conn.close()
+
+
+# -- item 12: a deflate bomb is decoded in bounded slices ------------------------------------------
+
+
+def _deflate_bomb(kind: str, compressor: zlib._Compress) -> bytes:
+    """About 190 MiB of plain stream in about 190 KiB of deflate."""
+    parts = []
+    if kind == "max_frame":  # a legal-size frame header, then zeros
+        limit = max(DEFAULT_MAX_FRAME_SIZE, max_frame_size_for(ConnectionConfig().max_msg_size))
+        parts.append(compressor.compress(struct.pack(">Ii", limit, int(FrameType.RESPONSE))))
+    zeros = bytes(MiB)
+    parts.extend(compressor.compress(zeros) for _ in range(190))
+    parts.append(compressor.flush(zlib.Z_SYNC_FLUSH))
+    return b"".join(parts)
+
+
+@pytest.mark.parametrize("kind", ["zeros", "max_frame"])
+async def test_a_deflate_bomb_is_refused_in_bounded_memory_without_stalling(kind: str) -> None:
+    """nsqd agrees to deflate, answers SUB, then sends ~190 KiB that inflate to ~190 MiB. The
+    connection ends with a typed error; memory grows by less than 64 MiB and the event loop is
+    never stalled for 100 ms."""
+    ready = asyncio.Event()
+
+    async def script(peer: Peer) -> None:
+        await peer.handshake(identify_answer(deflate=True, deflate_level=6))
+        compressor = peer.start_deflate()
+        ok = encode_frame(FrameType.RESPONSE, OK)
+        await peer.send(compressor.compress(ok) + compressor.flush(zlib.Z_SYNC_FLUSH))
+        await peer.expect(b"SUB")
+        await peer.send(compressor.compress(ok) + compressor.flush(zlib.Z_SYNC_FLUSH))
+        bomb = _deflate_bomb(kind, compressor)
+        await ready.wait()
+        await peer.send(bomb)
+        await peer.until_client_closes()
+
+    config = ConnectionConfig(deflate=True, heartbeat_interval=-1, close_timeout=0.5)
+    async with lying_nsqd(script) as server:
+        conn = await NsqdConnection.open(server.address, config=config)
+        try:
+            await conn.subscribe("hardening", "ch")
+            with traced_growth() as growth:
+                async with LoopLag() as lag:
+                    ready.set()
+                    async with asyncio.timeout(20):
+                        await conn.wait_closed()
+        finally:
+            await conn.close()
+    assert isinstance(conn.close_reason, RemoteProtocolError)
+    assert growth[0] < MEMORY_BOUND, f"memory grew by {growth[0] / MiB:.1f} MiB"
+    assert lag.worst < LAG_BOUND, f"the event loop stalled for {lag.worst * 1000:.0f} ms"
+
+
+async def test_a_heartbeat_flood_is_answered_with_a_few_nops() -> None:
+    """200000 heartbeats in a row (3 MiB): the client does not answer each with a NOP (which
+    would pile up 800 KiB in a socket nsqd is not reading); one NOP per write is enough."""
+    heartbeats = 200_000
+    nops: list[int] = []
+
+    async def script(peer: Peer) -> None:
+        await peer.handshake()
+        await peer.send(encode_frame(FrameType.RESPONSE, b"_heartbeat_") * heartbeats)
+        await peer.send(encode_frame(FrameType.ERROR, b"E_FIN_FAILED FIN 0000000000000000 failed"))
+        count = 0
+        while (command := await peer.next_event()) != ClientCommand(
+            b"PUB", (b"hardening",), b"x", 1
+        ):
+            assert command == ClientCommand(b"NOP"), command
+            count += 1
+        nops.append(count)
+        await peer.ok()
+        await peer.until_client_closes()
+
+    flood_read = asyncio.Event()
+    config = ConnectionConfig(close_timeout=0.5)
+    async with lying_nsqd(script) as server:
+        conn = await NsqdConnection.open(
+            server.address, config=config, on_error=lambda error: flood_read.set()
+        )
+        try:
+            async with asyncio.timeout(30):
+                await flood_read.wait()
+                await conn.publish("hardening", b"x")
+        finally:
+            await conn.close()
+    assert 1 <= nops[0] < heartbeats // 100, nops
+
+
+# -- item 13: messages beyond RDY are a protocol violation -----------------------------------------
+
+
+def _rdy_ignoring_script(total: int = 300_000, batch: int = 10_000) -> tuple[list[int], Script]:
+    sent = [0]
+
+    async def script(peer: Peer) -> None:
+        await peer.handshake()
+        await peer.expect(b"SUB")
+        await peer.ok()
+        await peer.expect(b"RDY")
+        for start in range(0, total, batch):
+            await peer.send(b"".join(_message_frame(i) for i in range(start, start + batch)))
+            sent[0] += batch
+        await peer.until_client_closes()
+
+    return sent, script
+
+
+async def test_messages_beyond_rdy_close_the_connection() -> None:
+    """With RDY 1 the server pushes 300000 messages: the connection closes with
+    RemoteProtocolError naming RDY, the client keeps a handful of messages, and memory stays
+    bounded."""
+    _, script = _rdy_ignoring_script()
+    config = ConnectionConfig(close_timeout=0.5)
+    async with lying_nsqd(script) as server:
+        conn = await NsqdConnection.open(server.address, config=config)
+        try:
+            with traced_growth() as growth:
+                await conn.subscribe("hardening", "ch")
+                conn.rdy(1)
+                async with asyncio.timeout(10):
+                    await conn.wait_closed()
+                received = [m async for m in conn.messages()]
+        finally:
+            await conn.close()
+    assert isinstance(conn.close_reason, RemoteProtocolError)
+    assert "RDY" in str(conn.close_reason)
+    assert 1 <= len(received) <= 2
+    assert growth[0] < MEMORY_BOUND, f"memory grew by {growth[0] / MiB:.1f} MiB"
+
+
+async def test_consumer_with_max_in_flight_one_is_not_flooded() -> None:
+    """The same through a Consumer with max_in_flight=1: each connection to the lying server is
+    closed after at most two messages; what the consumer received stays tiny."""
+    _, script = _rdy_ignoring_script()
+    async with lying_nsqd(script) as server:
+        with traced_growth() as growth:
+            consumer = Consumer(
+                "hardening",
+                "ch",
+                nsqd=server.address,
+                max_in_flight=1,
+                drain_timeout=0.5,
+                config=ConnectionConfig(close_timeout=0.5),
+            )
+            try:
+                await consumer.start()
+                async with asyncio.timeout(10):
+                    await server.client_hung_up.wait()
+                received = consumer.stats["received"]
+            finally:
+                async with asyncio.timeout(10):
+                    await consumer.close()
+        connections = server.connections
+    assert received <= 2 * connections
+    assert growth[0] < MEMORY_BOUND, f"memory grew by {growth[0] / MiB:.1f} MiB"
+
+
+# -- items 16 and 17: the AUTH secret --------------------------------------------------------------
+
+
+def test_config_repr_redacts_the_secret() -> None:
+    """repr/str of a config (and of a connection using it) never show the AUTH secret."""
+    for secret in (SECRET, SECRET.encode()):
+        config = ConnectionConfig(auth_secret=secret)
+        assert SECRET not in repr(config)
+        assert SECRET not in str(config)
+        assert "auth_secret=<redacted>" in repr(config)
+        assert SECRET not in repr(NsqdConnection("127.0.0.1:4150", config=config))
+    assert "auth_secret=None" in repr(ConnectionConfig())
+
+
+@pytest.mark.parametrize(
+    "secret", [SECRET + "\ud800", 42, [SECRET]], ids=["surrogate", "int", "list"]
+)
+def test_a_bad_secret_is_refused_without_showing_it(secret: object) -> None:
+    """A secret that cannot be sent raises ConfigError whose text does not contain it."""
+    with pytest.raises(ConfigError) as info:
+        ConnectionConfig(auth_secret=secret)  # type: ignore[arg-type]
+    assert SECRET not in str(info.value)
+    assert SECRET not in repr(info.value)
+
+
+def _auth_script(answers: list[bytes]) -> Script:
+    async def script(peer: Peer) -> None:
+        await peer.handshake(identify_answer(auth_required=True))
+        command = await peer.expect(b"AUTH")
+        answers.append(command.body or b"")
+        body = b'{"identity":"me","identity_url":"","permission_count":1}'
+        await peer.send(encode_frame(FrameType.RESPONSE, body))
+        await peer.until_client_closes()
+
+    return script
+
+
+async def test_plaintext_auth_is_refused_by_default(caplog: pytest.LogCaptureFixture) -> None:
+    """A server on a plaintext connection claims auth_required: the client sends no AUTH and
+    no secret byte, and connect() raises HandshakeError saying why and how to allow it."""
+    caplog.set_level(logging.DEBUG, logger="nsq_ha")
+    secrets: list[bytes] = []
+    config = ConnectionConfig(auth_secret=SECRET, close_timeout=0.5)
+    async with lying_nsqd(_auth_script(secrets)) as server:
+        with pytest.raises(HandshakeError, match="allow_plaintext_auth") as info:
+            await NsqdConnection.open(server.address, config=config)
+        await asyncio.sleep(0.1)  # let the server read what the client might still send
+    sent = bytes(server.received[0])
+    assert b"AUTH" not in sent
+    assert SECRET.encode() not in sent
+    assert secrets == []
+    assert SECRET not in str(info.value)
+    assert SECRET not in caplog.text
+
+
+async def test_plaintext_auth_is_sent_when_allowed(caplog: pytest.LogCaptureFixture) -> None:
+    """With ``allow_plaintext_auth=True`` the secret goes out (and still never into a log)."""
+    caplog.set_level(logging.DEBUG, logger="nsq_ha")
+    secrets: list[bytes] = []
+    config = ConnectionConfig(auth_secret=SECRET, allow_plaintext_auth=True, close_timeout=0.5)
+    async with lying_nsqd(_auth_script(secrets)) as server:
+        conn = await NsqdConnection.open(server.address, config=config)
+        try:
+            assert conn.auth is not None
+            assert conn.auth["identity"] == "me"
+            assert SECRET not in repr(conn)
+        finally:
+            await conn.close()
+    assert secrets == [SECRET.encode()]
+    assert SECRET not in caplog.text
+
+
+# -- item 18: a cancelled handshake says so --------------------------------------------------------
+
+
+async def test_a_cancelled_handshake_logs_a_reason(caplog: pytest.LogCaptureFixture) -> None:
+    """connect() cancelled while nsqd keeps the IDENTIFY answer: the log says it was cancelled
+    (no record with an empty reason)."""
+    caplog.set_level(logging.DEBUG, logger="nsq_ha.connection")
+    identified = asyncio.Event()
+
+    async def script(peer: Peer) -> None:
+        await peer.next_event()
+        await peer.expect(b"IDENTIFY")
+        identified.set()
+        await peer.until_client_closes()
+
+    async with lying_nsqd(script) as server:
+        conn = NsqdConnection(server.address, config=ConnectionConfig(close_timeout=0.5))
+        task = asyncio.get_running_loop().create_task(conn.connect())
+        async with asyncio.timeout(10):
+            await identified.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert conn.closed
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("nsq_ha.connection")]
+    assert not [m for m in messages if m.rstrip().endswith(":")], messages
+    assert any("cancelled" in m for m in messages), messages
+    assert "cancelled" in repr(conn)
