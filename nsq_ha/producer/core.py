@@ -42,9 +42,8 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Self, cast
 
 from tenacity import RetryCallState, RetryError
 
@@ -65,18 +64,21 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
+from nsq_ha.producer.args import per_message, sequence_of, static_node
 from nsq_ha.producer.batch import (
     PLAIN_RECEIPT,
     BatchBuilder,
     OutgoingMessage,
-    Receipt,
     batch_command,
     encode_batch,
     prepare_message,
     receipts_from_answer,
 )
+from nsq_ha.producer.idle import IdleTopics
+from nsq_ha.producer.lanes import Carrier, Lane, Queued, Window, settle
 from nsq_ha.producer.policy import RetryPolicy, check_seconds
 from nsq_ha.producer.redact import redact
+from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import ConnKey, PartitionCounts
 from nsq_ha.producer.routes import Routes as _Routes
 from nsq_ha.producer.routes import check_features as _check_features
@@ -88,93 +90,6 @@ from nsq_ha.routing import ShardingKey, ShardingStrategy, get_strategy
 __all__ = ["Producer", "PublishResult"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class PublishResult:
-    """Where a message went and what nsqd said about it.
-
-    ``partition`` is ``None`` on vanilla nsqd. ``internal_id``, ``offset`` and ``raw_size``
-    are known for traced publishes on the fork (``trace_id=``, a ``##trace_id`` header, or a
-    producer created with ``trace=True``); ``trace_id`` is the one sent.
-    """
-
-    topic: str
-    partition: int | None
-    address: str
-    attempts: int
-    internal_id: int | None = None
-    trace_id: int | None = None
-    offset: int | None = None
-    raw_size: int | None = None
-
-    @property
-    def message_id(self) -> bytes | None:
-        """The 16-byte id consumers see (fork: internal id + trace id), when known."""
-        return Receipt(self.internal_id, self.trace_id).message_id
-
-
-class _Window:
-    """A FIFO counting semaphore that wakes one waiter in O(1) (asyncio.Semaphore in 3.11 scans
-    its waiters on every release, which is quadratic with thousands of publishes waiting)."""
-
-    __slots__ = ("free", "waiters")
-
-    def __init__(self, size: int) -> None:
-        self.free = size
-        self.waiters: deque[asyncio.Future[None]] = deque()
-
-    async def __aenter__(self) -> None:
-        if self.free > 0 and not self.waiters:
-            self.free -= 1
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.append(future)
-        try:
-            await future
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self._release()  # the slot was handed over just as we were cancelled
-            raise
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._release()
-
-    def _release(self) -> None:
-        while self.waiters:
-            future = self.waiters.popleft()
-            if not future.done():
-                future.set_result(None)
-                return
-        self.free += 1
-
-
-@dataclass(slots=True)
-class _Queued:
-    message: OutgoingMessage
-    future: asyncio.Future[PublishResult]
-
-
-@dataclass(slots=True)
-class _Lane:
-    """Queued one-message publishes of one (topic, slot), sent as batches (group commit).
-
-    A keyed lane (``slot`` set) has at most one batch out, so call order holds; the unkeyed
-    lane of a topic (``slot`` None) sends each batch to the next partition, several at once.
-    """
-
-    topic: str
-    slot: int | None
-    loop: asyncio.AbstractEventLoop
-    queue: deque[_Queued] = field(default_factory=deque)
-    senders: set[asyncio.Task[None]] = field(default_factory=set)
-    #: senders waiting for nsqd's answer to their batch (the others will take the next one)
-    sending: int = 0
-
-    @property
-    def idle_sender(self) -> bool:
-        """A sender is about to take the next batch: enqueued messages will go with it."""
-        return self.sending < len(self.senders)
 
 
 class Producer:
@@ -241,7 +156,7 @@ class Producer:
             addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
             if not addresses:
                 raise ConfigError("nsqd= needs at least one address")
-            self._static = tuple(_node(a) for a in dict.fromkeys(addresses))
+            self._static = tuple(static_node(a) for a in dict.fromkeys(addresses))
         self.strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
         self.config = config or ConnectionConfig()
         self.retry = retry or RetryPolicy()
@@ -253,16 +168,17 @@ class Producer:
         self.topic_idle_timeout = topic_idle_timeout
         self._conns: dict[ConnKey, asyncio.Task[NsqdConnection]] = {}
         self._ready: dict[ConnKey, NsqdConnection] = {}
-        self._lanes: dict[tuple[str, int | None], _Lane] = {}
+        self._lanes: dict[tuple[str, int | None], Lane] = {}
         self._valid_topics: set[str] = set()  # names validate_topic() accepted
-        self._windows: dict[tuple[str, int], _Window] = {}
+        self._windows: dict[tuple[str, int], Window] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._routes_cache: dict[str, tuple[PartitionMap, _Routes]] = {}
         self._static_routes: dict[str, _Routes] = {}
         self._counts = PartitionCounts()
         self._watched: set[str] = set()
+        self._idle_topics = IdleTopics(topic_idle_timeout)
         #: topic -> time.monotonic() of its last publish call (idle topics expire)
-        self._last_used: dict[str, float] = {}
+        self._last_used = self._idle_topics.last_used
         self._sweeper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._active = 0
@@ -349,7 +265,6 @@ class Producer:
         self._active += 1  # what _in_flight() does, inline: this is the hottest call
         self._idle.clear()
         try:
-            self._last_used[topic] = _monotonic()
             if (
                 partition is None
                 and trace_id is None
@@ -362,6 +277,7 @@ class Producer:
                 # the common case, checked as prepare_message would, without its generality
                 routes = self._cached_routes(topic) if topic in self._valid_topics else None
                 if routes is not None and (sharding_key is None or routes.count > 0):
+                    self._last_used[topic] = _monotonic()
                     slot = (
                         None
                         if sharding_key is None
@@ -385,6 +301,7 @@ class Producer:
         defer: float | None,
     ) -> PublishResult:
         validate_topic(topic)
+        self._last_used[topic] = _monotonic()
         msg = prepare_message(
             body, trace_id=trace_id, ext=ext, max_msg_size=self.config.max_msg_size
         )
@@ -427,7 +344,6 @@ class Producer:
         """
         self._check_open()
         with self._in_flight():
-            self._last_used[topic] = _monotonic()
             return await self._publish_many(
                 topic, bodies, sharding_key, partition, trace_ids, ext, exts
             )
@@ -443,15 +359,16 @@ class Producer:
         exts: Sequence[ExtHeader | None] | None,
     ) -> list[PublishResult]:
         validate_topic(topic)
-        bodies = _sequence(bodies, "bodies")
+        self._last_used[topic] = _monotonic()
+        bodies = sequence_of(bodies, "bodies")
         if not bodies:
             return []
         self._check_target(sharding_key, partition)
-        traces = _per_message(trace_ids, len(bodies), "trace_ids")
+        traces = per_message(trace_ids, len(bodies), "trace_ids")
         if ext is not None and exts is not None:
             raise ConfigError("give ext= (one header for all) or exts= (one each), not both")
         headers: list[ExtHeader | None] = (
-            _per_message(exts, len(bodies), "exts") if exts is not None else [ext] * len(bodies)
+            per_message(exts, len(bodies), "exts") if exts is not None else [ext] * len(bodies)
         )
         size = self.config.max_msg_size
         plain = (
@@ -540,7 +457,7 @@ class Producer:
                     for sender in lane.senders:
                         sender.cancel()
                     for queued in lane.queue:  # a sender cancelled before it ran settles none
-                        _settle(queued.future, closed)
+                        settle(queued.future, closed)
                     lane.queue.clear()
             conns = list(self._ready.values())
             for task in self._conns.values():
@@ -973,10 +890,10 @@ class Producer:
         counter = self._round_robin.setdefault(routes.topic, itertools.count())
         return writable[next(counter) % len(writable)]
 
-    def _window(self, topic: str, slot: int) -> _Window:
+    def _window(self, topic: str, slot: int) -> Window:
         window = self._windows.get((topic, slot))
         if window is None:
-            window = self._windows[(topic, slot)] = _Window(self.unkeyed_window)
+            window = self._windows[(topic, slot)] = Window(self.unkeyed_window)
         return window
 
     async def _direct_many(
@@ -988,7 +905,7 @@ class Producer:
         if plain and not builder.tracing:
             batches = builder.split_plain(messages)
         else:
-            queue = deque(_Carrier(m) for m in messages)
+            queue = deque(Carrier(m) for m in messages)
             batches = []
             while queue:
                 batches.append([q.message for q in builder.take(queue)])
@@ -1026,7 +943,7 @@ class Producer:
         lane = self._lanes.get((topic, slot))
         if lane is not None and lane.senders and (slot is not None or lane.idle_sender):
             future: asyncio.Future[PublishResult] = lane.loop.create_future()
-            lane.queue.append(_Queued(message, future))
+            lane.queue.append(Queued(message, future))
             return future
         return self._enqueue(topic, slot, [message])[0]
 
@@ -1036,17 +953,17 @@ class Producer:
         loop = asyncio.get_running_loop()
         lane = self._lanes.get((topic, slot))
         if lane is None:
-            lane = self._lanes[(topic, slot)] = _Lane(topic, slot, loop)
+            lane = self._lanes[(topic, slot)] = Lane(topic, slot, loop)
         futures: list[asyncio.Future[PublishResult]] = []
         for msg in messages:
             future: asyncio.Future[PublishResult] = loop.create_future()
-            lane.queue.append(_Queued(msg, future))
+            lane.queue.append(Queued(msg, future))
             futures.append(future)
         if not lane.senders or lane.slot is None:
             self._add_sender(lane)
         return futures
 
-    def _add_sender(self, lane: _Lane) -> None:
+    def _add_sender(self, lane: Lane) -> None:
         """Start a sender for ``lane`` unless one is about to take the next batch anyway: a
         keyed lane has one, an unkeyed one more while the others wait for their answers."""
         senders = len(lane.senders)
@@ -1058,7 +975,7 @@ class Producer:
             )
             lane.senders.add(sender)
 
-    def _senders_for(self, lane: _Lane) -> int:
+    def _senders_for(self, lane: Lane) -> int:
         """Batches a lane may have out at once: one keeps a keyed lane in order; the unkeyed
         lane overlaps two per writable partition (one in flight while the next fills)."""
         if lane.slot is not None:
@@ -1066,9 +983,9 @@ class Producer:
         routes = self._cached_routes(lane.topic)
         return max(2, 2 * len(routes.writable)) if routes is not None else 2
 
-    async def _run_lane(self, lane: _Lane) -> None:
+    async def _run_lane(self, lane: Lane) -> None:
         """Send a lane's queue, one batch at a time (the lane's other senders take others)."""
-        live: list[_Queued] = []
+        live: list[Queued] = []
         try:
             while lane.queue:
                 if self.linger and len(lane.queue) < self.max_batch:
@@ -1095,7 +1012,7 @@ class Producer:
                     )
                 except NsqError as exc:
                     for q in live:
-                        _settle(q.future, exc)
+                        settle(q.future, exc)
                     live = []
                     continue
                 finally:
@@ -1111,12 +1028,12 @@ class Producer:
                 attempts=0,
             )
             for q in [*live, *lane.queue]:
-                _settle(q.future, closed)
+                settle(q.future, closed)
             lane.queue.clear()
             raise
         except BaseException as exc:  # a bug: never leave callers waiting forever
             for q in [*live, *lane.queue]:
-                _settle(q.future, exc)
+                settle(q.future, exc)
             lane.queue.clear()
             raise
         finally:
@@ -1151,40 +1068,31 @@ class Producer:
             )
 
     async def _sweep(self) -> None:
-        """Every half ``topic_idle_timeout`` (at most a minute), free the idle topics."""
-        interval = min(self.topic_idle_timeout / 2, 60.0)
+        """Every :attr:`IdleTopics.interval`, free the topics idle for ``topic_idle_timeout``
+        (nothing queued or in flight, no publish call for that long)."""
         while not self._closing:
-            await asyncio.sleep(interval)
-            self._expire_idle()
+            await asyncio.sleep(self._idle_topics.interval)
+            try:
+                self._free_idle_topics()
+            except Exception:  # a bug must not stop the sweeps (or be lost with the task)
+                log.exception("producer: freeing idle topics failed")
 
-    def _expire_idle(self) -> list[str]:
-        """Free every topic with nothing queued or in flight and no publish call for
-        ``topic_idle_timeout`` seconds; return their names."""
-        now = _monotonic()
-        cutoff = now - self.topic_idle_timeout
+    def _free_idle_topics(self) -> None:
         busy = {lane.topic for lane in self._lanes.values() if lane.queue or lane.senders}
         busy.update(
             topic
             for (topic, _), window in self._windows.items()
             if window.waiters or window.free < self.unkeyed_window
         )
-        expired: set[str] = set()
-        for topic in self.topics:
-            last = self._last_used.get(topic)
-            if last is None or topic in busy:
-                self._last_used[topic] = now  # idle from now on, at the earliest
-            elif last <= cutoff:
-                expired.add(topic)
+        expired = self._idle_topics.expired(self.topics, busy, _monotonic())
         if expired:
             self._forget_topics(expired)
             log.debug("producer: %d idle topics freed", len(expired))
-        return sorted(expired)
 
     def _forget_topics(self, topics: set[str]) -> None:
         """Drop everything kept for ``topics``: routes, counts, lanes, windows, connections,
         and the lookup's refresh of them."""
         for topic in topics:
-            self._last_used.pop(topic, None)
             self._valid_topics.discard(topic)
             self._round_robin.pop(topic, None)
             self._routes_cache.pop(topic, None)
@@ -1206,47 +1114,6 @@ class Producer:
 _monotonic = time.monotonic
 
 
-@dataclass(frozen=True, slots=True)
-class _Carrier:
-    message: OutgoingMessage
-
-
-def _settle(future: asyncio.Future[PublishResult], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
-
-
 def _retrieve(task: asyncio.Task[NsqdConnection]) -> None:
     if not task.cancelled():
         task.exception()
-
-
-_T = TypeVar("_T")
-
-
-def _sequence(values: Sequence[_T], what: str) -> list[_T]:
-    """``values`` as a list if it is a sequence (list, tuple, ...), else ConfigError."""
-    if isinstance(cast(object, values), str | bytes | bytearray | memoryview):
-        raise ConfigError(f"publish_many takes a sequence of {what}, not one value")
-    if not isinstance(cast(object, values), Sequence):
-        raise ConfigError(
-            f"publish_many takes a sequence (a list or tuple) of {what}, "
-            f"not a {type(values).__name__}"
-        )
-    return list(values)
-
-
-def _per_message(values: Sequence[_T] | None, count: int, what: str) -> list[_T | None]:
-    if values is None:
-        return [None] * count
-    checked: list[_T | None] = list(_sequence(values, what))
-    if len(checked) != count:
-        raise ConfigError(f"{what} has {len(checked)} entries for {count} bodies")
-    return checked
-
-
-def _node(address: str) -> NodeInfo:
-    host, sep, port = address.strip().rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ConfigError(f"nsqd address {address!r} is not host:port")
-    return NodeInfo(broadcast_address=host.strip("[]"), tcp_port=int(port), http_port=0)

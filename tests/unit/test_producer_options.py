@@ -13,6 +13,7 @@ from nsq_ha.errors import ConfigError, UnsupportedByServerError
 from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.producer.batch import OutgoingMessage
+from nsq_ha.producer.idle import IdleTopics
 from nsq_ha.producer.policy import check_seconds
 from nsq_ha.producer.redact import redact
 from nsq_ha.producer.routes import PartitionCounts, Routes, check_features
@@ -137,3 +138,21 @@ def test_repr_of_a_producer_hides_lookupd_credentials() -> None:
     assert "pw-1" not in text
     assert "alice" not in text
     assert "http://***@127.0.0.1:4161" in text
+
+
+# -- idle topics -----------------------------------------------------------------------------
+
+
+def test_idle_topics_expire_after_their_timeout_and_busy_ones_wait() -> None:
+    idle = IdleTopics(10.0)
+    assert idle.interval == 5.0
+    assert IdleTopics(600).interval == 60.0  # a sweep at least every minute
+    idle.last_used.update({"a": 100.0, "b": 105.0})
+    # "c" has state but no use recorded: it counts as used now
+    assert idle.expired(["a", "b", "c"], busy=set(), now=109.0) == set()
+    assert idle.last_used["c"] == 109.0
+    assert idle.expired(["a", "b", "c"], busy={"a"}, now=112.0) == set()  # "a" busy: used now
+    assert idle.expired(["a", "b", "c"], busy=set(), now=119.0) == {"b", "c"}
+    assert idle.last_used == {"a": 112.0}
+    assert idle.expired(["a"], busy=set(), now=122.0) == {"a"}
+    assert idle.last_used == {}
