@@ -40,6 +40,7 @@ import contextlib
 import itertools
 import logging
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
@@ -1061,21 +1062,13 @@ class Producer:
     # -- idle topics ------------------------------------------------------------------------
 
     def _start_sweeper(self) -> None:
-        """Start the task that frees idle topics (once, on the loop of the first publish)."""
+        """Start the task that frees idle topics (once, on the loop of the first publish); it
+        holds the producer weakly, so a producer dropped without close() can still be freed."""
         if self._sweeper is None and not self._closing:
             self._sweeper = asyncio.get_running_loop().create_task(
-                self._sweep(), name="nsq_ha-producer-idle-topics"
+                _sweep(weakref.ref(self), self._idle_topics.interval),
+                name="nsq_ha-producer-idle-topics",
             )
-
-    async def _sweep(self) -> None:
-        """Every :attr:`IdleTopics.interval`, free the topics idle for ``topic_idle_timeout``
-        (nothing queued or in flight, no publish call for that long)."""
-        while not self._closing:
-            await asyncio.sleep(self._idle_topics.interval)
-            try:
-                self._free_idle_topics()
-            except Exception:  # a bug must not stop the sweeps (or be lost with the task)
-                log.exception("producer: freeing idle topics failed")
 
     def _free_idle_topics(self) -> None:
         busy = {lane.topic for lane in self._lanes.values() if lane.queue or lane.senders}
@@ -1112,6 +1105,21 @@ class Producer:
 
 
 _monotonic = time.monotonic
+
+
+async def _sweep(ref: weakref.ref[Producer], interval: float) -> None:
+    """Every ``interval`` seconds, free the producer's topics idle for ``topic_idle_timeout``
+    (nothing queued or in flight, no publish call for that long); ends with the producer."""
+    while True:
+        await asyncio.sleep(interval)
+        producer = ref()
+        if producer is None or producer.closed:
+            return
+        try:
+            producer._free_idle_topics()
+        except Exception:  # a bug must not stop the sweeps (or be lost with the task)
+            log.exception("producer: freeing idle topics failed")
+        del producer
 
 
 def _retrieve(task: asyncio.Task[NsqdConnection]) -> None:
