@@ -22,8 +22,8 @@ How keys become bytes or hash codes, exactly:
 =========  ======================================  =======================================
 key type   ``murmur3`` / ``jump`` hash the bytes    ``java`` uses the hashCode of
 =========  ======================================  =======================================
-``str``    its UTF-8 encoding                       ``java.lang.String`` (31-polynomial over
-                                                    UTF-16 code units, 32-bit wrap-around)
+``str``    its UTF-8 encoding (a lone surrogate     ``java.lang.String`` (31-polynomial over
+           has none: refused)                       UTF-16 code units, 32-bit wrap-around)
 ``bytes``  the bytes as given                       refused: a Java ``byte[]`` has no stable
                                                     hashCode, so no Java producer can match it
 ``int``    8 bytes, big-endian, two's complement    ``java.lang.Long``: low 32 bits of
@@ -79,7 +79,13 @@ def key_bytes(key: ShardingKey) -> bytes:
     """The bytes ``murmur3`` and ``jump`` hash: UTF-8, as given, or 8-byte big-endian."""
     _check_key(key)
     if isinstance(key, str):
-        return key.encode("utf-8")
+        try:
+            return key.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                f"str sharding key has a lone surrogate ({key[exc.start]!r} at index "
+                f"{exc.start}), so it has no UTF-8 bytes to hash; pass valid text or bytes"
+            ) from None
     if isinstance(key, bytes):
         return key
     if not _I64_MIN <= key <= _U64:

@@ -5,11 +5,19 @@ Routing (PROTOCOL.md §6.2):
 * a ``sharding_key`` picks the partition with the producer's strategy (``murmur3`` like the
   fork's Go SDK, ``java`` like its Java SDK, or ``jump``) over ``meta.partition_num``; an
   explicit ``partition`` is used as given. Such messages are **never rerouted**: when their
-  partition has no reachable leader the publish is retried there until the policy gives up;
+  partition has no reachable leader the publish is retried there until the policy gives up.
+  The count comes only from lookupd's ``meta`` (the last one seen is kept): a lookup without
+  it never makes the producer guess a count from the partitions listed, and until a count is
+  known keyed publishes wait (looking up again on each retry);
 * other messages go round-robin over the partitions that have a writable leader, and a retry
   may pick another one;
 * on vanilla nsqd (``nsqd=`` addresses or a vanilla nsqlookupd) "partitions" are the nsqd
-  nodes: a key picks one of them (stable while the set of nodes is).
+  nodes: a key picks one of them (stable while the set of nodes is). A fork nsqd given as an
+  ``nsqd=`` address refuses keyed publishes (its partition count and leaders are unknown
+  there): UnsupportedByServerError before the message is sent.
+
+Topics not published to for ``topic_idle_timeout`` seconds expire: their routes, lanes and
+connections are freed and lookupd is no longer asked about them (until the next publish).
 
 Order: keyed and explicit-partition messages of one (topic, partition) wait in a *lane*; a lane
 has at most one batch unacknowledged. Messages that queue up while a batch is out leave together
@@ -31,11 +39,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
+import weakref
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Self, cast
 
 from tenacity import RetryCallState, RetryError
 
@@ -56,17 +65,24 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
+from nsq_ha.producer.args import per_message, sequence_of, static_node
 from nsq_ha.producer.batch import (
     PLAIN_RECEIPT,
     BatchBuilder,
     OutgoingMessage,
-    Receipt,
     batch_command,
     encode_batch,
     prepare_message,
     receipts_from_answer,
 )
-from nsq_ha.producer.policy import RetryPolicy
+from nsq_ha.producer.idle import IdleTopics
+from nsq_ha.producer.lanes import Carrier, Lane, Queued, Window, settle
+from nsq_ha.producer.policy import RetryPolicy, check_seconds
+from nsq_ha.producer.redact import redact
+from nsq_ha.producer.result import PublishResult
+from nsq_ha.producer.routes import ConnKey, PartitionCounts
+from nsq_ha.producer.routes import Routes as _Routes
+from nsq_ha.producer.routes import check_features as _check_features
 from nsq_ha.protocol.commands import seconds_to_ms
 from nsq_ha.protocol.names import validate_topic
 from nsq_ha.protocol.publish import ExtHeader, encode_dpub
@@ -75,152 +91,6 @@ from nsq_ha.routing import ShardingKey, ShardingStrategy, get_strategy
 __all__ = ["Producer", "PublishResult"]
 
 log = logging.getLogger(__name__)
-
-#: A connection's identity: nsqd address, and on the fork the topic and partition it serves.
-ConnKey = tuple[str, str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class PublishResult:
-    """Where a message went and what nsqd said about it.
-
-    ``partition`` is ``None`` on vanilla nsqd. ``internal_id``, ``offset`` and ``raw_size``
-    are known for traced publishes on the fork (``trace_id=``, a ``##trace_id`` header, or a
-    producer created with ``trace=True``); ``trace_id`` is the one sent.
-    """
-
-    topic: str
-    partition: int | None
-    address: str
-    attempts: int
-    internal_id: int | None = None
-    trace_id: int | None = None
-    offset: int | None = None
-    raw_size: int | None = None
-
-    @property
-    def message_id(self) -> bytes | None:
-        """The 16-byte id consumers see (fork: internal id + trace id), when known."""
-        return Receipt(self.internal_id, self.trace_id).message_id
-
-
-@dataclass(frozen=True, slots=True)
-class _Routes:
-    """Where one topic's messages can go now; a *slot* is a partition (fork) or a node."""
-
-    topic: str
-    #: True: fork partitions; False: vanilla nodes; None: static nsqd= nodes of unknown kind.
-    fork: bool | None
-    nodes: Mapping[int, NodeInfo]
-    #: how many slots keys are spread over
-    count: int
-    ext: bool | None = None
-    #: slots that have a writable node now, in order (round-robin walks these)
-    writable: tuple[int, ...] = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "writable", tuple(sorted(self.nodes)))
-
-    @classmethod
-    def from_map(cls, pmap: PartitionMap) -> _Routes:
-        if pmap.fork:
-            ext = pmap.extend_support if pmap.meta is not None else None
-            partitions = dict(pmap.partitions)
-            return cls(pmap.topic, True, partitions, pmap.partition_num, ext)
-        nodes = dict(enumerate(pmap.producers))
-        return cls(pmap.topic, False, nodes, len(nodes))
-
-    def wire_partition(self, slot: int) -> int | None:
-        return slot if self.fork else None
-
-    def key(self, slot: int, node: NodeInfo) -> ConnKey:
-        return (node.address, self.topic, slot) if self.fork else (node.address, "", -1)
-
-
-class _Window:
-    """A FIFO counting semaphore that wakes one waiter in O(1) (asyncio.Semaphore in 3.11 scans
-    its waiters on every release, which is quadratic with thousands of publishes waiting)."""
-
-    __slots__ = ("free", "waiters")
-
-    def __init__(self, size: int) -> None:
-        self.free = size
-        self.waiters: deque[asyncio.Future[None]] = deque()
-
-    async def __aenter__(self) -> None:
-        if self.free > 0 and not self.waiters:
-            self.free -= 1
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.append(future)
-        try:
-            await future
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self._release()  # the slot was handed over just as we were cancelled
-            raise
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._release()
-
-    def _release(self) -> None:
-        while self.waiters:
-            future = self.waiters.popleft()
-            if not future.done():
-                future.set_result(None)
-                return
-        self.free += 1
-
-
-@dataclass(slots=True)
-class _Queued:
-    message: OutgoingMessage
-    future: asyncio.Future[PublishResult]
-
-
-@dataclass(slots=True)
-class _Lane:
-    """Queued one-message publishes of one (topic, slot), sent as batches (group commit).
-
-    A keyed lane (``slot`` set) has at most one batch out, so call order holds; the unkeyed
-    lane of a topic (``slot`` None) sends each batch to the next partition, several at once.
-    """
-
-    topic: str
-    slot: int | None
-    loop: asyncio.AbstractEventLoop
-    queue: deque[_Queued] = field(default_factory=deque)
-    senders: set[asyncio.Task[None]] = field(default_factory=set)
-    #: senders waiting for nsqd's answer to their batch (the others will take the next one)
-    sending: int = 0
-
-    @property
-    def idle_sender(self) -> bool:
-        """A sender is about to take the next batch: enqueued messages will go with it."""
-        return self.sending < len(self.senders)
-
-
-def _check_features(
-    fork: bool | None,
-    topic: str,
-    messages: Sequence[OutgoingMessage],
-    *,
-    defer: float | None,
-    partition: int | None,
-) -> None:
-    """Refuse what the server kind cannot do, before anything is sent."""
-    if fork is True and defer is not None:
-        raise UnsupportedByServerError(
-            f"defer= (DPUB) is not available on the fork (topic {topic!r}): its nsqd has no "
-            "DPUB; delay on the consumer side instead (REQ with a timeout)"
-        )
-    if fork is False:
-        if partition is not None:
-            raise UnsupportedByServerError(f"vanilla nsqd has no partitions (topic {topic!r})")
-        if any(m.trace_id is not None for m in messages):
-            raise UnsupportedByServerError("trace ids (PUB_TRACE) exist only on the fork")
-        if any(m.ext is not None for m in messages):
-            raise UnsupportedByServerError("ext headers (PUB_EXT) exist only on the fork")
 
 
 class Producer:
@@ -238,6 +108,10 @@ class Producer:
     messages per ``MPUB``. ``linger``: seconds a batch waits for more messages before it goes
     (0: it goes as soon as the previous batch of its partition is acknowledged).
     ``close_timeout``: how long :meth:`close` waits for in-flight publishes before failing them.
+    ``topic_idle_timeout``: seconds after a topic's last publish (and once none of its messages
+    is queued or in flight) when its state is freed: routes, lanes, connections, and its lookup
+    is no longer refreshed; the next publish to it looks it up again. Durations are finite
+    seconds: NaN, infinities and negatives are refused with ConfigError.
 
     Group commit: concurrent :meth:`publish` calls are queued per partition and sent as one
     ``MPUB`` (or ``MPUB_TRACE``/``MPUB_EXT``) per batch, up to ``max_batch`` messages and the
@@ -261,14 +135,19 @@ class Producer:
         max_batch: int = 1000,
         linger: float = 0.0,
         close_timeout: float = 10.0,
+        topic_idle_timeout: float = 300.0,
     ) -> None:
         given = [x is not None for x in (lookupd, lookup, nsqd)]
         if sum(given) != 1:
             raise ConfigError("give exactly one of lookupd=, lookup= or nsqd=")
-        if unkeyed_window < 1 or max_batch < 1 or close_timeout <= 0 or not linger >= 0:
-            raise ConfigError(
-                "unkeyed_window and max_batch must be >= 1, close_timeout > 0, linger >= 0"
-            )
+        for name, count in (("unkeyed_window", unkeyed_window), ("max_batch", max_batch)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ConfigError(f"{name} must be an int >= 1, got {count!r}")
+        linger = check_seconds("linger", linger, zero=True)
+        close_timeout = check_seconds("close_timeout", close_timeout)
+        topic_idle_timeout = check_seconds("topic_idle_timeout", topic_idle_timeout)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigError(f"retry must be a RetryPolicy, not {type(retry).__name__}")
         self._owns_lookup = lookupd is not None
         self._lookup: LookupClient | None = (
             LookupClient(lookupd) if lookupd is not None else lookup
@@ -278,7 +157,7 @@ class Producer:
             addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
             if not addresses:
                 raise ConfigError("nsqd= needs at least one address")
-            self._static = tuple(_node(a) for a in dict.fromkeys(addresses))
+            self._static = tuple(static_node(a) for a in dict.fromkeys(addresses))
         self.strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
         self.config = config or ConnectionConfig()
         self.retry = retry or RetryPolicy()
@@ -287,15 +166,21 @@ class Producer:
         self.max_batch = max_batch
         self.linger = linger
         self.close_timeout = close_timeout
+        self.topic_idle_timeout = topic_idle_timeout
         self._conns: dict[ConnKey, asyncio.Task[NsqdConnection]] = {}
         self._ready: dict[ConnKey, NsqdConnection] = {}
-        self._lanes: dict[tuple[str, int | None], _Lane] = {}
+        self._lanes: dict[tuple[str, int | None], Lane] = {}
         self._valid_topics: set[str] = set()  # names validate_topic() accepted
-        self._windows: dict[tuple[str, int], _Window] = {}
+        self._windows: dict[tuple[str, int], Window] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._routes_cache: dict[str, tuple[PartitionMap, _Routes]] = {}
         self._static_routes: dict[str, _Routes] = {}
+        self._counts = PartitionCounts()
         self._watched: set[str] = set()
+        self._idle_topics = IdleTopics(topic_idle_timeout)
+        #: topic -> time.monotonic() of its last publish call (idle topics expire)
+        self._last_used = self._idle_topics.last_used
+        self._sweeper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._active = 0
         self._idle = asyncio.Event()
@@ -313,8 +198,14 @@ class Producer:
         }
 
     def __repr__(self) -> str:
-        where = f"lookupd={self._lookup.lookupds}" if self._lookup else f"nsqd={self._static}"
-        return f"<Producer {where} strategy={self.strategy.name} conns={len(self._ready)}>"
+        if self._lookup is not None:
+            where = f"lookupd={[redact(u) for u in self._lookup.lookupds]}"
+        else:
+            where = f"nsqd={[n.address for n in self._static]}"
+        return (
+            f"<Producer {where} strategy={self.strategy.name} topics={len(self.topics)} "
+            f"conns={len(self._ready)}>"
+        )
 
     async def __aenter__(self) -> Self:
         return self
@@ -328,6 +219,24 @@ class Producer:
     def closed(self) -> bool:
         """True once :meth:`close` has started: new publishes are refused."""
         return self._closing
+
+    @property
+    def topics(self) -> frozenset[str]:
+        """Topics this producer holds state for (routes, lanes, connections, lookups)."""
+        names = set(self._last_used) | self._valid_topics | self._watched
+        names.update(self._routes_cache, self._static_routes, self._round_robin)
+        names.update(self._counts.counts)
+        names.update(topic for topic, _ in self._lanes)
+        names.update(topic for topic, _ in self._windows)
+        names.update(topic for _, topic, _ in self._conns if topic)
+        names.update(topic for _, topic, _ in self._ready if topic)
+        return frozenset(names)
+
+    @property
+    def connections(self) -> tuple[ConnKey, ...]:
+        """Open nsqd connections: ``(address, topic, partition)``, or ``(address, "", -1)`` for a
+        connection shared by every topic (vanilla nsqd)."""
+        return tuple(key for key, conn in self._ready.items() if not conn.closed)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -347,6 +256,10 @@ class Producer:
         ``sharding_key`` (str, bytes or int) or ``partition`` fix the partition and keep call
         order; ``trace_id`` (u64) sends PUB_TRACE; ``ext`` (a JSON object) sends PUB_EXT to an
         ext topic; ``defer`` (seconds) sends DPUB (vanilla only).
+
+        Bad input (a key that cannot be hashed, ext headers for a topic lookup describes as not
+        ext, a keyed publish through a fork nsqd given as ``nsqd=``) raises a ConfigError
+        subclass before anything is sent.
         """
         if self._closing:
             raise ProducerClosedError("the producer is closed")
@@ -364,7 +277,8 @@ class Producer:
             ):
                 # the common case, checked as prepare_message would, without its generality
                 routes = self._cached_routes(topic) if topic in self._valid_topics else None
-                if routes is not None:
+                if routes is not None and (sharding_key is None or routes.count > 0):
+                    self._last_used[topic] = _monotonic()
                     slot = (
                         None
                         if sharding_key is None
@@ -388,16 +302,22 @@ class Producer:
         defer: float | None,
     ) -> PublishResult:
         validate_topic(topic)
-        self._valid_topics.add(topic)
+        self._last_used[topic] = _monotonic()
         msg = prepare_message(
             body, trace_id=trace_id, ext=ext, max_msg_size=self.config.max_msg_size
         )
+        self._check_target(sharding_key, partition)
         if defer is not None:
             seconds_to_ms(defer, "defer")
             if sharding_key is not None or partition is not None:
                 raise ConfigError("defer= cannot be combined with sharding_key= or partition=")
-        routes = await self._resolve(topic)
-        _check_features(routes.fork, topic, [msg], defer=defer, partition=partition)
+        self._start_sweeper()
+        fixed = sharding_key is not None or partition is not None
+        routes = await self._resolve(topic, keyed=fixed)
+        self._valid_topics.add(topic)
+        _check_features(
+            routes.fork, topic, [msg], defer=defer, partition=partition, ext_topic=routes.ext
+        )
         slot = self._slot_for(routes, sharding_key, partition)
         if defer is not None:
             return (await self._send(topic, [msg], slot=None, defer=defer))[0]
@@ -440,16 +360,16 @@ class Producer:
         exts: Sequence[ExtHeader | None] | None,
     ) -> list[PublishResult]:
         validate_topic(topic)
-        if isinstance(cast(object, bodies), bytes | bytearray | str):
-            raise ConfigError("publish_many takes a sequence of bodies, not one body")
-        bodies = list(bodies)
+        self._last_used[topic] = _monotonic()
+        bodies = sequence_of(bodies, "bodies")
         if not bodies:
             return []
-        traces = _per_message(trace_ids, len(bodies), "trace_ids")
+        self._check_target(sharding_key, partition)
+        traces = per_message(trace_ids, len(bodies), "trace_ids")
         if ext is not None and exts is not None:
             raise ConfigError("give ext= (one header for all) or exts= (one each), not both")
         headers: list[ExtHeader | None] = (
-            _per_message(exts, len(bodies), "exts") if exts is not None else [ext] * len(bodies)
+            per_message(exts, len(bodies), "exts") if exts is not None else [ext] * len(bodies)
         )
         size = self.config.max_msg_size
         plain = (
@@ -465,8 +385,17 @@ class Producer:
                 prepare_message(b, trace_id=t, ext=h, max_msg_size=size)
                 for b, t, h in zip(bodies, traces, headers, strict=True)
             ]
-        routes = await self._resolve(topic)
-        _check_features(routes.fork, topic, [] if plain else msgs, defer=None, partition=partition)
+        self._start_sweeper()
+        routes = await self._resolve(topic, keyed=sharding_key is not None or partition is not None)
+        self._valid_topics.add(topic)
+        _check_features(
+            routes.fork,
+            topic,
+            [] if plain else msgs,
+            defer=None,
+            partition=partition,
+            ext_topic=routes.ext,
+        )
         slot = self._slot_for(routes, sharding_key, partition)
         if slot is not None:
             futures = self._enqueue(topic, slot, msgs)
@@ -481,8 +410,15 @@ class Producer:
         for err in errors:
             if isinstance(err, asyncio.CancelledError):
                 raise err
+        if (
+            len(errors) == len(outcomes)
+            and isinstance(errors[0], ConfigError)
+            and all(e is errors[0] for e in errors)
+        ):
+            raise errors[0]  # one refusal for all, before anything was sent: raise it as it is
         error = PublishError(
-            f"{len(errors)} of {len(msgs)} messages to {topic!r} were not published: {errors[0]}",
+            f"{len(errors)} of {len(msgs)} messages to {topic!r} were not published: "
+            f"{redact(str(errors[0]))}",
             attempts=max((getattr(e, "attempts", 1) for e in errors), default=1),
             last_error=errors[0],
         )
@@ -492,14 +428,19 @@ class Producer:
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit
         """Stop accepting publishes, wait for the in-flight ones, then close the connections.
 
-        After ``timeout`` (default ``close_timeout``) seconds, publishes still waiting fail with
-        PublishError ("producer closed before nsqd acknowledged"); none is silently dropped.
+        After ``timeout`` (default ``close_timeout``; finite seconds >= 0) seconds, publishes
+        still waiting fail with PublishError ("producer closed before nsqd acknowledged"); none
+        is silently dropped.
         """
+        limit = self.close_timeout
+        if timeout is not None:
+            limit = check_seconds("timeout", timeout, zero=True)
         if self._closing:
             await self._closed.wait()
             return
         self._closing = True
-        limit = self.close_timeout if timeout is None else timeout
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         try:
             if not await self._drained(limit):
                 log.warning(
@@ -517,7 +458,7 @@ class Producer:
                     for sender in lane.senders:
                         sender.cancel()
                     for queued in lane.queue:  # a sender cancelled before it ran settles none
-                        _settle(queued.future, closed)
+                        settle(queued.future, closed)
                     lane.queue.clear()
             conns = list(self._ready.values())
             for task in self._conns.values():
@@ -527,6 +468,8 @@ class Producer:
             await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
             self._aborting = True
             await self._drained(self.config.close_timeout)
+            if self._sweeper is not None:
+                await asyncio.gather(self._sweeper, return_exceptions=True)
             if self._background:
                 await asyncio.gather(*self._background, return_exceptions=True)
             if self._lookup is not None:
@@ -555,6 +498,17 @@ class Producer:
         if self._closing:
             raise ProducerClosedError("the producer is closed")
 
+    def _check_target(self, key: ShardingKey | None, partition: int | None) -> None:
+        """Refuse a key the strategy cannot hash, or a partition that is not an int, at once."""
+        if key is not None:
+            if partition is not None:
+                raise ConfigError("give sharding_key= or partition=, not both")
+            self.strategy.partition(key, 1)  # type, range and encoding checks, no routing
+        elif partition is not None and (
+            isinstance(partition, bool) or not isinstance(partition, int)
+        ):
+            raise ConfigError(f"partition must be an int, not {partition!r}")
+
     def _cached_routes(self, topic: str) -> _Routes | None:
         if self._lookup is None:
             routes = self._static_routes.get(topic)
@@ -570,18 +524,30 @@ class Producer:
             return cached[1] if cached[1].nodes else None
         if not pmap.routes():
             return None
-        routes = _Routes.from_map(pmap)
+        routes = self._counts.routes(pmap)
         self._routes_cache[topic] = (pmap, routes)
         return routes
 
-    async def _routes(self, topic: str) -> _Routes:
-        """The topic's current routes (cached lookup), raising a typed error if none."""
+    def _usable(self, topic: str, routes: _Routes | None, keyed: bool) -> bool:
+        """Cached routes serve a publish: the topic is watched (not expired) and, for a keyed
+        or explicit-partition one, its partition count is known."""
+        if routes is None:
+            return False
+        if self._lookup is not None and topic not in self._watched:
+            return False
+        return not keyed or routes.count > 0
+
+    async def _routes(self, topic: str, *, keyed: bool = False) -> _Routes:
+        """The topic's current routes (cached lookup), raising a typed error if none, or, when
+        ``keyed``, while the topic's partition count is not known."""
         routes = self._cached_routes(topic)
-        if routes is not None:
+        if self._usable(topic, routes, keyed):
+            assert routes is not None  # noqa: S101 - _usable says so
             return routes
-        assert self._lookup is not None  # noqa: S101 - static routes are always cached
-        # a cached map without a writable partition is what sent us here: ask lookupd again
-        # (each retry of _resolve does), rather than fail from it until the refresh timer
+        assert self._lookup is not None  # noqa: S101 - static routes are always usable
+        # a cached map without a writable partition (or without a count, or of an expired
+        # topic) is what sent us here: ask lookupd again (each retry of _resolve does), rather
+        # than fail from it until the refresh timer
         stale = self._lookup.cached(topic, "w") is not None
         try:
             pmap = await self._lookup.writable(topic, force=stale)
@@ -595,14 +561,24 @@ class Producer:
             raise
         if topic not in self._watched:
             self._watched.add(topic)
+            self._last_used.setdefault(topic, _monotonic())
             self._lookup.watch(topic, "w", self._on_map)
-        self._routes_cache[topic] = (pmap, _Routes.from_map(pmap))
-        return self._routes_cache[topic][1]
+        routes = self._counts.routes(pmap)
+        self._routes_cache[topic] = (pmap, routes)
+        if keyed and routes.count < 1:
+            raise PartitionNotAvailableError(
+                f"the partition count of topic {topic!r} is not known: lookupd answered "
+                "without meta.partition_num, and a keyed publish never routes by a count "
+                "guessed from the partitions listed; waiting for lookupd to tell it"
+            )
+        return routes
 
-    async def _resolve(self, topic: str) -> _Routes:
-        """:meth:`_routes`, retried under the policy while the topic is not writable yet."""
+    async def _resolve(self, topic: str, *, keyed: bool = False) -> _Routes:
+        """:meth:`_routes`, retried under the policy while the topic is not writable yet (or,
+        ``keyed``, while its partition count is not known)."""
         routes = self._cached_routes(topic)
-        if routes is not None:
+        if self._usable(topic, routes, keyed):
+            assert routes is not None  # noqa: S101 - _usable says so
             return routes
         outcome: _Routes | None = None
         try:
@@ -611,7 +587,7 @@ class Producer:
             )
             async for attempt in retrying:
                 with attempt:
-                    outcome = await self._routes(topic)
+                    outcome = await self._routes(topic, keyed=keyed)
         except RetryError as exc:
             raise self._gave_up(exc, f"lookup of topic {topic!r}") from None
         assert outcome is not None  # noqa: S101 - tenacity returns only after a success
@@ -639,12 +615,16 @@ class Producer:
         if key is None:
             return None
         if routes.count < 1:
-            raise TopicNotWritableError(f"topic {routes.topic!r} has no partition to route to")
+            raise PartitionNotAvailableError(
+                f"the partition count of topic {routes.topic!r} is not known yet"
+            )
         return self.strategy.partition(key, routes.count)
 
     def _on_map(self, pmap: PartitionMap) -> None:
         """Lookup listener: close connections to nodes no longer leading their partition."""
-        routes = _Routes.from_map(pmap)
+        if pmap.topic not in self._watched:
+            return  # expired meanwhile: nothing of it is kept
+        routes = self._counts.routes(pmap)
         self._routes_cache[pmap.topic] = (pmap, routes)
         for key in list(self._conns):
             address, topic, slot = key
@@ -705,7 +685,7 @@ class Producer:
         return conn
 
     def _on_conn_error(self, error: BrokerError) -> None:
-        log.warning("producer connection got an unsolicited error: %s", error)
+        log.warning("producer connection got an unsolicited error: %s", redact(str(error)))
 
     def _forget(self, key: ConnKey, task: asyncio.Task[NsqdConnection] | None = None) -> None:
         if task is None or self._conns.get(key) is task:
@@ -751,7 +731,7 @@ class Producer:
                 "%s failed on attempt %d (%s); retrying in %.2fs",
                 where,
                 state.attempt_number,
-                exc,
+                redact(str(exc)),
                 wait,
             )
 
@@ -761,7 +741,9 @@ class Producer:
         last = exc.last_attempt.exception()
         attempts = exc.last_attempt.attempt_number
         return PublishError(
-            f"{what} failed after {attempts} attempts: {last}", attempts=attempts, last_error=last
+            f"{what} failed after {attempts} attempts: {redact(str(last))}",
+            attempts=attempts,
+            last_error=last,
         )
 
     async def _after_failure(self, topic: str, key: ConnKey | None, exc: BaseException) -> None:
@@ -847,6 +829,13 @@ class Producer:
                 tracing = self.trace and fork
                 name = batch_command(messages, tracing=tracing)
                 if routes.fork is None:  # nsqd= addresses: the kind is known only now
+                    if fork and not windowed:
+                        raise UnsupportedByServerError(
+                            f"{node.address} is a fork nsqd: a sharding key needs topic "
+                            f"{topic!r}'s partition count and leaders, which only nsqlookupd "
+                            "knows; publish keyed messages through lookupd= (nsqd= addresses "
+                            "of the fork take unkeyed publishes only)"
+                        )
                     plain = name in (b"PUB", b"MPUB")  # no trace id, no header to look for
                     _check_features(
                         fork, topic, () if plain else messages, defer=defer, partition=partition
@@ -902,10 +891,10 @@ class Producer:
         counter = self._round_robin.setdefault(routes.topic, itertools.count())
         return writable[next(counter) % len(writable)]
 
-    def _window(self, topic: str, slot: int) -> _Window:
+    def _window(self, topic: str, slot: int) -> Window:
         window = self._windows.get((topic, slot))
         if window is None:
-            window = self._windows[(topic, slot)] = _Window(self.unkeyed_window)
+            window = self._windows[(topic, slot)] = Window(self.unkeyed_window)
         return window
 
     async def _direct_many(
@@ -917,7 +906,7 @@ class Producer:
         if plain and not builder.tracing:
             batches = builder.split_plain(messages)
         else:
-            queue = deque(_Carrier(m) for m in messages)
+            queue = deque(Carrier(m) for m in messages)
             batches = []
             while queue:
                 batches.append([q.message for q in builder.take(queue)])
@@ -955,7 +944,7 @@ class Producer:
         lane = self._lanes.get((topic, slot))
         if lane is not None and lane.senders and (slot is not None or lane.idle_sender):
             future: asyncio.Future[PublishResult] = lane.loop.create_future()
-            lane.queue.append(_Queued(message, future))
+            lane.queue.append(Queued(message, future))
             return future
         return self._enqueue(topic, slot, [message])[0]
 
@@ -965,17 +954,17 @@ class Producer:
         loop = asyncio.get_running_loop()
         lane = self._lanes.get((topic, slot))
         if lane is None:
-            lane = self._lanes[(topic, slot)] = _Lane(topic, slot, loop)
+            lane = self._lanes[(topic, slot)] = Lane(topic, slot, loop)
         futures: list[asyncio.Future[PublishResult]] = []
         for msg in messages:
             future: asyncio.Future[PublishResult] = loop.create_future()
-            lane.queue.append(_Queued(msg, future))
+            lane.queue.append(Queued(msg, future))
             futures.append(future)
         if not lane.senders or lane.slot is None:
             self._add_sender(lane)
         return futures
 
-    def _add_sender(self, lane: _Lane) -> None:
+    def _add_sender(self, lane: Lane) -> None:
         """Start a sender for ``lane`` unless one is about to take the next batch anyway: a
         keyed lane has one, an unkeyed one more while the others wait for their answers."""
         senders = len(lane.senders)
@@ -987,7 +976,7 @@ class Producer:
             )
             lane.senders.add(sender)
 
-    def _senders_for(self, lane: _Lane) -> int:
+    def _senders_for(self, lane: Lane) -> int:
         """Batches a lane may have out at once: one keeps a keyed lane in order; the unkeyed
         lane overlaps two per writable partition (one in flight while the next fills)."""
         if lane.slot is not None:
@@ -995,9 +984,9 @@ class Producer:
         routes = self._cached_routes(lane.topic)
         return max(2, 2 * len(routes.writable)) if routes is not None else 2
 
-    async def _run_lane(self, lane: _Lane) -> None:
+    async def _run_lane(self, lane: Lane) -> None:
         """Send a lane's queue, one batch at a time (the lane's other senders take others)."""
-        live: list[_Queued] = []
+        live: list[Queued] = []
         try:
             while lane.queue:
                 if self.linger and len(lane.queue) < self.max_batch:
@@ -1024,7 +1013,7 @@ class Producer:
                     )
                 except NsqError as exc:
                     for q in live:
-                        _settle(q.future, exc)
+                        settle(q.future, exc)
                     live = []
                     continue
                 finally:
@@ -1040,12 +1029,12 @@ class Producer:
                 attempts=0,
             )
             for q in [*live, *lane.queue]:
-                _settle(q.future, closed)
+                settle(q.future, closed)
             lane.queue.clear()
             raise
         except BaseException as exc:  # a bug: never leave callers waiting forever
             for q in [*live, *lane.queue]:
-                _settle(q.future, exc)
+                settle(q.future, exc)
             lane.queue.clear()
             raise
         finally:
@@ -1070,36 +1059,69 @@ class Producer:
             await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.ALL_COMPLETED)
             idle.cancel()
 
+    # -- idle topics ------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class _Carrier:
-    message: OutgoingMessage
+    def _start_sweeper(self) -> None:
+        """Start the task that frees idle topics (once, on the loop of the first publish); it
+        holds the producer weakly, so a producer dropped without close() can still be freed."""
+        if self._sweeper is None and not self._closing:
+            self._sweeper = asyncio.get_running_loop().create_task(
+                _sweep(weakref.ref(self), self._idle_topics.interval),
+                name="nsq_ha-producer-idle-topics",
+            )
+
+    def _free_idle_topics(self) -> None:
+        busy = {lane.topic for lane in self._lanes.values() if lane.queue or lane.senders}
+        busy.update(
+            topic
+            for (topic, _), window in self._windows.items()
+            if window.waiters or window.free < self.unkeyed_window
+        )
+        expired = self._idle_topics.expired(self.topics, busy, _monotonic())
+        if expired:
+            self._forget_topics(expired)
+            log.debug("producer: %d idle topics freed", len(expired))
+
+    def _forget_topics(self, topics: set[str]) -> None:
+        """Drop everything kept for ``topics``: routes, counts, lanes, windows, connections,
+        and the lookup's refresh of them."""
+        for topic in topics:
+            self._valid_topics.discard(topic)
+            self._round_robin.pop(topic, None)
+            self._routes_cache.pop(topic, None)
+            self._static_routes.pop(topic, None)
+            self._counts.forget(topic)
+            if topic in self._watched:
+                self._watched.discard(topic)
+                if self._lookup is not None:
+                    self._lookup.unwatch(topic, "w", self._on_map)
+        for lane_key in [k for k in self._lanes if k[0] in topics]:
+            del self._lanes[lane_key]
+        for window_key in [k for k in self._windows if k[0] in topics]:
+            del self._windows[window_key]
+        for conn_key in {*self._conns, *self._ready}:
+            if conn_key[1] in topics:  # fork connections serve one topic; vanilla ones all
+                self._drop(conn_key)
 
 
-def _settle(future: asyncio.Future[PublishResult], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
+_monotonic = time.monotonic
+
+
+async def _sweep(ref: weakref.ref[Producer], interval: float) -> None:
+    """Every ``interval`` seconds, free the producer's topics idle for ``topic_idle_timeout``
+    (nothing queued or in flight, no publish call for that long); ends with the producer."""
+    while True:
+        await asyncio.sleep(interval)
+        producer = ref()
+        if producer is None or producer.closed:
+            return
+        try:
+            producer._free_idle_topics()
+        except Exception:  # a bug must not stop the sweeps (or be lost with the task)
+            log.exception("producer: freeing idle topics failed")
+        del producer
 
 
 def _retrieve(task: asyncio.Task[NsqdConnection]) -> None:
     if not task.cancelled():
         task.exception()
-
-
-_T = TypeVar("_T")
-
-
-def _per_message(values: Sequence[_T] | None, count: int, what: str) -> list[_T | None]:
-    if values is None:
-        return [None] * count
-    checked: list[_T | None] = list(values)
-    if len(checked) != count:
-        raise ConfigError(f"{what} has {len(checked)} entries for {count} bodies")
-    return checked
-
-
-def _node(address: str) -> NodeInfo:
-    host, sep, port = address.strip().rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ConfigError(f"nsqd address {address!r} is not host:port")
-    return NodeInfo(broadcast_address=host.strip("[]"), tcp_port=int(port), http_port=0)

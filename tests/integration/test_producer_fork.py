@@ -183,10 +183,17 @@ async def test_ext_headers_round_trip_and_a_plain_topic_refuses_them(
         if m.body.startswith(tag.encode())
     }
     assert got == sent
-    # a topic that is not ext: nsqd's E_EXT_NOT_SUPPORT, typed, not retried; the producer goes on
-    with pytest.raises(ExtNotSupportedError, match="E_EXT_NOT_SUPPORT"):
+    # a topic lookup describes as not ext: refused before sending, typed; the producer goes on
+    commands = producer.stats["commands"]
+    with pytest.raises(UnsupportedByServerError, match="not an ext topic"):
         await producer.publish(fork_topic4, b"header", sharding_key="x", ext={"k": "v"})
+    assert producer.stats["commands"] == commands
     assert (await producer.publish(fork_topic4, b"after", sharding_key="x")).partition is not None
+    # nsqd's own refusal (E_EXT_NOT_SUPPORT) is typed too: through an nsqd= address the
+    # producer has no lookup meta and leaves the decision to nsqd
+    async with Producer(nsqd=leader(fork_cluster, fork_topic4, 0)) as direct:
+        with pytest.raises(ExtNotSupportedError, match="E_EXT_NOT_SUPPORT"):
+            await direct.publish(fork_topic4, b"header", ext={"k": "v"})
 
 
 async def test_refusals_before_sending(fork_topic4: str, producer: Producer) -> None:

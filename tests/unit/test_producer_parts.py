@@ -19,7 +19,8 @@ from nsq_ha.errors import (
 from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.producer.batch import OutgoingMessage
-from nsq_ha.producer.core import _check_features, _Routes, _Window
+from nsq_ha.producer.lanes import Window
+from nsq_ha.producer.routes import Routes, check_features
 from nsq_ha.routing import get_strategy
 
 
@@ -104,7 +105,7 @@ def test_backoff_doubles_up_to_its_cap_plus_jitter() -> None:
 
 
 async def test_window_admits_size_holders_in_fifo_order() -> None:
-    window = _Window(2)
+    window = Window(2)
     order: list[int] = []
     release = asyncio.Event()
 
@@ -125,7 +126,7 @@ async def test_window_admits_size_holders_in_fifo_order() -> None:
 
 
 async def test_window_slot_handed_to_a_cancelled_waiter_is_passed_on() -> None:
-    window = _Window(1)
+    window = Window(1)
     await window.__aenter__()
     waiter = asyncio.create_task(window.__aenter__())
     await asyncio.sleep(0)
@@ -140,7 +141,7 @@ async def test_window_slot_handed_to_a_cancelled_waiter_is_passed_on() -> None:
 
 
 def test_routes_from_a_fork_map_and_a_vanilla_map() -> None:
-    routes = _Routes.from_map(fork_map({0: 4150, 2: 4152}, 4, ext=True))
+    routes = Routes.from_map(fork_map({0: 4150, 2: 4152}, 4, ext=True))
     assert routes.fork is True
     assert routes.count == 4
     assert routes.writable == (0, 2)
@@ -148,7 +149,7 @@ def test_routes_from_a_fork_map_and_a_vanilla_map() -> None:
     assert routes.wire_partition(2) == 2
     assert routes.key(2, routes.nodes[2]) == ("127.0.0.1:4152", "t", 2)
     vanilla = PartitionMap("t", "w", producers=(node(4150), node(4160)))
-    vroutes = _Routes.from_map(vanilla)
+    vroutes = Routes.from_map(vanilla)
     assert vroutes.fork is False
     assert vroutes.count == 2
     assert vroutes.wire_partition(1) is None
@@ -157,7 +158,7 @@ def test_routes_from_a_fork_map_and_a_vanilla_map() -> None:
 
 async def test_slot_for_keys_partitions_and_round_robin() -> None:
     producer = Producer(nsqd="127.0.0.1:1", strategy="java")
-    routes = _Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
+    routes = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
     # the java strategy: "publish_test_case" -> 1 of 4 (PROTOCOL.md §6.2)
     assert producer._slot_for(routes, "publish_test_case", None) == 1
     assert producer._slot_for(routes, "publish_test_case", None) == get_strategy("java").partition(
@@ -171,7 +172,7 @@ async def test_slot_for_keys_partitions_and_round_robin() -> None:
         producer._slot_for(routes, None, 4)
     with pytest.raises(ConfigError, match="int"):
         producer._slot_for(routes, None, True)
-    vanilla = _Routes.from_map(PartitionMap("t", "w", producers=(node(1),)))
+    vanilla = Routes.from_map(PartitionMap("t", "w", producers=(node(1),)))
     with pytest.raises(UnsupportedByServerError, match="fork"):
         producer._slot_for(vanilla, None, 0)
     assert [producer._next_slot(routes) for _ in range(5)] == [0, 1, 2, 3, 0]
@@ -183,16 +184,16 @@ def test_features_each_server_lacks_are_refused_before_sending() -> None:
         b"x", None, b"{}"
     )
     with pytest.raises(UnsupportedByServer, match="DPUB"):
-        _check_features(True, "t", [plain], defer=1.0, partition=None)
+        check_features(True, "t", [plain], defer=1.0, partition=None)
     with pytest.raises(UnsupportedByServer, match="partitions"):
-        _check_features(False, "t", [plain], defer=None, partition=0)
+        check_features(False, "t", [plain], defer=None, partition=0)
     with pytest.raises(UnsupportedByServer, match="PUB_TRACE"):
-        _check_features(False, "t", [traced], defer=None, partition=None)
+        check_features(False, "t", [traced], defer=None, partition=None)
     with pytest.raises(UnsupportedByServer, match="PUB_EXT"):
-        _check_features(False, "t", [ext], defer=None, partition=None)
-    _check_features(None, "t", [traced], defer=1.0, partition=None)  # unknown kind: decided later
-    _check_features(False, "t", [plain], defer=1.0, partition=None)
-    _check_features(True, "t", [traced, ext], defer=None, partition=3)
+        check_features(False, "t", [ext], defer=None, partition=None)
+    check_features(None, "t", [traced], defer=1.0, partition=None)  # unknown kind: decided later
+    check_features(False, "t", [plain], defer=1.0, partition=None)
+    check_features(True, "t", [traced, ext], defer=None, partition=3)
 
 
 # -- arguments --------------------------------------------------------------------------------

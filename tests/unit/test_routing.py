@@ -164,3 +164,16 @@ def test_strategy_lookup() -> None:
     assert repr(STRATEGIES["murmur3"]) == "<ShardingStrategy murmur3>"
     with pytest.raises(InvalidArgumentError, match="unknown sharding strategy 'crc32'"):
         get_strategy("crc32")
+
+
+@pytest.mark.parametrize("key", ["\ud800", "a\udfffb", "\udc80x"])
+def test_a_lone_surrogate_key_is_an_invalid_argument_for_byte_hashing_strategies(
+    key: str,
+) -> None:
+    with pytest.raises(InvalidArgumentError, match="lone surrogate"):
+        key_bytes(key)
+    for name in ("murmur3", "jump"):
+        with pytest.raises(InvalidArgumentError, match="lone surrogate"):
+            get_strategy(name).partition(key, 4)
+    # Java strings hold UTF-16 code units, lone surrogates included: the java strategy hashes it
+    assert get_strategy("java").partition(key, 4) == abs(java_hash_code(key)) % 4
