@@ -8,9 +8,26 @@ httpx's) carries the secret.
 
 from __future__ import annotations
 
+import re
+from typing import Final
+
 import httpx
 
-__all__ = ["redact_url", "split_credentials"]
+__all__ = ["REDACTED", "redact_text", "redact_url", "split_credentials"]
+
+REDACTED: Final = "***"
+
+# scheme://userinfo@: the user info runs to the last "@" before the authority ends ("/", "?", "#",
+# whitespace, a quote, a bracket or a brace: the edges of a URL inside a container's repr)
+_USERINFO: Final = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/?#\s'\"<>\[\]{}]*@")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with the user info of every URL in it replaced by ``***`` (for texts built
+    from another layer's errors, which may quote a URL anywhere)."""
+    if "@" not in text:
+        return text
+    return _USERINFO.sub(rf"\g<scheme>{REDACTED}@", text)
 
 
 def redact_url(url: str) -> str:

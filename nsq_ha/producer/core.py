@@ -78,7 +78,6 @@ from nsq_ha.producer.batch import (
 from nsq_ha.producer.idle import IdleTopics
 from nsq_ha.producer.lanes import Carrier, Lane, Queued, Window, settle
 from nsq_ha.producer.policy import RetryPolicy, check_seconds
-from nsq_ha.producer.redact import redact
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import ConnKey, PartitionCounts
 from nsq_ha.producer.routes import Routes as _Routes
@@ -86,6 +85,7 @@ from nsq_ha.producer.routes import check_features as _check_features
 from nsq_ha.protocol.commands import seconds_to_ms
 from nsq_ha.protocol.names import validate_topic
 from nsq_ha.protocol.publish import ExtHeader, encode_dpub
+from nsq_ha.redact import redact_text as redact
 from nsq_ha.routing import ShardingKey, ShardingStrategy, get_strategy
 
 __all__ = ["Producer", "PublishResult"]

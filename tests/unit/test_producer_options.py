@@ -15,8 +15,8 @@ from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.producer.batch import OutgoingMessage
 from nsq_ha.producer.idle import IdleTopics
 from nsq_ha.producer.policy import check_seconds
-from nsq_ha.producer.redact import redact
 from nsq_ha.producer.routes import PartitionCounts, Routes, check_features
+from nsq_ha.redact import redact_text as redact
 
 NAN, INF = float("nan"), float("inf")
 BAD_SECONDS = [NAN, INF, -INF, -1, -0.001, True, "5", None]
