@@ -31,7 +31,7 @@ from nsq_ha.devcluster import DevCluster
 from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
 
-from .history import History
+from .history import Fault, History
 from .proxy import FaultProxy
 from .runner import Backend, Nemesis
 
@@ -69,13 +69,14 @@ async def _held(
     seconds: float,
     inject: Callable[[], object],
     heal: Callable[[], object],
-) -> None:
+) -> Fault:
     """Record fault ``name`` on ``target``, ``inject`` it, hold it ``seconds``, ``heal`` it."""
     event = h.fault(name, target)
     inject()
     await asyncio.sleep(seconds)
     heal()
     event.healed = _now()
+    return event
 
 
 def _fork_like(
@@ -302,10 +303,13 @@ async def fork_backend(
     def pick(rng: random.Random) -> int:
         return rng.randrange(len(cluster.nodes))
 
-    async def writable() -> None:
-        """Wait (up to 2 min) until every partition of both topics has a writable leader."""
+    async def writable(event: Fault | None = None) -> None:
+        """Wait (up to 2 min) until every partition of both topics has a writable leader; after
+        a heal, record that moment as the ``event``'s server failover."""
         for topic in (ordered_topic, plain_topic):
             await asyncio.to_thread(cluster.wait_writable, topic, 120.0)
+        if event is not None:
+            event.server_ready = _now()
 
     async def leader_move(rng: random.Random, h: History, hold: float) -> None:
         topic, p = rng.choice([ordered_topic, plain_topic]), rng.randrange(partitions)
@@ -315,7 +319,7 @@ async def fork_backend(
         event = h.fault("leader_move", f"{topic}/{p}")
         new = await asyncio.to_thread(cluster.move_leader, topic, p, 60.0)
         event.target += f"->nsqd{new.index}"
-        event.healed = _now()
+        event.healed = event.server_ready = _now()  # move_leader waited for the new leader
 
     async def stop_start(rng: random.Random, h: History, hold: float, kill: bool) -> None:
         i = pick(rng)
@@ -325,15 +329,15 @@ async def fork_backend(
         await asyncio.sleep(hold)
         await asyncio.to_thread(cluster.start_node, i)
         event.healed = _now()
-        await writable()
+        await writable(event)
 
 
     async def pause(rng: random.Random, h: History, hold: float) -> None:
         i = pick(rng)
         await writable()
         proc = cluster.nodes[i].process
-        await _held(h, "sigstop", f"nsqd{i}", max(hold, 2.5), proc.pause, proc.resume)
-        await writable()
+        event = await _held(h, "sigstop", f"nsqd{i}", max(hold, 2.5), proc.pause, proc.resume)
+        await writable(event)
 
     async def lookupd_restart(rng: random.Random, h: History, hold: float) -> None:
         proc = procs["nsqlookupd"]
@@ -343,12 +347,12 @@ async def fork_backend(
         await asyncio.to_thread(proc.start)
         await asyncio.to_thread(proc.wait_until, cluster._lookupd_is_leader, "leader", 60.0)
         event.healed = _now()
-        await writable()
+        await writable(event)
 
     async def etcd_pause(rng: random.Random, h: History, hold: float) -> None:
         proc = procs["etcd"]
-        await _held(h, "etcd_pause", "etcd", hold, proc.pause, proc.resume)
-        await writable()
+        event = await _held(h, "etcd_pause", "etcd", hold, proc.pause, proc.resume)
+        await writable(event)
 
     async def heal_all() -> None:
         for proc in procs.values():

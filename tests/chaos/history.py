@@ -20,7 +20,11 @@ Bodies are ``key:seq`` (ASCII).  Definitions, per topic:
   indeterminate (it may or may not be in the topic) and takes no part in the order check;
 * **indeterminate consumed**: delivered although its publish failed (allowed, reported);
 * **recovery time** of a fault: from its heal until every partition that had traffic before
-  the fault has both an acknowledged publish and a delivery again.
+  the fault has both an acknowledged publish and a delivery again;
+* **server failover** of a fault (where the nemesis can see it): from its heal until the
+  cluster's own lookup names a writable leader for every partition again; the **client's
+  recovery** counts from then (or from the heal when that came later, or was not seen), so it is
+  the part the client is answerable for.
 """
 
 from __future__ import annotations
@@ -77,10 +81,21 @@ class Fault:
     started: float
     healed: float | None = None
     error: str | None = None
+    #: when lookupd named a writable leader for every partition again after the heal
+    server_ready: float | None = None
+
+    @property
+    def client_from(self) -> float:
+        """Where the client's recovery starts: the heal, or the server's failover if later."""
+        healed = self.healed if self.healed is not None else self.started
+        return max(healed, self.server_ready or healed)
 
     def describe(self, t0: float) -> str:
         """``+12.345s kill9 nsqd1 (healed +14.000s)``."""
-        healed = "" if self.healed is None else f" (healed +{self.healed - t0:.3f}s)"
+        healed = "" if self.healed is None else f" (healed +{self.healed - t0:.3f}s"
+        if healed and self.server_ready is not None:
+            healed += f", writable again +{self.server_ready - t0:.3f}s"
+        healed += ")" if healed else ""
         failed = "" if self.error is None else f" FAILED: {self.error}"
         return f"+{self.started - t0:.3f}s {self.name} {self.target}{healed}{failed}"
 
@@ -218,6 +233,10 @@ class Report:
     recovery: dict[str, float | None]
     max_recovery: float | None
     unrecovered: list[str]
+    #: the longest the servers took, after a heal, to name a writable leader everywhere again
+    max_server_failover: float | None = None
+    #: the longest the client took to recover once the servers had (see :class:`Fault`)
+    max_client_recovery: float | None = None
     #: for the slowest recovery: per partition, the last ack/delivery before the fault and the
     #: first after its heal (offsets from +0 s)
     slowest_detail: list[str] = field(default_factory=list)
@@ -269,6 +288,14 @@ class Report:
         lines += [f"  {t.line()}" for t in self.topics]
         rec = "n/a" if self.max_recovery is None else f"{self.max_recovery:.3f}s"
         lines.append(f"  max recovery after a fault: {rec}")
+        if self.max_server_failover is not None:
+            after = self.max_client_recovery
+            client = "n/a" if after is None else f"{after:.3f}s"
+            lines.append(
+                f"  of which the servers' failover (heal -> lookupd names a writable leader for "
+                f"every partition): up to {self.max_server_failover:.3f}s; the client's recovery "
+                f"after that: up to {client}"
+            )
         slowest = sorted(
             ((v, k) for k, v in self.recovery.items() if v is not None), reverse=True
         )[:3]
@@ -307,6 +334,8 @@ class Report:
             "overwritten_by_server": self.overwritten,
             "order_violations": self.order_violations,
             "max_recovery": self.max_recovery,
+            "max_server_failover": self.max_server_failover,
+            "max_client_recovery": self.max_client_recovery,
             "unrecovered": self.unrecovered,
             "topics": [
                 {**t.__dict__, "lost": [f"{k}:{s}" for k, s in t.lost]} for t in self.topics
@@ -394,11 +423,16 @@ def _overwritten(
     return out
 
 
-def _recovery(fault: Fault, acks: Timeline, dels: Timeline) -> tuple[float | None, str]:
-    """Seconds from ``fault``'s heal until every partition busy before it acked and delivered,
-    and which came last (``None`` when some partition never did again before the run ended).
+def _recovery(
+    fault: Fault, acks: Timeline, dels: Timeline, since: float | None = None
+) -> tuple[float | None, str]:
+    """Seconds from ``fault``'s heal (or ``since``) until every partition busy before it acked
+    and delivered, and which came last (``None`` when some partition never did again before
+    the run ended).
     """
-    healed = fault.healed if fault.healed is not None else fault.started
+    healed = since if since is not None else (
+        fault.healed if fault.healed is not None else fault.started
+    )
     worst, what = 0.0, ""
     for kind, lines in (("ack", acks), ("delivery", dels)):
         for where, times in lines.items():
@@ -495,6 +529,8 @@ def check(history: History, ended: float | None = None) -> Report:
     recovery: dict[str, float | None] = {}
     unrecovered: list[str] = []
     slowest: tuple[float, Fault] | None = None
+    failovers: list[float] = []
+    client: list[float] = []
     acks, dels = _timelines(history)
     for fault in history.faults:
         if fault.error is not None:
@@ -506,6 +542,13 @@ def check(history: History, ended: float | None = None) -> Report:
             unrecovered.append(label)
         elif slowest is None or value > slowest[0]:
             slowest = (value, fault)
+        if fault.server_ready is not None:
+            failovers.append(max(0.0, fault.server_ready - (fault.healed or fault.started)))
+            after = _recovery(fault, acks, dels, since=fault.client_from)[0]
+            if after is not None:
+                client.append(after)
+        elif value is not None:
+            client.append(value)
     values = [v for v in recovery.values() if v is not None]
     return Report(
         seed=history.seed,
@@ -518,6 +561,8 @@ def check(history: History, ended: float | None = None) -> Report:
         recovery=recovery,
         max_recovery=max(values) if values else None,
         unrecovered=unrecovered,
+        max_server_failover=max(failovers) if failovers else None,
+        max_client_recovery=max(client) if client else None,
         slowest_detail=[] if slowest is None else [
             f"{slowest[1].describe(t0)}:", *_around(slowest[1], acks, dels, t0)
         ],

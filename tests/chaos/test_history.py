@@ -183,3 +183,22 @@ def test_redelivery_at_the_acknowledged_offset_is_no_overwrite() -> None:
     _publish(h, ORD, "a", range(2))
     _deliver(h, ORD, "a", [0, 1, 1])
     assert check(h).overwritten == 0
+
+
+def test_the_servers_failover_and_the_clients_recovery_are_told_apart() -> None:
+    """A kill whose partition the servers took 20 s to make writable again, and the client
+    0.5 s after that: recovery 20.5 s, of which the client's 0.5 s."""
+    h = _history()
+    h.started -= 30
+    h.ack_times.append((h.started + 1, ORD, 0))
+    h.deliveries[ORD].append(_at(h, 1.0))
+    kill = h.fault("kill9", "nsqd0")
+    kill.started, kill.healed, kill.server_ready = h.started + 2, h.started + 3, h.started + 23
+    h.ack_times.append((h.started + 23.4, ORD, 0))
+    h.deliveries[ORD].append(_at(h, 23.5))
+    report = check(h, ended=h.started + 30)
+    assert report.max_recovery == pytest.approx(20.5)
+    assert report.max_server_failover == pytest.approx(20.0)
+    assert report.max_client_recovery == pytest.approx(0.5)
+    assert "the client's recovery after that: up to 0.500s" in report.render()
+    assert "writable again +23.000s" in report.render()
