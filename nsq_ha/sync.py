@@ -6,26 +6,40 @@ themselves, and many blocking callers in many threads share the same connections
 
 Do not call these from a coroutine running on that shared loop (they would wait for
 themselves): a RuntimeError says so. From other asyncio code, prefer the async classes.
+
+At interpreter exit, every object still open is closed: a :class:`Producer` flushes what it
+was given first, even one the program dropped without closing it. In a forked child, a
+:class:`Producer` made before the fork works (it opens its own connections in the child on
+first use; the parent's are left alone); a :class:`Consumer` or :class:`Message` inherited
+that way raises at once (ConsumerClosedError, MessageConnectionGoneError). Every duration
+argument is checked before anything is sent: ConfigError for NaN, infinities, negatives and
+non-numbers (``None`` means no limit where it is allowed).
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import logging
 import os
 import threading
-import weakref
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from nsq_ha._sync_runtime import (
+    CLOSE_BACKSTOP,
+    LoopThread,
+    loop_thread,
+    register,
+    seconds,
+    unregister,
+)
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import Consumer as AsyncConsumer
 from nsq_ha.consumer import Message as AsyncMessage
-from nsq_ha.errors import NsqTimeoutError
+from nsq_ha.errors import ConsumerClosedError, MessageConnectionGoneError, ProducerClosedError
 from nsq_ha.producer import Producer as AsyncProducer
 from nsq_ha.producer import PublishResult, RetryPolicy
 from nsq_ha.protocol.publish import ExtHeader
@@ -38,81 +52,28 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-class _LoopThread:
-    """An event loop running forever in a daemon thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.pid = os.getpid()
-        self.thread = threading.Thread(
-            target=self._run, name="nsq_ha-sync-loop", daemon=True
-        )
-        self.thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    @property
-    def alive_here(self) -> bool:
-        """False in a process forked after the thread started (it has no copy of the thread),
-        or once the thread ended: objects bound to it can then no longer be closed from here."""
-        return self.pid == os.getpid() and self.thread.is_alive()
-
-    def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
-        if threading.current_thread() is self.thread:
-            coro.close()
-            raise RuntimeError(
-                "nsq_ha.sync called from its own event loop thread: use the async API there"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def run(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
-        return self.wait(self.submit(coro), timeout)
-
-    @staticmethod
-    def wait(future: concurrent.futures.Future[_T], timeout: float | None) -> _T:
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError as exc:
-            future.cancel()
-            raise NsqTimeoutError(
-                f"no result within {timeout} s (the operation was cancelled)"
-            ) from exc
-
-
-_lock = threading.Lock()
-_shared: _LoopThread | None = None
-
-
 def shared_loop() -> asyncio.AbstractEventLoop:
     """The event loop the blocking objects of this process run on (started if needed)."""
-    return _loop_thread().loop
+    return loop_thread().loop
 
 
-def _loop_thread() -> _LoopThread:
-    global _shared
-    with _lock:
-        if _shared is None or not _shared.alive_here:
-            _shared = _LoopThread()  # first use, or a forked child (threads do not survive fork)
-        return _shared
+def _backstop(*limits: float) -> float:
+    """How long a blocking close waits for its asyncio close: the limits involved, twice,
+    plus :data:`CLOSE_BACKSTOP` (a guard against a layer that would never finish)."""
+    return min(2 * sum(limits) + CLOSE_BACKSTOP, threading.TIMEOUT_MAX)
 
 
-_open_producers: weakref.WeakSet[Producer] = weakref.WeakSet()
+#: guards re-creating a producer in a forked child (replaced in the child: a parent thread
+#: may have held it at the fork)
+_rebind_lock = threading.Lock()
 
 
-_open_consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
+def _new_rebind_lock() -> None:
+    global _rebind_lock
+    _rebind_lock = threading.Lock()
 
 
-@atexit.register
-def _close_open_producers() -> None:
-    """At interpreter exit, close producers still open so queued publishes are not lost, and
-    consumers so that nothing stays in flight on nsqd."""
-    closers: list[Callable[[], None]] = [p.close for p in _open_producers]
-    closers += [c.close for c in _open_consumers]
-    for close in closers:
-        with contextlib.suppress(Exception):
-            close()
+os.register_at_fork(after_in_child=_new_rebind_lock)
 
 
 class Producer:
@@ -121,6 +82,11 @@ class Producer:
     ``publish``/``publish_many`` block until nsqd acknowledged (or the retry policy gave up);
     ``publish_async`` returns a :class:`concurrent.futures.Future` at once, so one thread can
     keep many publishes in flight (keyed ones still reach nsqd in call order).
+
+    Publishes not finished when the interpreter exits are flushed then (up to
+    ``close_timeout``), even if the producer was dropped without :meth:`close`. In a process
+    forked after it was made, the producer opens its own connections on first use (never
+    touching the parent's); publishes the parent had in flight at the fork settle in the parent.
     """
 
     def __init__(
@@ -136,23 +102,44 @@ class Producer:
         max_batch: int = 1000,
         close_timeout: float = 10.0,
     ) -> None:
-        self._runner = _loop_thread()
+        close_timeout = seconds(close_timeout, "close_timeout", none=False, zero=False) or 0.0
+        self._options: dict[str, Any] = {
+            "lookupd": lookupd,
+            "nsqd": nsqd,
+            "strategy": strategy,
+            "config": config,
+            "retry": retry,
+            "trace": trace,
+            "unkeyed_window": unkeyed_window,
+            "max_batch": max_batch,
+            "close_timeout": close_timeout,
+        }
+        self._closed_here = False  # closed in a forked child before it ever published there
+        self._runner = loop_thread()
+        self._producer = self._runner.run(self._create())
+        register(self)
 
-        async def create() -> AsyncProducer:
-            return AsyncProducer(
-                lookupd=lookupd,
-                nsqd=nsqd,
-                strategy=strategy,
-                config=config,
-                retry=retry,
-                trace=trace,
-                unkeyed_window=unkeyed_window,
-                max_batch=max_batch,
-                close_timeout=close_timeout,
-            )
+    async def _create(self) -> AsyncProducer:
+        return AsyncProducer(**self._options)
 
-        self._producer = self._runner.run(create())
-        _open_producers.add(self)
+    def _bound(self) -> tuple[LoopThread, AsyncProducer]:
+        """The loop and asyncio producer of this process (re-created in a forked child)."""
+        runner = self._runner
+        if runner.stale:
+            return self._rebind()
+        return runner, self._producer
+
+    def _rebind(self) -> tuple[LoopThread, AsyncProducer]:
+        with _rebind_lock:
+            if not self._runner.stale:  # another thread of this child did it
+                return self._runner, self._producer
+            if self._closed_here or self._producer.closed:
+                raise ProducerClosedError("the producer is closed")
+            runner = loop_thread()
+            self._producer = runner.run(self._create())  # before the runner: see _bound
+            self._runner = runner
+            log.debug("producer made again in forked process %d", os.getpid())
+            return runner, self._producer
 
     def __repr__(self) -> str:
         return f"<sync {self._producer!r}>"
@@ -168,12 +155,12 @@ class Producer:
     @property
     def aio(self) -> AsyncProducer:
         """The asyncio producer underneath (use it only on :func:`shared_loop`)."""
-        return self._producer
+        return self._bound()[1]
 
     @property
     def closed(self) -> bool:
         """True once :meth:`close` has started."""
-        return self._producer.closed
+        return self._closed_here or self._producer.closed
 
     def publish(
         self,
@@ -190,8 +177,10 @@ class Producer:
         """Publish one message and wait for nsqd's acknowledgement (see the async method).
 
         ``timeout`` (seconds, default: none beyond the retry policy) cancels the publish and
-        raises NsqTimeoutError; the message may or may not have been written.
+        raises NsqTimeoutError; the message may or may not have been written. A ``timeout``
+        that is not a finite number >= 0 raises ConfigError before anything is sent.
         """
+        limit = seconds(timeout, "timeout")
         future = self.publish_async(
             topic,
             body,
@@ -201,7 +190,7 @@ class Producer:
             ext=ext,
             defer=defer,
         )
-        return self._runner.wait(future, timeout)
+        return LoopThread.wait(future, limit)
 
     def publish_async(
         self,
@@ -215,8 +204,9 @@ class Producer:
         defer: float | None = None,
     ) -> concurrent.futures.Future[PublishResult]:
         """Start a publish and return a future of its :class:`PublishResult` at once."""
-        return self._runner.submit(
-            self._producer.publish(
+        runner, producer = self._bound()
+        return runner.submit(
+            producer.publish(
                 topic,
                 body,
                 sharding_key=sharding_key,
@@ -239,9 +229,12 @@ class Producer:
         exts: Sequence[ExtHeader | None] | None = None,
         timeout: float | None = None,
     ) -> list[PublishResult]:
-        """Publish several messages in as few batches as possible and wait for all of them."""
-        return self._runner.run(
-            self._producer.publish_many(
+        """Publish several messages in as few batches as possible and wait for all of them
+        (``timeout`` as in :meth:`publish`)."""
+        limit = seconds(timeout, "timeout")
+        runner, producer = self._bound()
+        return runner.run(
+            producer.publish_many(
                 topic,
                 bodies,
                 sharding_key=sharding_key,
@@ -250,19 +243,35 @@ class Producer:
                 ext=ext,
                 exts=exts,
             ),
-            timeout,
+            limit,
         )
 
     def close(self, timeout: float | None = None) -> None:
-        """Wait for in-flight publishes (up to ``timeout``), then close every connection.
+        """Wait for in-flight publishes (up to ``timeout``, default ``close_timeout``), then
+        close every connection; NsqTimeoutError if the asyncio close itself never ends.
 
-        In a process forked after this producer was made, this does nothing: the connections
-        and the loop thread belong to the parent (a forked child has no copy of that thread).
+        In a forked child that has not published with this producer, this only marks it
+        closed: the connections and the loop thread belong to the parent.
         """
-        _open_producers.discard(self)
-        if not self._runner.alive_here:
-            return
-        self._runner.run(self._producer.close(timeout))
+        limit = seconds(timeout, "timeout")
+        begun = self._start_close(limit)
+        if begun is not None:
+            LoopThread.wait(*begun)
+
+    def _start_close(
+        self, limit: float | None = None
+    ) -> tuple[concurrent.futures.Future[None], float] | None:
+        unregister(self)
+        runner, producer = self._runner, self._producer
+        if not runner.alive_here:
+            self._closed_here = True
+            return None
+        wait = _backstop(
+            producer.close_timeout if limit is None else limit,
+            producer.config.close_timeout,
+            producer.config.command_timeout,
+        )
+        return runner.submit(producer.close(limit)), wait
 
 
 class Message:
@@ -271,7 +280,7 @@ class Message:
 
     __slots__ = ("_message", "_runner")
 
-    def __init__(self, message: AsyncMessage, runner: _LoopThread) -> None:
+    def __init__(self, message: AsyncMessage, runner: LoopThread) -> None:
         self._message = message
         self._runner = runner
 
@@ -286,17 +295,24 @@ class Message:
         """The asyncio message underneath."""
         return self._message
 
+    def _live(self) -> LoopThread:
+        if self._runner.stale:
+            raise MessageConnectionGoneError(
+                f"{self._message!r} cannot be answered here: {_gone(self._runner)}"
+            )
+        return self._runner
+
     def finish(self) -> None:
         """Acknowledge the message (FIN on the connection that delivered it)."""
-        self._runner.run(self._message.finish())
+        self._live().run(self._message.finish())
 
     def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
         """Give the message back (see :meth:`nsq_ha.consumer.Message.requeue`)."""
-        self._runner.run(self._message.requeue(delay, backoff=backoff))
+        self._live().run(self._message.requeue(delay, backoff=backoff))
 
     def touch(self) -> None:
         """Reset the message's timeout on nsqd."""
-        self._runner.run(self._message.touch())
+        self._live().run(self._message.touch())
 
 
 class Consumer:
@@ -304,11 +320,14 @@ class Consumer:
 
     ``for message in consumer: ...; message.finish()`` blocks for each message and ends when
     :meth:`close` is called (from any thread). :meth:`run` calls a plain function per message
-    in the calling thread (return finishes, an exception requeues).
+    in the calling thread (return finishes, an exception requeues). In a process forked after
+    it was made, its methods raise ConsumerClosedError at once (its subscriptions belong to the
+    parent): make a new Consumer in the child.
     """
 
     def __init__(self, topic: str, channel: str, **options: Any) -> None:
-        self._runner = _loop_thread()
+        self._config: object = options.get("config")
+        self._runner = loop_thread()
 
         async def create() -> AsyncConsumer:
             consumer = AsyncConsumer(topic, channel, **options)
@@ -316,7 +335,7 @@ class Consumer:
             return consumer
 
         self._consumer = self._runner.run(create())
-        _open_consumers.add(self)
+        register(self)
 
     def __repr__(self) -> str:
         return f"<sync {self._consumer!r}>"
@@ -334,15 +353,25 @@ class Consumer:
         """The asyncio consumer underneath (use it only on :func:`shared_loop`)."""
         return self._consumer
 
+    def _live(self) -> LoopThread:
+        if self._runner.stale:
+            raise ConsumerClosedError(
+                f"this consumer cannot be used here: {_gone(self._runner)}; make a new Consumer"
+            )
+        return self._runner
+
     @property
     def stats(self) -> dict[str, Any]:
         """The consumer's counters."""
-        return self._runner.run(_value(lambda: self._consumer.stats))
+        return self._live().run(_value(lambda: self._consumer.stats))
 
     def get(self, timeout: float | None = None) -> Message | None:
-        """The next message, or ``None`` once closed (or after ``timeout`` seconds)."""
-        message = self._runner.run(self._consumer.get(timeout))
-        return None if message is None else Message(message, self._runner)
+        """The next message, or ``None`` once closed (or after ``timeout`` seconds, a finite
+        number >= 0; anything else raises ConfigError)."""
+        limit = seconds(timeout, "timeout")
+        runner = self._live()
+        message = runner.run(self._consumer.get(limit))
+        return None if message is None else Message(message, runner)
 
     def __iter__(self) -> Iterator[Message]:
         while True:
@@ -367,12 +396,34 @@ class Consumer:
                     message.finish()
 
     def close(self, drain_timeout: float | None = None) -> None:
-        """Drain and close (see the async method); ends every iteration. Does nothing in a
-        forked child, like :meth:`Producer.close`."""
-        _open_consumers.discard(self)
+        """Drain and close (see the async method); ends every iteration. ``drain_timeout``
+        (default: the consumer's) must be a finite number >= 0 (else ConfigError, and nothing
+        changes). Does nothing in a forked child, like :meth:`Producer.close`."""
+        limit = seconds(drain_timeout, "drain_timeout")
+        begun = self._start_close(limit)
+        if begun is not None:
+            LoopThread.wait(*begun)
+
+    def _start_close(
+        self, limit: float | None = None
+    ) -> tuple[concurrent.futures.Future[None], float] | None:
+        unregister(self)
         if not self._runner.alive_here:
-            return
-        self._runner.run(self._consumer.close(drain_timeout=drain_timeout))
+            return None
+        config = self._config if isinstance(self._config, ConnectionConfig) else ConnectionConfig()
+        wait = _backstop(
+            self._consumer.drain_timeout if limit is None else limit,
+            config.close_timeout,
+            config.command_timeout,
+        )
+        return self._runner.submit(self._consumer.close(drain_timeout=limit)), wait
+
+
+def _gone(runner: LoopThread) -> str:
+    """Why objects bound to ``runner`` cannot work in this process."""
+    if runner.pid != os.getpid():
+        return f"its connections belong to process {runner.pid} and this is a child forked from it"
+    return "its event loop thread has ended"
 
 
 async def _value(function: Callable[[], _T]) -> _T:

@@ -1,0 +1,228 @@
+"""The machinery under :mod:`nsq_ha.sync`: the shared event loop thread, fork awareness, the
+exit flush and the check of blocking waits. Private: use :mod:`nsq_ha.sync`.
+
+* One event loop per process runs in a daemon thread (:func:`loop_thread`).
+* A forked child has no copy of that thread: right after ``fork`` the child marks its
+  inherited :class:`LoopThread` stale and starts a new one on first use. Objects bound to a
+  stale loop re-create what they need in the child, or refuse at once (never wait for it).
+* At interpreter exit every blocking object still open is closed, all at once, each within a
+  deadline: publishes it still holds are flushed. Open objects are registered strongly, so
+  this holds for one the program dropped without closing it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import logging
+import math
+import numbers
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, Protocol, TypeVar
+
+from nsq_ha.errors import ConfigError, NsqTimeoutError
+
+log = logging.getLogger("nsq_ha.sync")
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+#: extra seconds a blocking ``close()`` waits beyond the limits it was given, as a backstop
+#: against a layer below that would never finish (it raises NsqTimeoutError then)
+CLOSE_BACKSTOP = 30.0
+
+
+class _ExitSafeExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The loop's default executor (asyncio and httpx resolve host names in it).
+
+    Once the interpreter is exiting it takes no new work ("cannot schedule new futures after
+    interpreter shutdown"), yet the exit flush may still have to connect to a host by name:
+    the call then runs inline, on the loop thread."""
+
+    def submit(
+        self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> concurrent.futures.Future[_T]:
+        try:
+            return super().submit(fn, *args, **kwargs)
+        except RuntimeError:  # shut down (at exit): no worker thread may start now
+            future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # handed to the awaiting coroutine
+                future.set_exception(exc)
+            return future
+
+
+class LoopThread:
+    """An event loop running forever in a daemon thread, in the process that started it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(_ExitSafeExecutor(thread_name_prefix="nsq_ha-sync"))
+        self.pid = os.getpid()
+        #: True in a process forked after the thread started (it has no copy of the thread)
+        #: or once the thread was found dead: nothing submitted here would ever run.
+        self.stale = False
+        self.thread = threading.Thread(target=self._run, name="nsq_ha-sync-loop", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @property
+    def alive_here(self) -> bool:
+        """False in a forked child of the process that started it, or once the thread ended:
+        objects bound to it can then no longer be used or closed from here."""
+        return not self.stale and self.pid == os.getpid() and self.thread.is_alive()
+
+    def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+        """Schedule ``coro`` on the loop; its future at once."""
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError(
+                "nsq_ha.sync called from its own event loop thread: use the async API there"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        """Run ``coro`` on the loop and wait for its result (NsqTimeoutError after ``timeout``)."""
+        return self.wait(self.submit(coro), timeout)
+
+    @staticmethod
+    def wait(future: concurrent.futures.Future[_T], timeout: float | None) -> _T:
+        """The future's result; after ``timeout`` seconds it is cancelled: NsqTimeoutError."""
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError as exc:
+            future.cancel()
+            raise NsqTimeoutError(
+                f"no result within {timeout} s (the operation was cancelled)"
+            ) from exc
+
+
+_lock = threading.Lock()
+_shared: LoopThread | None = None
+
+
+def loop_thread() -> LoopThread:
+    """This process's loop thread, started on first use (and again in a forked child)."""
+    global _shared
+    with _lock:
+        if _shared is None or not _shared.alive_here:
+            if _shared is not None:
+                _shared.stale = True
+            _shared = LoopThread()
+            _flush_at_multiprocessing_exit()
+        return _shared
+
+
+# -- the exit flush ----------------------------------------------------------------------------
+
+
+class Closable(Protocol):
+    """What the exit hook closes: a blocking object with its close under way, or None."""
+
+    def _start_close(self) -> tuple[concurrent.futures.Future[None], float] | None:
+        """Start closing; the future of it and the most seconds to wait, or None if there is
+        nothing to close in this process."""
+
+
+_registry_lock = threading.Lock()
+#: every blocking object not closed yet, held strongly: one the program dropped without closing
+#: it is still closed (and its publishes flushed) at exit. Dropping it frees nothing anyway:
+#: its asyncio twin stays reachable from the loop through its connections until closed.
+_open: dict[Closable, None] = {}
+
+
+def register(obj: Closable) -> None:
+    """Let the exit hook close ``obj`` if it is still open then."""
+    with _registry_lock:
+        _open[obj] = None
+
+
+def unregister(obj: Closable) -> None:
+    """``obj`` is closing: the exit hook leaves it alone."""
+    with _registry_lock:
+        _open.pop(obj, None)
+
+
+@atexit.register
+def close_all_at_exit() -> None:
+    """At interpreter exit, close every blocking object still open (referenced or not), all at
+    once, each within its deadline; log what failed."""
+    with _registry_lock:
+        objects = list(_open)
+    started = time.monotonic()
+    closing: list[tuple[Closable, concurrent.futures.Future[None], float]] = []
+    for obj in objects:
+        try:
+            begun = obj._start_close()
+        except Exception as exc:
+            log.warning("exit: could not close %r: %r", obj, exc)
+            continue
+        if begun is not None:
+            closing.append((obj, *begun))
+    for obj, future, limit in closing:
+        left = min(max(0.0, started + limit - time.monotonic()), threading.TIMEOUT_MAX)
+        try:
+            future.result(left)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            log.warning("exit: %r did not close within %.1f s", obj, limit)
+        except Exception as exc:
+            log.warning("exit: closing %r failed: %r", obj, exc)
+
+
+def _flush_at_multiprocessing_exit() -> None:
+    """multiprocessing ends its child processes with ``os._exit`` (no atexit hooks), after
+    running its own finalizers: flush there too. In the main process this is a second,
+    harmless call of the exit hook (what it closed is no longer registered)."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        util.Finalize(None, close_all_at_exit, exitpriority=0)
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: the loop thread (and whatever lock a parent thread held) is not here."""
+    global _lock, _registry_lock
+    _lock = threading.Lock()
+    _registry_lock = threading.Lock()
+    if _shared is not None:
+        _shared.stale = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# -- durations ---------------------------------------------------------------------------------
+
+
+def seconds(value: object, name: str, *, none: bool = True, zero: bool = True) -> float | None:
+    """Check a duration argument of a blocking call before anything is sent.
+
+    A real number of seconds, finite, not negative (not zero unless ``zero``), at most
+    ``threading.TIMEOUT_MAX``; ``None`` (no limit) only if ``none``. Anything else, including
+    NaN, infinities and booleans, raises ConfigError.
+    """
+    if value is None and none:
+        return None
+    number = math.nan
+    if not isinstance(value, bool) and isinstance(value, numbers.Real):
+        with contextlib.suppress(OverflowError, ValueError):  # float(10**400)
+            number = float(value)
+    if 0 <= number <= threading.TIMEOUT_MAX and (zero or number > 0):  # False for NaN
+        return number
+    low = ">= 0" if zero else "> 0"
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    raise ConfigError(
+        f"{name} must be a finite number of seconds {low} and at most "
+        f"{threading.TIMEOUT_MAX:.0f}{' (or None: no limit)' if none else ''}, got {shown}"
+    )

@@ -1,0 +1,71 @@
+"""Durations of the blocking facade (``nsq_ha.sync``) that need no server: a bad value raises
+ConfigError before anything is scheduled, and the object is left as it was."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from nsq_ha import sync
+from nsq_ha.errors import ConfigError, NsqTimeoutError
+
+#: nowhere listens here; nothing in these tests connects
+NOWHERE = "127.0.0.1:9"
+
+BAD_WAITS: list[object] = [
+    math.nan,
+    math.inf,
+    -math.inf,
+    -0.5,
+    1e12,
+    10**400,
+    "5",
+    True,
+    object(),
+    Decimal("1"),
+]
+
+
+@pytest.mark.parametrize("bad", [*BAD_WAITS, 0, 0.0, None])
+def test_producer_close_timeout_option(bad: object) -> None:
+    with pytest.raises(ConfigError, match="close_timeout"):
+        sync.Producer(nsqd=NOWHERE, close_timeout=bad)  # type: ignore[arg-type]
+
+
+def test_producer_close_timeout_accepts_a_positive_number() -> None:
+    producer = sync.Producer(nsqd=NOWHERE, close_timeout=2)
+    assert producer.aio.close_timeout == 2
+    producer.close()
+
+
+@pytest.mark.parametrize("bad", BAD_WAITS)
+def test_producer_close_timeout_argument(bad: object) -> None:
+    producer = sync.Producer(nsqd=NOWHERE)
+    with pytest.raises(ConfigError, match="timeout"):
+        producer.close(bad)  # type: ignore[arg-type]
+    assert not producer.closed  # nothing happened: the producer is still open
+    producer.close(0.5)
+    assert producer.closed
+
+
+@pytest.mark.parametrize("bad", BAD_WAITS)
+def test_publish_timeouts_are_checked_before_the_publish_starts(bad: object) -> None:
+    with sync.Producer(nsqd=NOWHERE) as producer:
+        with pytest.raises(ConfigError, match="timeout"):
+            producer.publish("t", b"x", timeout=bad)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="timeout"):
+            producer.publish_many("t", [b"x"], timeout=bad)  # type: ignore[arg-type]
+        assert producer.aio.stats["commands"] == 0
+        assert producer.aio.stats["connections"] == 0
+
+
+@pytest.mark.parametrize("good", [0, 0.2, Fraction(1, 5)])
+def test_a_real_number_timeout_is_a_deadline(good: float) -> None:
+    with sync.Producer(nsqd=NOWHERE, close_timeout=0.5) as producer:
+        with pytest.raises(NsqTimeoutError):  # nothing listens: the deadline ends the wait
+            producer.publish("t", b"x", timeout=good)
+        with pytest.raises(NsqTimeoutError):
+            producer.publish_many("t", [b"x"], timeout=good)
