@@ -372,4 +372,6 @@ async def fork_backend(
         "etcd_pause": etcd_pause,
     }
     name = "fork" if durable else "fork-default-topics"
-    yield _fork_like(name, lookupd, nemeses, heal_all, (ordered_topic, plain_topic))
+    backend = _fork_like(name, lookupd, nemeses, heal_all, (ordered_topic, plain_topic))
+    backend.settle_between_faults = True
+    yield backend

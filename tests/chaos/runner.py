@@ -32,7 +32,7 @@ from nsq_ha.consumer import Consumer
 from nsq_ha.errors import NsqError
 from nsq_ha.producer import Producer
 
-from .history import History, Report, check, unrecovered_faults
+from .history import Fault, History, Report, check, unrecovered_faults
 
 __all__ = [
     "MAX_PERIOD",
@@ -111,6 +111,10 @@ class Backend:
     heal_all: Callable[[], Awaitable[None]]
     #: trace publishes (fork: partition + offset in every acknowledgement)
     traced: bool = True
+    #: start the next fault only once the last one has recovered (up to the profile's
+    #: ``recovery_patience``), so each fault's recovery time is its own: on the fork, lookupd
+    #: names a killed leader as writable until its etcd session expires, so faults would pile up
+    settle_between_faults: bool = False
 
 
 #: the longest a producer task waits between two publishes: every partition keeps traffic, so
@@ -226,6 +230,8 @@ async def _nemesis_loop(
             await backend.heal_all()
         else:
             done += 1
+            if backend.settle_between_faults:
+                await _settle_fault(history, history.faults[-1], profile.recovery_patience)
         await asyncio.sleep(rng.uniform(*profile.gap))
 
 
@@ -280,6 +286,15 @@ async def run_chaos(backend: Backend, profile: Profile, seed: int) -> Report:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return check(history, ended)
+
+
+async def _settle_fault(history: History, fault: Fault, patience: float) -> None:
+    """Wait until ``fault`` has recovered, or ``patience`` seconds passed since its heal."""
+    healed = fault.healed if fault.healed is not None else fault.started
+    while time.monotonic() - healed < patience:
+        if fault not in unrecovered_faults(history):
+            return
+        await asyncio.sleep(0.5)
 
 
 async def _recover(history: History, profile: Profile) -> None:
