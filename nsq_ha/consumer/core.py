@@ -36,12 +36,19 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-import httpx
-
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.consumer.backoff import BackoffStrategy, Exponential
+from nsq_ha.consumer.checks import (
+    check_count,
+    check_member,
+    check_partitions,
+    check_requeue_delay,
+    check_seconds,
+    check_timeout,
+)
 from nsq_ha.consumer.message import Message, Outcome
 from nsq_ha.consumer.rdy import DEFAULT_MAX_RDY, RdyPlanner
+from nsq_ha.consumer.seek import seek_position, set_offset
 from nsq_ha.errors import (
     BrokerError,
     ConfigError,
@@ -61,7 +68,7 @@ from nsq_ha.errors import (
     TopicNotFoundError,
     UnsupportedByServerError,
 )
-from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
+from nsq_ha.lookup import LookupClient, PartitionMap
 from nsq_ha.protocol.identify import ExtFilter
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.names import validate_channel, validate_topic
@@ -145,20 +152,6 @@ class _Slot:
         self.consumer._on_error(self, error)
 
 
-def _member(value: tuple[int, int] | None) -> tuple[int, int] | None:
-    if value is None:
-        return None
-    try:
-        index, count = value
-    except (TypeError, ValueError):
-        raise ConfigError(f"member must be (index, count), got {value!r}") from None
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (index, count)):
-        raise ConfigError(f"member must be two ints, got {value!r}")
-    if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"member=(i, n) needs n >= 1 and 0 <= i < n, got {value!r}")
-    return index, count
-
-
 class Consumer:
     """Consume ``topic`` on ``channel`` from every partition (or a share of them).
 
@@ -181,6 +174,11 @@ class Consumer:
     * ``requeue_delay``: the delay of a requeue without one, per attempt (``attempts x
       requeue_delay``, at most ``max_requeue_delay``); ignored on ordered channels (0).
     * ``drain_timeout``: how long :meth:`close` lets handlers finish what they hold.
+
+    Every duration is float seconds and must be finite and not negative (most must be above 0);
+    anything else raises :class:`~nsq_ha.errors.ConfigError` here, before a connection is made.
+    A partition in ``partitions`` that the topic does not have (lookup's partition count) makes
+    :meth:`start` raise :class:`~nsq_ha.errors.ConfigError`.
 
     Use ``async with Consumer(...) as consumer`` (or :meth:`start` / :meth:`close`), then
     ``async for message in consumer``, :meth:`run` or :meth:`run_batches`.
@@ -223,37 +221,33 @@ class Consumer:
             raise ConfigError("give exactly one of lookupd=, lookup= or nsqd=")
         if ordered and sample_rate:
             raise ConfigError("ordered consumption needs sample_rate 0 (nsqd refuses otherwise)")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 0:
-            raise ConfigError(f"max_attempts must be an int >= 0, got {max_attempts!r}")
+        check_count(max_attempts, "max_attempts", 0)
         if backoff is not None and not isinstance(backoff, BackoffStrategy):
             raise ConfigError("backoff must have a delay(level) method, or be None")
-        for name, value in (
-            ("requeue_delay", requeue_delay),
-            ("max_requeue_delay", max_requeue_delay),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ConfigError(f"{name} must be a number of seconds >= 0, got {value!r}")
-        for name, value in (
-            ("lookup_interval", lookup_interval),
-            ("drain_timeout", drain_timeout),
-            ("rdy_redistribute_interval", rdy_redistribute_interval),
-            ("reconnect_interval", reconnect_interval),
-            ("max_reconnect_interval", max_reconnect_interval),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
+        # every duration: finite (no NaN, no infinity) and not negative
+        self.requeue_delay = check_requeue_delay(requeue_delay, "requeue_delay")
+        self.max_requeue_delay = check_requeue_delay(max_requeue_delay, "max_requeue_delay")
+        lookup_interval = check_seconds(lookup_interval, "lookup_interval")
+        self.drain_timeout = check_seconds(drain_timeout, "drain_timeout")
+        self.rdy_redistribute_interval = check_seconds(
+            rdy_redistribute_interval, "rdy_redistribute_interval"
+        )
+        low_rdy_idle_timeout = check_seconds(low_rdy_idle_timeout, "low_rdy_idle_timeout")
+        low_rdy_timeout = check_seconds(low_rdy_timeout, "low_rdy_timeout")
+        self.reconnect_interval = check_seconds(reconnect_interval, "reconnect_interval")
+        self.max_reconnect_interval = check_seconds(
+            max_reconnect_interval, "max_reconnect_interval"
+        )
+        if msg_timeout is not None:
+            msg_timeout = check_seconds(msg_timeout, "msg_timeout")
         self._static: tuple[str, ...] = ()
         if nsqd is not None:
             addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
             if not addresses:
                 raise ConfigError("nsqd= needs at least one address")
             self._static = tuple(dict.fromkeys(addresses))
-        self.partitions = None if partitions is None else frozenset(partitions)
-        if self.partitions is not None and any(
-            isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in self.partitions
-        ):
-            raise ConfigError(f"partitions must be ints >= 0, got {sorted(self.partitions)!r}")
-        self.member = _member(member)
+        self.partitions = check_partitions(partitions)
+        self.member = check_member(member)
         if self.member is not None and self._static:
             raise ConfigError("member= needs the partition map: use lookupd= or lookup=")
         base = config or ConnectionConfig()
@@ -262,13 +256,7 @@ class Consumer:
         self.ordered = ordered
         self.max_attempts = max_attempts
         self.backoff = backoff
-        self.requeue_delay = float(requeue_delay)
-        self.max_requeue_delay = float(max_requeue_delay)
         self.on_give_up = on_give_up
-        self.drain_timeout = float(drain_timeout)
-        self.rdy_redistribute_interval = float(rdy_redistribute_interval)
-        self.reconnect_interval = float(reconnect_interval)
-        self.max_reconnect_interval = float(max_reconnect_interval)
         self._config = dataclasses.replace(
             base,
             msg_timeout=msg_timeout if msg_timeout is not None else base.msg_timeout,
@@ -305,6 +293,7 @@ class Consumer:
         self._closing = False
         self._close_task: asyncio.Task[None] | None = None
         self._warned_ordered_delay = False
+        self._warned_missing = False
         self._stopped_readers = False
         self._counts: Counter[str] = Counter()
         self._per_partition: dict[int, Counter[str]] = {}
@@ -447,6 +436,25 @@ class Consumer:
             )
         return wanted
 
+    def _check_partitions_exist(self, pmap: PartitionMap, *, initial: bool) -> None:
+        """``partitions=`` naming a partition the topic does not have: refused at start (once
+        lookup's ``meta`` gives the partition count), logged as an error afterwards."""
+        if self.partitions is None or pmap.meta is None or pmap.meta.partition_num < 1:
+            return
+        count = pmap.meta.partition_num
+        missing = sorted(p for p in self.partitions if p >= count)
+        if not missing:
+            return
+        text = (
+            f"topic {self.topic!r} has {count} partitions (0..{count - 1}); partitions= "
+            f"names {missing}, which it does not have"
+        )
+        if initial:
+            raise ConfigError(text)
+        if not self._warned_missing:
+            self._warned_missing = True
+            log.error("%s: consuming the others", text)
+
     async def _on_map(self, pmap: PartitionMap) -> None:
         """Lookup listener: the map changed."""
         if not self._closing:
@@ -465,6 +473,7 @@ class Consumer:
                 self._use_ordered = True
             self._ext = pmap.extend_support
         wanted = self._wanted(pmap)
+        self._check_partitions_exist(pmap, initial=initial)
         for (address, partition), _ in wanted.items():
             if partition < 0:
                 continue
@@ -880,8 +889,13 @@ class Consumer:
 
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message, or ``None`` once the consumer is closing (or after ``timeout``)."""
+        limit = check_timeout(timeout)
         if not self._started:
             await self.start()
+        return await self._take(limit)
+
+    async def _take(self, timeout: float | None) -> Message | None:  # noqa: ASYNC109
+        """The next queued message still to answer; ``None`` when closing or after ``timeout``."""
         queue = self._queue
         while timeout is None:  # no timer to arm: the common case of async for
             message = await queue.get()
@@ -893,9 +907,9 @@ class Consumer:
         try:
             async with asyncio.timeout(timeout):
                 while True:
-                    message = await self._queue.get()
+                    message = await queue.get()
                     if message is None:
-                        self._queue.put_nowait(None)  # wake the other readers too
+                        queue.put_nowait(None)  # wake the other readers too
                         return None
                     if message.outcome is None:
                         return message
@@ -909,9 +923,10 @@ class Consumer:
         it (with backoff). ``concurrency`` handlers run at once (default ``max_in_flight``, at
         most 256); on ordered channels nsqd has one message per partition out anyway.
         """
-        count = concurrency if concurrency is not None else min(max(1, self.max_in_flight), 256)
-        if count < 1:
-            raise ConfigError(f"concurrency must be >= 1, got {count}")
+        if concurrency is None:
+            count = min(max(1, self.max_in_flight), 256)
+        else:
+            count = check_count(concurrency, "concurrency", 1)
 
         async def worker() -> None:
             async for message in self:
@@ -970,8 +985,9 @@ class Consumer:
         A return finishes every message the handler did not answer; an exception requeues them
         (with backoff).
         """
-        if max_size < 1 or max_wait < 0 or concurrency < 1:
-            raise ConfigError("max_size and concurrency must be >= 1, max_wait >= 0")
+        check_count(max_size, "max_size", 1)
+        check_count(concurrency, "concurrency", 1)
+        max_wait = check_seconds(max_wait, "max_wait", zero=True)
         loop = asyncio.get_running_loop()
 
         async def worker() -> None:
@@ -1014,17 +1030,8 @@ class Consumer:
         ``POST /channel/setoffset``. nsqd first delivers what it had already read ahead (a
         message in flight, and possibly one more); on ordered channels that is one message.
         """
-        chosen = [x for x in (offset, timestamp, count) if x is not None] + ([True] if end else [])
-        if len(chosen) != 1:
-            raise ConfigError("seek needs exactly one of offset=, timestamp=, count= or end=True")
-        if offset is not None:
-            body = f"virtual_queue:{int(offset)}"
-        elif timestamp is not None:
-            body = f"timestamp:{int(timestamp)}"
-        elif count is not None:
-            body = f"msgcount:{int(count)}"
-        else:
-            body = "special:-1"
+        body = seek_position(offset=offset, timestamp=timestamp, count=count, end=end)
+        check_count(partition, "partition", 0)
         if self._lookup is None:
             raise UnsupportedByServerError(
                 "seek needs the fork in cluster mode, found through nsqlookupd (lookupd=)"
@@ -1037,7 +1044,7 @@ class Consumer:
         node = pmap.leader(partition)
         if node is None:
             raise ConfigError(f"{self.topic!r} has no partition {partition} listed now")
-        await _set_offset(node, self.topic, partition, self.channel, body)
+        await set_offset(node, self.topic, partition, self.channel, body)
         log.info("%s/%s partition %d: seek to %s", self.topic, self.channel, partition, body)
 
     # -- closing ------------------------------------------------------------------------------
@@ -1051,7 +1058,11 @@ class Consumer:
         the sockets close.
         """
         if self._close_task is None:
-            timeout = self.drain_timeout if drain_timeout is None else drain_timeout
+            timeout = (
+                self.drain_timeout
+                if drain_timeout is None
+                else check_seconds(drain_timeout, "drain_timeout", zero=True)
+            )
             self._close_task = asyncio.get_running_loop().create_task(self._close(timeout))
         await asyncio.shield(self._close_task)
 
@@ -1143,18 +1154,3 @@ def _slot_of(message: Message) -> _Slot:
     if not isinstance(owner, _Slot):
         raise TypeError(f"{message!r} was not delivered by a Consumer")
     return owner
-
-
-async def _set_offset(node: NodeInfo, topic: str, partition: int, channel: str, body: str) -> None:
-    url = f"{node.http_url}/channel/setoffset"
-    params = {"topic": topic, "partition": str(partition), "channel": channel}
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        try:
-            response = await http.post(url, params=params, content=body.encode())
-        except httpx.HTTPError as exc:
-            raise NsqConnectionError(f"setoffset on {url} failed: {exc}") from exc
-    if response.status_code != 200:
-        raise NsqError(
-            f"nsqd {node.http_url} refused setoffset {body!r} for "
-            f"{topic}/{partition}/{channel}: HTTP {response.status_code} {response.text[:200]}"
-        )
