@@ -16,6 +16,8 @@ or nsqd's ``E_SUB_EXTEND_NEED``/``E_SUB_EXTEND_FORBIDDON``): nsqd refuses a mism
 Flow control: :class:`~nsq_ha.consumer.rdy.RdyPlanner` decides every RDY (budget
 ``max_in_flight`` across all connections, probe then share, rotation when there are more
 connections than budget, backoff). Messages are answered on the connection that delivered them.
+On ordered subscriptions a :class:`~nsq_ha.consumer.ordering.PartitionGate` hands out one
+message per partition at a time: a redelivered copy waits for the earlier handler.
 
 Closing drains: RDY 0 and ``CLS`` everywhere, messages not yet handed out are requeued, handlers
 get ``drain_timeout`` to answer theirs, whatever is left is requeued, then a round trip per
@@ -47,6 +49,7 @@ from nsq_ha.consumer.checks import (
     check_timeout,
 )
 from nsq_ha.consumer.message import Message, Outcome
+from nsq_ha.consumer.ordering import Claims, PartitionGate
 from nsq_ha.consumer.rdy import DEFAULT_MAX_RDY, RdyPlanner
 from nsq_ha.consumer.seek import seek_position, set_offset
 from nsq_ha.errors import (
@@ -180,6 +183,12 @@ class Consumer:
     A partition in ``partitions`` that the topic does not have (lookup's partition count) makes
     :meth:`start` raise :class:`~nsq_ha.errors.ConfigError`.
 
+    Order: on an ordered subscription each partition is handled one message at a time, in
+    offset order, whichever way messages are consumed (:meth:`run`, :meth:`run_batches`,
+    ``async for``): a message nsqd delivers again (after ``msg_timeout``, a requeue or a leader
+    move) while an earlier handler of its partition still runs waits for that handler, and so
+    does everything after it in that partition.
+
     Use ``async with Consumer(...) as consumer`` (or :meth:`start` / :meth:`close`), then
     ``async for message in consumer``, :meth:`run` or :meth:`run_batches`.
     """
@@ -283,6 +292,10 @@ class Consumer:
         self._failures: dict[ConnKey, tuple[int, float]] = {}
         self._leaders: dict[int, str] = {}
         self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
+        #: ordered subscriptions: one message per partition handed out at a time
+        self._gate = PartitionGate()
+        #: ordered messages handed out by get(), by the task that asked for them
+        self._claims = Claims(self._release)
         self._held_changed = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
         self._refresh_handle: asyncio.TimerHandle | None = None
@@ -342,7 +355,9 @@ class Consumer:
             for name in ("received", "finished", "requeued", "timed_out", "given_up", "abandoned")
         }
         totals["in_flight"] = sum(len(s.held) for s in self._slots.values())
-        totals["queued"] = self._queue.qsize() - (1 if self._stopped_readers else 0)
+        totals["queued"] = (
+            self._queue.qsize() - (1 if self._stopped_readers else 0) + self._gate.waiting
+        )
         totals["connections"] = len(self._slots)
         totals["backoff_level"] = self._planner.level
         per: dict[int, dict[str, int]] = {}
@@ -759,6 +774,12 @@ class Consumer:
         if self._closing:
             self._requeue_now(slot, message)
             return
+        if slot.ordered and not self._gate.admit(message):
+            return  # a copy, or the next one: waits until its partition's handler is done
+        self._dispatch(slot, message)
+
+    def _dispatch(self, slot: _Slot, message: Message) -> None:
+        """Hand a message out: to the readers, or to ``on_give_up`` after too many attempts."""
         if self.max_attempts and message.attempts > self.max_attempts:
             if slot.ordered and self.on_give_up is None:
                 log.error(
@@ -774,6 +795,13 @@ class Consumer:
         self._queue.put_nowait(message)
 
     async def _give_up(self, message: Message) -> None:
+        try:
+            await self._give_up_now(message)
+        finally:
+            if message.ordered:
+                self._release(message)
+
+    async def _give_up_now(self, message: Message) -> None:
         slot = _slot_of(message)
         self._count(slot, "given_up")
         try:
@@ -797,6 +825,16 @@ class Consumer:
         if not message.responded:
             with contextlib.suppress(MessageResponseError):
                 self._finish(slot, message)
+
+    def _release(self, message: Message) -> None:
+        """The handling of an ordered ``message`` ended: hand out its partition's next one."""
+        following = self._gate.release(message)
+        while following is not None:
+            if not self._closing:
+                self._dispatch(_slot_of(following), following)
+                return
+            self._requeue_now(_slot_of(following), following)
+            following = self._gate.release(following)
 
     def _on_error(self, slot: _Slot, error: BrokerError) -> None:
         """Non-fatal error frames: FIN/REQ/TOUCH of a message nsqd no longer has in flight."""
@@ -822,6 +860,8 @@ class Consumer:
         message.outcome = outcome
         slot.held.pop(message.id, None)
         self._held_changed.set()
+        if slot.ordered and self._claims:
+            self._claims.answered(message)
 
     def _finish(self, slot: _Slot, message: Message) -> None:
         # the hottest answer, so _check_answerable/_gone_on_error/_settled/_count are inlined
@@ -841,6 +881,8 @@ class Consumer:
         changes = self._planner.done(slot.key, success=True)
         if changes or self._planner.blocked:
             self._apply(changes)
+        if slot.ordered and self._claims:
+            self._claims.answered(message)
 
     def _requeue(self, slot: _Slot, message: Message, delay: float | None, backoff: bool) -> None:
         conn = self._check_answerable(slot, message, "requeue")
@@ -875,24 +917,49 @@ class Consumer:
             conn.touch(message.id)
 
     # -- handing messages out -----------------------------------------------------------------
+    #
+    # On ordered subscriptions the gate lets one message per partition out at a time. Its
+    # handling ends when run()'s handler returns, when the run_batches() handler holding it
+    # returns, when on_give_up returns, or, for a message handed out by get() / async for, when
+    # it is answered, when the task that got it asks for another one, or when that task ends.
 
     def __aiter__(self) -> Self:
         """``async for message in consumer``: answer each message yourself."""
         return self
 
     async def __anext__(self) -> Message:
-        """The next message; StopAsyncIteration once the consumer is closing."""
+        """The next message; StopAsyncIteration once the consumer is closing (see :meth:`get`
+        for the order on ordered subscriptions)."""
         message = await self.get()
         if message is None:
             raise StopAsyncIteration
         return message
 
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
-        """The next message, or ``None`` once the consumer is closing (or after ``timeout``)."""
+        """The next message, or ``None`` once the consumer is closing (or after ``timeout``).
+
+        On an ordered subscription a partition's next message, or a copy nsqd delivers again
+        (after ``msg_timeout``, a requeue or a leader move), is handed out only once the
+        partition's previous message handed out is done with: answered (finish/requeue), or
+        the task that got it asked for another message, or that task ended. So one ``async for``
+        loop handles each partition in order, and several concurrent loops never handle two
+        messages of one partition at once (until the first is answered).
+        """
         limit = check_timeout(timeout)
         if not self._started:
             await self.start()
-        return await self._take(limit)
+        task = asyncio.current_task()
+        if self._claims and task is not None:
+            self._claims.drop(task)  # this task is done with what it got before
+        message = await self._take(limit)
+        if (
+            message is not None
+            and message.ordered
+            and task is not None
+            and self._gate.holds(message)
+        ):
+            self._claims.add(task, message)
+        return message
 
     async def _take(self, timeout: float | None) -> Message | None:  # noqa: ASYNC109
         """The next queued message still to answer; ``None`` when closing or after ``timeout``."""
@@ -904,6 +971,8 @@ class Consumer:
                 return None
             if message.outcome is None:
                 return message
+            if message.ordered:
+                self._release(message)  # answered before it was handed out: the next one
         try:
             async with asyncio.timeout(timeout):
                 while True:
@@ -913,15 +982,36 @@ class Consumer:
                         return None
                     if message.outcome is None:
                         return message
+                    if message.ordered:
+                        self._release(message)
         except TimeoutError:
             return None
+
+    def _get_nowait(self) -> Message | None:
+        """The next queued message if one is there now (``None`` also when closing)."""
+        queue = self._queue
+        while not queue.empty():
+            message = queue.get_nowait()
+            if message is None:
+                queue.put_nowait(None)  # the closing marker stays for every reader
+                return None
+            if message.outcome is None:
+                return message
+            if message.ordered:
+                self._release(message)
+        return None
 
     async def run(self, handler: Handler, *, concurrency: int | None = None) -> None:
         """Call ``handler(message)`` for every message until :meth:`close`.
 
         A return finishes the message (unless the handler answered it), an exception requeues
         it (with backoff). ``concurrency`` handlers run at once (default ``max_in_flight``, at
-        most 256); on ordered channels nsqd has one message per partition out anyway.
+        most 256).
+
+        On an ordered subscription each partition's messages go through ``handler`` one at a
+        time, in offset order: the partition's next message, and a copy nsqd delivers again
+        while the first call still runs (after ``msg_timeout``, a requeue or a leader move),
+        wait until that call returned. Different partitions are handled concurrently.
         """
         if concurrency is None:
             count = min(max(1, self.max_in_flight), 256)
@@ -929,14 +1019,15 @@ class Consumer:
             count = check_count(concurrency, "concurrency", 1)
 
         async def worker() -> None:
-            async for message in self:
-                await self._handle(handler, message)
+            while (message := await self._take(None)) is not None:
+                try:
+                    await self._call(handler, message, [message])
+                finally:
+                    if message.ordered:
+                        self._release(message)
 
         await self.start()
         await asyncio.gather(*(worker() for _ in range(count)))
-
-    async def _handle(self, handler: Handler, message: Message) -> None:
-        await self._call(handler, message, [message])
 
     async def _call(self, handler: Any, argument: object, messages: list[Message]) -> None:
         """Run a handler; then finish the messages it left unanswered, or requeue them (with
@@ -958,18 +1049,6 @@ class Consumer:
                 with contextlib.suppress(MessageResponseError):
                     await (message.requeue() if failed else message.finish())
 
-    def _get_nowait(self) -> Message | None:
-        """The next queued message if one is there now (``None`` also when closing)."""
-        queue = self._queue
-        while not queue.empty():
-            message = queue.get_nowait()
-            if message is None:
-                queue.put_nowait(None)  # the closing marker stays for every reader
-                return None
-            if message.outcome is None:
-                return message
-        return None
-
     async def run_batches(
         self,
         handler: BatchHandler,
@@ -984,6 +1063,11 @@ class Consumer:
 
         A return finishes every message the handler did not answer; an exception requeues them
         (with backoff).
+
+        On an ordered subscription a batch holds at most one message per partition, and the
+        partition's next message (or a copy nsqd delivers again) waits until the handler call
+        holding the previous one returned: with any ``concurrency``, each partition is handled
+        one message at a time, in offset order.
         """
         check_count(max_size, "max_size", 1)
         check_count(concurrency, "concurrency", 1)
@@ -991,22 +1075,24 @@ class Consumer:
         loop = asyncio.get_running_loop()
 
         async def worker() -> None:
-            while True:
-                first = await self.get()
-                if first is None:
-                    return
+            while (first := await self._take(None)) is not None:
                 batch = [first]
-                deadline = loop.time() + max_wait
-                while len(batch) < max_size:
-                    message = self._get_nowait()  # what is here already, without a timer
-                    if message is None:
-                        if self.is_starved() or self._closing:
-                            break
-                        message = await self.get(timeout=max(0.0, deadline - loop.time()))
+                try:
+                    deadline = loop.time() + max_wait
+                    while len(batch) < max_size:
+                        message = self._get_nowait()  # what is here already, without a timer
                         if message is None:
-                            break
-                    batch.append(message)
-                await self._call(handler, batch, batch)
+                            if self.is_starved() or self._closing:
+                                break
+                            message = await self._take(max(0.0, deadline - loop.time()))
+                            if message is None:
+                                break
+                        batch.append(message)
+                    await self._call(handler, batch, batch)
+                finally:
+                    for message in batch:
+                        if message.ordered:
+                            self._release(message)
 
         await self.start()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -1082,6 +1168,10 @@ class Consumer:
         self._apply(self._planner.stop())
         slots = list(self._slots.values())
         requeued = 0
+        self._claims.clear()
+        for waiting in self._gate.clear():  # parked behind their partition's handler
+            self._requeue_now(_slot_of(waiting), waiting)
+            requeued += 1
         while not self._queue.empty():
             message = self._queue.get_nowait()
             if message is not None and message.outcome is None:

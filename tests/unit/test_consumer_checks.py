@@ -1,17 +1,20 @@
 """Every duration option of the Consumer refuses NaN, infinities and negatives (ConfigError),
-before anything is sent."""
+before anything is sent; the ordered-partition gate hands one message per partition out."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from nsq_ha.consumer import Consumer
+from nsq_ha.consumer import Consumer, Message, Outcome
 from nsq_ha.consumer.checks import MAX_REQUEUE_DELAY, check_requeue_delay
+from nsq_ha.consumer.ordering import PartitionGate
 from nsq_ha.errors import ConfigError
+from nsq_ha.protocol.message import DecodedMessage
 
 #: nowhere: these consumers are never started
 NSQD = "127.0.0.1:1"
@@ -93,3 +96,61 @@ async def test_bad_counts_are_refused(call: Any) -> None:
                 await call(consumer)
     finally:
         await consumer.close(drain_timeout=1)
+
+
+# -- the gate ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Owner:
+    partition: int | None
+    topic: str = "t"
+    channel: str = "c"
+    address: str = "127.0.0.1:4150"
+    ordered: bool = True
+
+    def finish(self, message: Message) -> None:
+        message.outcome = Outcome.FINISHED
+
+    def requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
+        message.outcome = Outcome.REQUEUED
+
+    def touch(self, message: Message) -> None:
+        return None
+
+
+def message(partition: int | None, number: int) -> Message:
+    decoded = DecodedMessage(
+        timestamp=1, attempts=1, id=number.to_bytes(16, "big"), body=b"%d" % number
+    )
+    return Message(decoded, Owner(partition))
+
+
+def test_gate_hands_out_one_message_per_partition_in_arrival_order() -> None:
+    gate = PartitionGate()
+    a0, a1, a2, b0 = message(0, 1), message(0, 2), message(0, 3), message(1, 4)
+    assert gate.admit(a0)
+    assert not gate.admit(a1)
+    assert not gate.admit(a2)
+    assert gate.admit(b0)  # another partition: not held back
+    assert gate.waiting == 2
+    assert gate.release(a1) is None  # not the current one: nothing happens
+    assert gate.release(a0) is a1
+    assert gate.release(a0) is None  # twice is harmless
+    a2.outcome = Outcome.ABANDONED  # its connection went away while it waited
+    assert gate.release(a1) is None
+    assert gate.admit(message(0, 5))  # the partition is free again
+    assert gate.release(b0) is None
+
+
+def test_gate_clear_returns_what_still_waits() -> None:
+    gate = PartitionGate()
+    first, copy, gone = message(None, 1), message(None, 2), message(None, 3)
+    assert gate.admit(first)
+    assert not gate.admit(gone)
+    gone.outcome = Outcome.TIMED_OUT
+    assert not gate.admit(copy)  # admitting prunes what was answered meanwhile
+    assert gate.waiting == 1
+    assert gate.clear() == [copy]
+    assert gate.waiting == 0
+    assert gate.release(first) is None
