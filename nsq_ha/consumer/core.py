@@ -16,6 +16,8 @@ or nsqd's ``E_SUB_EXTEND_NEED``/``E_SUB_EXTEND_FORBIDDON``): nsqd refuses a mism
 Flow control: :class:`~nsq_ha.consumer.rdy.RdyPlanner` decides every RDY (budget
 ``max_in_flight`` across all connections, probe then share, rotation when there are more
 connections than budget, backoff). Messages are answered on the connection that delivered them.
+On ordered subscriptions a :class:`~nsq_ha.consumer.ordering.PartitionGate` hands out one
+message per partition at a time: a redelivered copy waits for the earlier handler.
 
 Closing drains: RDY 0 and ``CLS`` everywhere, messages not yet handed out are requeued, handlers
 get ``drain_timeout`` to answer theirs, whatever is left is requeued, then a round trip per
@@ -36,12 +38,20 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-import httpx
-
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.consumer.backoff import BackoffStrategy, Exponential
+from nsq_ha.consumer.checks import (
+    check_count,
+    check_member,
+    check_partitions,
+    check_requeue_delay,
+    check_seconds,
+    check_timeout,
+)
 from nsq_ha.consumer.message import Message, Outcome
+from nsq_ha.consumer.ordering import Claims, PartitionGate
 from nsq_ha.consumer.rdy import DEFAULT_MAX_RDY, RdyPlanner
+from nsq_ha.consumer.seek import seek_position, set_offset
 from nsq_ha.errors import (
     BrokerError,
     ConfigError,
@@ -61,7 +71,7 @@ from nsq_ha.errors import (
     TopicNotFoundError,
     UnsupportedByServerError,
 )
-from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
+from nsq_ha.lookup import LookupClient, PartitionMap
 from nsq_ha.protocol.identify import ExtFilter
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.names import validate_channel, validate_topic
@@ -145,20 +155,6 @@ class _Slot:
         self.consumer._on_error(self, error)
 
 
-def _member(value: tuple[int, int] | None) -> tuple[int, int] | None:
-    if value is None:
-        return None
-    try:
-        index, count = value
-    except (TypeError, ValueError):
-        raise ConfigError(f"member must be (index, count), got {value!r}") from None
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (index, count)):
-        raise ConfigError(f"member must be two ints, got {value!r}")
-    if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"member=(i, n) needs n >= 1 and 0 <= i < n, got {value!r}")
-    return index, count
-
-
 class Consumer:
     """Consume ``topic`` on ``channel`` from every partition (or a share of them).
 
@@ -181,6 +177,17 @@ class Consumer:
     * ``requeue_delay``: the delay of a requeue without one, per attempt (``attempts x
       requeue_delay``, at most ``max_requeue_delay``); ignored on ordered channels (0).
     * ``drain_timeout``: how long :meth:`close` lets handlers finish what they hold.
+
+    Every duration is float seconds and must be finite and not negative (most must be above 0);
+    anything else raises :class:`~nsq_ha.errors.ConfigError` here, before a connection is made.
+    A partition in ``partitions`` that the topic does not have (lookup's partition count) makes
+    :meth:`start` raise :class:`~nsq_ha.errors.ConfigError`.
+
+    Order: on an ordered subscription each partition is handled one message at a time, in
+    offset order, whichever way messages are consumed (:meth:`run`, :meth:`run_batches`,
+    ``async for``): a message nsqd delivers again (after ``msg_timeout``, a requeue or a leader
+    move) while an earlier handler of its partition still runs waits for that handler, and so
+    does everything after it in that partition.
 
     Use ``async with Consumer(...) as consumer`` (or :meth:`start` / :meth:`close`), then
     ``async for message in consumer``, :meth:`run` or :meth:`run_batches`.
@@ -223,37 +230,33 @@ class Consumer:
             raise ConfigError("give exactly one of lookupd=, lookup= or nsqd=")
         if ordered and sample_rate:
             raise ConfigError("ordered consumption needs sample_rate 0 (nsqd refuses otherwise)")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 0:
-            raise ConfigError(f"max_attempts must be an int >= 0, got {max_attempts!r}")
+        check_count(max_attempts, "max_attempts", 0)
         if backoff is not None and not isinstance(backoff, BackoffStrategy):
             raise ConfigError("backoff must have a delay(level) method, or be None")
-        for name, value in (
-            ("requeue_delay", requeue_delay),
-            ("max_requeue_delay", max_requeue_delay),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ConfigError(f"{name} must be a number of seconds >= 0, got {value!r}")
-        for name, value in (
-            ("lookup_interval", lookup_interval),
-            ("drain_timeout", drain_timeout),
-            ("rdy_redistribute_interval", rdy_redistribute_interval),
-            ("reconnect_interval", reconnect_interval),
-            ("max_reconnect_interval", max_reconnect_interval),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
+        # every duration: finite (no NaN, no infinity) and not negative
+        self.requeue_delay = check_requeue_delay(requeue_delay, "requeue_delay")
+        self.max_requeue_delay = check_requeue_delay(max_requeue_delay, "max_requeue_delay")
+        lookup_interval = check_seconds(lookup_interval, "lookup_interval")
+        self.drain_timeout = check_seconds(drain_timeout, "drain_timeout")
+        self.rdy_redistribute_interval = check_seconds(
+            rdy_redistribute_interval, "rdy_redistribute_interval"
+        )
+        low_rdy_idle_timeout = check_seconds(low_rdy_idle_timeout, "low_rdy_idle_timeout")
+        low_rdy_timeout = check_seconds(low_rdy_timeout, "low_rdy_timeout")
+        self.reconnect_interval = check_seconds(reconnect_interval, "reconnect_interval")
+        self.max_reconnect_interval = check_seconds(
+            max_reconnect_interval, "max_reconnect_interval"
+        )
+        if msg_timeout is not None:
+            msg_timeout = check_seconds(msg_timeout, "msg_timeout")
         self._static: tuple[str, ...] = ()
         if nsqd is not None:
             addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
             if not addresses:
                 raise ConfigError("nsqd= needs at least one address")
             self._static = tuple(dict.fromkeys(addresses))
-        self.partitions = None if partitions is None else frozenset(partitions)
-        if self.partitions is not None and any(
-            isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in self.partitions
-        ):
-            raise ConfigError(f"partitions must be ints >= 0, got {sorted(self.partitions)!r}")
-        self.member = _member(member)
+        self.partitions = check_partitions(partitions)
+        self.member = check_member(member)
         if self.member is not None and self._static:
             raise ConfigError("member= needs the partition map: use lookupd= or lookup=")
         base = config or ConnectionConfig()
@@ -262,13 +265,7 @@ class Consumer:
         self.ordered = ordered
         self.max_attempts = max_attempts
         self.backoff = backoff
-        self.requeue_delay = float(requeue_delay)
-        self.max_requeue_delay = float(max_requeue_delay)
         self.on_give_up = on_give_up
-        self.drain_timeout = float(drain_timeout)
-        self.rdy_redistribute_interval = float(rdy_redistribute_interval)
-        self.reconnect_interval = float(reconnect_interval)
-        self.max_reconnect_interval = float(max_reconnect_interval)
         self._config = dataclasses.replace(
             base,
             msg_timeout=msg_timeout if msg_timeout is not None else base.msg_timeout,
@@ -295,6 +292,10 @@ class Consumer:
         self._failures: dict[ConnKey, tuple[int, float]] = {}
         self._leaders: dict[int, str] = {}
         self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
+        #: ordered subscriptions: one message per partition handed out at a time
+        self._gate = PartitionGate()
+        #: ordered messages handed out by get(), by the task that asked for them
+        self._claims = Claims(self._release)
         self._held_changed = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
         self._refresh_handle: asyncio.TimerHandle | None = None
@@ -305,6 +306,7 @@ class Consumer:
         self._closing = False
         self._close_task: asyncio.Task[None] | None = None
         self._warned_ordered_delay = False
+        self._warned_missing = False
         self._stopped_readers = False
         self._counts: Counter[str] = Counter()
         self._per_partition: dict[int, Counter[str]] = {}
@@ -353,7 +355,9 @@ class Consumer:
             for name in ("received", "finished", "requeued", "timed_out", "given_up", "abandoned")
         }
         totals["in_flight"] = sum(len(s.held) for s in self._slots.values())
-        totals["queued"] = self._queue.qsize() - (1 if self._stopped_readers else 0)
+        totals["queued"] = (
+            self._queue.qsize() - (1 if self._stopped_readers else 0) + self._gate.waiting
+        )
         totals["connections"] = len(self._slots)
         totals["backoff_level"] = self._planner.level
         per: dict[int, dict[str, int]] = {}
@@ -447,6 +451,25 @@ class Consumer:
             )
         return wanted
 
+    def _check_partitions_exist(self, pmap: PartitionMap, *, initial: bool) -> None:
+        """``partitions=`` naming a partition the topic does not have: refused at start (once
+        lookup's ``meta`` gives the partition count), logged as an error afterwards."""
+        if self.partitions is None or pmap.meta is None or pmap.meta.partition_num < 1:
+            return
+        count = pmap.meta.partition_num
+        missing = sorted(p for p in self.partitions if p >= count)
+        if not missing:
+            return
+        text = (
+            f"topic {self.topic!r} has {count} partitions (0..{count - 1}); partitions= "
+            f"names {missing}, which it does not have"
+        )
+        if initial:
+            raise ConfigError(text)
+        if not self._warned_missing:
+            self._warned_missing = True
+            log.error("%s: consuming the others", text)
+
     async def _on_map(self, pmap: PartitionMap) -> None:
         """Lookup listener: the map changed."""
         if not self._closing:
@@ -465,6 +488,7 @@ class Consumer:
                 self._use_ordered = True
             self._ext = pmap.extend_support
         wanted = self._wanted(pmap)
+        self._check_partitions_exist(pmap, initial=initial)
         for (address, partition), _ in wanted.items():
             if partition < 0:
                 continue
@@ -750,6 +774,12 @@ class Consumer:
         if self._closing:
             self._requeue_now(slot, message)
             return
+        if slot.ordered and not self._gate.admit(message):
+            return  # a copy, or the next one: waits until its partition's handler is done
+        self._dispatch(slot, message)
+
+    def _dispatch(self, slot: _Slot, message: Message) -> None:
+        """Hand a message out: to the readers, or to ``on_give_up`` after too many attempts."""
         if self.max_attempts and message.attempts > self.max_attempts:
             if slot.ordered and self.on_give_up is None:
                 log.error(
@@ -765,6 +795,13 @@ class Consumer:
         self._queue.put_nowait(message)
 
     async def _give_up(self, message: Message) -> None:
+        try:
+            await self._give_up_now(message)
+        finally:
+            if message.ordered:
+                self._release(message)
+
+    async def _give_up_now(self, message: Message) -> None:
         slot = _slot_of(message)
         self._count(slot, "given_up")
         try:
@@ -788,6 +825,16 @@ class Consumer:
         if not message.responded:
             with contextlib.suppress(MessageResponseError):
                 self._finish(slot, message)
+
+    def _release(self, message: Message) -> None:
+        """The handling of an ordered ``message`` ended: hand out its partition's next one."""
+        following = self._gate.release(message)
+        while following is not None:
+            if not self._closing:
+                self._dispatch(_slot_of(following), following)
+                return
+            self._requeue_now(_slot_of(following), following)
+            following = self._gate.release(following)
 
     def _on_error(self, slot: _Slot, error: BrokerError) -> None:
         """Non-fatal error frames: FIN/REQ/TOUCH of a message nsqd no longer has in flight."""
@@ -813,6 +860,8 @@ class Consumer:
         message.outcome = outcome
         slot.held.pop(message.id, None)
         self._held_changed.set()
+        if slot.ordered and self._claims:
+            self._claims.answered(message)
 
     def _finish(self, slot: _Slot, message: Message) -> None:
         # the hottest answer, so _check_answerable/_gone_on_error/_settled/_count are inlined
@@ -832,6 +881,8 @@ class Consumer:
         changes = self._planner.done(slot.key, success=True)
         if changes or self._planner.blocked:
             self._apply(changes)
+        if slot.ordered and self._claims:
+            self._claims.answered(message)
 
     def _requeue(self, slot: _Slot, message: Message, delay: float | None, backoff: bool) -> None:
         conn = self._check_answerable(slot, message, "requeue")
@@ -866,22 +917,52 @@ class Consumer:
             conn.touch(message.id)
 
     # -- handing messages out -----------------------------------------------------------------
+    #
+    # On ordered subscriptions the gate lets one message per partition out at a time. Its
+    # handling ends when run()'s handler returns, when the run_batches() handler holding it
+    # returns, when on_give_up returns, or, for a message handed out by get() / async for, when
+    # it is answered, when the task that got it asks for another one, or when that task ends.
 
     def __aiter__(self) -> Self:
         """``async for message in consumer``: answer each message yourself."""
         return self
 
     async def __anext__(self) -> Message:
-        """The next message; StopAsyncIteration once the consumer is closing."""
+        """The next message; StopAsyncIteration once the consumer is closing (see :meth:`get`
+        for the order on ordered subscriptions)."""
         message = await self.get()
         if message is None:
             raise StopAsyncIteration
         return message
 
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
-        """The next message, or ``None`` once the consumer is closing (or after ``timeout``)."""
+        """The next message, or ``None`` once the consumer is closing (or after ``timeout``).
+
+        On an ordered subscription a partition's next message, or a copy nsqd delivers again
+        (after ``msg_timeout``, a requeue or a leader move), is handed out only once the
+        partition's previous message handed out is done with: answered (finish/requeue), or
+        the task that got it asked for another message, or that task ended. So one ``async for``
+        loop handles each partition in order, and several concurrent loops never handle two
+        messages of one partition at once (until the first is answered).
+        """
+        limit = check_timeout(timeout)
         if not self._started:
             await self.start()
+        task = asyncio.current_task()
+        if self._claims and task is not None:
+            self._claims.drop(task)  # this task is done with what it got before
+        message = await self._take(limit)
+        if (
+            message is not None
+            and message.ordered
+            and task is not None
+            and self._gate.holds(message)
+        ):
+            self._claims.add(task, message)
+        return message
+
+    async def _take(self, timeout: float | None) -> Message | None:  # noqa: ASYNC109
+        """The next queued message still to answer; ``None`` when closing or after ``timeout``."""
         queue = self._queue
         while timeout is None:  # no timer to arm: the common case of async for
             message = await queue.get()
@@ -890,38 +971,63 @@ class Consumer:
                 return None
             if message.outcome is None:
                 return message
+            if message.ordered:
+                self._release(message)  # answered before it was handed out: the next one
         try:
             async with asyncio.timeout(timeout):
                 while True:
-                    message = await self._queue.get()
+                    message = await queue.get()
                     if message is None:
-                        self._queue.put_nowait(None)  # wake the other readers too
+                        queue.put_nowait(None)  # wake the other readers too
                         return None
                     if message.outcome is None:
                         return message
+                    if message.ordered:
+                        self._release(message)
         except TimeoutError:
             return None
+
+    def _get_nowait(self) -> Message | None:
+        """The next queued message if one is there now (``None`` also when closing)."""
+        queue = self._queue
+        while not queue.empty():
+            message = queue.get_nowait()
+            if message is None:
+                queue.put_nowait(None)  # the closing marker stays for every reader
+                return None
+            if message.outcome is None:
+                return message
+            if message.ordered:
+                self._release(message)
+        return None
 
     async def run(self, handler: Handler, *, concurrency: int | None = None) -> None:
         """Call ``handler(message)`` for every message until :meth:`close`.
 
         A return finishes the message (unless the handler answered it), an exception requeues
         it (with backoff). ``concurrency`` handlers run at once (default ``max_in_flight``, at
-        most 256); on ordered channels nsqd has one message per partition out anyway.
+        most 256).
+
+        On an ordered subscription each partition's messages go through ``handler`` one at a
+        time, in offset order: the partition's next message, and a copy nsqd delivers again
+        while the first call still runs (after ``msg_timeout``, a requeue or a leader move),
+        wait until that call returned. Different partitions are handled concurrently.
         """
-        count = concurrency if concurrency is not None else min(max(1, self.max_in_flight), 256)
-        if count < 1:
-            raise ConfigError(f"concurrency must be >= 1, got {count}")
+        if concurrency is None:
+            count = min(max(1, self.max_in_flight), 256)
+        else:
+            count = check_count(concurrency, "concurrency", 1)
 
         async def worker() -> None:
-            async for message in self:
-                await self._handle(handler, message)
+            while (message := await self._take(None)) is not None:
+                try:
+                    await self._call(handler, message, [message])
+                finally:
+                    if message.ordered:
+                        self._release(message)
 
         await self.start()
         await asyncio.gather(*(worker() for _ in range(count)))
-
-    async def _handle(self, handler: Handler, message: Message) -> None:
-        await self._call(handler, message, [message])
 
     async def _call(self, handler: Any, argument: object, messages: list[Message]) -> None:
         """Run a handler; then finish the messages it left unanswered, or requeue them (with
@@ -943,18 +1049,6 @@ class Consumer:
                 with contextlib.suppress(MessageResponseError):
                     await (message.requeue() if failed else message.finish())
 
-    def _get_nowait(self) -> Message | None:
-        """The next queued message if one is there now (``None`` also when closing)."""
-        queue = self._queue
-        while not queue.empty():
-            message = queue.get_nowait()
-            if message is None:
-                queue.put_nowait(None)  # the closing marker stays for every reader
-                return None
-            if message.outcome is None:
-                return message
-        return None
-
     async def run_batches(
         self,
         handler: BatchHandler,
@@ -969,28 +1063,36 @@ class Consumer:
 
         A return finishes every message the handler did not answer; an exception requeues them
         (with backoff).
+
+        On an ordered subscription a batch holds at most one message per partition, and the
+        partition's next message (or a copy nsqd delivers again) waits until the handler call
+        holding the previous one returned: with any ``concurrency``, each partition is handled
+        one message at a time, in offset order.
         """
-        if max_size < 1 or max_wait < 0 or concurrency < 1:
-            raise ConfigError("max_size and concurrency must be >= 1, max_wait >= 0")
+        check_count(max_size, "max_size", 1)
+        check_count(concurrency, "concurrency", 1)
+        max_wait = check_seconds(max_wait, "max_wait", zero=True)
         loop = asyncio.get_running_loop()
 
         async def worker() -> None:
-            while True:
-                first = await self.get()
-                if first is None:
-                    return
+            while (first := await self._take(None)) is not None:
                 batch = [first]
-                deadline = loop.time() + max_wait
-                while len(batch) < max_size:
-                    message = self._get_nowait()  # what is here already, without a timer
-                    if message is None:
-                        if self.is_starved() or self._closing:
-                            break
-                        message = await self.get(timeout=max(0.0, deadline - loop.time()))
+                try:
+                    deadline = loop.time() + max_wait
+                    while len(batch) < max_size:
+                        message = self._get_nowait()  # what is here already, without a timer
                         if message is None:
-                            break
-                    batch.append(message)
-                await self._call(handler, batch, batch)
+                            if self.is_starved() or self._closing:
+                                break
+                            message = await self._take(max(0.0, deadline - loop.time()))
+                            if message is None:
+                                break
+                        batch.append(message)
+                    await self._call(handler, batch, batch)
+                finally:
+                    for message in batch:
+                        if message.ordered:
+                            self._release(message)
 
         await self.start()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -1014,17 +1116,8 @@ class Consumer:
         ``POST /channel/setoffset``. nsqd first delivers what it had already read ahead (a
         message in flight, and possibly one more); on ordered channels that is one message.
         """
-        chosen = [x for x in (offset, timestamp, count) if x is not None] + ([True] if end else [])
-        if len(chosen) != 1:
-            raise ConfigError("seek needs exactly one of offset=, timestamp=, count= or end=True")
-        if offset is not None:
-            body = f"virtual_queue:{int(offset)}"
-        elif timestamp is not None:
-            body = f"timestamp:{int(timestamp)}"
-        elif count is not None:
-            body = f"msgcount:{int(count)}"
-        else:
-            body = "special:-1"
+        body = seek_position(offset=offset, timestamp=timestamp, count=count, end=end)
+        check_count(partition, "partition", 0)
         if self._lookup is None:
             raise UnsupportedByServerError(
                 "seek needs the fork in cluster mode, found through nsqlookupd (lookupd=)"
@@ -1037,7 +1130,7 @@ class Consumer:
         node = pmap.leader(partition)
         if node is None:
             raise ConfigError(f"{self.topic!r} has no partition {partition} listed now")
-        await _set_offset(node, self.topic, partition, self.channel, body)
+        await set_offset(node, self.topic, partition, self.channel, body)
         log.info("%s/%s partition %d: seek to %s", self.topic, self.channel, partition, body)
 
     # -- closing ------------------------------------------------------------------------------
@@ -1051,7 +1144,11 @@ class Consumer:
         the sockets close.
         """
         if self._close_task is None:
-            timeout = self.drain_timeout if drain_timeout is None else drain_timeout
+            timeout = (
+                self.drain_timeout
+                if drain_timeout is None
+                else check_seconds(drain_timeout, "drain_timeout", zero=True)
+            )
             self._close_task = asyncio.get_running_loop().create_task(self._close(timeout))
         await asyncio.shield(self._close_task)
 
@@ -1071,6 +1168,10 @@ class Consumer:
         self._apply(self._planner.stop())
         slots = list(self._slots.values())
         requeued = 0
+        self._claims.clear()
+        for waiting in self._gate.clear():  # parked behind their partition's handler
+            self._requeue_now(_slot_of(waiting), waiting)
+            requeued += 1
         while not self._queue.empty():
             message = self._queue.get_nowait()
             if message is not None and message.outcome is None:
@@ -1143,18 +1244,3 @@ def _slot_of(message: Message) -> _Slot:
     if not isinstance(owner, _Slot):
         raise TypeError(f"{message!r} was not delivered by a Consumer")
     return owner
-
-
-async def _set_offset(node: NodeInfo, topic: str, partition: int, channel: str, body: str) -> None:
-    url = f"{node.http_url}/channel/setoffset"
-    params = {"topic": topic, "partition": str(partition), "channel": channel}
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        try:
-            response = await http.post(url, params=params, content=body.encode())
-        except httpx.HTTPError as exc:
-            raise NsqConnectionError(f"setoffset on {url} failed: {exc}") from exc
-    if response.status_code != 200:
-        raise NsqError(
-            f"nsqd {node.http_url} refused setoffset {body!r} for "
-            f"{topic}/{partition}/{channel}: HTTP {response.status_code} {response.text[:200]}"
-        )

@@ -12,6 +12,7 @@ import enum
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from nsq_ha.consumer.checks import check_requeue_delay
 from nsq_ha.errors import MessageAlreadyRespondedError, RemoteProtocolError
 from nsq_ha.protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG, DecodedMessage
 
@@ -210,7 +211,14 @@ class Message:
         delay (the message would come back only after ``msg_timeout``), so the consumer sends
         0 there and logs that it did. ``backoff=True`` counts as a failure for the consumer's
         backoff (every connection pauses); ``False`` requeues quietly.
+
+        A ``delay`` that is not a finite number of seconds in ``0 ..``
+        :data:`~nsq_ha.consumer.checks.MAX_REQUEUE_DELAY` raises
+        :class:`~nsq_ha.errors.ConfigError` before anything changes: the message is still held
+        and can be finished or requeued afterwards.
         """
+        if delay is not None:
+            delay = check_requeue_delay(delay, "requeue delay")
         self._check("requeue")
         self._owner.requeue(self, delay, backoff)
 
