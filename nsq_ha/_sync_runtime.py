@@ -15,10 +15,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import contextlib
 import logging
-import math
-import numbers
 import os
 import sys
 import threading
@@ -26,7 +23,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from nsq_ha.errors import ConfigError, NsqTimeoutError
+from nsq_ha.errors import NsqTimeoutError
 
 log = logging.getLogger("nsq_ha.sync")
 
@@ -199,30 +196,3 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-# -- durations ---------------------------------------------------------------------------------
-
-
-def seconds(value: object, name: str, *, none: bool = True, zero: bool = True) -> float | None:
-    """Check a duration argument of a blocking call before anything is sent.
-
-    A real number of seconds, finite, not negative (not zero unless ``zero``), at most
-    ``threading.TIMEOUT_MAX``; ``None`` (no limit) only if ``none``. Anything else, including
-    NaN, infinities and booleans, raises ConfigError.
-    """
-    if value is None and none:
-        return None
-    number = math.nan
-    if not isinstance(value, bool) and isinstance(value, numbers.Real):
-        with contextlib.suppress(OverflowError, ValueError):  # float(10**400)
-            number = float(value)
-    if 0 <= number <= threading.TIMEOUT_MAX and (zero or number > 0):  # False for NaN
-        return number
-    low = ">= 0" if zero else "> 0"
-    shown = repr(value)
-    shown = shown if len(shown) <= 40 else shown[:37] + "..."
-    raise ConfigError(
-        f"{name} must be a finite number of seconds {low} and at most "
-        f"{threading.TIMEOUT_MAX:.0f}{' (or None: no limit)' if none else ''}, got {shown}"
-    )

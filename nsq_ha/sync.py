@@ -33,12 +33,12 @@ from nsq_ha._sync_runtime import (
     LoopThread,
     loop_thread,
     register,
-    seconds,
     unregister,
 )
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import Consumer as AsyncConsumer
 from nsq_ha.consumer import Message as AsyncMessage
+from nsq_ha.durations import optional_seconds, seconds
 from nsq_ha.errors import ConsumerClosedError, MessageConnectionGoneError, ProducerClosedError
 from nsq_ha.producer import Producer as AsyncProducer
 from nsq_ha.producer import PublishResult, RetryPolicy
@@ -102,7 +102,7 @@ class Producer:
         max_batch: int = 1000,
         close_timeout: float = 10.0,
     ) -> None:
-        close_timeout = seconds(close_timeout, "close_timeout", none=False, zero=False) or 0.0
+        close_timeout = seconds(close_timeout, "close_timeout")
         self._options: dict[str, Any] = {
             "lookupd": lookupd,
             "nsqd": nsqd,
@@ -180,7 +180,7 @@ class Producer:
         raises NsqTimeoutError; the message may or may not have been written. A ``timeout``
         that is not a finite number >= 0 raises ConfigError before anything is sent.
         """
-        limit = seconds(timeout, "timeout")
+        limit = optional_seconds(timeout, "timeout")
         future = self.publish_async(
             topic,
             body,
@@ -231,7 +231,7 @@ class Producer:
     ) -> list[PublishResult]:
         """Publish several messages in as few batches as possible and wait for all of them
         (``timeout`` as in :meth:`publish`)."""
-        limit = seconds(timeout, "timeout")
+        limit = optional_seconds(timeout, "timeout")
         runner, producer = self._bound()
         return runner.run(
             producer.publish_many(
@@ -253,7 +253,7 @@ class Producer:
         In a forked child that has not published with this producer, this only marks it
         closed: the connections and the loop thread belong to the parent.
         """
-        limit = seconds(timeout, "timeout")
+        limit = optional_seconds(timeout, "timeout")
         begun = self._start_close(limit)
         if begun is not None:
             LoopThread.wait(*begun)
@@ -368,7 +368,7 @@ class Consumer:
     def get(self, timeout: float | None = None) -> Message | None:
         """The next message, or ``None`` once closed (or after ``timeout`` seconds, a finite
         number >= 0; anything else raises ConfigError)."""
-        limit = seconds(timeout, "timeout")
+        limit = optional_seconds(timeout, "timeout")
         runner = self._live()
         message = runner.run(self._consumer.get(limit))
         return None if message is None else Message(message, runner)
@@ -399,7 +399,7 @@ class Consumer:
         """Drain and close (see the async method); ends every iteration. ``drain_timeout``
         (default: the consumer's) must be a finite number >= 0 (else ConfigError, and nothing
         changes). Does nothing in a forked child, like :meth:`Producer.close`."""
-        limit = seconds(drain_timeout, "drain_timeout")
+        limit = optional_seconds(drain_timeout, "drain_timeout")
         begun = self._start_close(limit)
         if begun is not None:
             LoopThread.wait(*begun)

@@ -7,12 +7,12 @@ Durations are float seconds; the IDENTIFY body (milliseconds on the wire) is pro
 from __future__ import annotations
 
 import dataclasses
-import math
 import socket
 import ssl
 from dataclasses import dataclass
 
 from nsq_ha._version import __version__
+from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
 from nsq_ha.protocol.identify import MAX_DURATION_MS, ExtFilter, IdentifyRequest, build_identify
 
@@ -26,18 +26,6 @@ DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
 #: longer is no deadline at all, and nsqd could not read it as milliseconds.
 MAX_DURATION = MAX_DURATION_MS / 1000
 _REDACTED = "<redacted>"
-
-
-def _positive(value: object, what: str) -> float:
-    """Return ``value`` if it is a finite number of seconds in (0, MAX_DURATION]."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{what} must be a number of seconds, not {value!r}")
-    if not (math.isfinite(value) and 0 < value <= MAX_DURATION):
-        raise ConfigError(
-            f"{what} must be a finite number of seconds above 0 and at most {MAX_DURATION}, "
-            f"got {value!r}"
-        )
-    return float(value)
 
 
 def _check_secret(secret: object) -> None:
@@ -132,7 +120,7 @@ class ConnectionConfig:
         _size(self.max_body_size, "max_body_size", 1)
         _size(self.write_buffer_limit, "write_buffer_limit", 1024)
         for name in ("connect_timeout", "command_timeout", "close_timeout"):
-            _positive(getattr(self, name), name)
+            seconds(getattr(self, name), name, maximum=MAX_DURATION)
         self.to_identify()  # build_identify raises InvalidArgumentError (a ConfigError)
 
     def __repr__(self) -> str:

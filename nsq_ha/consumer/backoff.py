@@ -6,11 +6,11 @@ is the default, as in go-nsq (1 s x 2^(level-1), at most 2 minutes).
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
 
 __all__ = ["BackoffStrategy", "Exponential", "Fixed"]
@@ -25,14 +25,6 @@ class BackoffStrategy(Protocol):
         ...
 
 
-def _seconds(value: float, what: str, *, zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{what} must be a number of seconds, not {value!r}")
-    if value < 0 or (value == 0 and not zero):
-        raise ConfigError(f"{what} must be {'>= 0' if zero else '> 0'}, got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True, slots=True)
 class Exponential:
     """``base * 2 ** (level - 1)``, at most ``maximum``, spread by +-``jitter`` (a fraction)."""
@@ -42,8 +34,8 @@ class Exponential:
     jitter: float = 0.0
 
     def __post_init__(self) -> None:
-        _seconds(self.base, "backoff base")
-        _seconds(self.maximum, "backoff maximum")
+        seconds(self.base, "backoff base")
+        seconds(self.maximum, "backoff maximum")
         if not 0 <= self.jitter < 1:
             raise ConfigError(f"backoff jitter must be in [0, 1), got {self.jitter!r}")
 
@@ -62,7 +54,7 @@ class Fixed:
     seconds: float = 1.0
 
     def __post_init__(self) -> None:
-        _seconds(self.seconds, "backoff seconds", zero=True)
+        seconds(self.seconds, "backoff seconds", zero=True)
 
     def delay(self, level: int) -> float:
         """The pause for ``level``."""

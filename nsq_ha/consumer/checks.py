@@ -7,9 +7,9 @@ meaningful setting here, and ``None`` says "no limit" where one is allowed), nev
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
+from nsq_ha.durations import optional_seconds, seconds
 from nsq_ha.errors import ConfigError
 
 __all__ = [
@@ -18,7 +18,6 @@ __all__ = [
     "check_member",
     "check_partitions",
     "check_requeue_delay",
-    "check_seconds",
     "check_timeout",
 ]
 
@@ -28,24 +27,14 @@ __all__ = [
 MAX_REQUEUE_DELAY = 9.0e9
 
 
-def check_seconds(value: object, name: str, *, zero: bool = False) -> float:
-    """``value`` as float seconds: finite and above 0 (``zero``: at least 0)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        bound = ">= 0" if zero else "> 0"
-        raise ConfigError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
-    return float(value)
-
-
 def check_timeout(value: object, name: str = "timeout") -> float | None:
     """A wait limit: ``None`` (no limit) or finite seconds >= 0."""
-    return None if value is None else check_seconds(value, name, zero=True)
+    return optional_seconds(value, name)
 
 
 def check_requeue_delay(value: object, name: str = "requeue delay") -> float:
     """A REQ delay: finite seconds in ``0 .. MAX_REQUEUE_DELAY``."""
-    delay = check_seconds(value, name, zero=True)
+    delay = seconds(value, name, zero=True)
     if delay > MAX_REQUEUE_DELAY:
         raise ConfigError(
             f"{name} must be at most {MAX_REQUEUE_DELAY:.0f} s (nsqd cannot represent more; it "

@@ -45,13 +45,13 @@ from nsq_ha.consumer.checks import (
     check_member,
     check_partitions,
     check_requeue_delay,
-    check_seconds,
     check_timeout,
 )
 from nsq_ha.consumer.message import Message, Outcome
 from nsq_ha.consumer.ordering import Claims, PartitionGate
 from nsq_ha.consumer.rdy import DEFAULT_MAX_RDY, RdyPlanner
 from nsq_ha.consumer.seek import seek_position, set_offset
+from nsq_ha.durations import seconds
 from nsq_ha.errors import (
     BrokerError,
     ConfigError,
@@ -236,19 +236,19 @@ class Consumer:
         # every duration: finite (no NaN, no infinity) and not negative
         self.requeue_delay = check_requeue_delay(requeue_delay, "requeue_delay")
         self.max_requeue_delay = check_requeue_delay(max_requeue_delay, "max_requeue_delay")
-        lookup_interval = check_seconds(lookup_interval, "lookup_interval")
-        self.drain_timeout = check_seconds(drain_timeout, "drain_timeout")
-        self.rdy_redistribute_interval = check_seconds(
+        lookup_interval = seconds(lookup_interval, "lookup_interval")
+        self.drain_timeout = seconds(drain_timeout, "drain_timeout")
+        self.rdy_redistribute_interval = seconds(
             rdy_redistribute_interval, "rdy_redistribute_interval"
         )
-        low_rdy_idle_timeout = check_seconds(low_rdy_idle_timeout, "low_rdy_idle_timeout")
-        low_rdy_timeout = check_seconds(low_rdy_timeout, "low_rdy_timeout")
-        self.reconnect_interval = check_seconds(reconnect_interval, "reconnect_interval")
-        self.max_reconnect_interval = check_seconds(
+        low_rdy_idle_timeout = seconds(low_rdy_idle_timeout, "low_rdy_idle_timeout")
+        low_rdy_timeout = seconds(low_rdy_timeout, "low_rdy_timeout")
+        self.reconnect_interval = seconds(reconnect_interval, "reconnect_interval")
+        self.max_reconnect_interval = seconds(
             max_reconnect_interval, "max_reconnect_interval"
         )
         if msg_timeout is not None:
-            msg_timeout = check_seconds(msg_timeout, "msg_timeout")
+            msg_timeout = seconds(msg_timeout, "msg_timeout")
         self._static: tuple[str, ...] = ()
         if nsqd is not None:
             addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
@@ -1071,7 +1071,7 @@ class Consumer:
         """
         check_count(max_size, "max_size", 1)
         check_count(concurrency, "concurrency", 1)
-        max_wait = check_seconds(max_wait, "max_wait", zero=True)
+        max_wait = seconds(max_wait, "max_wait", zero=True)
         loop = asyncio.get_running_loop()
 
         async def worker() -> None:
@@ -1147,7 +1147,7 @@ class Consumer:
             timeout = (
                 self.drain_timeout
                 if drain_timeout is None
-                else check_seconds(drain_timeout, "drain_timeout", zero=True)
+                else seconds(drain_timeout, "drain_timeout", zero=True)
             )
             self._close_task = asyncio.get_running_loop().create_task(self._close(timeout))
         await asyncio.shield(self._close_task)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from nsq_ha.consumer.checks import check_count, check_seconds
+from nsq_ha.consumer.checks import check_count
+from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, NsqConnectionError, NsqError
 from nsq_ha.lookup import NodeInfo
 
@@ -21,7 +22,7 @@ def seek_position(
     if offset is not None:
         return f"virtual_queue:{check_count(offset, 'offset', 0)}"
     if timestamp is not None:
-        return f"timestamp:{int(check_seconds(timestamp, 'timestamp', zero=True))}"
+        return f"timestamp:{int(seconds(timestamp, 'timestamp', zero=True))}"
     if count is not None:
         return f"msgcount:{check_count(count, 'count', 1)}"
     return "special:-1"

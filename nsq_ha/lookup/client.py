@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,6 +34,7 @@ from typing import Self, TypeVar
 
 import httpx
 
+from nsq_ha.durations import seconds
 from nsq_ha.errors import (
     ConfigError,
     DiscoveryError,
@@ -68,15 +68,6 @@ ANSWER_GRACE = 0.5
 #: 512 KiB of the costliest JSON allowed takes ~15 ms of one idle core (the event loop stall).
 DEFAULT_MAX_ANSWER_BYTES = 512 << 10
 _MAX_ANSWER_BYTES_LIMIT = 64 << 20
-
-
-def _seconds(name: str, value: object) -> float:
-    """A duration option: a finite number of seconds > 0, else :class:`ConfigError`."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
 
 
 @dataclass
@@ -127,9 +118,9 @@ class LookupClient:
             raise ConfigError(f"seeds must be addresses, got {type(seeds).__name__}") from None
         if not seed_list:
             raise ConfigError("LookupClient needs at least one nsqlookupd address")
-        self._timeout = _seconds("timeout", timeout)
-        self.refresh_interval = _seconds("refresh_interval", refresh_interval)
-        self.max_backoff = _seconds("max_backoff", max_backoff)
+        self._timeout = seconds(timeout, "timeout")
+        self.refresh_interval = seconds(refresh_interval, "refresh_interval")
+        self.max_backoff = seconds(max_backoff, "max_backoff")
         if (
             isinstance(jitter, bool)
             or not isinstance(jitter, int | float)

@@ -49,6 +49,7 @@ from typing import Any, Self, cast
 from tenacity import RetryCallState, RetryError
 
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
+from nsq_ha.durations import seconds
 from nsq_ha.errors import (
     BrokerError,
     ConfigError,
@@ -77,7 +78,7 @@ from nsq_ha.producer.batch import (
 )
 from nsq_ha.producer.idle import IdleTopics
 from nsq_ha.producer.lanes import Carrier, Lane, Queued, Window, settle
-from nsq_ha.producer.policy import RetryPolicy, check_seconds
+from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import ConnKey, PartitionCounts
 from nsq_ha.producer.routes import Routes as _Routes
@@ -143,9 +144,9 @@ class Producer:
         for name, count in (("unkeyed_window", unkeyed_window), ("max_batch", max_batch)):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise ConfigError(f"{name} must be an int >= 1, got {count!r}")
-        linger = check_seconds("linger", linger, zero=True)
-        close_timeout = check_seconds("close_timeout", close_timeout)
-        topic_idle_timeout = check_seconds("topic_idle_timeout", topic_idle_timeout)
+        linger = seconds(linger, "linger", zero=True)
+        close_timeout = seconds(close_timeout, "close_timeout")
+        topic_idle_timeout = seconds(topic_idle_timeout, "topic_idle_timeout")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigError(f"retry must be a RetryPolicy, not {type(retry).__name__}")
         self._owns_lookup = lookupd is not None
@@ -434,7 +435,7 @@ class Producer:
         """
         limit = self.close_timeout
         if timeout is not None:
-            limit = check_seconds("timeout", timeout, zero=True)
+            limit = seconds(timeout, "timeout", zero=True)
         if self._closing:
             await self._closed.wait()
             return

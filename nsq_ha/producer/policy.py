@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,24 +15,10 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
+from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
 
-__all__ = ["RetryPolicy", "check_seconds"]
-
-
-def check_seconds(name: str, value: object, *, zero: bool = False) -> float:
-    """``value`` as a duration in seconds, or :class:`ConfigError`.
-
-    A duration is an int or float (not a bool), finite, and > 0 (``zero``: >= 0). NaN would
-    compare false with every deadline and infinity would make a wait without a deadline, so
-    both are refused, as are negatives.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        bound = ">= 0" if zero else "> 0"
-        raise ConfigError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
-    return float(value)
+__all__ = ["RetryPolicy"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,10 +49,10 @@ class RetryPolicy:
         if self.attempts < 1:
             raise ConfigError(f"attempts must be >= 1, got {self.attempts}")
         for name in ("initial_backoff", "max_backoff", "jitter"):
-            check_seconds(name, getattr(self, name), zero=True)
+            seconds(getattr(self, name), name, zero=True)
         if self.deadline is not None:
-            check_seconds("deadline", self.deadline)
-        check_seconds("attempt_timeout", self.attempt_timeout)
+            seconds(self.deadline, "deadline")
+        seconds(self.attempt_timeout, "attempt_timeout")
 
     def backoff(self, state: RetryCallState) -> float:
         """Seconds to wait after attempt ``state.attempt_number`` failed."""

@@ -9,12 +9,12 @@ import math
 
 import pytest
 
+from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, UnsupportedByServerError
 from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.producer.batch import OutgoingMessage
 from nsq_ha.producer.idle import IdleTopics
-from nsq_ha.producer.policy import check_seconds
 from nsq_ha.producer.routes import PartitionCounts, Routes, check_features
 from nsq_ha.redact import redact_text as redact
 
@@ -74,12 +74,12 @@ def test_retry_policy_durations_are_finite_seconds(name: str, value: object) -> 
 
 
 def test_check_seconds_bounds() -> None:
-    assert check_seconds("x", 0, zero=True) == 0.0
-    assert check_seconds("x", 2) == 2.0
+    assert seconds(0, "x", zero=True) == 0.0
+    assert seconds(2, "x") == 2.0
     with pytest.raises(ConfigError, match=r"x must be a finite number of seconds > 0"):
-        check_seconds("x", 0)
+        seconds(0, "x")
     with pytest.raises(ConfigError, match="x must be a number of seconds"):
-        check_seconds("x", math)
+        seconds(math, "x")
 
 
 # -- routes never guess a partition count ------------------------------------------------------
