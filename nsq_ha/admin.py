@@ -111,6 +111,39 @@ class TopicSpec:
         """Every acknowledged write is fsynced first (``sync_every == 1``)."""
         return self.sync_every == 1
 
+    @classmethod
+    def with_durability(
+        cls,
+        name: str,
+        partitions: int = 1,
+        replicas: int = 1,
+        ordered: bool = False,
+        ext: bool = False,
+        multi_part: bool = False,
+        *,
+        durable: bool = False,
+        sync_every: int | None = None,
+        retention_days: int | None = None,
+        channel_auto_create: bool = True,
+    ) -> TopicSpec:
+        """The spec, where ``durable=True`` means ``sync_every=1`` (any other ``sync_every``
+        with it is a :class:`ConfigError`)."""
+        if durable:
+            if sync_every not in (None, 1):
+                raise ConfigError(f"durable means sync_every=1; got sync_every={sync_every}")
+            sync_every = 1
+        return cls(
+            name,
+            partitions,
+            replicas,
+            ordered,
+            ext,
+            multi_part,
+            sync_every=sync_every,
+            retention_days=retention_days,
+            channel_auto_create=channel_auto_create,
+        )
+
     def query(self) -> dict[str, str]:
         """The query string of the fork's ``/topic/create``."""
         params = {
@@ -244,17 +277,14 @@ class LookupdAdmin:
         replicas. ``durable`` is ``sync_every=1`` (see :class:`TopicSpec`). Re-creating with the
         same parameters succeeds; different ones raise :class:`AdminError` (``already
         exist``)."""
-        if durable:
-            if sync_every not in (None, 1):
-                raise ConfigError(f"durable means sync_every=1; got sync_every={sync_every}")
-            sync_every = 1
-        spec = TopicSpec(
+        spec = TopicSpec.with_durability(
             name,
             partitions,
             replicas,
             ordered,
             ext,
             multi_part,
+            durable=durable,
             sync_every=sync_every,
             retention_days=retention_days,
             channel_auto_create=channel_auto_create,

@@ -389,16 +389,15 @@ class ForkCluster(_Cluster):
         known to it) are retried until ``timeout``; other refusals raise :class:`ClusterError`
         with lookupd's message.
         """
-        if durable and sync_every not in (None, 1):
-            raise ClusterError(f"durable means sync_every=1; got sync_every={sync_every}")
-        spec = TopicSpec(
+        spec = TopicSpec.with_durability(
             name,
             partitions,
             replicas,
             ordered,
             ext,
-            multi_part=True,
-            sync_every=1 if durable else sync_every,
+            True,
+            durable=durable,
+            sync_every=sync_every,
             retention_days=retention_days,
             channel_auto_create=channel_auto_create,
         )
