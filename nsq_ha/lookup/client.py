@@ -149,6 +149,8 @@ class LookupClient:
         self._http = http or httpx.AsyncClient(timeout=self._timeout)
         self._maps: dict[tuple[str, Access], PartitionMap] = {}
         self._inflight: dict[tuple[str, Access], asyncio.Task[PartitionMap]] = {}
+        #: keys unwatched while their fetch was under way: that answer is not cached
+        self._uncached: set[tuple[str, Access]] = set()
         #: requests still running after their lookup returned (they end by its deadline)
         self._stragglers: set[asyncio.Task[object]] = set()
         self._discovered = False
@@ -186,6 +188,11 @@ class LookupClient:
         Passwords are redacted (``http://user:***@host:4161``).
         """
         return [s.shown for s in self._lookupds.values()]
+
+    @property
+    def cached_keys(self) -> frozenset[tuple[str, Access]]:
+        """The (topic, access) keys whose partition map is cached."""
+        return frozenset(self._maps)
 
     def lookupd_status(self) -> list[tuple[str, int, float]]:
         """``(url, failures in a row, seconds until it is asked again)`` per known lookupd.
@@ -407,6 +414,7 @@ class LookupClient:
         for key, t in list(self._inflight.items()):
             if t is task:
                 del self._inflight[key]
+                self._uncached.discard(key)
         if not task.cancelled():
             task.exception()  # retrieved here; every waiter re-raises it from the shield
 
@@ -424,7 +432,8 @@ class LookupClient:
             raise self._lookup_failure(topic, access, [a for a in answers if a not in maps])
         merged = merge_maps(maps)
         old = self._maps.get((topic, access))
-        self._maps[(topic, access)] = merged
+        if (topic, access) not in self._uncached:
+            self._maps[(topic, access)] = merged
         if old != merged:
             log.info(
                 "lookup %s access=%s: %s%s",
@@ -548,7 +557,9 @@ class LookupClient:
             )
 
     def unwatch(self, topic: str, access: Access, listener: Listener | None = None) -> None:
-        """Stop calling ``listener`` (or stop watching the key when no listener is given)."""
+        """Stop calling ``listener`` (or stop watching the key when no listener is given); a
+        key no longer watched also drops its cached map, so state per topic ever used is not
+        kept (the next lookup asks lookupd again)."""
         listeners = self._watch.get((topic, access))
         if listeners is None:
             return
@@ -556,6 +567,9 @@ class LookupClient:
             listeners.remove(listener)
         if listener is None or not listeners:
             del self._watch[(topic, access)]
+            self._maps.pop((topic, access), None)
+            if (topic, access) in self._inflight:  # its answer must not cache the map again
+                self._uncached.add((topic, access))
 
     async def _notify(self, key: tuple[str, Access], pmap: PartitionMap) -> None:
         for listener in list(self._watch.get(key, ())):
@@ -573,6 +587,8 @@ class LookupClient:
             with contextlib.suppress(NsqError):
                 await self.discover()
             for topic, access in list(self._watch):
+                if (topic, access) not in self._watch:
+                    continue  # unwatched while this round was under way
                 try:
                     await self.refresh(topic, access)
                 except NsqError as exc:

@@ -202,6 +202,7 @@ async def test_idle_topics_are_freed_and_no_longer_looked_up() -> None:
             assert proxy.total_lookups == before
             assert producer.topics == frozenset()
             assert producer.connections == ()
+            assert lookup.cached_keys == frozenset()  # nor a partition map per topic ever used
             # a topic used again is looked up afresh and works
             again = proxy.lookups["idle7"]
             result = await producer.publish("idle7", b"again", sharding_key=7)
