@@ -759,10 +759,17 @@ def test_any_lookupd_answer_unwraps_and_parses_or_fails_typed(
             inner = body.decode("utf-8", "replace")
         body = json.dumps({"status_code": wrap, "status_txt": "x", "data": inner}).encode()
     error: LookupdError | None = None
+    refused: RemoteProtocolError | None = None
     try:
         result = unwrap(status, headers, body, "http://lookupd:4161/lookup")
     except LookupdError as exc:
         error = exc
+    except RemoteProtocolError as exc:  # a lie refused unparsed (e.g. too many containers)
+        refused = exc
+    if refused is not None:
+        event("unwrap: RemoteProtocolError")
+        assert "refused unparsed" in str(refused)
+        return
     if error is not None:
         event("unwrap: LookupdError")
         assert isinstance(error.status, int)
