@@ -24,7 +24,14 @@ from typing import Any, TextIO
 
 from nsq_ha.admin import LookupdAdmin
 from nsq_ha.consumer import Consumer, Message
-from nsq_ha.errors import ConfigError, NsqError, PublishError, TopicNotFoundError
+from nsq_ha.errors import (
+    ConfigError,
+    MessageAlreadyRespondedError,
+    MessageConnectionGoneError,
+    NsqError,
+    PublishError,
+    TopicNotFoundError,
+)
 from nsq_ha.lookup import LookupClient
 from nsq_ha.lookup.wire import NodeInfo, PartitionMap
 from nsq_ha.producer import Producer, PublishResult
@@ -419,6 +426,17 @@ async def _start_new_channel(
     log.info("created channel %s on partitions %s, from their first message", channel, done)
 
 
+def _print_message(message: Message, *, as_json: bool) -> None:
+    """One line of ``tail``: JSON, or ``[partition@offset] body``."""
+    if as_json:
+        print(json.dumps(message_json(message)), flush=True)
+        return
+    where_from = "-" if message.partition is None else str(message.partition)
+    offset = "" if message.offset is None else f"@{message.offset}"
+    text = message.body.decode("utf-8", "backslashreplace")
+    print(f"[{where_from}{offset}] {text}", flush=True)
+
+
 async def cmd_tail(args: argparse.Namespace) -> int:
     """``nsq-ha tail``: print messages (finishing them); stop after ``-n`` or on Ctrl-C."""
     where = _where(args)
@@ -450,6 +468,9 @@ async def cmd_tail(args: argparse.Namespace) -> int:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     seen = 0
+    #: printed, then sent again by nsqd before their FIN landed: the copy is finished, not
+    #: printed a second time (at most max_in_flight ids)
+    printed_again: set[bytes] = set()
     async with consumer:
         stopper = asyncio.ensure_future(stop.wait())
         try:
@@ -472,14 +493,17 @@ async def cmd_tail(args: argparse.Namespace) -> int:
                 message = getter.result()
                 if message is None:
                     break
-                if args.json:
-                    print(json.dumps(message_json(message)), flush=True)
-                else:
-                    where_from = "-" if message.partition is None else str(message.partition)
-                    offset = "" if message.offset is None else f"@{message.offset}"
-                    text = message.body.decode("utf-8", "backslashreplace")
-                    print(f"[{where_from}{offset}] {text}", flush=True)
-                await message.finish()
+                if message.id not in printed_again:
+                    _print_message(message, as_json=args.json)
+                try:
+                    await message.finish()
+                except (MessageAlreadyRespondedError, MessageConnectionGoneError) as exc:
+                    # nsqd sent it again before the FIN landed (its msg_timeout, or the fork
+                    # re-sending a channel's in-flight message): the copy comes next
+                    log.info("%r comes again (%s); it is not printed twice", message, exc)
+                    printed_again.add(message.id)
+                    continue
+                printed_again.discard(message.id)
                 seen += 1
         finally:
             stopper.cancel()
