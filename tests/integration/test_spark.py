@@ -118,9 +118,18 @@ def backend(request: pytest.FixtureRequest) -> Iterator[tuple[Backend, dict[str,
 async def _consume(
     topic: str, channel: str, count: int, limit: float, **where: Any
 ) -> list[Any]:
-    """Every message of ``topic`` on ``channel`` until ``count`` arrived and nothing more
-    comes for a second (so duplicates are seen too), finished one by one."""
+    """Every stored message of ``topic`` on ``channel`` until ``count`` arrived and nothing
+    more comes for a second (so duplicates written to the topic are seen too), finished one
+    by one.
+
+    A message nsqd delivers again (same partition, same id) is the same stored message, not a
+    second write: it is finished and left out. The fork does this on its own: the first
+    ``SUB_ORDERED`` on a channel turns it ordered and resets its reader to the confirmed
+    offset, so a message already sent may be sent again (its first ``FIN`` then fails with
+    "not in flight"). Only the writes are under test here."""
     got: list[Any] = []
+    seen: set[tuple[int | None, bytes]] = set()
+    redelivered = 0
     deadline = time.monotonic() + limit
     async with Consumer(topic, channel, max_in_flight=200, **where) as consumer:
         while time.monotonic() < deadline:
@@ -130,8 +139,15 @@ async def _consume(
                 if len(got) >= count:
                     break
                 continue
-            got.append(message)
+            stored = (message.partition, message.id)
+            if stored in seen:
+                redelivered += 1
+            else:
+                seen.add(stored)
+                got.append(message)
             await message.finish()
+    if redelivered:
+        print(f"\n{topic}/{channel}: nsqd delivered {redelivered} message(s) again (left out)")
     return got
 
 
