@@ -28,9 +28,7 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def seconds(
-    value: object, name: str, *, zero: bool = False, maximum: float = MAX_SECONDS
-) -> float:
+def seconds(value: object, name: str, *, zero: bool = False, maximum: float = MAX_SECONDS) -> float:
     """``value`` as float seconds, or :class:`ConfigError` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{name} must be a number of seconds, not {_shown(value)}")

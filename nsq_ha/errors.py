@@ -259,16 +259,22 @@ class LookupdUnavailableError(DiscoveryError):
 class TopicNotFoundError(DiscoveryError):
     """nsqlookupd does not know the topic at all.
 
-    On the fork, topics are created by an operator (nsqlookupd ``/topic/create``); retrying
-    helps only while such a creation is under way, so this is retriable with a fresh lookup.
+    Not retriable: a topic does not appear by waiting. On the fork an operator creates it
+    (nsqlookupd ``/topic/create``), on vanilla the first publish to an nsqd does. A publish
+    fails at once with it; a consumer started on such a topic keeps watching lookup (that is
+    the consumer's choice to wait, not a retry of a failed operation).
+    """
+
+
+class TopicNotWritableError(TopicNotFoundError):
+    """The topic exists but no partition is writable now (new topic, channel missing, failover).
+
+    Retriable with a fresh lookup: a new fork topic becomes writable within seconds, and a
+    failover ends.
     """
 
     retriable = True
     refresh_lookup = True
-
-
-class TopicNotWritableError(TopicNotFoundError):
-    """The topic exists but no partition is writable now (new topic, channel missing, failover)."""
 
 
 class PartitionNotAvailableError(DiscoveryError):
@@ -671,4 +677,8 @@ class MessageAlreadyRespondedError(MessageResponseError):
 class MessageConnectionGoneError(MessageResponseError, NsqConnectionError):
     """The connection that delivered the message is gone: FIN/REQ/TOUCH must go to the
     delivering connection, so nothing can be sent. nsqd redelivers the message after its
-    ``msg_timeout`` (or at once, to another consumer, when the partition's leader moved)."""
+    ``msg_timeout`` (or at once, to another consumer, when the partition's leader moved).
+
+    Not retriable: answering again cannot reach a connection that is gone."""
+
+    retriable = False

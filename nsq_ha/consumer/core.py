@@ -61,13 +61,8 @@ from nsq_ha.errors import (
     MessageCommandError,
     MessageConnectionGoneError,
     MessageResponseError,
-    NotLeaderError,
-    NotWritableError,
-    NsqConnectionError,
     NsqError,
-    NsqTimeoutError,
     SubOrderRequiredError,
-    TopicNotExistError,
     TopicNotFoundError,
     UnsupportedByServerError,
 )
@@ -75,6 +70,7 @@ from nsq_ha.lookup import LookupClient, PartitionMap
 from nsq_ha.protocol.identify import ExtFilter
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.names import validate_channel, validate_topic
+from nsq_ha.retry import decide
 
 __all__ = ["BatchHandler", "Consumer", "Handler"]
 
@@ -86,14 +82,6 @@ Handler = Callable[[Message], Awaitable[object] | object]
 BatchHandler = Callable[[list[Message]], Awaitable[object] | object]
 GiveUp = Callable[[Message], Awaitable[object] | object]
 
-#: Errors after which a connection is re-made through a fresh lookup.
-_RETRIABLE: tuple[type[BaseException], ...] = (
-    NsqConnectionError,
-    NsqTimeoutError,
-    NotLeaderError,
-    NotWritableError,
-    TopicNotExistError,
-)
 #: Sync rounds at close: repeated while messages keep racing in after CLS.
 _SYNC_ROUNDS = 5
 
@@ -244,9 +232,7 @@ class Consumer:
         low_rdy_idle_timeout = seconds(low_rdy_idle_timeout, "low_rdy_idle_timeout")
         low_rdy_timeout = seconds(low_rdy_timeout, "low_rdy_timeout")
         self.reconnect_interval = seconds(reconnect_interval, "reconnect_interval")
-        self.max_reconnect_interval = seconds(
-            max_reconnect_interval, "max_reconnect_interval"
-        )
+        self.max_reconnect_interval = seconds(max_reconnect_interval, "max_reconnect_interval")
         if msg_timeout is not None:
             msg_timeout = seconds(msg_timeout, "msg_timeout")
         self._static: tuple[str, ...] = ()
@@ -557,12 +543,13 @@ class Consumer:
             await self._subscribe(key, partition)
         except asyncio.CancelledError:
             raise
-        except _RETRIABLE as exc:
-            self._failed(key, exc)
         except NsqError as exc:
-            if initial:
+            if decide(exc).retry:  # re-made through a fresh lookup, quietly
+                self._failed(key, exc)
+            elif initial:
                 raise
-            self._failed(key, exc, level=logging.ERROR)
+            else:
+                self._failed(key, exc, level=logging.ERROR)
 
     async def _subscribe(self, key: ConnKey, partition: int | None) -> None:
         for _ in range(3):  # nsqd may tell us the topic is ordered / ext: switch and retry

@@ -22,9 +22,7 @@ def parse_topic(spec: str) -> tuple[str, int, int, bool, bool]:
     flags = [p for p in rest if not p.isdigit()]
     unknown = set(flags) - {"ordered", "ext"}
     if not name or len(numbers) > 2 or unknown:
-        raise ValueError(
-            f"bad --topic {spec!r}: want NAME[:PARTITIONS[:REPLICAS[:ordered][:ext]]]"
-        )
+        raise ValueError(f"bad --topic {spec!r}: want NAME[:PARTITIONS[:REPLICAS[:ordered][:ext]]]")
     partitions = int(numbers[0]) if numbers else 1
     replicas = int(numbers[1]) if len(numbers) > 1 else 1
     return name, partitions, replicas, "ordered" in flags, "ext" in flags

@@ -537,9 +537,7 @@ class DevCluster:
         if partitions > MAX_PARTITIONS:
             raise ServerError("max partition allowed exceed")
         spread = ordered or multi_part
-        if len(self.nodes) < replicas or (
-            not spread and len(self.nodes) < partitions * replicas
-        ):
+        if len(self.nodes) < replicas or (not spread and len(self.nodes) < partitions * replicas):
             raise ServerError(f"No node is available for topic: {name}")
         sync_every = min(sync_every, MAX_SYNC_EVERY)
         existing = self.topics.get(name)
@@ -896,8 +894,13 @@ class DevCluster:
         node = self.node(which)
         node.faults.delay = seconds
         node.faults.commands = None if commands is None else frozenset(commands)
-        self.record("fault_set", fault="delay", node=node.index, seconds=seconds,
-                    commands=sorted(node.faults.commands or []))
+        self.record(
+            "fault_set",
+            fault="delay",
+            node=node.index,
+            seconds=seconds,
+            commands=sorted(node.faults.commands or []),
+        )
 
     def drop_responses(
         self, which: int | DevNode, count: int = 1, *, commands: Iterable[str] | None = None
@@ -906,8 +909,13 @@ class DevCluster:
         node = self.node(which)
         node.faults.drop = count
         node.faults.commands = None if commands is None else frozenset(commands)
-        self.record("fault_set", fault="drop", node=node.index, count=count,
-                    commands=sorted(node.faults.commands or []))
+        self.record(
+            "fault_set",
+            fault="drop",
+            node=node.index,
+            count=count,
+            commands=sorted(node.faults.commands or []),
+        )
 
     def cut_after(self, which: int | DevNode, nbytes: int | None) -> None:
         """Close each of a node's connections after it has written ``nbytes`` more bytes
@@ -940,7 +948,6 @@ class DevCluster:
         self.record("faults_cleared")
 
 
-
 def check_ext_header(header: bytes, *, ext_topic: bool) -> int | None:
     """Validate a PUB_EXT/MPUB_EXT/``/pub_ext`` JSON header as nsqd does; return its trace id.
 
@@ -953,19 +960,21 @@ def check_ext_header(header: bytes, *, ext_topic: bool) -> int | None:
         value = json.loads(header.decode()) if header else None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ServerError(
-            "E_INVALID_JSON_HEADER", f"fail to parse json header:cannot parse JSON: {exc}",
+            "E_INVALID_JSON_HEADER",
+            f"fail to parse json header:cannot parse JSON: {exc}",
             fatal=False,
         ) from None
     if value is None and not header:
         raise ServerError(
             "E_INVALID_JSON_HEADER",
-            'fail to parse json header:cannot parse JSON: cannot parse empty string; '
+            "fail to parse json header:cannot parse JSON: cannot parse empty string; "
             'unparsed tail: ""',
             fatal=False,
         )
     if not isinstance(value, dict):
         raise ServerError(
-            "E_INVALID_JSON_HEADER", "fail to parse json header:value doesn't contain object",
+            "E_INVALID_JSON_HEADER",
+            "fail to parse json header:value doesn't contain object",
             fatal=False,
         )
     trace_id: int | None = None

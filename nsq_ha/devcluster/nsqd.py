@@ -237,9 +237,7 @@ class ClientConnection:
         except (ConnectionError, OSError, asyncio.IncompleteReadError, RemoteProtocolError) as exc:
             log.debug("node%d %s: %s", self.node.index, self.remote_address, exc)
         except TimeoutError:
-            self.cluster.record(
-                "client_timed_out", node=self.node.index, peer=self.remote_address
-            )
+            self.cluster.record("client_timed_out", node=self.node.index, peer=self.remote_address)
         finally:
             self._finish(abort=False)
 
@@ -361,9 +359,7 @@ class ClientConnection:
         await self._respond(command, data, FrameType.RESPONSE)
 
     async def _error(self, error: ServerError, command: bytes = b"") -> None:
-        await self._respond(
-            command, error.text.encode("utf-8", "surrogateescape"), FrameType.ERROR
-        )
+        await self._respond(command, error.text.encode("utf-8", "surrogateescape"), FrameType.ERROR)
         if error.fatal:
             with contextlib.suppress(Exception):
                 await self.writer.drain()
@@ -838,12 +834,8 @@ class ClientConnection:
         if size <= 0:
             raise ServerError("E_BAD_BODY", f"invalid body size {size}")
         if batch:
-            raise ServerError(
-                "E_BAD_BODY", f"body too big {size} > {self.cluster.max_body_size}"
-            )
-        raise ServerError(
-            "E_BAD_MESSAGE", f"message too big {size} > {self.cluster.max_msg_size}"
-        )
+            raise ServerError("E_BAD_BODY", f"body too big {size} > {self.cluster.max_body_size}")
+        raise ServerError("E_BAD_MESSAGE", f"message too big {size} > {self.cluster.max_msg_size}")
 
     def _ext_message(
         self, part: DevPartition, data: bytes, batch: bool

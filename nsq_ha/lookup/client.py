@@ -200,9 +200,7 @@ class LookupClient:
         The URL is shown as in :attr:`lookupds` (password redacted).
         """
         now = time.monotonic()
-        return [
-            (s.shown, s.failures, max(0.0, s.retry_at - now)) for s in self._lookupds.values()
-        ]
+        return [(s.shown, s.failures, max(0.0, s.retry_at - now)) for s in self._lookupds.values()]
 
     async def close(self) -> None:
         """Stop the timer and every request, and close the HTTP client if this object made it."""
@@ -367,8 +365,7 @@ class LookupClient:
         """
         ordered = found + [u for u in self._seeds if u not in found]
         self._lookupds = {
-            u: self._lookupds.get(u)
-            or _LookupdState(self._seed_endpoints.get(u) or Endpoint(u, u))
+            u: self._lookupds.get(u) or _LookupdState(self._seed_endpoints.get(u) or Endpoint(u, u))
             for u in ordered
         }
 

@@ -62,7 +62,6 @@ MAX_JSON_CONTAINERS = 10_000
 MAX_MESSAGE = 512
 
 
-
 class _BriefRepr(reprlib.Repr):
     """reprlib without sorting dicts (sorting a huge one is the slow part)."""
 

@@ -221,7 +221,6 @@ class BatchBuilder:
             traced, has_ext, body_bytes, ext_bytes = n_traced, n_ext, n_body, n_ext_bytes
         return batch
 
-
     def split_plain(self, messages: list[OutgoingMessage]) -> list[list[OutgoingMessage]]:
         """Cut plain messages (no trace id, no header) into batches, in order, by the count and
         body-size limits: what repeated :meth:`take` would give, without a queue."""

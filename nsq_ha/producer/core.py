@@ -54,14 +54,10 @@ from nsq_ha.errors import (
     BrokerError,
     ConfigError,
     ConnectionClosedError,
-    NsqConnectionError,
     NsqError,
-    NsqTimeoutError,
     PartitionNotAvailableError,
     ProducerClosedError,
     PublishError,
-    RemoteProtocolError,
-    TopicNotFoundError,
     TopicNotWritableError,
     UnsupportedByServerError,
 )
@@ -87,6 +83,7 @@ from nsq_ha.protocol.commands import seconds_to_ms
 from nsq_ha.protocol.names import validate_topic
 from nsq_ha.protocol.publish import ExtHeader, encode_dpub
 from nsq_ha.redact import redact_text as redact
+from nsq_ha.retry import decide
 from nsq_ha.routing import ShardingKey, ShardingStrategy, get_strategy
 
 __all__ = ["Producer", "PublishResult"]
@@ -150,9 +147,7 @@ class Producer:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigError(f"retry must be a RetryPolicy, not {type(retry).__name__}")
         self._owns_lookup = lookupd is not None
-        self._lookup: LookupClient | None = (
-            LookupClient(lookupd) if lookupd is not None else lookup
-        )
+        self._lookup: LookupClient | None = LookupClient(lookupd) if lookupd is not None else lookup
         self._static: tuple[NodeInfo, ...] = ()
         if nsqd is not None:
             addresses = [nsqd] if isinstance(nsqd, str) else list(nsqd)
@@ -281,9 +276,7 @@ class Producer:
                 if routes is not None and (sharding_key is None or routes.count > 0):
                     self._last_used[topic] = _monotonic()
                     slot = (
-                        None
-                        if sharding_key is None
-                        else self._slot_for(routes, sharding_key, None)
+                        None if sharding_key is None else self._slot_for(routes, sharding_key, None)
                     )
                     return await self._enqueue_one(topic, slot, OutgoingMessage(body))
             return await self._publish(topic, body, sharding_key, partition, trace_id, ext, defer)
@@ -452,9 +445,7 @@ class Producer:
                     limit,
                 )
                 self._aborting = True
-                closed = PublishError(
-                    "the producer closed before nsqd acknowledged it", attempts=0
-                )
+                closed = PublishError("the producer closed before nsqd acknowledged it", attempts=0)
                 for lane in self._lanes.values():
                     for sender in lane.senders:
                         sender.cancel()
@@ -609,8 +600,7 @@ class Producer:
                 )
             if not 0 <= partition < routes.count:
                 raise ConfigError(
-                    f"topic {routes.topic!r} has partitions 0..{routes.count - 1}, "
-                    f"not {partition}"
+                    f"topic {routes.topic!r} has partitions 0..{routes.count - 1}, not {partition}"
                 )
             return partition
         if key is None:
@@ -649,8 +639,10 @@ class Producer:
         if conn is not None and not conn.closed:
             return conn
         task = self._conns.get(key)
-        if task is not None and task.done() and (
-            task.cancelled() or task.exception() is not None or task.result().closed
+        if (
+            task is not None
+            and task.done()
+            and (task.cancelled() or task.exception() is not None or task.result().closed)
         ):
             self._forget(key, task)
             task = None
@@ -715,11 +707,7 @@ class Producer:
     # -- sending ----------------------------------------------------------------------------
 
     def _should_retry(self, exc: BaseException) -> bool:
-        if self._aborting or not isinstance(exc, NsqError):
-            return False
-        if isinstance(exc, TopicNotFoundError) and not isinstance(exc, TopicNotWritableError):
-            return False  # an unknown topic does not appear by waiting: an operator creates it
-        return exc.retriable
+        return not self._aborting and decide(exc).retry
 
     def _retry_logger(self, where: str) -> Callable[[RetryCallState], None]:
         """tenacity's before-sleep hook: count the retry and log what is retried and why."""
@@ -749,14 +737,10 @@ class Producer:
 
     async def _after_failure(self, topic: str, key: ConnKey | None, exc: BaseException) -> None:
         """Drop what the error says is stale; refresh the lookup at once when it says so."""
-        reconnect = isinstance(exc, NsqConnectionError | NsqTimeoutError | RemoteProtocolError)
-        if isinstance(exc, BrokerError):
-            # fatal: nsqd closes it, or the stream is out of step (the connection decided, §2.15)
-            reconnect = exc.fatal or exc.refresh_lookup
-        if key is not None and reconnect:
+        decision = decide(exc)
+        if key is not None and decision.reconnect:
             self._drop(key)
-        refresh = isinstance(exc, NsqError) and (exc.refresh_lookup or reconnect)
-        if refresh and self._lookup is not None and not self._closing:
+        if decision.refresh_lookup and self._lookup is not None and not self._closing:
             self.stats["lookups_forced"] += 1
             with contextlib.suppress(NsqError):
                 await self._lookup.refresh(topic, "w")
@@ -792,7 +776,7 @@ class Producer:
         except RetryError as exc:
             raise self._gave_up(exc, where) from None
         except NsqError as exc:
-            if self._aborting and exc.retriable:
+            if self._aborting and decide(exc).retry:
                 raise PublishError(
                     f"{where}: the producer closed before nsqd acknowledged it",
                     attempts=attempts,

@@ -112,8 +112,7 @@ class FrameDecoder:
         """Show the limit, the buffered byte count and whether the decoder failed."""
         state = "broken" if self._error is not None else "ok"
         return (
-            f"<FrameDecoder {state} buffered={self.buffered} "
-            f"max_frame_size={self.max_frame_size}>"
+            f"<FrameDecoder {state} buffered={self.buffered} max_frame_size={self.max_frame_size}>"
         )
 
     @property

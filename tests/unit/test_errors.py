@@ -194,7 +194,8 @@ def test_retry_flags() -> None:
     assert ConnectError.retriable
     assert not errors.HandshakeError.retriable
     assert errors.LookupdUnavailableError.retriable
-    assert errors.TopicNotFoundError.refresh_lookup
+    assert not errors.TopicNotFoundError.retriable
+    assert errors.TopicNotWritableError.retriable and errors.TopicNotWritableError.refresh_lookup
 
 
 @pytest.mark.parametrize(
