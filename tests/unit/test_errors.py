@@ -195,7 +195,8 @@ def test_retry_flags() -> None:
     assert not errors.HandshakeError.retriable
     assert errors.LookupdUnavailableError.retriable
     assert not errors.TopicNotFoundError.retriable
-    assert errors.TopicNotWritableError.retriable and errors.TopicNotWritableError.refresh_lookup
+    assert errors.TopicNotWritableError.retriable
+    assert errors.TopicNotWritableError.refresh_lookup
 
 
 @pytest.mark.parametrize(
