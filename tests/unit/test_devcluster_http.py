@@ -19,10 +19,10 @@ import httpx
 import pytest
 from golden_data import load
 
-from nsq_ha.devcluster import nsqd_http
-from nsq_ha.devcluster.cluster import FORK_VERSION, DevCluster, DevNode
+from nsq_ha.devcluster import DevCluster, DevNode, NodeState, nsqd_http
 from nsq_ha.devcluster.http import HttpServer, Request, Response, go_atoi, go_json
 from nsq_ha.devcluster.lookupd import LookupdApi, make_lookupd_handler
+from nsq_ha.devcluster.model import FORK_VERSION
 from nsq_ha.devcluster.nsqd_http import make_nsqd_handler
 from nsq_ha.lookup.wire import parse_listlookup, parse_lookup, unwrap
 
@@ -37,7 +37,7 @@ def make_cluster(**kwargs: Any) -> DevCluster:
     for node in cluster.nodes:
         node.tcp_port = 14150 + 10000 * node.index
         node.http_port = node.tcp_port + 1
-        node.state = "running"
+        node.state = NodeState.RUNNING
         node.started_at = 1795273517.0
     cluster.lookupd_port = 14161
     return cluster
@@ -770,7 +770,7 @@ async def test_lookupd_topics_channels_nodes_and_stats() -> None:
         "topics",
         "partitions",
     ]
-    cluster.nodes[2].state = "stopped"
+    cluster.nodes[2].state = NodeState.STOPPED
     assert len(as_json(await handler(req("/nodes", headers=V1)))["producers"]) == 2
     stats = await handler(req("/cluster/stats"))  # v1 even without the Accept header
     assert NSQ_HEADER in stats.headers
