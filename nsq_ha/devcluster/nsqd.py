@@ -44,7 +44,14 @@ from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_messag
 
 from .ext_filter import filter_matches
 from .model import ChannelHub, DevNode, EventKind, NodeState, ServerError
-from .nsqd_args import apply_start, go_bytes, read_sub
+from .nsqd_args import (
+    apply_start,
+    go_bytes,
+    not_in_flight,
+    parse_message_id,
+    parse_req_delay,
+    read_sub,
+)
 from .nsqd_identify import Identity, identify_answer, read_identify
 from .nsqd_output import FrameWriter
 from .nsqd_publish import (
@@ -444,13 +451,7 @@ class ClientConnection:
     def _message_id(self, command: ClientCommand, what: str) -> tuple[ChannelHub, bytes, int]:
         if self.state not in (ClientState.SUBSCRIBED, ClientState.CLOSING):
             raise ServerError("E_INVALID", f"cannot {what} in current state")
-        if not command.params:
-            raise ServerError("E_INVALID", f"{what} insufficient number of params")
-        message_id = command.params[0]
-        internal_id = int.from_bytes(message_id[:8], "big", signed=True)
-        # only FIN refuses a non-positive internal id; REQ/TOUCH just find nothing in flight
-        if len(message_id) != 16 or (what == "FIN" and internal_id <= 0):
-            raise ServerError("E_INVALID", "Invalid Message ID")
+        message_id, internal_id = parse_message_id(command.params, what)
         if self.hub is None:
             raise ServerError("E_INVALID", "No channel")
         return self.hub, message_id, internal_id
@@ -461,34 +462,19 @@ class ClientConnection:
         try:
             hub.channel.finish(internal_id, self)
         except KeyError:
-            raise ServerError(
-                "E_FIN_FAILED",
-                f"FIN {go_bytes(message_id)} failed ErrType:7 ErrCode:0 : Message ID not in flight",
-                fatal=False,
-            ) from None
+            raise not_in_flight("FIN", message_id) from None
         self.in_flight_count -= 1
         self.finish_count += 1
         hub.dispatch(self.view.now())
 
     async def _req(self, command: ClientCommand) -> None:
         hub, message_id, internal_id = self._message_id(command, "REQ")
-        if len(command.params) < 2:
-            raise ServerError("E_INVALID", "REQ insufficient number of params")
-        raw = command.params[1].decode("latin-1")
-        if not raw.isascii() or not raw.isdigit():
-            # nsqd's text carries the raw id bytes, then the token
-            raw_id = message_id.decode("utf-8", "surrogateescape")
-            raise ServerError("E_INVALID", f"REQ could not parse timeout {raw_id}, {raw}")
-        delay = min(int(raw) / 1000, self.view.limits.max_req_timeout)
+        delay = parse_req_delay(command.params, self.view.limits.max_req_timeout)
         now = self.view.now()
         try:
             requeued = hub.channel.requeue(internal_id, self, delay, now)
         except KeyError:
-            raise ServerError(
-                "E_REQ_FAILED",
-                f"REQ {go_bytes(message_id)} failed Message ID not in flight",
-                fatal=False,
-            ) from None
+            raise not_in_flight("REQ", message_id) from None
         if requeued:
             self.in_flight_count -= 1
             self.requeue_count += 1
@@ -499,11 +485,7 @@ class ClientConnection:
         try:
             hub.channel.touch(internal_id, self, self.msg_timeout, self.view.now())
         except KeyError:
-            raise ServerError(
-                "E_TOUCH_FAILED",
-                f"TOUCH {go_bytes(message_id)} failed Message ID not in flight",
-                fatal=False,
-            ) from None
+            raise not_in_flight("TOUCH", message_id) from None
 
     async def _cls(self, command: ClientCommand) -> None:
         if self.state != ClientState.SUBSCRIBED:

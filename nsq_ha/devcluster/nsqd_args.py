@@ -20,7 +20,10 @@ __all__ = [
     "Sub",
     "apply_start",
     "go_bytes",
+    "not_in_flight",
     "parse_atoi",
+    "parse_message_id",
+    "parse_req_delay",
     "parse_start",
     "partition_token",
     "read_sub",
@@ -48,6 +51,40 @@ def partition_token(params: tuple[bytes, ...], count: int) -> int:
         return parse_atoi(params[count - 2])
     except ValueError as exc:
         raise ServerError("E_BAD_PARTITION", f"topic partition is not valid: {exc}") from None
+
+
+def parse_message_id(params: tuple[bytes, ...], what: str) -> tuple[bytes, int]:
+    """The 16-byte message id of FIN/REQ/TOUCH and its internal id (the first 8 bytes)."""
+    if not params:
+        raise ServerError("E_INVALID", f"{what} insufficient number of params")
+    message_id = params[0]
+    internal_id = int.from_bytes(message_id[:8], "big", signed=True)
+    # only FIN refuses a non-positive internal id; REQ/TOUCH just find nothing in flight
+    if len(message_id) != 16 or (what == "FIN" and internal_id <= 0):
+        raise ServerError("E_INVALID", "Invalid Message ID")
+    return message_id, internal_id
+
+
+def parse_req_delay(params: tuple[bytes, ...], max_req_timeout: float) -> float:
+    """REQ's delay in seconds (milliseconds on the wire, capped at ``max_req_timeout``)."""
+    if len(params) < 2:
+        raise ServerError("E_INVALID", "REQ insufficient number of params")
+    raw = params[1].decode("latin-1")
+    if not raw.isascii() or not raw.isdigit():
+        # nsqd's text carries the raw id bytes, then the token
+        raw_id = params[0].decode("utf-8", "surrogateescape")
+        raise ServerError("E_INVALID", f"REQ could not parse timeout {raw_id}, {raw}")
+    return min(int(raw) / 1000, max_req_timeout)
+
+
+def not_in_flight(what: str, message_id: bytes) -> ServerError:
+    """The non-fatal error of a FIN/REQ/TOUCH whose message this client does not hold."""
+    reason = "ErrType:7 ErrCode:0 : " if what == "FIN" else ""
+    return ServerError(
+        f"E_{what}_FAILED",
+        f"{what} {go_bytes(message_id)} failed {reason}Message ID not in flight",
+        fatal=False,
+    )
 
 
 def parse_start(token: bytes) -> tuple[str, int]:
