@@ -221,12 +221,12 @@ class ClientConnection:
         """Serve the connection until either side closes it."""
         try:
             await self._serve()
-        except (ConnectionError, OSError, asyncio.IncompleteReadError, RemoteProtocolError) as exc:
-            log.debug("node%d %s: %s", self.node.index, self.remote_address, exc)
-        except TimeoutError:
+        except TimeoutError:  # first: TimeoutError is an OSError
             self.view.record(
                 EventKind.CLIENT_TIMED_OUT, node=self.node.index, peer=self.remote_address
             )
+        except (ConnectionError, OSError, asyncio.IncompleteReadError, RemoteProtocolError) as exc:
+            log.debug("node%d %s: %s", self.node.index, self.remote_address, exc)
         finally:
             self._finish(abort=False)
 
