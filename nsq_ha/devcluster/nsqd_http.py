@@ -127,7 +127,7 @@ class NsqdHttpApi:
         if topic is None:
             raise ApiError(404, _NOT_EXIST)
         if number == -1:
-            led = [p for p in topic.partitions if p.led_by(self.node)]
+            led = topic.led_by(self.node)
             if not led:
                 raise ApiError(404, _NOT_EXIST)
             return led[0]

@@ -111,12 +111,12 @@ def read_publish(
 
 def publish_answer(name: bytes, stored: list[StoredMessage], traced_ext: bool) -> bytes:
     """``OK``, or the traced answer of ``PUB_TRACE``/``MPUB_TRACE``/a traced ``PUB_EXT``."""
-    first = stored[0]
     if name == b"PUB_TRACE" or (name == b"PUB_EXT" and traced_ext):
+        first = stored[0]
         answer = TracedResponse(first.internal_id, first.trace_id, first.offset, first.raw_size)
         return encode_traced_response(answer)
     if name == b"MPUB_TRACE":
-        total = sum(m.raw_size for m in stored)
+        first, total = stored[0], sum(m.raw_size for m in stored)
         return encode_traced_response(TracedResponse(first.internal_id, 0, first.offset, total))
     return b"OK"
 
