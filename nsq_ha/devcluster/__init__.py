@@ -10,12 +10,23 @@ cluster cannot produce on cue::
         cluster.move_leader("orders", 1)          # the next PUB there: E_FAILED_ON_NOT_LEADER
         print(*cluster.events, sep="\\n")
 
-Pieces: :mod:`.store` (a partition's log and channels), :mod:`.cluster` (placement, leaders,
-lookup answers, faults, events), :mod:`.nsqd` (the TCP protocol), :mod:`.nsqd_http` and
-:mod:`.lookupd` (the HTTP APIs), :mod:`.threaded` (the same cluster driven from sync code).
+Tests wait for what the cluster does instead of sleeping::
+
+        await cluster.stop_node(0, kill=True)
+        await cluster.wait_for(EventKind.LEADER_MOVED, reason="failover", timeout=5)
+
+Pieces, each importing only those listed before it: :mod:`.store` (a partition's log and
+channels), :mod:`.model` (nodes, topics, partitions, channel hubs, faults, events),
+:mod:`.topology` (placement, leaders, lookup answers), :mod:`.faults` (the fault switches),
+:mod:`.view` (the :class:`~.view.ClusterView` protocol the servers are given), the servers
+(:mod:`.nsqd` with :mod:`.nsqd_args`, :mod:`.nsqd_identify`, :mod:`.nsqd_publish`,
+:mod:`.nsqd_output`, :mod:`.ext_filter`; :mod:`.nsqd_http` with :mod:`.nsqd_stats`;
+:mod:`.lookupd`; all on :mod:`.http`), :mod:`.cluster` (starts the servers around the model),
+:mod:`.threaded` (the same cluster driven from sync code) and :mod:`.cli`.
 """
 
-from .cluster import DevCluster, DevNode, DevPartition, DevTopic, Event, ServerError
+from .cluster import DevCluster
+from .model import DevNode, DevPartition, DevTopic, Event, EventKind, NodeState, ServerError
 from .threaded import DevClusterThread
 
 __all__ = [
@@ -25,5 +36,7 @@ __all__ = [
     "DevPartition",
     "DevTopic",
     "Event",
+    "EventKind",
+    "NodeState",
     "ServerError",
 ]

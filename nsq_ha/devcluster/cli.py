@@ -9,7 +9,8 @@ import signal
 import sys
 import time
 
-from .cluster import DevCluster, Event, ServerError
+from .cluster import DevCluster
+from .model import Event, ServerError
 
 __all__ = ["parse_topic", "run_devcluster"]
 

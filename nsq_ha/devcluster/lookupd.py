@@ -40,7 +40,6 @@ from typing import Any
 
 from nsq_ha.protocol.names import is_valid_name
 
-from .cluster import FORK_VERSION, DevCluster, DevNode, DevPartition, DevTopic, ServerError
 from .http import (
     JSON_TYPE,
     NSQ_CONTENT_TYPE,
@@ -52,6 +51,8 @@ from .http import (
     dispatch,
     go_atoi,
 )
+from .model import FORK_VERSION, DevNode, DevPartition, DevTopic, EventKind, NodeState, ServerError
+from .view import ClusterView
 
 __all__ = ["LookupdApi", "make_lookupd_handler"]
 
@@ -64,10 +65,10 @@ _OLD_VERSION_PID = -11
 _MAX_LOAD_FACTOR = 10000
 
 
-def make_lookupd_handler(cluster: DevCluster) -> Handler:
+def make_lookupd_handler(view: ClusterView) -> Handler:
     """The HTTP handler of the cluster's lookupd (its state lives in a :class:`LookupdApi`,
     reachable as the handler's ``__self__``)."""
-    return LookupdApi(cluster).handle
+    return LookupdApi(view).handle
 
 
 def _sorted_map(mapping: dict[str, Any]) -> dict[str, Any]:
@@ -75,22 +76,11 @@ def _sorted_map(mapping: dict[str, Any]) -> dict[str, Any]:
     return {key: mapping[key] for key in sorted(mapping)}
 
 
-def _drop_hub(part: DevPartition, channel: str, reason: str) -> bool:
-    """Delete a channel of a partition, disconnecting its subscribers; False if absent."""
-    hub = part.hubs.pop(channel, None)
-    part.store.channels.pop(channel, None)
-    if hub is None:
-        return False
-    for client in list(hub.clients):
-        client.drop(reason)
-    return True
-
-
 class LookupdApi:
     """The lookupd endpoints and the lookupd-only state: tombstones and the write switch."""
 
-    def __init__(self, cluster: DevCluster) -> None:
-        self.cluster = cluster
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
         #: ``(topic, "<broadcast_address>:<http_port>")`` hidden from ``access=w`` lookups
         self.tombstones: set[tuple[str, str]] = set()
         #: ``/disable/write`` state: ``""`` (writes allowed), ``"all"`` or ``"ordered"``
@@ -117,13 +107,13 @@ class LookupdApi:
 
     def __repr__(self) -> str:
         return (
-            f"<LookupdApi {self.cluster.lookupd_http} tombstones={len(self.tombstones)} "
-            f"write_disabled={self.write_disabled or 'no'}>"
+            f"<LookupdApi http://{self.view.host}:{self.view.lookupd_port} "
+            f"tombstones={len(self.tombstones)} write_disabled={self.write_disabled or 'no'}>"
         )
 
     async def handle(self, request: Request) -> Response:
         """Answer one request (faults first)."""
-        faults = self.cluster.lookupd_faults
+        faults = self.view.lookupd_faults
         if faults.delay > 0:
             await asyncio.sleep(faults.delay)
         injected = self._injected_failure(request)
@@ -132,7 +122,7 @@ class LookupdApi:
         return dispatch(self.routes, request)
 
     def _injected_failure(self, request: Request) -> Response | None:
-        faults = self.cluster.lookupd_faults
+        faults = self.view.lookupd_faults
         status = faults.fail_status
         if status is None:
             return None
@@ -143,7 +133,7 @@ class LookupdApi:
             faults.fail_count -= 1
             if faults.fail_count == 0:
                 faults.fail_status = faults.fail_count = None
-        self.cluster.record("lookupd_fault_hit", path=request.path, status=status)
+        self.view.record(EventKind.LOOKUPD_FAULT_HIT, path=request.path, status=status)
         return Response(status, FAULT_BODY, [("Content-Type", JSON_TYPE), NSQ_CONTENT_TYPE])
 
     # -- read endpoints ---------------------------------------------------------------------
@@ -184,13 +174,13 @@ class LookupdApi:
 
     def _lookup_answer(self, topic: str, access: str, partition: str) -> dict[str, Any]:
         """The cluster's answer (always with ``meta``), or the stale copy when frozen."""
-        stale = self.cluster.lookupd_faults.stale
+        stale = self.view.lookupd_faults.stale
         key = (topic, access, partition)
         if stale is not None and key in stale:
             cached = stale[key]
         else:
             try:
-                cached = self.cluster.lookup_answer(
+                cached = self.view.lookup_answer(
                     topic, access=access, partition=partition, metainfo=True
                 )
             except ServerError as exc:
@@ -217,11 +207,11 @@ class LookupdApi:
 
     def listlookup(self, request: Request) -> object:
         """The one lookupd, as leader and only member."""
-        cluster = self.cluster
-        port = str(cluster.lookupd_port)
+        view = self.view
+        port = str(view.lookupd_port)
         node = {
-            "ID": f"{cluster.host}:{port}:{port}:nsqlookup",
-            "NodeIP": cluster.host,
+            "ID": f"{view.host}:{port}:{port}:nsqlookup",
+            "NodeIP": view.host,
             "TcpPort": port,
             "HttpPort": port,
             "RpcPort": port,
@@ -231,7 +221,7 @@ class LookupdApi:
 
     def topics(self, request: Request) -> object:
         """``{"topics": [...]}``, with ``meta_info`` for ``metaInfo=true``."""
-        names = sorted(self.cluster.topics)
+        names = sorted(self.view.topics)
         if request.query.get("metaInfo") != "true":
             return {"topics": names}
         infos = [
@@ -244,7 +234,7 @@ class LookupdApi:
                 # the real handler never fills this field in
                 "registered_channels": None,
             }
-            for name, topic in ((n, self.cluster.topics[n]) for n in names)
+            for name, topic in ((n, self.view.topics[n]) for n in names)
         ]
         return {"meta_info": infos or None, "topics": names}
 
@@ -254,7 +244,7 @@ class LookupdApi:
         if not name:
             raise ApiError(400, "MISSING_ARG_TOPIC")
         partition = request.query.get("partition") or "*"
-        topic = self.cluster.topics.get(name)
+        topic = self.view.topics.get(name)
         found: list[str] = []
         for part in topic.partitions if topic is not None else []:
             if partition != "*" and str(part.number) != partition:
@@ -265,13 +255,13 @@ class LookupdApi:
     def nodes(self, request: Request) -> object:
         """Every live node with the topic partitions it leads (its registrations)."""
         producers = []
-        for node in self.cluster.nodes:
-            if node.state == "stopped":
+        for node in self.view.nodes:
+            if node.state == NodeState.STOPPED:
                 continue
             led: dict[str, list[str]] = {}
-            for topic in self.cluster.topics.values():
+            for topic in self.view.topics.values():
                 for part in topic.partitions:
-                    if part.leader is node and not part.leaderless:
+                    if part.led_by(node):
                         led.setdefault(topic.name, []).append(str(part.number))
             names = sorted(led)
             address = f"{node.host}:{node.http_port}"
@@ -302,8 +292,8 @@ class LookupdApi:
                 "leader_load_factor": 0,
                 "node_load_factor": 0,
             }
-            for node in self.cluster.nodes
-            if node.state != "stopped"
+            for node in self.view.nodes
+            if node.state != NodeState.STOPPED
         ]
         return {"stable": True, "node_stat_list": stats, "topn_topics": []}
 
@@ -323,7 +313,7 @@ class LookupdApi:
         sync_every = _int_param(query, "syncdisk", "INVALID_ARG_TOPIC_SYNC_DISK")
         retention = _int_param(query, "retention", None)
         try:
-            self.cluster.create_topic(
+            self.view.create_topic(
                 name,
                 partitions,
                 replicas,
@@ -348,9 +338,9 @@ class LookupdApi:
             raise ApiError(400, "MISSING_ARG_TOPIC_PARTITION")
         if partition != "**":
             raise ApiError(400, "REMOVE_SINGLE_PARTITION_NOT_ALLOWED")
-        if name not in self.cluster.topics:
+        if name not in self.view.topics:
             raise ApiError(500, "Key not found")
-        self.cluster.delete_topic(name)
+        self.view.delete_topic(name)
         self.tombstones = {t for t in self.tombstones if t[0] != name}
         return None
 
@@ -373,7 +363,7 @@ class LookupdApi:
         source, target = query.get("move_from", ""), query.get("move_to", "")
         if source == target:
             raise ApiError(400, "move to and from node can not be the same")
-        topic = self.cluster.topics.get(name)
+        topic = self.view.topics.get(name)
         if topic is None or not 0 <= number < len(topic.partitions):
             raise ApiError(400, "Key not found")
         part = topic.partitions[number]
@@ -384,7 +374,7 @@ class LookupdApi:
             if target and to_node is None:
                 raise ApiError(400, "the move destination is not found in cluster")
             try:
-                self.cluster.move_leader(name, number, to=to_node)
+                self.view.move_leader(name, number, to=to_node)
             except ServerError as exc:
                 raise ApiError(400, exc.code) from None
             return None
@@ -395,8 +385,8 @@ class LookupdApi:
         return next(
             (
                 n
-                for n in self.cluster.nodes
-                if n.distributed_id == distributed_id and n.state != "stopped"
+                for n in self.view.nodes
+                if n.distributed_id == distributed_id and n.state != NodeState.STOPPED
             ),
             None,
         )
@@ -412,8 +402,8 @@ class LookupdApi:
         if to_node is None:
             raise ApiError(400, "the move destination is not found in cluster")
         part.replicas[part.replicas.index(from_node)] = to_node
-        self.cluster.record(
-            "replica_moved",
+        self.view.record(
+            EventKind.REPLICA_MOVED,
             topic=part.topic.name,
             partition=part.number,
             old=from_node.index,
@@ -432,7 +422,7 @@ class LookupdApi:
             raise ApiError(400, "MISSING_ARG_CHANNEL")
         if not is_valid_name(channel):
             raise ApiError(400, "INVALID_ARG_CHANNEL")
-        topic = self.cluster.topics.get(name)
+        topic = self.view.topics.get(name)
         if topic is None:
             raise ApiError(400, "Key not found")
         return topic, channel
@@ -448,7 +438,7 @@ class LookupdApi:
         topic.registered_channels.add(channel)
         for part in topic.partitions:
             part.hub(channel)
-        self.cluster.record("channel_registered", topic=topic.name, channel=channel)
+        self.view.record(EventKind.CHANNEL_REGISTERED, topic=topic.name, channel=channel)
         return None
 
     def channel_delete(self, request: Request) -> object:
@@ -461,8 +451,8 @@ class LookupdApi:
             raise ApiError(400, f"channel {channel} not registered")
         topic.registered_channels.discard(channel)
         for part in topic.partitions:
-            _drop_hub(part, channel, "channel unregistered")
-        self.cluster.record("channel_unregistered", topic=topic.name, channel=channel)
+            part.drop_channel(channel, "channel unregistered")
+        self.view.record(EventKind.CHANNEL_UNREGISTERED, topic=topic.name, channel=channel)
         return None
 
     def topic_tombstone(self, request: Request) -> object:
@@ -479,14 +469,14 @@ class LookupdApi:
             self.tombstones.discard((name, node))
         else:
             self.tombstones.add((name, node))
-        self.cluster.record("topic_tombstoned", topic=name, node=node, restore=restore)
+        self.view.record(EventKind.TOPIC_TOMBSTONED, topic=name, node=node, restore=restore)
         return None
 
     def disable_write(self, request: Request) -> object:
         """``type=all`` / ``type=ordered`` disable writes in lookups; anything else enables."""
         kind = request.query.get("type", "")
         self.write_disabled = kind if kind in ("all", "ordered") else ""
-        self.cluster.record("cluster_write_disabled", type=self.write_disabled or "none")
+        self.view.record(EventKind.CLUSTER_WRITE_DISABLED, type=self.write_disabled or "none")
         return None
 
     def loglevel_set(self, request: Request) -> object:
@@ -498,7 +488,7 @@ class LookupdApi:
             self.log_level = go_atoi(raw)
         except ValueError:
             raise ApiError(400, "BAD_LEVEL_STRING") from None
-        self.cluster.record("lookupd_loglevel_set", level=self.log_level)
+        self.view.record(EventKind.LOOKUPD_LOGLEVEL_SET, level=self.log_level)
         return None
 
 

@@ -18,41 +18,25 @@ and error texts follow ``nsqdserver/http.go`` (youzan/nsq b16e68eb):
   ``\\n`` and skips empty lines, ``binary`` mode parses ``[u32 count]{[u32 len][bytes]}`` (413
   ``BAD_BODY`` / ``BAD_MESSAGE``); the leader check comes after the body.  An MPUB of no message
   answers 500 ``INTERNAL_ERROR``, as the real server's division by zero does;
-* ``/stats?format=json``: the key sets of §5.6 in Go's struct order, only partitions hosted
-  here (``node in part.replicas``), sorted by full name.
+* ``/stats``: :mod:`.nsqd_stats`.
 
-Where the emulation deliberately differs or approximates: ``/stats`` keeps no publisher
-statistics (``client_pub_stats`` is empty, the topic's ``client_num`` 0) and its histograms are
-zeros except that every stored message counts as one fast write; a channel's ``depth`` counts
-unread, requeued, deferred **and in-flight** messages (the real one counts everything not yet
-confirmed: 2 with one of two in flight), ``depth_size`` sums their raw sizes and ``depth_ts`` is
-the oldest one's timestamp, printed in UTC; the text form of ``/stats`` is a short summary;
-``/channel/delete`` of an unknown channel answers 200 (as nsqd without a coordinator does);
-``/channel/setoffset`` reads a chunked body (Go panics on it).  While the node is paused
-(:meth:`DevCluster.pause_node`) every request **hangs**: the handler polls every 50 ms and answers
-once the node resumes, or 503 ``{"message":"NODE_PAUSED"}`` after :data:`PAUSE_LIMIT` seconds.
+Where the emulation deliberately differs: ``/channel/delete`` of an unknown channel answers 200
+(as nsqd without a coordinator does); ``/channel/setoffset`` reads a chunked body (Go panics on
+it).  While the node is paused (:meth:`DevCluster.pause_node`) every request **hangs**: the
+handler polls every 50 ms and answers once the node resumes, or 503
+``{"message":"NODE_PAUSED"}`` after :data:`PAUSE_LIMIT` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 from typing import Any
 from urllib.parse import unquote_plus
 
 from nsq_ha.protocol.names import is_valid_name
 
-from .cluster import (
-    FORK_VERSION,
-    ChannelHub,
-    DevCluster,
-    DevNode,
-    DevPartition,
-    ServerError,
-    check_ext_header,
-)
 from .http import (
     JSON_TYPE,
     NSQ_CONTENT_TYPE,
@@ -64,9 +48,20 @@ from .http import (
     dispatch,
     go_atoi,
     go_marshal_decoded,
-    go_time_string,
 )
+from .model import (
+    FORK_VERSION,
+    ChannelHub,
+    DevNode,
+    DevPartition,
+    EventKind,
+    NodeState,
+    ServerError,
+)
+from .nsqd_publish import check_ext_header
+from .nsqd_stats import stats_answer
 from .store import StoredMessage
+from .view import ClusterView
 
 __all__ = ["PAUSE_LIMIT", "NsqdHttpApi", "make_nsqd_handler"]
 
@@ -80,19 +75,18 @@ _NOT_LEADER = "E_FAILED_ON_NOT_LEADER"
 _EXT_PREFIX = "x-nsqext-"
 _OFFSET_TYPES = ("timestamp", "special", "virtual_queue", "msgcount")
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_EPOCH = "1970-01-01 00:00:00 +0000 UTC"
 
 
-def make_nsqd_handler(cluster: DevCluster, node: DevNode) -> Handler:
+def make_nsqd_handler(view: ClusterView, node: DevNode) -> Handler:
     """The HTTP handler of one node (an :class:`NsqdHttpApi`, reachable as ``__self__``)."""
-    return NsqdHttpApi(cluster, node).handle
+    return NsqdHttpApi(view, node).handle
 
 
 class NsqdHttpApi:
     """The HTTP endpoints of one emulated nsqd."""
 
-    def __init__(self, cluster: DevCluster, node: DevNode) -> None:
-        self.cluster = cluster
+    def __init__(self, view: ClusterView, node: DevNode) -> None:
+        self.view = view
         self.node = node
         self.routes: dict[str, Route] = {
             "/ping": Route(_GET, "plain", lambda _request: "OK"),
@@ -118,7 +112,7 @@ class NsqdHttpApi:
         """Answer one request; hang while the node is paused."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + PAUSE_LIMIT
-        while self.node.state == "paused":
+        while self.node.state == NodeState.PAUSED:
             if loop.time() >= deadline:
                 body = b'{"message":"NODE_PAUSED"}'
                 return Response(503, body, [("Content-Type", JSON_TYPE), NSQ_CONTENT_TYPE])
@@ -127,16 +121,13 @@ class NsqdHttpApi:
 
     # -- addressing -------------------------------------------------------------------------
 
-    def _is_leader(self, part: DevPartition) -> bool:
-        return part.leader is self.node and not part.leaderless
-
     def _hosted(self, name: str, number: int) -> DevPartition:
         """The partition as ``getExistingTopic`` finds it on this node (-1: one it leads)."""
-        topic = self.cluster.topics.get(name)
+        topic = self.view.topics.get(name)
         if topic is None:
             raise ApiError(404, _NOT_EXIST)
         if number == -1:
-            led = [p for p in topic.partitions if self._is_leader(p)]
+            led = topic.led_by(self.node)
             if not led:
                 raise ApiError(404, _NOT_EXIST)
             return led[0]
@@ -148,7 +139,7 @@ class NsqdHttpApi:
         return part
 
     def _require_leader(self, part: DevPartition) -> None:
-        if not self._is_leader(part):
+        if not part.led_by(self.node):
             raise ApiError(400, _NOT_LEADER)
 
     def _channel_target(self, request: Request) -> tuple[DevPartition, str]:
@@ -185,40 +176,7 @@ class NsqdHttpApi:
 
     def stats(self, request: Request) -> object:
         """``/stats``: JSON with ``format=json``, else a short text summary."""
-        query = request.query
-        topic_name = query.get("topic", "")
-        partition = query.get("partition", "")
-        channel = query.get("channel", "")
-        need_clients = query.get("needClients", "")
-        leader_only = query.get("leaderOnly", "") in ("1", "t", "T", "TRUE", "true", "True")
-        filter_clients = need_clients != "true" and not (topic_name and need_clients == "")
-        parts = [
-            p
-            for t in self.cluster.topics.values()
-            if not topic_name or t.name == topic_name
-            for p in t.partitions
-            if self.node in p.replicas and (self._is_leader(p) or not leader_only)
-        ]
-        parts.sort(key=lambda p: f"{p.topic.name}-{p.number}")
-        topics: list[dict[str, Any]] = []
-        for part in parts:
-            if partition and str(part.number) != partition:
-                continue
-            stats = _topic_stats(
-                part, self._is_leader(part), filter_clients, channel if topic_name else ""
-            )
-            if channel:
-                chosen = [c for c in stats["channels"] if c["channel_name"] == channel]
-                stats["channels"] = chosen or stats["channels"]
-            topics.append(stats)
-        if query.get("format") != "json":
-            return _stats_text(self.node, topics)
-        return {
-            "version": FORK_VERSION,
-            "health": "OK",
-            "start_time": int(self.node.started_at),
-            "topics": topics,
-        }
+        return stats_answer(self.view.topics.values(), self.node, request.query)
 
     # -- publishing -------------------------------------------------------------------------
 
@@ -238,13 +196,13 @@ class NsqdHttpApi:
     def _publish(self, request: Request, *, trace: bool, ext: bool) -> object:
         """``/pub``, ``/pubtrace`` and ``/pub_ext`` (``internalPUB``)."""
         length = _content_length(request)
-        if length > self.cluster.max_msg_size:
+        if length > self.view.limits.max_msg_size:
             raise ApiError(413, "MSG_TOO_BIG")
         if length <= 0:
             raise ApiError(406, "MSG_EMPTY")
         try:
             name, number = _topic_partition_args(request.query)
-            part = self.cluster.resolve_partition(self.node, name, number, for_write=False)
+            part = self.view.resolve_partition(self.node, name, number, for_write=False)
         except ApiError:
             raise ApiError(404, _NOT_EXIST) from None
         except ServerError as exc:
@@ -261,39 +219,39 @@ class NsqdHttpApi:
             header, header_trace = _ext_header(request, ext_topic=part.topic.ext)
             if header_trace is not None:
                 trace, (trace_text, trace_id) = True, header_trace
-        if self.cluster.unwritable(part):
+        if self.view.unwritable(part):
             raise ApiError(400, "E_FAILED_ON_NOT_WRITABLE")
         traced = trace_id if trace and trace_id is not None else 0
-        stored = self.cluster.append(part, [(body, traced, header)])[0]
+        stored = self.view.append(part, [(body, traced, header)])[0]
         if not trace:
             return "OK"
         return _trace_answer(stored, trace_text)
 
     def mpub(self, request: Request) -> object:
         """``/mpub``: text lines or ``binary`` framing."""
-        if _content_length(request) > self.cluster.max_body_size:
+        if _content_length(request) > self.view.limits.max_body_size:
             raise ApiError(413, "BODY_TOO_BIG")
         name, number = _topic_partition_args(request.query)
         part = self._hosted(name, number)
         if "binary" in request.query:
             bodies = _binary_mpub(
-                request.body, self.cluster.max_msg_size, self.cluster.max_body_size
+                request.body, self.view.limits.max_msg_size, self.view.limits.max_body_size
             )
         else:
             bodies = self._text_mpub(request.body)
         self._require_leader(part)
         if not bodies:
             raise ApiError(500, "INTERNAL_ERROR")
-        if self.cluster.unwritable(part):
+        if self.view.unwritable(part):
             raise ApiError(400, "E_FAILED_ON_NOT_WRITABLE")
-        self.cluster.append(part, [(body, 0, None) for body in bodies])
+        self.view.append(part, [(body, 0, None) for body in bodies])
         return "OK"
 
     def _text_mpub(self, data: bytes) -> list[bytes]:
-        if len(data) > self.cluster.max_body_size:
+        if len(data) > self.view.limits.max_body_size:
             raise ApiError(413, "BODY_TOO_BIG")
         bodies = [line for line in data.split(b"\n") if line]
-        if any(len(body) > self.cluster.max_msg_size for body in bodies):
+        if any(len(body) > self.view.limits.max_msg_size for body in bodies):
             raise ApiError(413, "MSG_TOO_BIG")
         return bodies
 
@@ -307,7 +265,7 @@ class NsqdHttpApi:
             raise ApiError(
                 403, f"channel {channel} not registered. channel should be initialized before use."
             )
-        self.cluster.create_channel(part.topic.name, channel, partition=part.number)
+        self.view.create_channel(part.topic.name, channel, partition=part.number)
         return None
 
     def channel_delete(self, request: Request) -> object:
@@ -321,13 +279,9 @@ class NsqdHttpApi:
                 f"topic {topic.name} has channel auto create disabled. channel {channel} "
                 "cuold not be deleted localy in nsqd.",
             )
-        hub = part.hubs.pop(channel, None)
-        part.store.channels.pop(channel, None)
-        if hub is not None:
-            for client in list(hub.clients):
-                client.drop("channel deleted")
-        self.cluster.record(
-            "channel_deleted", topic=topic.name, partition=part.number, channel=channel
+        part.drop_channel(channel, "channel deleted")
+        self.view.record(
+            EventKind.CHANNEL_DELETED, topic=topic.name, partition=part.number, channel=channel
         )
         return None
 
@@ -336,14 +290,15 @@ class NsqdHttpApi:
         hub = self._existing_hub(request)
         self._require_leader(hub.partition)
         hub.channel.seek(end=True)
-        self._record(hub, "channel_emptied")
+        self._record(hub, EventKind.CHANNEL_EMPTIED)
         return None
 
     def _pause(self, request: Request, *, paused: bool) -> object:
         hub = self._existing_hub(request)
         hub.paused = paused
-        hub.dispatch(self.cluster.now())
-        self._record(hub, "channel_paused" if paused else "channel_unpaused")
+        hub.dispatch(self.view.now())
+        kind = EventKind.CHANNEL_PAUSED if paused else EventKind.CHANNEL_UNPAUSED
+        self._record(hub, kind)
         return None
 
     def channel_setoffset(self, request: Request) -> object:
@@ -370,8 +325,8 @@ class NsqdHttpApi:
             channel.seek(count=max(1, value))
         else:
             channel.seek(timestamp_ns=value * 1_000_000_000)
-        hub.dispatch(self.cluster.now())
-        self._record(hub, "channel_offset_set", offset=text)
+        hub.dispatch(self.view.now())
+        self._record(hub, EventKind.CHANNEL_OFFSET_SET, offset=text)
         return None
 
     def channel_setorder(self, request: Request) -> object:
@@ -381,13 +336,13 @@ class NsqdHttpApi:
         if order not in ("true", "false"):
             raise ApiError(400, "INVALID_OPTION")
         hub.channel.ordered = order == "true"
-        hub.dispatch(self.cluster.now())
-        self._record(hub, "channel_order_set", ordered=hub.channel.ordered)
+        hub.dispatch(self.view.now())
+        self._record(hub, EventKind.CHANNEL_ORDER_SET, ordered=hub.channel.ordered)
         return None
 
-    def _record(self, hub: ChannelHub, kind: str, **detail: Any) -> None:
+    def _record(self, hub: ChannelHub, kind: EventKind, **detail: Any) -> None:
         part = hub.partition
-        self.cluster.record(
+        self.view.record(
             kind,
             topic=part.topic.name,
             partition=part.number,
@@ -506,143 +461,3 @@ def _trace_answer(stored: StoredMessage, trace_text: str) -> dict[str, Any]:
         "queue_offset": stored.offset,
         "rawsize": stored.raw_size,
     }
-
-
-def _size_bucket(size: int) -> int:
-    if size < 100:
-        return 0
-    if size < 1024:
-        return 1
-    return min(15, int(math.log2(size // 1024)) + 2)
-
-
-def _topic_stats(
-    part: DevPartition, leader: bool, filter_clients: bool, client_channel: str
-) -> dict[str, Any]:
-    topic = part.topic
-    log = part.store.log
-    channels = [
-        _channel_stats(part, part.hubs[name], not filter_clients and client_channel in ("", name))
-        for name in sorted(part.hubs)
-    ]
-    sizes = [0] * 16
-    for message in log:
-        sizes[_size_bucket(len(message.body))] += 1
-    latencies = [0] * 16
-    latencies[0] = len(log)
-    statsd = topic.name
-    if topic.ordered or topic.multi_part:
-        statsd += f".{part.number}"
-    return {
-        "topic_name": topic.name,
-        "topic_full_name": f"{topic.name}-{part.number}",
-        "topic_partition": str(part.number),
-        "channels": channels,
-        "channel_num": len(channels),
-        "depth": part.store.end,
-        "backend_depth": part.store.end,
-        "backend_start": 0,
-        "message_count": len(log),
-        "is_leader": leader,
-        "hourly_pubsize": 0,
-        "client_pub_stats": None if filter_clients else [],
-        "client_num": 0,
-        "msg_size_stats": sizes,
-        "msg_write_latency_stats": latencies,
-        "is_multi_ordered": topic.ordered,
-        "is_multi_part": topic.multi_part,
-        "is_ext": topic.ext,
-        "is_channel_auto_create_disabled": topic.disable_channel_auto_create,
-        "statsd_name": statsd,
-        "pub_failed_cnt": 0,
-        "e2e_processing_latency": {"count": 0, "percentiles": None},
-    }
-
-
-def _channel_stats(part: DevPartition, hub: ChannelHub, with_clients: bool) -> dict[str, Any]:
-    channel = hub.channel
-    unacked = list(part.store.log[channel.cursor :])
-    unacked += [message for message, _ in channel.requeued]
-    unacked += [item.message for item in channel.deferred]
-    unacked += [flight.message for flight in channel.in_flight.values()]
-    oldest = min(unacked, key=lambda m: m.offset).timestamp if unacked else 0
-    return {
-        "channel_name": channel.name,
-        "backlogs": 0,
-        "depth": len(unacked),
-        "depth_size": sum(m.raw_size for m in unacked),
-        "depth_ts": go_time_string(oldest),
-        "depth_ts_nano": oldest,
-        "backend_depth": len(unacked),
-        "hourly_subsize": 0,
-        "in_flight_count": len(channel.in_flight),
-        "deferred_count": len(channel.deferred),
-        "deferred_from_delay_count": 0,
-        "message_count": len(part.store.log),
-        "requeue_count": channel.requeue_count,
-        "timeout_count": channel.timeout_count,
-        "clients": [_client_stats(c) for c in hub.clients] if with_clients else None,
-        "client_num": len(hub.clients),
-        "paused": hub.paused,
-        "skipped": False,
-        "zan_test_skipped": False,
-        "delayed_queue_count": 0,
-        "delayed_queue_recent": _EPOCH,
-        "delayed_queue_recent_nano": 0,
-        "e2e_processing_latency": {"count": 0, "percentiles": None},
-        "msg_consume_latency_stats": [0] * 12,
-        "msg_delivery_latency_stats": [0] * 12,
-    }
-
-
-def _client_stats(client: object) -> dict[str, Any]:
-    """One subscriber as ``ClientStats`` (durations in nanoseconds, as Go marshals them)."""
-
-    def get(name: str, default: Any) -> Any:
-        return getattr(client, name, default)
-
-    client_id = str(get("client_id", ""))
-    return {
-        "name": client_id,
-        "client_id": client_id,
-        "hostname": get("hostname", ""),
-        "version": "V2",
-        "remote_address": get("remote_address", ""),
-        "state": int(get("state", 3)),
-        "ready_count": int(get("rdy", 0)),
-        "in_flight_count": int(get("in_flight_count", 0)),
-        "message_count": int(get("message_count", 0)),
-        "finish_count": int(get("finish_count", 0)),
-        "requeue_count": int(get("requeue_count", 0)),
-        "timeout_count": int(get("timeout_count", 0)),
-        "deferred_count": int(get("deferred_count", 0)),
-        "connect_ts": int(get("connect_ts", 0)),
-        "sample_rate": int(get("sample_rate", 0)),
-        "deflate": bool(get("deflate", False)),
-        "snappy": bool(get("snappy", False)),
-        "user_agent": get("user_agent", ""),
-        "desired_tag": get("desired_tag", ""),
-        "tls": bool(get("tls", False)),
-        "tls_cipher_suite": "",
-        "tls_version": "",
-        "tls_negotiated_protocol": "",
-        "tls_negotiated_protocol_is_mutual": False,
-        "output_buffer_size": int(get("output_buffer_size", 0)),
-        "output_buffer_timeout": int(get("output_buffer_timeout_ms", 0)) * 1_000_000,
-        "msg_timeout": round(float(get("msg_timeout", 60.0)) * 1_000_000_000),
-        "ext_filter": get("ext_filter", None) or {},
-        "limited_rdy": 50000,
-    }
-
-
-def _stats_text(node: DevNode, topics: list[dict[str, Any]]) -> str:
-    """A short text form of ``/stats`` (the real one prints much more)."""
-    lines = [f"nsqd v{FORK_VERSION} (devcluster node {node.index})", "Health: OK"]
-    for t in topics:
-        lines.append(f"[{t['topic_full_name']}] depth: {t['depth']} leader: {t['is_leader']}")
-        lines.extend(
-            f"  [{c['channel_name']}] depth: {c['depth']} inflt: {c['in_flight_count']} "
-            f"clients: {c['client_num']}"
-            for c in t["channels"]
-        )
-    return "\n".join(lines) + "\n"

@@ -18,7 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
-from .cluster import DevCluster, DevNode, DevTopic, Event
+from .cluster import DevCluster
+from .model import DevNode, DevTopic, Event, EventKind
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -141,3 +142,13 @@ class DevClusterThread:
     def start_node(self, index: int) -> None:
         """:meth:`DevCluster.start_node`."""
         self.call(self.cluster.start_node, index)
+
+    def wait_for(self, kind: EventKind, *, timeout: float, since: int = 0, **detail: Any) -> Event:
+        """:meth:`DevCluster.wait_for`: block until the event is in the log (TimeoutError)."""
+        coro = self.cluster.wait_for(kind, timeout=timeout, since=since, **detail)
+        loop = self._loop
+        if loop is None:
+            coro.close()
+            raise RuntimeError("the DevClusterThread is not started")
+        event: Event = asyncio.run_coroutine_threadsafe(coro, loop).result(timeout + 5)
+        return event

@@ -16,7 +16,7 @@ import pytest
 from nsq_ha import sync
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer import Consumer, Message
-from nsq_ha.devcluster import DevCluster, DevClusterThread
+from nsq_ha.devcluster import DevCluster, DevClusterThread, EventKind
 from nsq_ha.errors import NotLeaderError, NotWritableError, PublishError
 from nsq_ha.producer import Producer, RetryPolicy
 
@@ -41,6 +41,7 @@ async def consume_keyed_through(cluster: DevCluster, fault: str) -> dict[str, in
     seen: set[tuple[str, int]] = set()
     highest: dict[str, int] = {}
     tally = collections.Counter[str]()
+    midway = asyncio.Event()  # a fifth of the messages went through
 
     async def handle(message: Message) -> None:
         key, seq_text = message.body.decode().split(":")
@@ -53,6 +54,8 @@ async def consume_keyed_through(cluster: DevCluster, fault: str) -> dict[str, in
             tally["order_violations"] += 1
         seen.add((key, seq))
         highest[key] = max(seq, highest.get(key, -1))
+        if len(seen) >= len(KEYS) * PER_KEY // 5:
+            midway.set()
 
     consumer = Consumer("orders", "audit", lookupd=cluster.lookupd_http, lookup_interval=0.5)
     await consumer.start()
@@ -64,7 +67,7 @@ async def consume_keyed_through(cluster: DevCluster, fault: str) -> dict[str, in
         publishing = asyncio.create_task(
             publish_keyed(producer, "orders", KEYS, PER_KEY, counts, acked)
         )
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(midway.wait(), 30)  # the fault lands mid-stream
         if fault == "move":
             cluster.move_leader("orders", 0)
             cluster.move_leader("orders", 1)
@@ -187,7 +190,7 @@ async def test_kill_then_failover_and_lookup_follows() -> None:
 
             await cluster.stop_node(old, kill=True)
             assert await writers() == {}  # leaderless until the failover
-            await asyncio.sleep(0.6)
+            await cluster.wait_for(EventKind.LEADER_MOVED, reason="failover", timeout=5)
             after = await writers()
         assert after["0"]["tcp_port"] != old.tcp_port  # type: ignore[index]
         assert [e.kind for e in cluster.events][-2:] == ["node_killed", "leader_moved"]
@@ -205,6 +208,7 @@ async def test_unwritable_partition_answers_not_writable_and_the_producer_retrie
             assert not conn.closed  # non-fatal
         async with Producer(lookupd=cluster.lookupd_http) as producer:
             publishing = asyncio.create_task(producer.publish("t", b"y"))
+            # letting time pass is the point: the publish keeps retrying while unwritable
             await asyncio.sleep(0.3)
             assert not publishing.done()
             cluster.set_writable("t", 0, True)
@@ -327,6 +331,7 @@ async def test_a_topic_with_no_writable_partition_is_looked_up_again_on_each_ret
                     await once.publish("allgone", b"x")
 
             async def restart_soon() -> None:
+                # the point: the node returns while the publish is retrying, not before
                 await asyncio.sleep(0.5)
                 await cluster.start_node(1)
 

@@ -19,10 +19,10 @@ import httpx
 import pytest
 from golden_data import load
 
-from nsq_ha.devcluster import nsqd_http
-from nsq_ha.devcluster.cluster import FORK_VERSION, DevCluster, DevNode
+from nsq_ha.devcluster import DevCluster, DevNode, NodeState, nsqd_http
 from nsq_ha.devcluster.http import HttpServer, Request, Response, go_atoi, go_json
 from nsq_ha.devcluster.lookupd import LookupdApi, make_lookupd_handler
+from nsq_ha.devcluster.model import FORK_VERSION
 from nsq_ha.devcluster.nsqd_http import make_nsqd_handler
 from nsq_ha.lookup.wire import parse_listlookup, parse_lookup, unwrap
 
@@ -37,7 +37,7 @@ def make_cluster(**kwargs: Any) -> DevCluster:
     for node in cluster.nodes:
         node.tcp_port = 14150 + 10000 * node.index
         node.http_port = node.tcp_port + 1
-        node.state = "running"
+        node.state = NodeState.RUNNING
         node.started_at = 1795273517.0
     cluster.lookupd_port = 14161
     return cluster
@@ -297,8 +297,10 @@ async def test_server_answers_garbage_with_400_and_head_without_body() -> None:
 
 async def test_server_close_cuts_open_connections() -> None:
     gate = asyncio.Event()
+    entered = asyncio.Event()
 
     async def slow(request: Request) -> Response:
+        entered.set()
         await gate.wait()
         return Response(200)
 
@@ -308,7 +310,7 @@ async def test_server_close_cuts_open_connections() -> None:
     busy_reader, busy_writer = await asyncio.open_connection("127.0.0.1", port)
     busy_writer.write(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
     await busy_writer.drain()
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(entered.wait(), 2)  # the busy request is in its handler
     await asyncio.wait_for(server.close(), 2)
     assert await asyncio.wait_for(idle_reader.read(), 2) == b""
     assert await asyncio.wait_for(busy_reader.read(), 2) == b""
@@ -770,7 +772,7 @@ async def test_lookupd_topics_channels_nodes_and_stats() -> None:
         "topics",
         "partitions",
     ]
-    cluster.nodes[2].state = "stopped"
+    cluster.nodes[2].state = NodeState.STOPPED
     assert len(as_json(await handler(req("/nodes", headers=V1)))["producers"]) == 2
     stats = await handler(req("/cluster/stats"))  # v1 even without the Accept header
     assert NSQ_HEADER in stats.headers
@@ -802,13 +804,24 @@ async def test_lookupd_injected_failures_count_down() -> None:
     assert (await handler(req("/ping"))).status == 200
 
 
-async def test_lookupd_delay() -> None:
+async def test_lookupd_delay_holds_each_request() -> None:
+    """With a delay set, a request stays unanswered while the loop runs on (without it, one
+    turn of the loop answers it); a delayed request is answered once its delay is over."""
     cluster = make_cluster()
     handler = make_lookupd_handler(cluster)
-    cluster.lookupd_faults.delay = 0.1
-    started = time.monotonic()
-    assert (await handler(req("/ping"))).status == 200
-    assert time.monotonic() - started >= 0.09
+    undelayed = asyncio.ensure_future(handler(req("/ping")))
+    await asyncio.sleep(0)
+    assert undelayed.done()
+    cluster.lookupd_faults.delay = 3600.0
+    held = asyncio.ensure_future(handler(req("/ping")))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not held.done()
+    held.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held
+    cluster.lookupd_faults.delay = 0.01
+    assert (await asyncio.wait_for(handler(req("/ping")), 2)).status == 200
 
 
 async def test_lookupd_stale_answers_repeat_the_first_one() -> None:
@@ -1270,6 +1283,8 @@ async def test_nsqd_paused_node_hangs_until_resumed(monkeypatch: pytest.MonkeyPa
     handler = make_nsqd_handler(cluster, node)
     cluster.pause_node(node)
     pending = asyncio.ensure_future(handler(req("/ping")))
+    # letting time pass is the point: the handler polls the node every PAUSE_POLL (50 ms) and
+    # must still hang after a few polls
     await asyncio.sleep(0.15)
     assert not pending.done()
     cluster.resume_node(node)
