@@ -131,8 +131,8 @@ class Stage:
         resp = self.http.get(
             f"{self.vanilla_http}/stats", params={"format": "json", "topic": topic}
         )
-        for t in resp.json().get("topics", []):
-            for c in t.get("channels", []):
+        for t in resp.json().get("topics") or []:
+            for c in t.get("channels") or []:
                 if c.get("channel_name") == channel:
                     return int(c.get("depth", 0))
         return 0
