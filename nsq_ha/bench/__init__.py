@@ -4,7 +4,11 @@
 repository says what each workload does and how to read the table. The harness lives in the
 package (not only in ``bench/``) so that the installed command can run it.
 
-* :mod:`nsq_ha.bench.runner`: servers, the peers' virtualenv, interleaved rounds;
+* :mod:`nsq_ha.bench.runner`: the peers' virtualenv, interleaved rounds (orchestration);
+* :mod:`nsq_ha.bench.workloads`: the profiles and workloads, the spec of one run;
+* :mod:`nsq_ha.bench.stage`: the servers and topics a run is placed on;
+* :mod:`nsq_ha.bench.gotools`: the Go reference tools as one more client;
+* :mod:`nsq_ha.bench.results`: samples, cells, the machine;
 * :mod:`nsq_ha.bench.drivers`: nsq_ha's side of every workload (one process per run);
 * :mod:`nsq_ha.bench.peers`: the peers' side, run by the peers' own Python;
 * :mod:`nsq_ha.bench.report`: medians, ratios, targets, Markdown and JSON.

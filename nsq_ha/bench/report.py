@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from nsq_ha.bench.runner import PEERS, Bench, Workload
+from nsq_ha.bench.runner import Bench
+from nsq_ha.bench.workloads import PEERS, Workload
 
 _LABELS = {
     "nsq_ha": "nsq_ha",

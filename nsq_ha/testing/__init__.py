@@ -1,6 +1,8 @@
 """Test support: build the real NSQ servers and run real clusters (with a pytest plugin).
 
-* :mod:`nsq_ha.testing.build`: builds vanilla NSQ and the fork from the Go module proxy.
+* :mod:`nsq_ha.testing.build`: builds vanilla NSQ and the fork into a cache (the recipes in
+  :mod:`~nsq_ha.testing.recipes`, where the source comes from in
+  :mod:`~nsq_ha.testing.sources`, the Go build in :mod:`~nsq_ha.testing.gobuild`).
 * :mod:`nsq_ha.testing.servers`: :class:`VanillaCluster`, :class:`ForkCluster`.
 * :mod:`nsq_ha.testing.plugin`: pytest fixtures ``vanilla_cluster`` and ``fork_cluster``.
 """

@@ -43,6 +43,7 @@ __all__ = [
     "fork_binaries",
     "fork_cluster",
     "required_servers",
+    "unavailable",
     "vanilla_binaries",
     "vanilla_cluster",
 ]
@@ -67,11 +68,15 @@ def required_servers() -> frozenset[str]:
     return names
 
 
-def _unavailable(name: str, reason: str) -> NoReturn:
+def unavailable(name: str, reason: str) -> NoReturn:
     """Skip (or fail, when required) the current test because server ``name`` is missing."""
     if name in required_servers():
         pytest.fail(f"{reason} [NSQ_HA_REQUIRE_SERVERS requires {name!r}]", pytrace=False)
     pytest.skip(reason)
+
+
+#: the old name, still imported by tests/chaos/conftest.py and test_docker_build_script.py
+_unavailable = unavailable
 
 
 def _binaries(recipe: ServerRecipe) -> ServerBinaries:
@@ -79,7 +84,7 @@ def _binaries(recipe: ServerRecipe) -> ServerBinaries:
     if found is not None:
         return found
     why = last_failure(recipe) or "no build found in the cache"
-    _unavailable(
+    unavailable(
         recipe.name,
         f"{recipe.name} NSQ servers ({recipe.module} {recipe.version}) are not built: "
         f"{why.strip()} -- {how_to_get(recipe)}",
@@ -109,7 +114,7 @@ def vanilla_cluster(vanilla_binaries: ServerBinaries) -> Iterator[VanillaCluster
 def fork_cluster(fork_binaries: ServerBinaries) -> Iterator[ForkCluster]:
     """A running fork cluster (etcd + nsqlookupd + 3 nsqd) shared by the whole session."""
     if shutil.which("etcd") is None:
-        _unavailable(
+        unavailable(
             "fork",
             "etcd is not on PATH (the fork's cluster needs it): apt-get install etcd-server",
         )

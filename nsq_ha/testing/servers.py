@@ -108,6 +108,11 @@ class _Cluster:
     def start(self) -> None:
         raise NotImplementedError
 
+    @property
+    def processes(self) -> tuple[ManagedProcess, ...]:
+        """Every process the cluster started (etcd, nsqlookupd, nsqd), in start order."""
+        return tuple(self._procs)
+
     def _process(self, name: str, argv: list[str]) -> ManagedProcess:
         proc = ManagedProcess(name, argv, self.base_dir / name)
         self._procs.append(proc)

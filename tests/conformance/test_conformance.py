@@ -1654,7 +1654,9 @@ def test_topic_create_identical_again_is_ok(backend: Backend) -> None:
 
 def test_nsqd_ping(backend: Backend) -> None:
     """§5.6: every nsqd answers ``GET /ping`` with plain ``OK``."""
-    for address in backend.node_addresses():
+    addresses = backend.node_addresses()
+    assert len(addresses) == 3  # both backends run three nsqd; the loop checks each
+    for address in addresses:
         resp = http("GET", f"{backend.http_url(address)}/ping", accept=False)
         assert (resp.status_code, resp.text) == (200, "OK")
 

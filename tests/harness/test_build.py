@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from nsq_ha.testing import build
+from nsq_ha.testing import build, sources
 from nsq_ha.testing.build import (
     FORK,
     VANILLA,
@@ -26,6 +26,7 @@ from nsq_ha.testing.build import (
     how_to_get,
     resolve_source,
 )
+from nsq_ha.testing.gobuild import patched_copy, unpack
 
 
 def test_recipe_key_changes_with_the_pin() -> None:
@@ -70,7 +71,7 @@ def _module_tree(root: Path, text: str) -> Path:
 def test_patch_applies_to_a_writable_copy(tmp_path: Path) -> None:
     src = _module_tree(tmp_path, "const (\n\treservedFDNum = 50000\n)\n")
     dest = tmp_path / "copy"
-    build._patched_copy(FORK, src, dest)
+    patched_copy(FORK, src, dest)
     assert "reservedFDNum = 5000\n" in (dest / "nsqdserver" / "nsqd_server.go").read_text()
     assert "50000" in (src / "nsqdserver" / "nsqd_server.go").read_text()  # original untouched
 
@@ -79,7 +80,7 @@ def test_patch_applies_to_a_writable_copy(tmp_path: Path) -> None:
 def test_patch_refuses_a_changed_source(tmp_path: Path, text: str) -> None:
     src = _module_tree(tmp_path, text)
     with pytest.raises(BuildError, match="exactly once"):
-        build._patched_copy(FORK, src, tmp_path / "copy")
+        patched_copy(FORK, src, tmp_path / "copy")
 
 
 def test_without_go_the_build_fails_and_says_why(
@@ -185,7 +186,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     project = tmp_path / "work" / "project"
     project.mkdir(parents=True)
     (project / "pyproject.toml").write_text("")
-    monkeypatch.setattr(build, "_project_root", lambda: project)
+    monkeypatch.setattr(sources, "project_root", lambda: project)
     monkeypatch.chdir(project)
     return project
 
@@ -266,7 +267,7 @@ def test_an_archive_that_escapes_its_folder_is_refused(tmp_path: Path) -> None:
         info.size = 2
         tar.addfile(info, io.BytesIO(b"hi"))
     with pytest.raises(BuildError, match="cannot unpack"):
-        build._unpack(evil, tmp_path / "out")
+        unpack(evil, tmp_path / "out")
     assert not (tmp_path / "outside.txt").exists()
 
 
@@ -277,7 +278,7 @@ def test_an_archive_without_a_go_module_is_refused(tmp_path: Path) -> None:
         tar.add(tmp_path / "a", arcname="a")
         tar.add(tmp_path / "b", arcname="b")
     with pytest.raises(BuildError, match=r"no go\.mod"):
-        build._unpack(tmp_path / "two.tar.gz", tmp_path / "out")
+        unpack(tmp_path / "two.tar.gz", tmp_path / "out")
 
 
 needs_go = pytest.mark.skipif(shutil.which("go") is None, reason="needs Go on PATH")

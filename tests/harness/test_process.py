@@ -70,7 +70,7 @@ def test_readiness_timeout_shows_the_server_log(
 
 def test_cluster_teardown_leaves_no_process_or_directory(vanilla_binaries: ServerBinaries) -> None:
     with VanillaCluster(vanilla_binaries) as cluster:
-        pids = [p.pid for p in cluster._procs]
+        pids = [p.pid for p in cluster.processes]
         base = cluster.base_dir
         assert base.is_dir()
         assert all(pid is not None and _alive(pid) for pid in pids)

@@ -62,6 +62,7 @@ def test_fork_lookup_lists_four_partitions(fork_cluster: ForkCluster, smoke_topi
 
 def test_fork_pub_sub_fin_on_every_partition(fork_cluster: ForkCluster, smoke_topic: str) -> None:
     partitions = fork_cluster.lookup(smoke_topic, access="w")["partitions"]
+    assert sorted(partitions) == ["0", "1", "2", "3"]  # the loops below check every one
     subs: dict[int, RawConn] = {}
     for pid_text, entry in sorted(partitions.items()):
         pid = int(pid_text)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from nsq_ha.bench.gotools import go_duration, parse_go
 from nsq_ha.bench.measure import latency_summary, percentile
 from nsq_ha.bench.report import Report, Target
-from nsq_ha.bench.runner import PROFILES, Bench, BenchError, Cell, Sample, _go_duration, _parse_go
+from nsq_ha.bench.runner import PROFILES, Bench, BenchError, Cell, Sample
+from nsq_ha.bench.workloads import FORK_WORKLOADS, VANILLA_WORKLOADS, base_spec
 
 
 def test_go_tool_output_is_read_as_count_and_seconds() -> None:
@@ -14,13 +16,13 @@ def test_go_tool_output_is_read_as_count_and_seconds() -> None:
         "[bench_writer] 2026/11/21 20:49:33 duration: 1.000252977s - 33.437mb/s - "
         "350611.303ops/s - 2.852us/op"
     )
-    parsed = _parse_go(line)
+    parsed = parse_go(line)
     assert parsed["seconds"] == pytest.approx(1.000252977)
     assert parsed["count"] / parsed["seconds"] == pytest.approx(350611.303, rel=1e-5)
-    assert _go_duration("1m2.5s") == pytest.approx(62.5)
-    assert _go_duration("750ms") == pytest.approx(0.75)
+    assert go_duration("1m2.5s") == pytest.approx(62.5)
+    assert go_duration("750ms") == pytest.approx(0.75)
     with pytest.raises(BenchError, match="no figures"):
-        _parse_go("panic: dial tcp: connection refused")
+        parse_go("panic: dial tcp: connection refused")
 
 
 def test_percentiles_and_the_warm_up_cut() -> None:
@@ -66,3 +68,30 @@ def test_a_measurement_without_a_goal_is_reported_not_judged() -> None:
     assert durable.row() == "| durable / default | (measured) | 0.41x | - |"
     missing = Target("durable / default", None, None, True, "x", "no fork: not built")
     assert missing.row() == "| durable / default | (measured) | not measured | no fork: not built |"
+
+
+def test_a_run_spec_sizes_follow_the_workload() -> None:
+    quick = PROFILES["quick"]
+    by_id = {w.id: w for w in VANILLA_WORKLOADS + FORK_WORKLOADS}
+    assert base_spec(quick, by_id["pub1"], "pynsq")["n"] == quick.n
+    assert base_spec(quick, by_id["fork-pub1-r3"], "nsq_ha")["n"] == quick.n_slow
+    assert base_spec(quick, by_id["fork-ordered"], "raw")["n"] == quick.n_ordered
+    hold = base_spec(quick, by_id["hold"], "nsq_ha")
+    assert (hold["n"], hold["rdy"]) == (quick.hold, 10000)
+    direct = base_spec(quick, by_id["fork-pub1-r1"], "nsq_ha-direct")
+    assert direct["client"] == "nsq_ha"  # the same driver, placed without lookupd
+    assert base_spec(quick, by_id["latency"], "gnsq")["unbuffered"] is True
+    assert base_spec(quick, by_id["consume"], "gnsq")["unbuffered"] is False
+
+
+def test_a_result_line_becomes_the_workloads_figures() -> None:
+    result = {"count": 1000, "seconds": 0.5, "cpu": 0.25, "rss_mb": 42.0}
+    assert Sample.from_result(result, "pub1") == Sample(rate=2000.0, cpu_per_100k=25.0)
+    assert Sample.from_result(result, "hold") == Sample(rss_mb=42.0)
+    slow = Sample.from_result(
+        {"count": 500, "seconds": 1.0, "p50_ms": 1.0, "p99_ms": 3.0}, "latency"
+    )
+    assert (slow.p50_ms, slow.p99_ms) == (1.0, 3.0)
+    assert slow.note == "kept only 0.5k of 10k msgs/s"
+    assert slow.describe() == "500 msgs/s p50 1.00 ms p99 3.00 ms (kept only 0.5k of 10k msgs/s)"
+    assert Sample(error="boom").describe() == "ERROR boom"

@@ -1,0 +1,227 @@
+"""What the benchmark runs: the profiles (how big), the workloads (what, where, by whom) and the
+spec a driver process gets for one run.
+
+Pure data and one pure function (:func:`base_spec`); the servers a spec is placed on are
+:mod:`nsq_ha.bench.stage`, the run itself :mod:`nsq_ha.bench.runner`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "FORK_TOPICS",
+    "FORK_WORKLOADS",
+    "LATENCY_RATE",
+    "NSQ_HA_CLIENTS",
+    "PEERS",
+    "PROFILES",
+    "VANILLA_WORKLOADS",
+    "Profile",
+    "Workload",
+    "base_spec",
+]
+
+#: the peer clients and the versions the issue's figures were taken with
+PEERS = {"pynsq": "0.9.1", "gnsq": "1.0.2", "ansq": "0.3.0"}
+#: messages per second published in the latency workload
+LATENCY_RATE = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """How big a run is. ``quick`` must stay under 5 minutes on a 2-core machine."""
+
+    name: str
+    n: int  # messages per publish/consume run on vanilla and fork replica 1
+    n_slow: int  # messages per one-message run on fork replica 3 (a replication RTT each)
+    n_ordered: int  # messages per ordered-consume run (one round trip each)
+    hold: int  # messages held in flight for the memory figure
+    rounds: int
+    latency_seconds: float
+    go_seconds: float  # bench_writer/bench_reader --runfor
+
+
+PROFILES = {
+    "smoke": Profile("smoke", 2000, 500, 300, 1000, 1, 0.5, 0.3),
+    "quick": Profile("quick", 20000, 5000, 2000, 10000, 3, 1.5, 1.0),
+    "full": Profile("full", 100000, 20000, 10000, 10000, 5, 5.0, 3.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One row group of the table: what is run, where, and by which clients."""
+
+    id: str
+    title: str
+    server: str  # "vanilla" or a fork topic id
+    kind: str  # the drivers' workload: pub1, pubmany, consume, latency, hold
+    clients: tuple[str, ...]
+    go: str | None = None  # "writer:<batch>" or "reader"
+    batch: int = 1
+    concurrency: int = 100
+    rdy: int = 2500
+    keyed: bool = False
+    ordered: bool = False
+    slow: bool = False
+
+
+VANILLA_WORKLOADS = (
+    Workload(
+        "pub1",
+        "publish, one message per call (100 concurrent)",
+        "vanilla",
+        "pub1",
+        ("nsq_ha", "pynsq", "gnsq", "ansq"),
+        go="writer:1",
+    ),
+    Workload(
+        "pubmany",
+        "publish_many, batches of 100 (4 concurrent)",
+        "vanilla",
+        "pubmany",
+        ("nsq_ha", "pynsq", "gnsq", "ansq"),
+        go="writer:100",
+        batch=100,
+        concurrency=4,
+    ),
+    Workload(
+        "consume",
+        "consume, FIN each (RDY 2500)",
+        "vanilla",
+        "consume",
+        ("nsq_ha", "nsq_ha-batch", "nsq_ha-sync", "pynsq", "gnsq", "ansq"),
+        go="reader",
+    ),
+    Workload(
+        "latency",
+        "publish->deliver latency at 10k msgs/s",
+        "vanilla",
+        "latency",
+        ("nsq_ha", "pynsq", "gnsq", "ansq"),
+    ),
+    Workload(
+        "hold",
+        "consumer memory, 10k messages in flight",
+        "vanilla",
+        "hold",
+        # not gnsq: it starts at RDY 1 and raises it only as messages are finished
+        ("nsq_ha", "pynsq", "ansq"),
+        rdy=10000,
+    ),
+)
+
+#: fork topics: id -> (partitions, replicas, ordered, durable); a durable topic fsyncs every
+#: write before acknowledging it (syncdisk=1: README, "Durability on the fork")
+FORK_TOPICS = {
+    "r1": (1, 1, False, False),
+    "r3": (1, 3, False, False),
+    "r3d": (1, 3, False, True),
+    "k4": (4, 1, False, False),
+    "ord": (1, 1, True, False),
+}
+
+FORK_WORKLOADS = (
+    Workload(
+        "fork-pub1-r1",
+        "fork, replica 1: publish, one message per call (100 concurrent)",
+        "r1",
+        "pub1",
+        ("nsq_ha", "nsq_ha-direct", "pynsq", "gnsq", "ansq"),
+        go="writer:1",
+    ),
+    Workload(
+        "fork-pub1-r3",
+        "fork, replica 3: publish, one message per call (100 concurrent)",
+        "r3",
+        "pub1",
+        ("nsq_ha", "nsq_ha-direct", "pynsq", "gnsq", "ansq"),
+        go="writer:1",
+        slow=True,
+    ),
+    Workload(
+        "fork-pubmany-r1",
+        "fork, replica 1: publish_many, batches of 100 (4 concurrent)",
+        "r1",
+        "pubmany",
+        ("nsq_ha", "nsq_ha-direct", "pynsq", "gnsq", "ansq"),
+        go="writer:100",
+        batch=100,
+        concurrency=4,
+    ),
+    Workload(
+        "fork-pubmany-r3",
+        "fork, replica 3: publish_many, batches of 100 (4 concurrent)",
+        "r3",
+        "pubmany",
+        ("nsq_ha", "pynsq", "ansq"),
+        go="writer:100",
+        batch=100,
+        concurrency=4,
+    ),
+    Workload(
+        "fork-pub1-r3d",
+        "fork, replica 3, durable: publish, one message per call (100 concurrent)",
+        "r3d",
+        "pub1",
+        ("nsq_ha",),
+        go="writer:1",
+        slow=True,
+    ),
+    Workload(
+        "fork-pubmany-r3d",
+        "fork, replica 3, durable: publish_many, batches of 100 (4 concurrent)",
+        "r3d",
+        "pubmany",
+        ("nsq_ha",),
+        go="writer:100",
+        batch=100,
+        concurrency=4,
+    ),
+    Workload(
+        "fork-keyed",
+        "fork, 4 partitions: keyed publish, one message per call (100 concurrent)",
+        "k4",
+        "pub1",
+        ("nsq_ha",),
+        keyed=True,
+    ),
+    Workload(
+        "fork-ordered",
+        "fork: ordered consume of one partition (SUB_ORDERED)",
+        "ord",
+        "consume",
+        ("nsq_ha", "raw"),
+        ordered=True,
+        slow=True,
+    ),
+)
+
+#: the clients whose runs are nsq_ha's own drivers (``python -m nsq_ha.bench.drivers``)
+NSQ_HA_CLIENTS = frozenset({"nsq_ha", "nsq_ha-direct", "nsq_ha-batch", "nsq_ha-sync", "raw"})
+
+
+def base_spec(profile: Profile, workload: Workload, client: str) -> dict[str, Any]:
+    """How much and how, for one run of ``client`` on ``workload``; the stage adds where."""
+    n = profile.n_ordered if workload.ordered else (profile.n_slow if workload.slow else profile.n)
+    if workload.kind == "hold":
+        n = profile.hold
+    return {
+        "workload": workload.kind,
+        "client": "nsq_ha" if client in ("nsq_ha", "nsq_ha-direct") else client,
+        "n": n,
+        "size": 100,
+        "concurrency": workload.concurrency,
+        "batch": workload.batch,
+        "rdy": workload.rdy,
+        "keyed": workload.keyed,
+        "rate": LATENCY_RATE,
+        "seconds": profile.latency_seconds,
+        # the latency run asks nsqd not to buffer deliveries (IDENTIFY output_buffer_size
+        # -1; where a peer has the option): the default 16 KiB buffer fills in ~12 ms at
+        # 10k msgs/s, a throughput-for-latency trade every client can make
+        "unbuffered": workload.kind == "latency",
+        "channel": "bench",
+    }
