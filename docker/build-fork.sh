@@ -1,6 +1,6 @@
 #!/bin/sh
 # Build nsqd and nsqlookupd of the partitioned NSQ fork from its pinned source, the way
-# nsq_ha/testing/build.py (recipe FORK) does it, minus its source patch:
+# nsq_ha/testing/recipes.py (recipe FORK) does it, minus its source patch:
 #
 #   * the source is the archive FORK_ARCHIVE (a .tar.gz of the pinned revision, e.g. the
 #     project's ../shared/servers/youzan-nsq-b16e68eb.tar.gz, checked against

@@ -75,9 +75,6 @@ def unavailable(name: str, reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-#: the old name, still imported by tests/chaos/conftest.py and test_docker_build_script.py
-_unavailable = unavailable
-
 
 def _binaries(recipe: ServerRecipe) -> ServerBinaries:
     found = find_built(recipe)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nsq_ha.testing.build import ServerBinaries
-from nsq_ha.testing.plugin import _unavailable
+from nsq_ha.testing.plugin import unavailable
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
 
 from .history import Report
@@ -100,6 +100,6 @@ def chaos_vanilla(vanilla_binaries: ServerBinaries) -> Iterator[VanillaCluster]:
 def chaos_fork(fork_binaries: ServerBinaries) -> Iterator[ForkCluster]:
     """A fork cluster of the suite's own (the run kills its nodes; others share nothing)."""
     if shutil.which("etcd") is None:
-        _unavailable("fork", "etcd is not on PATH: apt-get install etcd-server")
+        unavailable("fork", "etcd is not on PATH: apt-get install etcd-server")
     with ForkCluster(fork_binaries) as cluster:
         yield cluster

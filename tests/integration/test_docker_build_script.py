@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nsq_ha.testing.build import FORK, BuildError, resolve_source
-from nsq_ha.testing.plugin import _unavailable
+from nsq_ha.testing.plugin import unavailable
 
 SCRIPT = Path(__file__).resolve().parents[2] / "docker" / "build-fork.sh"
 
@@ -24,9 +24,9 @@ def _archive() -> Path:
     try:
         source = resolve_source(FORK)
     except BuildError as exc:
-        _unavailable("fork", str(exc))
+        unavailable("fork", str(exc))
     if source.kind not in ("pinned_archive", "archive") or shutil.which("go") is None:
-        _unavailable("fork", f"needs the fork's source archive and Go; have {source.describe()}")
+        unavailable("fork", f"needs the fork's source archive and Go; have {source.describe()}")
     return Path(source.location)
 
 
