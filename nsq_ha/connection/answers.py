@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from nsq_ha.errors import NsqTimeoutError
+from nsq_ha.protocol.state import command_name
 
 __all__ = ["PendingAnswers"]
 
@@ -53,10 +54,11 @@ class PendingAnswers:
         limit: float,
         *,
         flushed: Callable[[], Awaitable[None]],
-        what: str,
+        command: bytes,
+        address: str,
     ) -> bytes:
         """Wait for ``flushed()`` (the command left the socket buffer), then for the answer,
-        both within ``limit`` seconds; ``what`` names the command in the NsqTimeoutError.
+        both within ``limit`` seconds; the NsqTimeoutError names ``command`` and ``address``.
 
         A caller that gives up (timeout or cancellation) cancels its future: it keeps its
         place in the FIFO, and the late answer is discarded.
@@ -73,12 +75,15 @@ class PendingAnswers:
         except TimeoutError as exc:
             if not future.done() or future.cancelled():
                 future.cancel()
+                name = command_name(command).decode(errors="replace")
                 if not sent:
                     raise NsqTimeoutError(
-                        f"{what} could not be written within {limit} s: nsqd is not reading "
-                        "(socket buffer full)"
+                        f"{name} could not be written to {address} within {limit} s: nsqd is "
+                        "not reading (socket buffer full)"
                     ) from exc
-                raise NsqTimeoutError(f"no answer to {what} within {limit} s") from exc
+                raise NsqTimeoutError(
+                    f"no answer to {name} from {address} within {limit} s"
+                ) from exc
         # the answer (or its error, possibly a TimeoutError itself) came as the time ran out
         return future.result()
 

@@ -12,9 +12,8 @@ fatal errors, heartbeats):
   FIFO order, §1.5), go to ``on_error`` (FIN/REQ/TOUCH failures, §11), to ``on_message`` or
   :meth:`NsqdConnection.messages`; two heartbeat intervals without a frame mean a dead peer;
   messages beyond the RDY given are a protocol violation (:mod:`nsq_ha.protocol.flow`);
-* **writing** (:class:`~nsq_ha.connection.writer.CommandWriter`): commands queued in one loop
-  turn leave as one write; senders wait while the socket buffer is above
-  ``write_buffer_limit``, and that wait counts in the command's timeout.
+* **writing** (:class:`~nsq_ha.connection.writer.CommandWriter`): one write per loop turn;
+  senders wait while the socket buffer is over ``write_buffer_limit`` (within their timeout).
 
 A fatal error frame (§2.19) fails its own command with the :class:`~nsq_ha.errors.BrokerError`
 and every other waiter with :class:`~nsq_ha.errors.ConnectionClosedError` chained to it.
@@ -60,7 +59,7 @@ from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.publish import ExtHeader, encode_mpub, encode_pub, encode_pub_ext
 from nsq_ha.protocol.publish import encode_pub_trace as _encode_pub_trace
 from nsq_ha.protocol.session import ClientSession
-from nsq_ha.protocol.state import ConnState, command_name
+from nsq_ha.protocol.state import ConnState
 from nsq_ha.protocol.trace import TracedResponse, is_traced_response, parse_traced_response
 from nsq_ha.transport import StreamTransport
 
@@ -340,7 +339,8 @@ class NsqdConnection:
             future,
             self.config.command_timeout if limit is None else limit,
             flushed=self._writer.backpressure,
-            what=f"{command_name(data).decode(errors='replace')} ({self.address})",
+            command=data,
+            address=self.address,
         )
 
     # -- commands ---------------------------------------------------------------------------
