@@ -299,8 +299,8 @@ class NsqdConnection:
         error.__cause__ = self._close_reason
         return error
 
-    def _check_open(self) -> None:
-        """Raise ConnectionClosedError once closed or after a fatal error frame."""
+    def _raise_if_closed(self) -> None:
+        """Raise ConnectionClosedError once closed or broken (when the session refused a send)."""
         if self._session.closed or self._session.fatal_error is not None:
             raise self._closed_error()
 
@@ -310,34 +310,31 @@ class NsqdConnection:
         Their failures arrive later through ``on_error`` (FIN/REQ/TOUCH) or close the
         connection (fatal ones).
         """
-        self._check_open()
         now = asyncio.get_running_loop().time()
-        self._writer.enqueue(bytes(self._session.send_nowait(data, now=now)))
+        try:
+            data = self._session.send_nowait(data, now=now)
+        except LocalProtocolError:
+            self._raise_if_closed()
+            raise
+        self._writer.enqueue(bytes(data))
         self._deliveries.answered()
 
     async def command(self, data: bytes, *, response_timeout: float | None = None) -> bytes:
         """Send a command that nsqd answers and return the response frame's data.
 
-        ``response_timeout`` defaults to ``config.command_timeout``; when it expires
-        NsqTimeoutError is raised and the late answer is discarded (the FIFO stays in step). An
-        error frame raises its BrokerError; a closed connection ConnectionClosedError.
+        ``response_timeout`` (default ``config.command_timeout``) bounds the drain of the socket
+        buffer and the answer; then NsqTimeoutError, and the late answer is discarded. An error
+        frame raises its BrokerError; a closed connection ConnectionClosedError.
         """
-        return await self._await_answer(data, self._submit(data), response_timeout)
-
-    def _submit(self, data: bytes) -> asyncio.Future[bytes]:
-        """Send a command with a response and return the future its answer completes."""
-        self._check_open()
-        self._writer.enqueue(bytes(self._session.send(data)))
-        return self._answers.expect()
-
-    async def _await_answer(
-        self, data: bytes, future: asyncio.Future[bytes], limit: float | None
-    ) -> bytes:
-        """Wait for the socket buffer to drain, then for the answer, both within ``limit`` s
-        (``config.command_timeout`` by default)."""
+        try:
+            data = self._session.send(data)
+        except LocalProtocolError:
+            self._raise_if_closed()
+            raise
+        self._writer.enqueue(bytes(data))
         return await self._answers.wait(
-            future,
-            self.config.command_timeout if limit is None else limit,
+            self._answers.expect(),
+            self.config.command_timeout if response_timeout is None else response_timeout,
             flushed=self._writer.backpressure,
             command=data,
             address=self.address,
@@ -423,20 +420,18 @@ class NsqdConnection:
             data = encode_sub_advanced(topic, channel, partition, start)
         else:
             data = encode_sub(topic, channel, partition)
-        await self._await_answer(data, self._submit(data), None)
+        await self.command(data)
         log.info("subscribed to %s/%s partition %s on %s", topic, channel, partition, self.address)
 
     async def stop_delivery(self) -> None:
         """Send ``CLS`` and wait for ``CLOSE_WAIT``: nsqd sends no more messages, while FIN, REQ
         and TOUCH still work. The socket stays open until :meth:`close`.
 
-        A message nsqd had already picked may still arrive after ``CLOSE_WAIT`` (nsqd's message
-        pump races the CLS); answer it, then :meth:`sync` to be sure nothing else is coming.
+        A message already picked may still arrive (nsqd's pump races CLS): answer it, then sync.
         """
         if self.state is not ConnState.SUBSCRIBED:
             return
-        data = encode_cls()
-        await self._await_answer(data, self._submit(data), None)
+        await self.command(encode_cls())
 
     async def sync(self, *, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a limit
         """Return once nsqd has processed every command sent before this call.
@@ -446,8 +441,11 @@ class NsqdConnection:
         nsqd handles a connection's commands in order, so everything before it is done. Needs a
         subscribed (or closing) connection.
         """
-        self._check_open()
-        self._writer.enqueue(self._session.sync())
+        try:
+            self._writer.enqueue(self._session.sync())
+        except LocalProtocolError:
+            self._raise_if_closed()
+            raise
         future = self._answers.expect_sync()
         limit = self.config.command_timeout if timeout is None else timeout
         try:
@@ -466,8 +464,11 @@ class NsqdConnection:
 
     def fin(self, message_id: bytes) -> None:
         """Finish a message."""
-        self._check_open()
-        self._writer.enqueue(self._session.fin(message_id))
+        try:
+            self._writer.enqueue(self._session.fin(message_id))
+        except LocalProtocolError:
+            self._raise_if_closed()
+            raise
         self._deliveries.answered()
         if self._session.ordered:  # nsqd sends the next message only after this FIN
             self._writer.flush()
@@ -525,9 +526,8 @@ class NsqdConnection:
         try:
             async with asyncio.timeout(self.config.close_timeout):
                 if self.state is ConnState.SUBSCRIBED:
-                    future = self._submit(encode_cls())
                     with contextlib.suppress(NsqError):
-                        await self._await_answer(encode_cls(), future, None)
+                        await self.command(encode_cls())
                 await self._wait_idle()
         except TimeoutError:
             log.warning(

@@ -14,15 +14,18 @@ done the protocol's bookkeeping (state moves, the FIFO of pending commands, in-f
   it has been processed;
 * :data:`NEED_DATA` - no whole frame is buffered: read more bytes.
 
-All are frozen; the field-less ones are singletons (:data:`HEARTBEAT`, :data:`CLOSE_WAIT`,
-:data:`SYNCED`), so the hot path allocates only what carries data.
+All are immutable. The per-frame ones (:class:`Answer`, :class:`Failed`, :class:`Delivered`) are
+named tuples, which the session builds with ``tuple.__new__``: about a third of the cost of a
+frozen dataclass, on the path every message and every answer takes. The field-less ones are
+frozen singletons (:data:`HEARTBEAT`, :data:`CLOSE_WAIT`, :data:`SYNCED`): compare them with
+``is``.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from nsq_ha.errors import BrokerError
 from nsq_ha.protocol.message import DecodedMessage
@@ -43,16 +46,14 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(NamedTuple):
     """A response frame answering the oldest pending command (``command`` is its name)."""
 
     data: bytes
     command: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Failed:
+class Failed(NamedTuple):
     """An error frame.
 
     ``command`` is the name of the pending command it answers, ``None`` when it answers none
@@ -66,8 +67,7 @@ class Failed:
     command: bytes | None
 
 
-@dataclass(frozen=True, slots=True)
-class Delivered:
+class Delivered(NamedTuple):
     """A message frame, decoded; its id is now in flight."""
 
     message: DecodedMessage

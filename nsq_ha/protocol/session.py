@@ -89,6 +89,8 @@ _SYNC_IDS = (SYNC_ID_FORK, SYNC_ID_VANILLA)
 _ACK_COMMANDS = frozenset({b"FIN", b"REQ"})
 #: the upgrades answer OK through the new layer: an error there belongs to IDENTIFY
 _UPGRADE_ANSWERS = b"IDENTIFY"
+#: builds the named-tuple events without their constructor's overhead (see events.py)
+_new = tuple.__new__
 _MESSAGE = FrameType.MESSAGE
 _RESPONSE = FrameType.RESPONSE
 _SUBSCRIBED = ConnState.SUBSCRIBED
@@ -330,7 +332,7 @@ class ClientSession:
             message = decode_message(data, fmt)
             self._ledger.delivered(message.id, self._now)
             self._in_flight.add(message.id)
-            return Delivered(message)
+            return _new(Delivered, (message,))
         if kind is _RESPONSE:
             return self._answered(data)
         return self._failed(data)
@@ -349,7 +351,7 @@ class ClientSession:
             return CLOSE_WAIT_EVENT
         if name in SUBSCRIBE_COMMANDS and self._machine.state is ConnState.SUBSCRIBING:
             self._machine.move(ConnState.SUBSCRIBED)
-        return Answer(data, name)
+        return _new(Answer, (data, name))
 
     def _failed(self, data: bytes) -> Event:
         """An error frame: FIN/REQ/TOUCH failures answer no pending command (they have no
@@ -363,14 +365,14 @@ class ClientSession:
             fatal = error.fatal = closes_connection(type(error), None, fork=fork)
             if fatal:
                 self._fatal = error
-            return Failed(error, fatal, None)
+            return _new(Failed, (error, fatal, None))
         head = self._pending.popleft() if self._pending else None
         fatal = error.fatal = must_drop(type(error), head, fork=fork)
         if head in SUBSCRIBE_COMMANDS and self._machine.state is ConnState.SUBSCRIBING:
             self._machine.move(ConnState.READY)
         if fatal:
             self._fatal = error
-        return Failed(error, fatal, head)
+        return _new(Failed, (error, fatal, head))
 
     # -- closing --------------------------------------------------------------------------
 
