@@ -77,7 +77,7 @@ NO_RESPONSE_COMMANDS = frozenset({b"FIN", b"REQ", b"TOUCH", b"RDY", b"NOP"})
 SUBSCRIBE_COMMANDS = frozenset({b"SUB", b"SUB_ORDERED", b"SUB_ADVANCED"})
 #: Commands only the fork knows.
 FORK_ONLY_COMMANDS = frozenset(
-    {b"SUB_ORDERED", b"SUB_ADVANCED", b"PUB_TRACE", b"PUB_EXT", b"MPUB_TRACE"}
+    {b"SUB_ORDERED", b"SUB_ADVANCED", b"PUB_TRACE", b"PUB_EXT", b"MPUB_TRACE", b"MPUB_EXT"}
 )
 #: msg_timeout assumed when nsqd does not announce one (nsqd's default), seconds.
 DEFAULT_MSG_TIMEOUT = 60.0

@@ -394,8 +394,9 @@ def test_sync_is_answered_by_its_touch_failure(fork: bool, sentinel: bytes) -> N
 
 def test_commands_are_refused_in_the_wrong_state_or_kind() -> None:
     session = ready(fork=False)
-    with pytest.raises(LocalProtocolError, match="only on the fork"):
-        session.send(encode_sub_ordered("t", "c", 0))
+    for fork_only in (encode_sub_ordered("t", "c", 0), encode_mpub_ext("t", [(None, b"x")])):
+        with pytest.raises(LocalProtocolError, match="only on the fork"):
+            session.send(fork_only)
     with pytest.raises(LocalProtocolError, match="no response"):
         session.send(encode_nop())
     with pytest.raises(LocalProtocolError, match="has a response"):
