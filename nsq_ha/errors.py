@@ -64,23 +64,15 @@
         ├── MessageAlreadyRespondedError           already finished / requeued / timed out
         └── MessageConnectionGoneError             its connection is gone (also NsqConnectionError)
 
-Retry decisions live on the error (aiokafka style), never in ``except`` ladders:
-
-* ``retriable``: trying the same operation again may succeed;
-* ``refresh_lookup``: the partition map is stale, ask nsqlookupd again before retrying;
-* ``fatal`` (broker errors only): nsqd closes the connection after sending the frame.
-
-Whether nsqd closes the connection depends on the command that failed, not only on the code
-(``E_FAILED_ON_NOT_LEADER`` is fatal after SUB/FIN but not after PUB), and on the server kind
-(vanilla closes on everything except the FIN/REQ/TOUCH failures).
-:meth:`BrokerError.closes_connection` answers that question; :meth:`BrokerError.from_frame`
-stores the answer in ``fatal`` when it is told the command.
+Classes and flags only: ``retriable``/``refresh_lookup`` are read by :mod:`nsq_ha.retry`;
+``fatal``/``nonfatal_after``/``vanilla_fatal`` by :mod:`nsq_ha.protocol.error_frames`.
 """
 
 from __future__ import annotations
 
-import re
 from typing import ClassVar
+
+from nsq_ha._error_frames_compat import ErrorFrameCompat
 
 __all__ = [
     "AuthDisabledError",
@@ -147,8 +139,8 @@ __all__ = [
     "UnsupportedByServerError",
 ]
 
-#: Command names after which a publish-type failure leaves the connection open on the fork.
-PUBLISH_COMMANDS: frozenset[bytes] = frozenset(
+#: Commands after which the fork keeps the connection open on a leadership error (§2.19).
+_PUBLISH = frozenset(
     {b"PUB", b"PUB_TRACE", b"PUB_EXT", b"MPUB", b"MPUB_TRACE", b"MPUB_EXT", b"DPUB"}
 )
 
@@ -267,22 +259,16 @@ class TopicNotFoundError(DiscoveryError):
 
 
 class TopicNotWritableError(TopicNotFoundError):
-    """The topic exists but no partition is writable now (new topic, channel missing, failover).
-
-    Retriable with a fresh lookup: a new fork topic becomes writable within seconds, and a
-    failover ends.
-    """
+    """The topic exists but no partition is writable now (new topic, channel missing, failover);
+    retriable with a fresh lookup: a new fork topic is writable within seconds, a failover ends."""
 
     retriable = True
     refresh_lookup = True
 
 
 class PartitionNotAvailableError(DiscoveryError):
-    """The partition a message must go to has no writable leader in the current lookup.
-
-    Keyed messages are never sent elsewhere, so this is retried (with a lookup refresh) until
-    the retry policy gives up.
-    """
+    """The partition a message must go to has no writable leader in the current lookup; keyed
+    messages are never sent elsewhere, so this is retried (with a lookup refresh)."""
 
     retriable = True
     refresh_lookup = True
@@ -291,24 +277,18 @@ class PartitionNotAvailableError(DiscoveryError):
 # --- broker error frames ---------------------------------------------------------------------
 
 _REGISTRY: dict[str, type[BrokerError]] = {}
-_TOO_MANY_CONNECTIONS_TEXT = "too much client connections"
 
 
-def _command_name(command: bytes) -> bytes:
-    """Return the name of a command given as its name or as its whole encoded line."""
-    return command.split(b"\n", 1)[0].split(b" ", 1)[0]
-
-
-class BrokerError(NsqError):
+class BrokerError(ErrorFrameCompat, NsqError):
     """An error frame sent by nsqd: ``<CODE> <description>``.
 
-    Subclasses set ``code`` and are found by :meth:`from_code` / :meth:`from_frame`; an unknown
-    code gives a plain ``BrokerError`` that keeps the code.
+    Subclasses set ``wire_code`` and are found by :meth:`class_for`; an unknown code gives a
+    plain ``BrokerError`` that keeps the code.
     """
 
     #: The code token this class stands for (empty on the generic class).
     wire_code: ClassVar[str] = ""
-    #: nsqd closes the connection after this error (the usual case; see ``closes_connection``).
+    #: nsqd closes the connection after this error (the usual case; see ``nonfatal_after``).
     fatal: bool = True
     #: Commands after which the fork keeps the connection open although ``fatal`` says otherwise.
     nonfatal_after: ClassVar[frozenset[bytes]] = frozenset()
@@ -331,58 +311,9 @@ class BrokerError(NsqError):
             _REGISTRY[cls.wire_code] = cls
 
     @classmethod
-    def closes_connection(cls, after_command: bytes | None = None, *, fork: bool = True) -> bool:
-        """Say whether nsqd closes the connection after this error.
-
-        ``after_command`` is the command that failed (its name, or the whole command line);
-        ``None`` gives the conservative default. ``fork=False`` applies vanilla nsqd's rule.
-        """
-        if not fork:
-            return cls.vanilla_fatal
-        if after_command is not None and _command_name(after_command) in cls.nonfatal_after:
-            return False
-        return cls.fatal
-
-    @classmethod
-    def needs_reconnect(cls, after_command: bytes | None = None, *, fork: bool = True) -> bool:
-        """Say whether the client must drop the connection after this error.
-
-        True when nsqd closes it, and after any error to ``MPUB_EXT``: nsqd raises its
-        non-fatal header errors with the rest of the body unread and then parses that body as
-        commands (§2.15), so the stream is out of sync.
-        """
-        if after_command is not None and _command_name(after_command) == b"MPUB_EXT":
-            return True
-        return cls.closes_connection(after_command, fork=fork)
-
-    @classmethod
-    def from_code(
-        cls,
-        code: str,
-        description: str = "",
-        *,
-        after_command: bytes | None = None,
-        fork: bool = True,
-    ) -> BrokerError:
-        """Build the registered subclass for ``code`` (a plain ``BrokerError`` if unknown)."""
-        error_cls = _REGISTRY.get(code, BrokerError)
-        fatal = error_cls.closes_connection(after_command, fork=fork)
-        return error_cls(code, description, fatal=fatal)
-
-    @classmethod
-    def from_frame(
-        cls, data: bytes, *, after_command: bytes | None = None, fork: bool = True
-    ) -> BrokerError:
-        """Parse the data of an error frame (type 1).
-
-        The code is the text before the first space (the whole text when there is none); the
-        description may be empty (``E_TOPIC_NOT_EXIST `` ends in a space).
-        """
-        text = data.decode("utf-8", errors="replace")
-        if text == _TOO_MANY_CONNECTIONS_TEXT:
-            return TooManyConnectionsError(text, "", fatal=True)
-        code, _, description = text.partition(" ")
-        return cls.from_code(code, description, after_command=after_command, fork=fork)
+    def class_for(cls, code: str) -> type[BrokerError]:
+        """Return the class registered for ``code`` (``BrokerError`` for an unknown code)."""
+        return _REGISTRY.get(code, BrokerError)
 
 
 class InvalidError(BrokerError):
@@ -521,7 +452,7 @@ class NotLeaderError(BrokerError):
     wire_code = "E_FAILED_ON_NOT_LEADER"
     retriable = True
     refresh_lookup = True
-    nonfatal_after = PUBLISH_COMMANDS
+    nonfatal_after = _PUBLISH
 
 
 class NotWritableError(BrokerError):
@@ -533,7 +464,7 @@ class NotWritableError(BrokerError):
     wire_code = "E_FAILED_ON_NOT_WRITABLE"
     retriable = True
     refresh_lookup = True
-    nonfatal_after = PUBLISH_COMMANDS
+    nonfatal_after = _PUBLISH
 
 
 class PubFailedError(BrokerError):
@@ -580,32 +511,13 @@ class InvalidTraceIdError(BrokerError):
     fatal = False
 
 
-# FIN/REQ/TOUCH failures print the id as a Go byte array on the fork ("[0 0 3 231 ...]") and as
-# the 16 ASCII characters on vanilla.
-_GO_BYTES_ID = re.compile(r"^\S+ \[((?:\d{1,3} ){15}\d{1,3})\]")
-_ASCII_ID = re.compile(r"^\S+ (\S{16}) ")
-
-
 class MessageCommandError(BrokerError):
-    """Base of the non-fatal FIN/REQ/TOUCH failures; ``message_id`` says which message."""
+    """Base of the non-fatal FIN/REQ/TOUCH failures; ``message_id`` says which message (the
+    16-byte id the description names, set by the error frame reader; ``None``: none named)."""
 
     fatal = False
     vanilla_fatal = False
-
-    @property
-    def message_id(self) -> bytes | None:
-        """The 16-byte message id named in the description, or ``None`` if it has none."""
-        match = _GO_BYTES_ID.match(self.description)
-        if match is not None:
-            values = [int(part) for part in match.group(1).split(" ")]
-            if all(value < 256 for value in values):
-                return bytes(values)
-            return None
-        match = _ASCII_ID.match(self.description)
-        if match is not None:
-            raw = match.group(1).encode("utf-8", errors="replace")
-            return raw if len(raw) == 16 else None
-        return None
+    message_id: bytes | None = None
 
 
 class FinFailedError(MessageCommandError):
@@ -635,6 +547,8 @@ class CreateTopicFailedError(BrokerError):
 
 class TooManyConnectionsError(BrokerError):
     """``too much client connections``: nsqd's connection limit (plain text, no code)."""
+
+    wire_code = "too much client connections"  # the whole text stands for the code
 
     retriable = True
 

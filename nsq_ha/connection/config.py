@@ -16,7 +16,13 @@ from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
 from nsq_ha.protocol.identify import MAX_DURATION_MS, ExtFilter, IdentifyRequest, build_identify
 
-__all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_MSG_SIZE", "MAX_DURATION", "ConnectionConfig"]
+__all__ = [
+    "DEFAULT_MAX_BODY_SIZE",
+    "DEFAULT_MAX_MSG_SIZE",
+    "MAX_DURATION",
+    "ConnectionConfig",
+    "parse_address",
+]
 
 #: nsqd's default ``--max-msg-size``.
 DEFAULT_MAX_MSG_SIZE = 1024 * 1024
@@ -26,6 +32,20 @@ DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
 #: longer is no deadline at all, and nsqd could not read it as milliseconds.
 MAX_DURATION = MAX_DURATION_MS / 1000
 _REDACTED = "<redacted>"
+
+
+def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
+    """Return ``(host, port)`` from ``"host:port"`` or ``(host, port)``; ConfigError if bad."""
+    if isinstance(address, tuple):
+        host, port = address
+    else:
+        host, sep, port_text = address.rpartition(":")
+        if not sep or not port_text.isdigit():
+            raise ConfigError(f"address {address!r} is not host:port")
+        port = int(port_text)
+    if not host or not 0 < port < 65536:
+        raise ConfigError(f"address {address!r} is not host:port")
+    return host.strip("[]"), port
 
 
 def _check_secret(secret: object) -> None:

@@ -1,8 +1,9 @@
 """The connection handshake (§1.1, §1.8, §2.1, §2.2): magic, IDENTIFY, TLS, compression, AUTH.
 
-:class:`Handshake` runs the steps in nsqd's order on an open :class:`StreamTransport` and moves
-the shared state machine through them. While an upgrade may still follow, frames are read with
-exact-length reads so no byte of the next layer is consumed by the old one.
+:class:`Handshake` runs the steps in nsqd's order on an open :class:`StreamTransport`; the
+:class:`~nsq_ha.protocol.session.ClientSession` encodes each step's command, moves the state and
+reads the answers. While an upgrade may still follow, frames are read with exact-length reads so
+no byte of the next layer is consumed by the old one.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import logging
 import struct
 
 from nsq_ha.connection.config import ConnectionConfig
-from nsq_ha.errors import BrokerError, ConnectionClosedError, HandshakeError, RemoteProtocolError
-from nsq_ha.protocol.commands import MAGIC_V2, encode_auth, encode_identify, encode_nop
+from nsq_ha.errors import ConnectionClosedError, HandshakeError, RemoteProtocolError
+from nsq_ha.protocol.commands import encode_nop
 from nsq_ha.protocol.compression import DeflateCodec, SnappyCodec
-from nsq_ha.protocol.frames import OK, Frame, FrameDecoder, FrameType
+from nsq_ha.protocol.events import NEED_DATA, Answer, Event, Failed, Heartbeat
+from nsq_ha.protocol.frames import OK
 from nsq_ha.protocol.identify import AuthResponse, Negotiated, parse_auth_response
 from nsq_ha.protocol.identify import parse_identify_response as _parse_identify
-from nsq_ha.protocol.state import ConnectionStateMachine, ConnState
+from nsq_ha.protocol.session import ClientSession
 from nsq_ha.transport import StreamTransport
 
 __all__ = ["Handshake"]
@@ -35,16 +37,14 @@ class Handshake:
         host: str,
         config: ConnectionConfig,
         transport: StreamTransport,
-        decoder: FrameDecoder,
-        machine: ConnectionStateMachine,
+        session: ClientSession,
     ) -> None:
-        """Prepare to run on an open transport; ``decoder`` and ``machine`` are shared."""
+        """Prepare to run on an open transport; ``session`` is the connection's."""
         self._host = host
         self._address = transport.address
         self._config = config
         self._transport = transport
-        self._decoder = decoder
-        self._machine = machine
+        self._session = session
         self.negotiated: Negotiated | None = None
         self.auth: AuthResponse | None = None
         #: Socket writes issued.
@@ -54,13 +54,12 @@ class Handshake:
         """Run every step; on success the state machine is ready to enter READY."""
         config = self._config
         transport = self._transport
-        transport.write(MAGIC_V2)
-        self._machine.move(ConnState.CONNECTED)
+        session = self._session
+        transport.write(session.start())
         body = config.to_identify()
-        self._write(encode_identify(body, max_body_size=config.max_body_size))
-        self._machine.move(ConnState.IDENTIFYING)
-        answer = await self._answer(b"IDENTIFY")
-        self.negotiated = negotiated = _parse_identify(answer, body)
+        self._write(session.identify(body, max_body_size=config.max_body_size))
+        self.negotiated = negotiated = _parse_identify(await self._answer("IDENTIFY"), body)
+        session.identified(negotiated)
         log.info(
             "nsqd %s is %s %s: max_rdy_count=%s msg_timeout=%ss tls=%s snappy=%s deflate=%s "
             "auth_required=%s",
@@ -79,7 +78,7 @@ class Handshake:
         if negotiated.tls_v1:
             if config.tls is None:
                 raise HandshakeError(f"nsqd {self._address} started TLS that was not asked for")
-            self._machine.move(ConnState.TLS_UPGRADE)
+            session.start_tls()
             await transport.start_tls(
                 config.tls,
                 server_hostname=config.tls_server_hostname or self._host,
@@ -95,7 +94,7 @@ class Handshake:
             level = negotiated.deflate_level or config.deflate_level
             if negotiated.deflate and level < 1:
                 raise HandshakeError(f"nsqd {self._address} announced deflate level {level}")
-            self._machine.move(ConnState.COMPRESSION_UPGRADE)
+            session.start_compression()
             if negotiated.snappy:
                 transport.enable_compression(SnappyCodec())
             else:
@@ -114,9 +113,10 @@ class Handshake:
                     "was not sent (connect with tls=, or set allow_plaintext_auth=True to send "
                     "it in clear text)"
                 )
-            self._machine.move(ConnState.AUTHENTICATING)
-            self._write(encode_auth(config.auth_secret, max_body_size=config.max_body_size))
-            self.auth = parse_auth_response(await self._answer(b"AUTH"))
+            self._write(
+                session.authenticate(config.auth_secret, max_body_size=config.max_body_size)
+            )
+            self.auth = parse_auth_response(await self._answer("AUTH"))
             log.info(
                 "authenticated to %s as %r (%d permissions)",
                 self._address,
@@ -127,47 +127,45 @@ class Handshake:
             log.info("nsqd %s does not require AUTH; the secret was not sent", self._address)
 
     def _write(self, data: bytes) -> None:
-        """Write one handshake command directly (after the state check)."""
-        self._machine.check_command(data)
+        """Write one handshake command (the session checked it) directly."""
         self._transport.write(data)
         self.writes += 1
 
     async def _expect_ok(self, layer: str) -> None:
         """Read the ``OK`` nsqd sends through a new layer."""
-        answer = await self._answer(b"IDENTIFY")
+        answer = await self._answer(layer)
         if answer != OK:
             raise HandshakeError(f"expected OK after the {layer} upgrade, got {answer[:64]!r}")
 
-    async def _answer(self, command: bytes) -> bytes:
-        """Return the next response frame's data; an error frame raises its BrokerError."""
-        frame = await self._frame()
-        if frame.frame_type is FrameType.ERROR:
-            fork = self.negotiated.is_fork if self.negotiated is not None else None
-            raise BrokerError.from_frame(
-                frame.data, after_command=command, fork=fork if fork is not None else True
-            )
-        if frame.frame_type is not FrameType.RESPONSE:
-            raise RemoteProtocolError(f"nsqd sent a message frame during the {command!r} step")
-        return frame.data
+    async def _answer(self, step: str) -> bytes:
+        """Return the next answer's data; an error frame raises its BrokerError."""
+        event = await self._event()
+        if isinstance(event, Failed):
+            raise event.error
+        if not isinstance(event, Answer):
+            raise RemoteProtocolError(f"nsqd sent {event!r} during the {step} step")
+        return event.data
 
-    async def _frame(self) -> Frame:
-        """Read one frame without reading past it while the stream may still be upgraded."""
+    async def _event(self) -> Event:
+        """Read one event without reading past its frame while the stream may still be
+        upgraded; heartbeats are answered here."""
         transport = self._transport
+        session = self._session
         while True:
-            frame = self._decoder.next_frame()
-            if frame is not None:
-                if frame.is_heartbeat:
-                    self._write(encode_nop())
-                    continue
-                return frame
+            event = session.next_event()
+            if isinstance(event, Heartbeat):
+                self._write(session.send_nowait(encode_nop()))
+                continue
+            if event is not NEED_DATA:
+                return event
             if transport.compression is not None:
                 data = await transport.read()
                 if not data:
                     raise ConnectionClosedError(f"nsqd {self._address} closed during the handshake")
-                self._decoder.receive_data(data)
+                session.receive_data(data)
                 continue
             header = await transport.read_exactly(_FRAME_SIZE.size)
-            self._decoder.receive_data(header)
-            self._decoder.next_frame()  # checks the size field before reading that much
+            session.receive_data(header)
+            session.next_event()  # checks the size field before reading that much
             (size,) = _FRAME_SIZE.unpack(header)
-            self._decoder.receive_data(await transport.read_exactly(size))
+            session.receive_data(await transport.read_exactly(size))

@@ -9,7 +9,9 @@ and write the bytes it returns.
 * :mod:`.trace` - the 30-byte traced publish response;
 * :mod:`.identify` - IDENTIFY/AUTH payloads and :class:`Negotiated`;
 * :mod:`.names` - topic/channel/partition/message-id rules;
-* :mod:`.command_decoder` - the server side: decoding what a client sends.
+* :mod:`.command_decoder` - the server side: decoding what a client sends;
+* :mod:`.session` / :mod:`.events` - :class:`ClientSession`, the client side of a connection:
+  bytes in, events out (:mod:`.error_frames` reads error frames for it).
 """
 
 from nsq_ha.protocol.command_decoder import (
@@ -38,6 +40,17 @@ from nsq_ha.protocol.commands import (
     encode_touch,
     ms_to_seconds,
     seconds_to_ms,
+)
+from nsq_ha.protocol.error_frames import closes_connection, must_drop, parse_error_frame
+from nsq_ha.protocol.events import (
+    NEED_DATA,
+    Answer,
+    CloseWait,
+    Delivered,
+    Event,
+    Failed,
+    Heartbeat,
+    Synced,
 )
 from nsq_ha.protocol.frames import (
     CLOSE_WAIT,
@@ -94,6 +107,7 @@ from nsq_ha.protocol.publish import (
     encode_pub_ext,
     encode_pub_trace,
 )
+from nsq_ha.protocol.session import ClientSession
 from nsq_ha.protocol.trace import (
     TracedResponse,
     encode_traced_response,
@@ -112,17 +126,25 @@ __all__ = [
     "MAGIC_V2",
     "MAX_NAME_LENGTH",
     "MAX_PARTITION",
+    "NEED_DATA",
     "OK",
+    "Answer",
     "AuthResponse",
     "ClientCommand",
+    "ClientSession",
+    "CloseWait",
     "CommandDecoder",
     "DecodedMessage",
+    "Delivered",
+    "Event",
     "ExtFilter",
     "ExtFilterTerm",
     "ExtHeader",
+    "Failed",
     "Frame",
     "FrameDecoder",
     "FrameType",
+    "Heartbeat",
     "IdentifyRequest",
     "IdentifyResponse",
     "Magic",
@@ -130,8 +152,10 @@ __all__ = [
     "Negotiated",
     "StartKind",
     "StartPosition",
+    "Synced",
     "TracedResponse",
     "build_identify",
+    "closes_connection",
     "decode_message",
     "encode_auth",
     "encode_cls",
@@ -162,7 +186,9 @@ __all__ = [
     "join_fork_id",
     "max_frame_size_for",
     "ms_to_seconds",
+    "must_drop",
     "parse_auth_response",
+    "parse_error_frame",
     "parse_identify_response",
     "parse_traced_response",
     "seconds_to_ms",

@@ -90,9 +90,9 @@ class FrameDecoder:
     """Incremental decoder of the server-to-client frame stream.
 
     ``feed(data)`` adds bytes and returns the frames they completed; ``receive_data`` and
-    ``next_frame`` do the same in two steps. A frame whose size is below 4 or above
-    ``max_frame_size``, or whose type is unknown, raises :class:`RemoteProtocolError`; after
-    that the decoder stays broken and raises the same error again.
+    ``next_frame`` (or ``next_parts``) do the same in two steps. A frame whose size is below 4
+    or above ``max_frame_size``, or whose type is unknown, raises :class:`RemoteProtocolError`;
+    after that the decoder stays broken and raises the same error again.
     """
 
     __slots__ = ("_buffer", "_error", "_pos", "max_frame_size")
@@ -128,6 +128,11 @@ class FrameDecoder:
 
     def next_frame(self) -> Frame | None:
         """Return the next whole frame, or ``None`` if more bytes are needed."""
+        parts = self.next_parts()
+        return None if parts is None else Frame(*parts)
+
+    def next_parts(self) -> tuple[FrameType, bytes] | None:
+        """:meth:`next_frame` as a ``(type, data)`` pair (cheaper: no Frame is built)."""
         if self._error is not None:
             raise self._error
         buffer, pos = self._buffer, self._pos
@@ -157,7 +162,7 @@ class FrameDecoder:
             self._pos = 0
         else:
             self._pos = end
-        return Frame(frame_type, data)
+        return frame_type, data
 
     def feed(self, data: bytes) -> list[Frame]:
         """Append ``data`` and return every frame now complete, in order."""

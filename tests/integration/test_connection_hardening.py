@@ -26,6 +26,7 @@ from nsq_ha.errors import (
     ConfigError,
     HandshakeError,
     NsqTimeoutError,
+    PubFailedError,
     PublishError,
     RemoteProtocolError,
 )
@@ -409,3 +410,36 @@ async def test_a_cancelled_handshake_logs_a_reason(caplog: pytest.LogCaptureFixt
     assert not [m for m in messages if m.rstrip().endswith(":")], messages
     assert any("cancelled" in m for m in messages), messages
     assert "cancelled" in repr(conn)
+
+
+# -- the answer FIFO stays in step -------------------------------------------------------------
+
+
+async def test_a_late_answer_is_discarded_and_the_next_command_gets_its_own() -> None:
+    """nsqd answers the first PUB after the caller gave up, then fails the second one with a
+    non-fatal error and answers the third: each caller gets the answer to its own command."""
+    third_sent = asyncio.Event()
+
+    async def script(peer: Peer) -> None:
+        await peer.handshake(identify_answer(version="0.3.7-HA.1.12.3"))
+        for _ in range(3):
+            await peer.expect(b"PUB")
+        await third_sent.wait()
+        await peer.ok()  # the first PUB's answer, late
+        await peer.send(encode_frame(FrameType.ERROR, b"E_PUB_FAILED disk full"))
+        await peer.ok()
+        await peer.until_client_closes()
+
+    config = ConnectionConfig(heartbeat_interval=-1, close_timeout=0.5)
+    async with lying_nsqd(script) as server, NsqdConnection(server.address, config=config) as conn:
+        with pytest.raises(NsqTimeoutError, match="no answer to PUB"):
+            await conn.command(b"PUB t 0\n\x00\x00\x00\x01a", response_timeout=0.2)
+        second = asyncio.ensure_future(conn.publish("t", b"b", 0))
+        third = asyncio.ensure_future(conn.publish("t", b"c", 0))
+        await asyncio.sleep(0.05)
+        third_sent.set()
+        with pytest.raises(PubFailedError) as failed:
+            await second
+        assert failed.value.fatal is False
+        assert await third is None
+        assert not conn.closed

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from nsq_ha.connection import ConnectionConfig
+from nsq_ha.connection.config import parse_address
 from nsq_ha.errors import ConfigError
 
 #: Every duration option (seconds) and whether ``-1`` is nsqd's documented "off" value for it.
@@ -40,3 +41,19 @@ def test_minus_one_is_off_only_where_nsqd_says_so(name: str) -> None:
 @pytest.mark.parametrize("name", list(DURATIONS))
 def test_a_sane_duration_is_kept(name: str) -> None:
     assert getattr(ConnectionConfig(**{name: 2.5}), name) == 2.5  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [("127.0.0.1:4150", ("127.0.0.1", 4150)), ("[::1]:4150", ("::1", 4150)), (("h", 1), ("h", 1))],
+)
+def test_parse_address_accepts_host_port(
+    address: str | tuple[str, int], expected: tuple[str, int]
+) -> None:
+    assert parse_address(address) == expected
+
+
+@pytest.mark.parametrize("address", ["nohost", ":4150", "h:0", "h:65536", "h:x", ("h", 0)])
+def test_parse_address_refuses_anything_else(address: str | tuple[str, int]) -> None:
+    with pytest.raises(ConfigError, match="host:port"):
+        parse_address(address)

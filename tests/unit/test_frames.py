@@ -138,3 +138,15 @@ def test_a_chunk_of_many_small_frames_is_compacted_and_keeps_a_cut_frame() -> No
     assert decoder.feed(stream[cut:]) == [Frame(FrameType.ERROR, b"E_X tail")]
     assert decoder.buffered == 0
     decoder.feed_eof()
+
+
+def test_next_parts_is_next_frame_without_the_frame() -> None:
+    stream = encode_frame(FrameType.RESPONSE, b"OK") + encode_frame(FrameType.MESSAGE, b"m" * 30)
+    whole, parts = FrameDecoder(), FrameDecoder()
+    whole.receive_data(stream)
+    parts.receive_data(stream)
+    for _ in range(2):
+        frame = whole.next_frame()
+        assert frame is not None
+        assert parts.next_parts() == (frame.frame_type, frame.data)
+    assert parts.next_parts() is None

@@ -1,0 +1,154 @@
+"""The receive side of one connection: bytes from the socket into the session, events out.
+
+:class:`FrameReader` reads the transport, feeds the
+:class:`~nsq_ha.protocol.session.ClientSession` and acts on its events: answers complete the
+oldest pending future, error frames fail it (or go to ``on_error`` when they answer no
+command), messages go to the message sink, heartbeats are answered with ``NOP``. Its
+:meth:`~FrameReader.run` ends only by raising the error that ended the stream: nsqd closed it,
+a fatal error frame, a protocol violation, or no complete frame for two heartbeat intervals (a
+dead peer; bytes that complete no frame, a trickle, do not count).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import NoReturn
+
+from nsq_ha.connection.answers import PendingAnswers
+from nsq_ha.connection.writer import CommandWriter
+from nsq_ha.errors import BrokerError, ConnectionClosedError, NsqTimeoutError
+from nsq_ha.protocol.events import NEED_DATA, Answer, CloseWait, Delivered, Failed, Heartbeat
+from nsq_ha.protocol.frames import CLOSE_WAIT
+from nsq_ha.protocol.message import DecodedMessage
+from nsq_ha.protocol.session import ClientSession
+from nsq_ha.transport import StreamTransport
+
+__all__ = ["DEAD_PEER_INTERVALS", "FrameReader"]
+
+log = logging.getLogger(__name__)
+
+#: Heartbeat intervals without a complete frame from nsqd after which the peer counts as dead.
+DEAD_PEER_INTERVALS = 2
+
+
+class FrameReader:
+    """Reads one connection's frames and hands their events to the waiting parties."""
+
+    __slots__ = (
+        "_answers",
+        "_deliver",
+        "_on_error",
+        "_session",
+        "_transport",
+        "_writer",
+        "address",
+    )
+
+    def __init__(
+        self,
+        session: ClientSession,
+        transport: StreamTransport,
+        answers: PendingAnswers,
+        writer: CommandWriter,
+        *,
+        deliver: Callable[[DecodedMessage], object],
+        on_error: Callable[[BrokerError], object] | None,
+    ) -> None:
+        """Read ``transport`` into ``session``; messages go to ``deliver``, error frames that
+        answer no command to ``on_error`` (logged when it is ``None``)."""
+        self._session = session
+        self._transport = transport
+        self._answers = answers
+        self._writer = writer
+        self._deliver = deliver
+        self._on_error = on_error
+        self.address = transport.address
+
+    def __repr__(self) -> str:
+        """Show the peer and the session."""
+        return f"<FrameReader {self.address} {self._session!r}>"
+
+    async def run(self) -> NoReturn:
+        """Read until the stream ends; raise the NsqError that ended it."""
+        session = self._session
+        transport = self._transport
+        negotiated = session.negotiated
+        interval = None if negotiated is None else negotiated.heartbeat_interval
+        window = None if interval is None else DEAD_PEER_INTERVALS * interval
+        loop = asyncio.get_running_loop()
+        last_frame = loop.time()  # liveness: a complete frame, not any byte
+        self.dispatch()  # frames that arrived with the handshake's last read
+        while True:
+            try:
+                async with asyncio.timeout_at(None if window is None else last_frame + window):
+                    data = await transport.read()
+            except TimeoutError as exc:
+                raise NsqTimeoutError(
+                    f"nsqd {self.address} sent no complete frame for {window} s "
+                    f"({DEAD_PEER_INTERVALS} heartbeat intervals): dead peer"
+                ) from exc
+            if not data:
+                session.receive_eof()
+                raise self.closed_error()
+            now = loop.time()
+            session.receive_data(data, now)
+            if self.dispatch():
+                last_frame = now
+
+    def dispatch(self) -> bool:
+        """Handle every event the buffered bytes make; True if there was any."""
+        next_event = self._session.next_event
+        deliver = self._deliver
+        got = False
+        while True:
+            event = next_event()
+            if isinstance(event, Delivered):  # the hot path first
+                try:
+                    deliver(event.message)
+                except Exception:
+                    log.exception("on_message handler of %s failed", self.address)
+            elif event is NEED_DATA:
+                return got
+            elif isinstance(event, Answer):
+                self._answers.answer(event.data)
+            elif isinstance(event, Heartbeat):
+                log.debug("heartbeat from %s", self.address)
+                if not self._session.closed:
+                    self._writer.answer_heartbeat()  # one NOP per write, even for a flood
+            elif isinstance(event, Failed):
+                self._failed(event)
+            elif isinstance(event, CloseWait):
+                self._answers.answer(CLOSE_WAIT)
+            else:
+                self._answers.synced()
+            got = True
+
+    def _failed(self, event: Failed) -> None:
+        """Fail the command an error frame answers, or report it; a fatal one ends the read."""
+        if event.command is None:
+            self._report(event.error)
+        else:
+            self._answers.refuse(event.error)
+        if event.fatal:
+            raise self.closed_error()
+
+    def _report(self, error: BrokerError) -> None:
+        """Hand an error frame that answers no pending command to ``on_error``."""
+        if self._on_error is None:
+            log.warning("nsqd %s: %s", self.address, error)
+            return
+        try:
+            self._on_error(error)
+        except Exception:
+            log.exception("on_error handler of %s failed", self.address)
+
+    def closed_error(self) -> ConnectionClosedError:
+        """The error for nsqd closing the stream: chained to the fatal error frame, if any."""
+        fatal = self._session.fatal_error
+        if fatal is None:
+            return ConnectionClosedError(f"nsqd {self.address} closed the connection")
+        error = ConnectionClosedError(f"nsqd {self.address} closed the connection after {fatal}")
+        error.__cause__ = fatal
+        return error

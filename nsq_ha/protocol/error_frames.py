@@ -1,0 +1,92 @@
+"""Error frames (§2.19): which error a frame is, and whether the connection survives it.
+
+An error frame's data is ``<CODE> <description>`` (the description may be empty, and
+``E_TOPIC_NOT_EXIST `` ends in a space), or nsqd's connection-limit text, which has no code.
+Whether nsqd closes the connection afterwards depends on the code, on the command that failed
+and on the server kind: the error classes carry that as data (``fatal``, ``nonfatal_after``,
+``vanilla_fatal`` in :mod:`nsq_ha.errors`), and :func:`closes_connection` reads it. The client
+drops the connection in one more case (:func:`must_drop`): any error answering ``MPUB_EXT``,
+because nsqd raises its non-fatal header errors with the rest of the body unread and then parses
+that body as commands (§2.15), so the stream is out of step.
+
+:class:`~nsq_ha.protocol.session.ClientSession` is the client's one reader of error frames.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nsq_ha.errors import BrokerError, MessageCommandError
+from nsq_ha.protocol.state import command_name
+
+__all__ = [
+    "OUT_OF_STEP_AFTER",
+    "TOO_MANY_CONNECTIONS",
+    "closes_connection",
+    "message_id_in",
+    "must_drop",
+    "parse_error_frame",
+]
+
+#: nsqd's connection-limit error: plain text, no code.
+TOO_MANY_CONNECTIONS = b"too much client connections"
+#: Commands after whose failure the stream is out of step (§2.15), whatever the error.
+OUT_OF_STEP_AFTER: frozenset[bytes] = frozenset({b"MPUB_EXT"})
+
+# FIN/REQ/TOUCH failures print the id as a Go byte array on the fork ("[0 0 3 231 ...]") and as
+# the 16 ASCII characters on vanilla.
+_GO_BYTES_ID = re.compile(r"^\S+ \[((?:\d{1,3} ){15}\d{1,3})\]")
+_ASCII_ID = re.compile(r"^\S+ (\S{16}) ")
+
+
+def parse_error_frame(data: bytes) -> BrokerError:
+    """Return the typed error for an error frame's data (``fatal`` is the class default).
+
+    The code is the text before the first space (the whole text when there is none); an
+    unknown code gives a plain :class:`~nsq_ha.errors.BrokerError` that keeps it.
+    """
+    text = data.decode("utf-8", errors="replace")
+    if data == TOO_MANY_CONNECTIONS:
+        code, description = text, ""
+    else:
+        code, _, description = text.partition(" ")
+    error = BrokerError.class_for(code)(code, description)
+    if isinstance(error, MessageCommandError):
+        error.message_id = message_id_in(description)
+    return error
+
+
+def message_id_in(description: str) -> bytes | None:
+    """Return the 16-byte message id a FIN/REQ/TOUCH failure names, or ``None``."""
+    match = _GO_BYTES_ID.match(description)
+    if match is not None:
+        values = [int(part) for part in match.group(1).split(" ")]
+        return bytes(values) if all(value < 256 for value in values) else None
+    match = _ASCII_ID.match(description)
+    if match is not None:
+        raw = match.group(1).encode("utf-8", errors="replace")
+        return raw if len(raw) == 16 else None
+    return None
+
+
+def closes_connection(
+    error_cls: type[BrokerError], command: bytes | None, *, fork: bool = True
+) -> bool:
+    """Say whether nsqd closes the connection after ``error_cls`` answered ``command``.
+
+    ``command`` is the failed command's name or whole line; ``None`` (not known) gives the
+    conservative answer. ``fork=False`` applies vanilla nsqd's rule.
+    """
+    if not fork:
+        return error_cls.vanilla_fatal
+    if command is not None and command_name(command) in error_cls.nonfatal_after:
+        return False
+    return error_cls.fatal
+
+
+def must_drop(error_cls: type[BrokerError], command: bytes | None, *, fork: bool = True) -> bool:
+    """Say whether the client must drop the connection: nsqd closes it, or the stream is out
+    of step (any error answering ``MPUB_EXT``)."""
+    if command is not None and command_name(command) in OUT_OF_STEP_AFTER:
+        return True
+    return closes_connection(error_cls, command, fork=fork)

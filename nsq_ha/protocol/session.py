@@ -1,0 +1,385 @@
+"""The client side of one nsqd connection, sans-IO (h11's ``Connection`` for NSQ).
+
+:class:`ClientSession` decides everything about the protocol and does no I/O: the caller writes
+the bytes its methods return, feeds it the bytes it reads and acts on the events it hands out::
+
+    session = ClientSession()
+    write(session.start())                        # magic
+    write(session.identify(body))                 # IDENTIFY, answered by an Answer event
+    ...
+    session.receive_data(chunk, now)
+    while (event := session.next_event()) is not NEED_DATA:
+        ...                                       # Answer, Failed, Delivered, Heartbeat, ...
+
+It owns the connection state (every move goes through
+:class:`~nsq_ha.protocol.state.ConnectionStateMachine`), the FIFO of commands waiting for an
+answer (nsqd answers in order, §1.5, so it knows which command an error frame answers), the
+message format the subscribe command chose, the ids in flight, the RDY check on receipt
+(:class:`~nsq_ha.protocol.flow.DeliveryLedger`), heartbeat detection, and whether an error frame
+means the connection must be dropped (:mod:`nsq_ha.protocol.error_frames`). After a fatal error
+nothing more can be sent. Clocks stay outside: the caller passes the time with the bytes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+
+from nsq_ha.errors import BrokerError, LocalProtocolError, MessageCommandError, RemoteProtocolError
+from nsq_ha.protocol.commands import (
+    MAGIC_V2,
+    encode_auth,
+    encode_fin,
+    encode_fin_delivered,
+    encode_identify,
+    encode_touch,
+)
+from nsq_ha.protocol.error_frames import closes_connection, must_drop, parse_error_frame
+from nsq_ha.protocol.events import (
+    CLOSE_WAIT as CLOSE_WAIT_EVENT,
+)
+from nsq_ha.protocol.events import (
+    HEARTBEAT as HEARTBEAT_EVENT,
+)
+from nsq_ha.protocol.events import (
+    NEED_DATA,
+    SYNCED,
+    Answer,
+    Delivered,
+    Event,
+    Failed,
+)
+from nsq_ha.protocol.flow import DeliveryLedger
+from nsq_ha.protocol.frames import (
+    CLOSE_WAIT,
+    DEFAULT_MAX_FRAME_SIZE,
+    HEARTBEAT,
+    FrameDecoder,
+    FrameType,
+)
+from nsq_ha.protocol.identify import Negotiated
+from nsq_ha.protocol.message import MessageFormat, decode_message
+from nsq_ha.protocol.state import ConnectionStateMachine, ConnState, check_command
+
+__all__ = [
+    "DEFAULT_MSG_TIMEOUT",
+    "FORK_ONLY_COMMANDS",
+    "NO_RESPONSE_COMMANDS",
+    "SUBSCRIBE_COMMANDS",
+    "SYNC_ID_FORK",
+    "SYNC_ID_VANILLA",
+    "ClientSession",
+]
+
+#: Commands nsqd never answers on success (their errors may still arrive).
+NO_RESPONSE_COMMANDS = frozenset({b"FIN", b"REQ", b"TOUCH", b"RDY", b"NOP"})
+#: The subscribe commands.
+SUBSCRIBE_COMMANDS = frozenset({b"SUB", b"SUB_ORDERED", b"SUB_ADVANCED"})
+#: Commands only the fork knows.
+FORK_ONLY_COMMANDS = frozenset(
+    {b"SUB_ORDERED", b"SUB_ADVANCED", b"PUB_TRACE", b"PUB_EXT", b"MPUB_TRACE", b"MPUB_EXT"}
+)
+#: msg_timeout assumed when nsqd does not announce one (nsqd's default), seconds.
+DEFAULT_MSG_TIMEOUT = 60.0
+#: Ids a sync TOUCHes: never in flight (a fork internal id of 2**63-1; on vanilla, where ids
+#: are 16 hex characters, a value its id generator cannot reach soon).
+SYNC_ID_FORK = b"\x7f" + b"\xff" * 7 + b"\x00" * 8
+SYNC_ID_VANILLA = b"ffffffffffffffff"
+_SYNC_IDS = (SYNC_ID_FORK, SYNC_ID_VANILLA)
+_ACK_COMMANDS = frozenset({b"FIN", b"REQ"})
+#: the upgrades answer OK through the new layer: an error there belongs to IDENTIFY
+_UPGRADE_ANSWERS = b"IDENTIFY"
+#: builds the named-tuple events without their constructor's overhead (see events.py)
+_new = tuple.__new__
+_MESSAGE = FrameType.MESSAGE
+_RESPONSE = FrameType.RESPONSE
+_SUBSCRIBED = ConnState.SUBSCRIBED
+
+
+class ClientSession:
+    """The protocol state of one client connection to nsqd; see the module docstring."""
+
+    __slots__ = (
+        "_decoder",
+        "_fatal",
+        "_format",
+        "_in_flight",
+        "_ledger",
+        "_machine",
+        "_negotiated",
+        "_now",
+        "_ordered",
+        "_pending",
+        "_syncs",
+    )
+
+    def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        """Start in ``INIT``; frames above ``max_frame_size`` are a protocol violation."""
+        self._machine = ConnectionStateMachine()
+        self._decoder = FrameDecoder(max_frame_size)
+        self._pending: deque[bytes] = deque()
+        self._negotiated: Negotiated | None = None
+        self._format: MessageFormat | None = None
+        self._ordered = False
+        self._in_flight: set[bytes] = set()
+        self._ledger = DeliveryLedger(expiry=DEFAULT_MSG_TIMEOUT)
+        self._syncs = 0
+        self._fatal: BrokerError | None = None
+        self._now = 0.0
+
+    def __repr__(self) -> str:
+        """Show the state and the queue sizes."""
+        return (
+            f"<ClientSession {self.state.name} pending={len(self._pending)} "
+            f"in_flight={len(self._in_flight)}>"
+        )
+
+    # -- what the session knows ---------------------------------------------------------
+
+    @property
+    def state(self) -> ConnState:
+        """The connection state."""
+        return self._machine.state
+
+    @property
+    def history(self) -> tuple[ConnState, ...]:
+        """Every state entered so far, oldest first."""
+        return self._machine.history
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection is ``CLOSED``."""
+        return self._machine.closed
+
+    @property
+    def negotiated(self) -> Negotiated | None:
+        """What IDENTIFY settled (``None`` before the answer)."""
+        return self._negotiated
+
+    @property
+    def is_fork(self) -> bool:
+        """True when nsqd identified as the fork (fork-only commands, fork message ids)."""
+        return self._negotiated is not None and self._negotiated.is_fork is True
+
+    @property
+    def fork_rules(self) -> bool:
+        """Read error frames with the fork's rules: True unless nsqd identified as vanilla
+        (the fork's rules are the stricter guess while it is not known)."""
+        return self._negotiated is None or self._negotiated.is_fork is not False
+
+    @property
+    def message_format(self) -> MessageFormat | None:
+        """The format of message frames (``None`` until a subscribe command was sent)."""
+        return self._format
+
+    @property
+    def ordered(self) -> bool:
+        """True after SUB_ORDERED: nsqd sends the next message only after this one's FIN."""
+        return self._ordered
+
+    @property
+    def pending(self) -> int:
+        """Commands sent and not answered yet."""
+        return len(self._pending)
+
+    @property
+    def in_flight(self) -> int:
+        """Messages delivered and not yet answered with FIN or REQ."""
+        return len(self._in_flight)
+
+    @property
+    def fatal_error(self) -> BrokerError | None:
+        """The error frame after which the connection must be dropped, once one came."""
+        return self._fatal
+
+    # -- handshake ------------------------------------------------------------------------
+
+    def start(self) -> bytes:
+        """Return the magic, the first bytes on a new connection."""
+        self._machine.move(ConnState.CONNECTED)
+        return MAGIC_V2
+
+    def identify(self, body: Mapping[str, object], *, max_body_size: int | None = None) -> bytes:
+        """Return the IDENTIFY command for ``body``; its answer is an :class:`Answer`."""
+        data = encode_identify(body, max_body_size=max_body_size)
+        self._machine.check_command(data)
+        self._machine.move(ConnState.IDENTIFYING)
+        self._pending.append(b"IDENTIFY")
+        return data
+
+    def identified(self, negotiated: Negotiated) -> None:
+        """Record what the IDENTIFY answer settled."""
+        self._negotiated = negotiated
+
+    def start_tls(self) -> None:
+        """Enter the TLS upgrade; nsqd's ``OK`` through TLS is the next answer."""
+        self._machine.move(ConnState.TLS_UPGRADE)
+        self._pending.append(_UPGRADE_ANSWERS)
+
+    def start_compression(self) -> None:
+        """Enter the compression upgrade; nsqd's ``OK`` through it is the next answer."""
+        self._machine.move(ConnState.COMPRESSION_UPGRADE)
+        self._pending.append(_UPGRADE_ANSWERS)
+
+    def authenticate(self, secret: str | bytes, *, max_body_size: int | None = None) -> bytes:
+        """Return the AUTH command; its answer is an :class:`Answer`."""
+        self._machine.move(ConnState.AUTHENTICATING)
+        data = encode_auth(secret, max_body_size=max_body_size)
+        self._machine.check_command(data)
+        self._pending.append(b"AUTH")
+        return data
+
+    def ready(self, *, msg_timeout: float | None = None) -> None:
+        """End the handshake: enter ``READY``. Deliveries count as live for nsqd's announced
+        msg_timeout, else ``msg_timeout``, else nsqd's default."""
+        announced = self._negotiated.msg_timeout if self._negotiated is not None else None
+        self._ledger = DeliveryLedger(expiry=announced or msg_timeout or DEFAULT_MSG_TIMEOUT)
+        self._machine.move(ConnState.READY)
+
+    # -- sending --------------------------------------------------------------------------
+
+    def _check(self, command: bytes) -> bytes:
+        """Return the command's name if it may be sent now."""
+        if self._fatal is not None:
+            raise LocalProtocolError(f"cannot send after the fatal error {self._fatal}")
+        return check_command(self._machine.state, command)
+
+    def send(self, command: bytes) -> bytes:
+        """Return ``command`` (encoded) after recording it: a command nsqd answers.
+
+        Its answer comes as :class:`Answer` (or :class:`Failed`); a subscribe command sets the
+        message format and enters ``SUBSCRIBING``, ``CLS`` enters ``CLOSING``. Raises
+        LocalProtocolError for a command not allowed now, one without an answer (use
+        :meth:`send_nowait`) or a fork-only command on vanilla nsqd.
+        """
+        name = self._check(command)
+        if name in NO_RESPONSE_COMMANDS:
+            raise LocalProtocolError(f"{name.decode()} has no response: use send_nowait()")
+        if name in FORK_ONLY_COMMANDS and not self.is_fork:
+            raise LocalProtocolError(f"{name.decode()} exists only on the fork; nsqd is vanilla")
+        if name in SUBSCRIBE_COMMANDS:
+            negotiated = self._negotiated
+            extend = negotiated is not None and negotiated.extend_support
+            self._format = MessageFormat.for_subscription(
+                command, fork=self.is_fork, extend_support=extend, ext_topic=extend
+            )
+            self._ordered = name == b"SUB_ORDERED"
+            self._machine.move(ConnState.SUBSCRIBING)
+        elif name == b"CLS":
+            self._machine.move(ConnState.CLOSING)
+        self._pending.append(name)
+        return command
+
+    def send_nowait(self, command: bytes, *, now: float | None = None) -> bytes:
+        """Return ``command`` after recording it: FIN, REQ, TOUCH, RDY or NOP (no answer on
+        success). FIN and REQ settle the message, TOUCH renews it (at ``now``), RDY raises
+        the receipt limit."""
+        name = self._check(command)
+        if name not in NO_RESPONSE_COMMANDS:
+            raise LocalProtocolError(f"{name.decode()} has a response: use command()")
+        if name in _ACK_COMMANDS and len(command) >= 20:
+            message_id = bytes(command[4:20])
+            self._in_flight.discard(message_id)
+            self._ledger.settled(message_id)
+        elif name == b"TOUCH" and len(command) >= 22:
+            self._ledger.touched(bytes(command[6:22]), self._now if now is None else now)
+        elif name == b"RDY":
+            self._ledger.rdy(int(bytes(command[4:])))
+        return command
+
+    def fin(self, message_id: bytes) -> bytes:
+        """Return the FIN for a message, settling it."""
+        in_flight = self._in_flight
+        if message_id in in_flight and self._machine.state is _SUBSCRIBED and self._fatal is None:
+            in_flight.discard(message_id)  # delivered here, so a valid id: no check again
+            self._ledger.settled(message_id)
+            return encode_fin_delivered(message_id)
+        return self.send_nowait(encode_fin(message_id))
+
+    def sync(self) -> bytes:
+        """Return a TOUCH for an id never in flight: nsqd answers it with E_TOUCH_FAILED
+        (non-fatal on both servers) once it processed every command sent before, which
+        comes as :data:`~nsq_ha.protocol.events.SYNCED`."""
+        data = self.send_nowait(encode_touch(SYNC_ID_FORK if self.is_fork else SYNC_ID_VANILLA))
+        self._syncs += 1
+        return data
+
+    # -- receiving ------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes, now: float = 0.0) -> None:
+        """Add bytes read from nsqd at time ``now`` (seconds, any monotonic clock)."""
+        self._decoder.receive_data(data)
+        self._now = now
+
+    def receive_eof(self) -> None:
+        """nsqd closed the stream; raise RemoteProtocolError if it cut a frame off."""
+        self._decoder.feed_eof()
+
+    def next_event(self) -> Event:
+        """Return the next event, or :data:`~nsq_ha.protocol.events.NEED_DATA`.
+
+        Raises RemoteProtocolError for bytes nsqd must not send (a bad frame, an answer
+        nothing waits for, a message beyond the RDY given or before a subscribe).
+        """
+        parts = self._decoder.next_parts()
+        if parts is None:
+            return NEED_DATA
+        kind, data = parts
+        if kind is _MESSAGE:
+            fmt = self._format
+            if fmt is None:
+                raise RemoteProtocolError("message frame on a connection that did not subscribe")
+            message = decode_message(data, fmt)
+            self._ledger.delivered(message.id, self._now)
+            self._in_flight.add(message.id)
+            return _new(Delivered, (message,))
+        if kind is _RESPONSE:
+            return self._answered(data)
+        return self._failed(data)
+
+    def _answered(self, data: bytes) -> Event:
+        """A response frame: a heartbeat, or the answer to the oldest pending command."""
+        if data == HEARTBEAT:
+            return HEARTBEAT_EVENT
+        if not self._pending:
+            raise RemoteProtocolError(f"response {data[:64]!r} answers no pending command")
+        name = self._pending.popleft()
+        if name == b"CLS":
+            if data != CLOSE_WAIT:
+                raise RemoteProtocolError(f"expected CLOSE_WAIT after CLS, got {data[:64]!r}")
+            self._machine.move(ConnState.CLOSE_WAIT)
+            return CLOSE_WAIT_EVENT
+        if name in SUBSCRIBE_COMMANDS and self._machine.state is ConnState.SUBSCRIBING:
+            self._machine.move(ConnState.SUBSCRIBED)
+        return _new(Answer, (data, name))
+
+    def _failed(self, data: bytes) -> Event:
+        """An error frame: FIN/REQ/TOUCH failures answer no pending command (they have no
+        success answer to keep a place in the FIFO); anything else answers the oldest."""
+        error = parse_error_frame(data)
+        fork = self.fork_rules
+        if isinstance(error, MessageCommandError):
+            if self._syncs and error.message_id in _SYNC_IDS:
+                self._syncs -= 1
+                return SYNCED
+            fatal = error.fatal = closes_connection(type(error), None, fork=fork)
+            if fatal:
+                self._fatal = error
+            return _new(Failed, (error, fatal, None))
+        head = self._pending.popleft() if self._pending else None
+        fatal = error.fatal = must_drop(type(error), head, fork=fork)
+        if head in SUBSCRIBE_COMMANDS and self._machine.state is ConnState.SUBSCRIBING:
+            self._machine.move(ConnState.READY)
+        if fatal:
+            self._fatal = error
+        return _new(Failed, (error, fatal, head))
+
+    # -- closing --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Enter ``CLOSED`` (either side closed the socket): pending commands get no answer,
+        nothing can be sent any more."""
+        if not self._machine.closed:
+            self._machine.move(ConnState.CLOSED)
+        self._pending.clear()
+        self._syncs = 0
