@@ -72,8 +72,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from nsq_ha._error_frames_compat import ErrorFrameCompat
-
 __all__ = [
     "AuthDisabledError",
     "AuthError",
@@ -279,7 +277,7 @@ class PartitionNotAvailableError(DiscoveryError):
 _REGISTRY: dict[str, type[BrokerError]] = {}
 
 
-class BrokerError(ErrorFrameCompat, NsqError):
+class BrokerError(NsqError):
     """An error frame sent by nsqd: ``<CODE> <description>``.
 
     Subclasses set ``wire_code`` and are found by :meth:`class_for`; an unknown code gives a

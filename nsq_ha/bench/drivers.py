@@ -32,7 +32,14 @@ from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import Consumer
 from nsq_ha.producer import Producer
 from nsq_ha.protocol import MAGIC_V2
-from nsq_ha.protocol.commands import encode_fin, encode_identify, encode_rdy, encode_sub_ordered
+from nsq_ha.protocol.commands import (
+    encode_fin,
+    encode_identify,
+    encode_nop,
+    encode_rdy,
+    encode_sub_ordered,
+)
+from nsq_ha.protocol.frames import HEARTBEAT
 
 
 def _where(spec: dict[str, Any]) -> dict[str, Any]:
@@ -254,8 +261,8 @@ def raw_ordered(spec: dict[str, Any]) -> dict[str, Any]:
         elif kind == 1 and not data.startswith(b"E_FIN_FAILED"):
             # (the fork may deliver a message it had read ahead twice: the second FIN fails)
             raise RuntimeError(f"nsqd error: {data!r}")
-        elif data == b"_heartbeat_":
-            sock.sendall(b"NOP\n")
+        elif data == HEARTBEAT:
+            sock.sendall(encode_nop())
     result = span.stop(got - 1)
     sock.close()
     return result

@@ -39,7 +39,7 @@ from typing import Any
 from nsq_ha.errors import RemoteProtocolError
 from nsq_ha.protocol.command_decoder import BODY_COMMANDS, ClientCommand, CommandDecoder, Magic
 from nsq_ha.protocol.compression import DeflateCodec, SnappyCodec
-from nsq_ha.protocol.frames import FrameType, encode_frame
+from nsq_ha.protocol.frames import HEARTBEAT, FrameType, encode_frame
 from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message
 
 from .ext_filter import filter_matches
@@ -70,7 +70,6 @@ log = logging.getLogger("nsq_ha.devcluster.nsqd")
 
 MAGIC_V2 = b"  V2"
 _FORK_BODY_COMMANDS = BODY_COMMANDS - {b"DPUB"}
-_HEARTBEAT = b"_heartbeat_"
 
 
 class ClientState(enum.IntEnum):
@@ -272,7 +271,7 @@ class ClientConnection:
             await asyncio.sleep(max(0.0, due - loop.time()))
             if self.server.paused() or self.closed:
                 continue
-            self.output.write(encode_frame(FrameType.RESPONSE, _HEARTBEAT))
+            self.output.write(encode_frame(FrameType.RESPONSE, HEARTBEAT))
 
     def drop(self, reason: str, *, abort: bool = False) -> None:
         """Close the connection without an error frame (leader moved, node stopped ...)."""

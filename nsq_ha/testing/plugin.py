@@ -75,7 +75,6 @@ def unavailable(name: str, reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-
 def _binaries(recipe: ServerRecipe) -> ServerBinaries:
     found = find_built(recipe)
     if found is not None:

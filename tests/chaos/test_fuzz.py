@@ -63,6 +63,7 @@ from nsq_ha.lookup.wire import (
     unwrap,
 )
 from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder, Magic
+from nsq_ha.protocol.error_frames import closes_connection, must_drop, parse_error_frame
 from nsq_ha.protocol.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     FRAME_HEADER_SIZE,
@@ -558,10 +559,10 @@ def test_the_frame_limit_for_a_max_msg_size() -> None:
 def test_error_frame_data_always_becomes_a_broker_error(
     data: bytes, after: bytes | None, fork: bool
 ) -> None:
-    error = BrokerError.from_frame(data, after_command=after, fork=fork)
+    error = parse_error_frame(data)
     assert isinstance(error, BrokerError)
-    assert isinstance(error.fatal, bool)
-    assert isinstance(error.needs_reconnect(after, fork=fork), bool)
+    assert isinstance(closes_connection(type(error), after, fork=fork), bool)
+    assert isinstance(must_drop(type(error), after, fork=fork), bool)
     message_id = getattr(error, "message_id", None)
     assert message_id is None or len(message_id) == 16
 

@@ -9,6 +9,7 @@ import pytest
 
 import nsq_ha.errors as errors
 from nsq_ha.errors import BrokerError, NsqError
+from nsq_ha.protocol.error_frames import must_drop, parse_error_frame
 from nsq_ha.retry import GIVE_UP, Decision, decide
 
 #: class name -> (retry, refresh lookup, reconnect) for an error built without command context
@@ -126,6 +127,8 @@ def test_anything_but_an_nsq_error_gives_up(exc: BaseException) -> None:
         # not the leader any more: nsqd keeps the connection after PUB, but it leads nothing
         (b"E_FAILED_ON_NOT_LEADER x", b"PUB t 0\n", True, (True, True, True)),
         (b"E_FAILED_ON_NOT_LEADER x", b"SUB t c 0\n", True, (True, True, True)),
+        # a header error after MPUB_EXT leaves the stream out of step (§2.15): reconnect
+        (b"E_EXT_NOT_SUPPORT x", b"MPUB_EXT t 0\n", True, (False, True, True)),
         (b"E_EXT_NOT_SUPPORT x", b"PUB_EXT t 0\n", True, (False, False, False)),
         # the topic is not on this nsqd (moved, or not created yet): fatal, look again
         (b"E_TOPIC_NOT_EXIST ", b"PUB t 0\n", True, (True, True, True)),
@@ -135,6 +138,8 @@ def test_anything_but_an_nsq_error_gives_up(exc: BaseException) -> None:
 def test_broker_errors_decide_from_the_command_that_failed(
     frame: bytes, after: bytes, fork: bool, expected: tuple[bool, bool, bool]
 ) -> None:
-    error = BrokerError.from_frame(frame, after_command=after, fork=fork)
+    # as ClientSession does: the typed error, then whether the connection must go
+    error = parse_error_frame(frame)
+    error.fatal = must_drop(type(error), after, fork=fork)
     retry, refresh, reconnect = expected
     assert decide(error) == Decision(retry=retry, refresh_lookup=refresh, reconnect=reconnect)

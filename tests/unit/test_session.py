@@ -19,14 +19,12 @@ from hypothesis import strategies as st
 
 from nsq_ha import errors
 from nsq_ha.errors import (
-    BrokerError,
     ExtNotSupportedError,
     FinFailedError,
     LocalProtocolError,
     NotLeaderError,
     PubFailedError,
     RemoteProtocolError,
-    TooManyConnectionsError,
     TouchFailedError,
 )
 from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder
@@ -515,31 +513,6 @@ COMMANDS = [
     b"RDY 1\n",
     b"IDENTIFY\n",
 ]
-
-
-@pytest.mark.parametrize(
-    "error_cls",
-    [
-        cls
-        for cls in vars(errors).values()
-        if isinstance(cls, type) and issubclass(cls, BrokerError)
-    ],
-)
-def test_brokererror_classmethods_agree_with_the_protocol(error_cls: type[BrokerError]) -> None:
-    """BrokerError.from_frame / closes_connection / needs_reconnect stay for callers outside
-    the client; they must answer exactly as nsq_ha.protocol.error_frames does."""
-    code = error_cls.wire_code or "E_SOMETHING_NEW"
-    data = code.encode() if error_cls is TooManyConnectionsError else f"{code} text".encode()
-    for command, fork in itertools.product(COMMANDS, (True, False)):
-        closes = closes_connection(error_cls, command, fork=fork)
-        assert error_cls.closes_connection(command, fork=fork) is closes, (error_cls, command)
-        assert error_cls.needs_reconnect(command, fork=fork) is must_drop(
-            error_cls, command, fork=fork
-        )
-        old = BrokerError.from_frame(data, after_command=command, fork=fork)
-        new = parse_error_frame(data)
-        assert (type(old), old.code, old.description) == (type(new), new.code, new.description)
-        assert old.fatal is closes_connection(type(new), command, fork=fork)
 
 
 def test_pub_failures_differ_between_servers_only() -> None:
