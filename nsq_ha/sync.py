@@ -39,8 +39,7 @@ from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import BackoffStrategy, ConsumerConfig, Exponential
 from nsq_ha.consumer import Consumer as AsyncConsumer
 from nsq_ha.consumer import Message as AsyncMessage
-from nsq_ha.consumer.config import GiveUp
-from nsq_ha.consumer.core import make_config
+from nsq_ha.consumer.config import OPTIONS, GiveUp, make_config
 from nsq_ha.durations import optional_seconds, seconds
 from nsq_ha.errors import ConsumerClosedError, MessageConnectionGoneError, ProducerClosedError
 from nsq_ha.lookup import LookupClient
@@ -362,9 +361,7 @@ class Consumer:
     ) -> None:
         """The options of :class:`nsq_ha.consumer.Consumer`, checked into the same
         :class:`~nsq_ha.consumer.ConsumerConfig` before anything starts."""
-        options = {
-            k: v for k, v in locals().items() if k not in ("self", "topic", "channel", "config")
-        }
+        options = {name: value for name, value in locals().items() if name in OPTIONS}
         settings = make_config(topic, channel, config, options)
         self._settings = settings
         self._runner = loop_thread()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer.backoff import BackoffStrategy, Exponential
@@ -27,7 +28,7 @@ from nsq_ha.lookup import LookupClient
 from nsq_ha.protocol.identify import ExtFilter
 from nsq_ha.protocol.names import validate_channel, validate_topic
 
-__all__ = ["ConsumerConfig", "GiveUp"]
+__all__ = ["OPTIONS", "ConsumerConfig", "GiveUp", "make_config"]
 
 #: ``on_give_up``: called with a message delivered more than ``max_attempts`` times.
 GiveUp = Callable[[Message], Awaitable[object] | object]
@@ -150,3 +151,48 @@ class ConsumerConfig:
         if extend_support is not None:
             changes["extend_support"] = extend_support
         return dataclasses.replace(base, **changes) if changes else base  # type: ignore[arg-type]
+
+
+#: the Consumer keywords that are ConsumerConfig fields as they are (``config=`` is not: it is
+#: the ``connection`` field, or a whole ConsumerConfig)
+OPTIONS = frozenset(f.name for f in dataclasses.fields(ConsumerConfig)) - {
+    "topic",
+    "channel",
+    "connection",
+}
+
+
+def _default(name: str) -> object:
+    spec = ConsumerConfig.__dataclass_fields__[name]
+    factory = spec.default_factory
+    return factory() if callable(factory) else spec.default
+
+
+def make_config(
+    topic: str | None,
+    channel: str | None,
+    config: ConnectionConfig | ConsumerConfig | None,
+    options: dict[str, Any],
+) -> ConsumerConfig:
+    """The ConsumerConfig of a Consumer's arguments (async or blocking, the same way).
+
+    ``config`` may be a whole ConsumerConfig: then no option in ``options`` may differ from its
+    default, and ``topic``/``channel``, if given, must match it. Otherwise ``options`` and
+    ``config`` (the ConnectionConfig) make a new one."""
+    if isinstance(config, ConsumerConfig):
+        given = sorted(name for name, value in options.items() if value != _default(name))
+        if given:
+            raise ConfigError(
+                f"config=ConsumerConfig(...) holds every option; do not also give {given}"
+            )
+        for name, value in (("topic", topic), ("channel", channel)):
+            if value is not None and value != getattr(config, name):
+                raise ConfigError(
+                    f"{name}={value!r} differs from the ConsumerConfig's {getattr(config, name)!r}"
+                )
+        return config
+    if topic is None or channel is None:
+        raise ConfigError("a Consumer needs a topic and a channel (or config=ConsumerConfig(...))")
+    if config is not None and not isinstance(config, ConnectionConfig):
+        raise ConfigError("config must be a ConnectionConfig or a ConsumerConfig")
+    return ConsumerConfig(topic=topic, channel=channel, connection=config, **options)

@@ -19,7 +19,6 @@ and calling one way:
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -30,7 +29,7 @@ from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.consumer import runners
 from nsq_ha.consumer.backoff import BackoffStrategy, Exponential
 from nsq_ha.consumer.checks import check_count, check_timeout
-from nsq_ha.consumer.config import ConsumerConfig, GiveUp
+from nsq_ha.consumer.config import OPTIONS, ConsumerConfig, GiveUp, make_config
 from nsq_ha.consumer.discovery import Discovery
 from nsq_ha.consumer.drain import drain
 from nsq_ha.consumer.flow import Flow
@@ -40,7 +39,7 @@ from nsq_ha.consumer.runners import BatchHandler, Handler
 from nsq_ha.consumer.slots import AnswerPolicy, ConnKey, SlotContext, Tally
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.durations import seconds
-from nsq_ha.errors import ConfigError, ConsumerClosedError
+from nsq_ha.errors import ConsumerClosedError
 from nsq_ha.lookup import LookupClient
 from nsq_ha.protocol.identify import ExtFilter
 
@@ -121,7 +120,7 @@ class Consumer:
         max_reconnect_interval: float = 30.0,
     ) -> None:
         """Check every option (see the class); nothing is connected before :meth:`start`."""
-        options = {name: value for name, value in locals().items() if name in _OPTIONS}
+        options = {name: value for name, value in locals().items() if name in OPTIONS}
         self._config = make_config(topic, channel, config, options)
         cfg = self._config
         self._tally = Tally()
@@ -471,45 +470,3 @@ class Consumer:
             )
             self._close_task.add_done_callback(lambda _: log.info("closed %r", self))
         await asyncio.shield(self._close_task)
-
-
-#: the keyword options of :class:`Consumer` that are :class:`ConsumerConfig` fields
-_OPTIONS = frozenset(
-    name
-    for name, parameter in inspect.signature(Consumer.__init__).parameters.items()
-    if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name != "config"
-)
-#: their defaults
-_DEFAULTS = {
-    name: parameter.default
-    for name, parameter in inspect.signature(Consumer.__init__).parameters.items()
-    if name in _OPTIONS
-}
-
-
-def make_config(
-    topic: str | None,
-    channel: str | None,
-    config: ConnectionConfig | ConsumerConfig | None,
-    options: dict[str, Any],
-) -> ConsumerConfig:
-    """The ConsumerConfig of the Consumer keywords: ``config`` when it is one (then no other
-    option may be given, and ``topic``/``channel``, if given, must match it), else one built
-    from the keywords with ``config`` as its ConnectionConfig."""
-    if isinstance(config, ConsumerConfig):
-        given = sorted(n for n, v in options.items() if v is not _DEFAULTS[n] and v != _DEFAULTS[n])
-        if given:
-            raise ConfigError(
-                f"config=ConsumerConfig(...) holds every option; do not also give {given}"
-            )
-        for name, value in (("topic", topic), ("channel", channel)):
-            if value is not None and value != getattr(config, name):
-                raise ConfigError(
-                    f"{name}={value!r} differs from the ConsumerConfig's {getattr(config, name)!r}"
-                )
-        return config
-    if topic is None or channel is None:
-        raise ConfigError("Consumer needs a topic and a channel (or config=ConsumerConfig(...))")
-    if config is not None and not isinstance(config, ConnectionConfig):
-        raise ConfigError("config must be a ConnectionConfig or a ConsumerConfig")
-    return ConsumerConfig(topic=topic, channel=channel, connection=config, **options)

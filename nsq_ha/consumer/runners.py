@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from nsq_ha.consumer.handout import Intake
 from nsq_ha.consumer.message import Message
@@ -26,7 +27,7 @@ BatchHandler = Callable[[list[Message]], Awaitable[object] | object]
 
 
 async def call_handler(
-    handler: Callable[[object], Awaitable[object] | object],
+    handler: Callable[[Any], Awaitable[object] | object],
     argument: object,
     messages: list[Message],
 ) -> None:
@@ -56,7 +57,7 @@ async def run(intake: Intake, handler: Handler, *, concurrency: int) -> None:
     async def worker() -> None:
         while (message := await intake.take()) is not None:
             try:
-                await call_handler(handler, message, [message])  # type: ignore[arg-type]
+                await call_handler(handler, message, [message])
             finally:
                 if message.ordered:
                     intake.release(message)
@@ -91,7 +92,7 @@ async def run_batches(
                         if message is None:
                             break
                     batch.append(message)
-                await call_handler(handler, batch, batch)  # type: ignore[arg-type]
+                await call_handler(handler, batch, batch)
             finally:
                 for message in batch:
                     if message.ordered:
