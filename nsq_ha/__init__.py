@@ -17,13 +17,14 @@ from nsq_ha._version import __version__
 
 if TYPE_CHECKING:
     from nsq_ha.connection import ConnectionConfig, NsqdConnection
-    from nsq_ha.consumer import Consumer, Message
+    from nsq_ha.consumer import Consumer, ConsumerConfig, Message
     from nsq_ha.lookup import LookupClient
     from nsq_ha.producer import Producer, PublishResult, RetryPolicy
 
 _EXPORTS = {
     "ConnectionConfig": "nsq_ha.connection",
     "Consumer": "nsq_ha.consumer",
+    "ConsumerConfig": "nsq_ha.consumer",
     "Message": "nsq_ha.consumer",
     "NsqdConnection": "nsq_ha.connection",
     "LookupClient": "nsq_ha.lookup",
@@ -35,6 +36,7 @@ _EXPORTS = {
 __all__ = [
     "ConnectionConfig",
     "Consumer",
+    "ConsumerConfig",
     "LookupClient",
     "Message",
     "NsqdConnection",

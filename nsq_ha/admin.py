@@ -9,6 +9,11 @@ failover on a real cluster as on the embedded one.
 
 Vanilla nsqlookupd has a ``/topic/create?topic=T`` too (no partitions, no replicas): it is
 used when ``/listlookup`` answers 404.
+
+nsqd's own admin calls (``/channel/create``, ``/channel/setoffset``, ``/channel/delete``) are
+written here once, in :class:`NsqdAdmin`: the consumer's :meth:`~nsq_ha.consumer.Consumer.seek`,
+the Spark source and :meth:`LookupdAdmin.create_channel` all use it, and every refusal is an
+:class:`AdminError`. :func:`seek_position` spells a setoffset position.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Self
 
 import httpx
 
+from nsq_ha.durations import seconds
 from nsq_ha.errors import (
     ConfigError,
     DiscoveryError,
@@ -41,7 +47,15 @@ from nsq_ha.lookup.wire import (
 )
 from nsq_ha.protocol.names import validate_channel, validate_topic
 
-__all__ = ["MAX_RETENTION_DAYS", "MAX_SYNC_EVERY", "AdminError", "LookupdAdmin", "TopicSpec"]
+__all__ = [
+    "MAX_RETENTION_DAYS",
+    "MAX_SYNC_EVERY",
+    "AdminError",
+    "LookupdAdmin",
+    "NsqdAdmin",
+    "TopicSpec",
+    "seek_position",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +66,100 @@ _NODES_PATIENCE = 20.0
 
 
 class AdminError(DiscoveryError):
-    """nsqlookupd refused an admin request, or it did not take effect in time."""
+    """nsqlookupd or nsqd refused an admin request (or was unreachable), or it did not take
+    effect in time."""
+
+
+def seek_position(
+    *,
+    offset: int | None = None,
+    timestamp: float | None = None,
+    count: int | None = None,
+    end: bool = False,
+) -> str:
+    """The ``/channel/setoffset`` body for exactly one position: ``offset`` (queue byte offset),
+    ``timestamp`` (Unix seconds), ``count`` (the N-th message, from 1) or ``end=True``; anything
+    else is a :class:`ConfigError`."""
+    chosen = [x for x in (offset, timestamp, count) if x is not None] + ([True] if end else [])
+    if len(chosen) != 1:
+        raise ConfigError("seek needs exactly one of offset=, timestamp=, count= or end=True")
+    if offset is not None:
+        return f"virtual_queue:{_whole(offset, 'offset', 0)}"
+    if timestamp is not None:
+        return f"timestamp:{int(seconds(timestamp, 'timestamp', zero=True))}"
+    if count is not None:
+        return f"msgcount:{_whole(count, 'count', 1)}"
+    return "special:-1"
+
+
+def _whole(value: object, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+class NsqdAdmin:
+    """nsqd's HTTP admin calls on one node (``http_url``, e.g. a lookup NodeInfo's).
+
+    Give ``http`` to share a client (it is then not closed here). Every refusal, and an
+    unreachable nsqd, is an :class:`AdminError` naming the call.
+    """
+
+    def __init__(
+        self, http_url: str, *, http: httpx.AsyncClient | None = None, timeout: float = 10.0
+    ) -> None:
+        """Admin calls to the nsqd at ``http_url``."""
+        self.http_url = http_url.rstrip("/")
+        self._owns_http = http is None
+        self._http = http if http is not None else httpx.AsyncClient(timeout=timeout)
+
+    def __repr__(self) -> str:
+        return f"<NsqdAdmin {self.http_url}>"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the HTTP client if this object made it."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def create_channel(self, topic: str, channel: str, partition: int | None = None) -> None:
+        """``POST /channel/create`` (on the fork: on the partition's leader)."""
+        await self._post("/channel/create", topic, channel, partition)
+
+    async def delete_channel(self, topic: str, channel: str, partition: int | None = None) -> None:
+        """``POST /channel/delete``."""
+        await self._post("/channel/delete", topic, channel, partition)
+
+    async def set_offset(self, topic: str, channel: str, partition: int, position: str) -> None:
+        """``POST /channel/setoffset`` on the partition's leader (the fork): move ``channel``
+        to ``position`` (see :func:`seek_position`)."""
+        await self._post("/channel/setoffset", topic, channel, partition, position)
+
+    async def _post(
+        self, path: str, topic: str, channel: str, partition: int | None, body: str = ""
+    ) -> None:
+        params = {"topic": topic, "channel": channel}
+        if partition is not None:
+            params["partition"] = str(partition)
+        url = f"{self.http_url}{path}"
+        try:
+            resp = await self._http.post(url, params=params, content=body.encode())
+        except httpx.HTTPError as exc:
+            raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
+        if resp.status_code != 200:
+            where = f"{topic}/{'-' if partition is None else partition}/{channel}"
+            what = f"{path} {body!r}" if body else path
+            raise AdminError(
+                f"nsqd {self.http_url} refused {what} for {where}: "
+                f"HTTP {resp.status_code} {resp.text[:200]}"
+            )
 
 
 #: the fork's upper bound for ``syncdisk`` (larger values are clamped by nsqlookupd)
@@ -420,26 +527,14 @@ class LookupdAdmin:
         for partition, node in sorted(pmap.partitions.items()):
             if partitions is not None and partition not in partitions:
                 continue
-            base = node.http_url
-            params = {"topic": topic, "partition": str(partition), "channel": channel}
-            await self._nsqd_post(base, "/channel/create", params, b"")
+            nsqd = NsqdAdmin(node.http_url, http=self._http)
+            await nsqd.create_channel(topic, channel, partition)
             if rewind:
                 try:
-                    await self._nsqd_post(base, "/channel/setoffset", params, b"virtual_queue:0")
+                    await nsqd.set_offset(topic, channel, partition, seek_position(offset=0))
                 except AdminError as exc:
                     # a partition that never had a message: its start is its end already
                     if "commit log end of file" not in str(exc):
                         raise
             done.append(partition)
         return done
-
-    async def _nsqd_post(
-        self, base: str, path: str, params: dict[str, str], content: bytes
-    ) -> None:
-        url = f"{base}{path}"
-        try:
-            resp = await self._http.post(url, params=params, content=content)
-        except httpx.HTTPError as exc:
-            raise AdminError(f"nsqd {base} unreachable: {exc!r}") from exc
-        if resp.status_code != 200:
-            raise AdminError(f"nsqd {url} refused: HTTP {resp.status_code} {resp.text[:200]}")

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -36,12 +36,16 @@ from nsq_ha._sync_runtime import (
     unregister,
 )
 from nsq_ha.connection import ConnectionConfig
+from nsq_ha.consumer import BackoffStrategy, ConsumerConfig, Exponential
 from nsq_ha.consumer import Consumer as AsyncConsumer
 from nsq_ha.consumer import Message as AsyncMessage
+from nsq_ha.consumer.config import OPTIONS, GiveUp, make_config
 from nsq_ha.durations import optional_seconds, seconds
 from nsq_ha.errors import ConsumerClosedError, MessageConnectionGoneError, ProducerClosedError
+from nsq_ha.lookup import LookupClient
 from nsq_ha.producer import Producer as AsyncProducer
 from nsq_ha.producer import PublishResult, RetryPolicy
+from nsq_ha.protocol.identify import ExtFilter
 from nsq_ha.protocol.publish import ExtHeader
 from nsq_ha.routing import ShardingKey, ShardingStrategy
 
@@ -325,12 +329,45 @@ class Consumer:
     parent): make a new Consumer in the child.
     """
 
-    def __init__(self, topic: str, channel: str, **options: Any) -> None:
-        self._config: object = options.get("config")
+    def __init__(
+        self,
+        topic: str | None = None,
+        channel: str | None = None,
+        *,
+        lookupd: str | Sequence[str] | None = None,
+        lookup: LookupClient | None = None,
+        nsqd: str | Sequence[str] | None = None,
+        max_in_flight: int = 100,
+        ordered: bool | None = None,
+        partitions: Iterable[int] | None = None,
+        member: tuple[int, int] | None = None,
+        desired_tag: str | None = None,
+        ext_filter: ExtFilter | None = None,
+        max_attempts: int = 15,
+        backoff: BackoffStrategy | None = Exponential(),  # noqa: B008 - frozen, shared safely
+        requeue_delay: float = 1.0,
+        max_requeue_delay: float = 60.0,
+        msg_timeout: float | None = None,
+        sample_rate: int | None = None,
+        on_give_up: GiveUp | None = None,
+        config: ConnectionConfig | ConsumerConfig | None = None,
+        lookup_interval: float = 15.0,
+        drain_timeout: float = 30.0,
+        rdy_redistribute_interval: float = 5.0,
+        low_rdy_idle_timeout: float = 10.0,
+        low_rdy_timeout: float = 30.0,
+        reconnect_interval: float = 1.0,
+        max_reconnect_interval: float = 30.0,
+    ) -> None:
+        """The options of :class:`nsq_ha.consumer.Consumer`, checked into the same
+        :class:`~nsq_ha.consumer.ConsumerConfig` before anything starts."""
+        options = {name: value for name, value in locals().items() if name in OPTIONS}
+        settings = make_config(topic, channel, config, options)
+        self._settings = settings
         self._runner = loop_thread()
 
         async def create() -> AsyncConsumer:
-            consumer = AsyncConsumer(topic, channel, **options)
+            consumer = AsyncConsumer(config=settings)
             await consumer.start()
             return consumer
 
@@ -410,7 +447,7 @@ class Consumer:
         unregister(self)
         if not self._runner.alive_here:
             return None
-        config = self._config if isinstance(self._config, ConnectionConfig) else ConnectionConfig()
+        config = self._settings.connection_config()
         wait = _backstop(
             self._consumer.drain_timeout if limit is None else limit,
             config.close_timeout,

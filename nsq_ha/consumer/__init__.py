@@ -1,6 +1,7 @@
 """Consuming: the partition-aware :class:`Consumer`, its :class:`Message`, RDY and backoff."""
 
 from nsq_ha.consumer.backoff import BackoffStrategy, Exponential, Fixed
+from nsq_ha.consumer.config import ConsumerConfig
 from nsq_ha.consumer.core import BatchHandler, Consumer, Handler
 from nsq_ha.consumer.message import Message, Outcome
 from nsq_ha.consumer.rdy import RdyPlanner
@@ -9,6 +10,7 @@ __all__ = [
     "BackoffStrategy",
     "BatchHandler",
     "Consumer",
+    "ConsumerConfig",
     "Exponential",
     "Fixed",
     "Handler",

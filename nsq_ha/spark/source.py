@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 
+from ..admin import NsqdAdmin, seek_position
 from ..errors import (
     ConfigError,
     DiscoveryError,
@@ -264,37 +265,25 @@ class RangeTask:
     read_timeout: float
 
 
-async def _nsqd_post(node: NodeInfo, path: str, task: RangeTask, body: str = "") -> None:
-    params = {"topic": task.topic, "partition": str(task.partition), "channel": task.channel}
-    url = f"{node.http_url}{path}"
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        try:
-            response = await http.post(url, params=params, content=body.encode())
-        except httpx.HTTPError as exc:
-            raise DiscoveryError(f"nsqd {url} unreachable: {exc!r}") from exc
-    if response.status_code != 200:
-        raise NsqError(
-            f"nsqd {url} refused {body or path} for {task.topic}/{task.partition}/"
-            f"{task.channel}: HTTP {response.status_code} {response.text[:200]}"
-        )
-
-
-async def _position(task: RangeTask, body: str) -> tuple[NodeInfo, int]:
-    """Create ``task.channel`` on the partition's leader and move it (``setoffset``); return
-    the leader and the partition's write end just before the channel was made."""
+async def _position(task: RangeTask, position: str) -> tuple[NodeInfo, int]:
+    """Create ``task.channel`` on the partition's leader and move it to ``position`` (see
+    :func:`~nsq_ha.admin.seek_position`); return the leader and the partition's write end just
+    before the channel was made."""
     leaders, extents = await _leaders_and_extents(task.lookupd, task.topic)
     node = leaders.get(task.partition)
     extent = extents.get(task.partition)
     if node is None or extent is None:
         raise DiscoveryError(f"{task.topic}/{task.partition} has no leader listed now")
-    await _nsqd_post(node, "/channel/create", task)
-    await _nsqd_post(node, "/channel/setoffset", task, body)
+    async with NsqdAdmin(node.http_url) as nsqd:
+        await nsqd.create_channel(task.topic, task.channel, task.partition)
+        await nsqd.set_offset(task.topic, task.channel, task.partition, position)
     return node, extent.end
 
 
 async def _drop_channel(node: NodeInfo, task: RangeTask) -> None:
     try:
-        await _nsqd_post(node, "/channel/delete", task)
+        async with NsqdAdmin(node.http_url) as nsqd:
+            await nsqd.delete_channel(task.topic, task.channel, task.partition)
     except NsqError as exc:  # a leftover channel wastes retention, it loses nothing
         log.warning("could not delete the read channel %s: %s", task.channel, exc)
 
@@ -344,7 +333,7 @@ def read_range(task: RangeTask) -> Iterator[tuple[Any, ...]]:
     fresh = dataclasses.replace(
         task, channel=f"{task.channel[:40]}_{task.partition}_{secrets.token_hex(4)}"
     )
-    node, write_end = _run(_position(fresh, f"virtual_queue:{task.start}"), 60.0)
+    node, write_end = _run(_position(fresh, seek_position(offset=task.start)), 60.0)
     next_offset = task.start
     count = 0
     read_ahead: set[int] = set()
@@ -414,7 +403,7 @@ def resolve_timestamp(
         0,
         wait,
     )
-    node, write_end = _run(_position(task, f"timestamp:{seconds}"), 60.0)
+    node, write_end = _run(_position(task, seek_position(timestamp=seconds)), 60.0)
     write_end = int(write_end)
     try:
         consumer = _subscribe(task)

@@ -72,7 +72,7 @@ async def test_call_time_durations_are_checked_before_anything_happens(value: An
             await consumer.seek(0, timestamp=value)
         with pytest.raises(ConfigError, match="drain_timeout"):
             await consumer.close(drain_timeout=value)
-        assert not consumer._started  # nothing was started by any of them
+        assert " new " in repr(consumer)  # nothing was started by any of them
         await consumer.close()
 
 

@@ -10,6 +10,7 @@ from fractions import Fraction
 import pytest
 
 from nsq_ha import sync
+from nsq_ha.consumer import ConsumerConfig
 from nsq_ha.errors import ConfigError, NsqTimeoutError
 
 #: nowhere listens here; nothing in these tests connects
@@ -69,3 +70,22 @@ def test_a_real_number_timeout_is_a_deadline(good: float) -> None:
             producer.publish("t", b"x", timeout=good)
         with pytest.raises(NsqTimeoutError):
             producer.publish_many("t", [b"x"], timeout=good)
+
+
+# -- the consumer: the same ConsumerConfig as the async one ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "bad"),
+    [("drain_timeout", 0), ("max_in_flight", -1), ("requeue_delay", math.nan), ("member", (0, 2))],
+)
+def test_consumer_options_are_checked_before_anything_starts(option: str, bad: object) -> None:
+    with pytest.raises(ConfigError, match=option):
+        sync.Consumer("t", "c", nsqd=NOWHERE, **{option: bad})  # type: ignore[arg-type]
+
+
+def test_consumer_builds_the_same_config_as_the_async_one() -> None:
+    with sync.Consumer("t", "c", nsqd=NOWHERE, max_in_flight=3, drain_timeout=1) as consumer:
+        assert consumer.aio.config == ConsumerConfig(
+            topic="t", channel="c", nsqd=NOWHERE, max_in_flight=3, drain_timeout=1
+        )

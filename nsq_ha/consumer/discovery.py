@@ -1,0 +1,406 @@
+"""Finding and keeping a consumer's subscriptions: :class:`Discovery`.
+
+With nsqlookupd, ``lookup?access=r`` names the consume leader of every partition (PROTOCOL.md
+§6.4, §6.8): discovery keeps one :class:`~nsq_ha.consumer.slots.Slot` per (node, partition)
+wanted, picks up new partitions and moved leaders on every lookup refresh (a moved partition's
+old slot retires: it drains, then closes), and re-makes a lost connection only through a fresh
+lookup, waiting longer after each failure of the same (node, partition). With ``nsqd=``
+addresses it reconnects to the same addresses, with the same growing wait. Whether an error is
+worth another try is :func:`nsq_ha.retry.decide`'s call.
+
+Subscribing (§2.3): ``SUB_ORDERED`` when ``ordered=True``, or when ``ordered=None`` and the
+lookup's ``meta.ordered`` says so, or after nsqd answered ``E_SUB_ORDER_IS_MUST``; otherwise
+``SUB``. IDENTIFY carries ``extend_support`` exactly when the topic is an ext topic (``meta``,
+or nsqd's ``E_SUB_EXTEND_NEED``/``E_SUB_EXTEND_FORBIDDON``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from nsq_ha.connection import NsqdConnection
+from nsq_ha.consumer.config import ConsumerConfig
+from nsq_ha.consumer.flow import Flow
+from nsq_ha.consumer.slots import ConnKey, Slot, SlotContext
+from nsq_ha.consumer.tasks import Background
+from nsq_ha.errors import (
+    ConfigError,
+    ExtendSupportForbiddenError,
+    ExtendSupportRequiredError,
+    NsqError,
+    SubOrderRequiredError,
+    TopicNotFoundError,
+    UnsupportedByServerError,
+)
+from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
+from nsq_ha.retry import decide
+
+__all__ = ["Discovery"]
+
+log = logging.getLogger(__name__)
+
+#: how often nsqd may switch the subscription mode (ordered, ext) before we give up
+_MODE_SWITCHES = 3
+
+
+class Discovery:
+    """The slots a consumer wants, made and re-made; fed by lookup (or fixed addresses)."""
+
+    def __init__(
+        self, config: ConsumerConfig, ctx: SlotContext, flow: Flow, background: Background
+    ) -> None:
+        """Discovery for ``config``'s topic; slots share ``ctx``; RDY goes through ``flow``."""
+        self._config = config
+        self._ctx = ctx
+        self._flow = flow
+        self._background = background
+        self.topic = config.topic
+        self.channel = config.channel
+        self._owns_lookup = config.lookupd is not None
+        self._lookup = config.lookup
+        if config.lookupd is not None:
+            self._lookup = LookupClient(config.lookupd, refresh_interval=config.lookup_interval)
+        #: what the topic turned out to be (from lookup meta or nsqd's answers)
+        self.use_ordered = bool(config.ordered)
+        self._ext = False
+        #: the subscribed slots, by (nsqd address, partition or -1)
+        self.slots: dict[ConnKey, Slot] = {}
+        self._connecting: dict[ConnKey, asyncio.Task[None]] = {}
+        self._failures: dict[ConnKey, tuple[int, float]] = {}
+        self._leaders: dict[int, str] = {}
+        self._refresh_handle: asyncio.TimerHandle | None = None
+        self._refresh_due = 0.0
+        self._warned_missing = False
+        self.closing = False
+
+    @property
+    def has_lookup(self) -> bool:
+        """True when the partition map comes from nsqlookupd."""
+        return self._lookup is not None
+
+    # -- start and stop -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Look the topic up and connect every wanted partition; raise what a user must fix."""
+        if self._lookup is None:
+            await self._reconcile_static(initial=True)
+            return
+        pmap: PartitionMap | None = None
+        try:
+            pmap = await self._lookup.lookup(self.topic, "r", force=True)
+        except TopicNotFoundError as exc:  # vanilla: the topic may appear later
+            log.warning("%s: %s; waiting for it to appear", self.topic, exc)
+        self._lookup.watch(self.topic, "r", self._on_map)
+        if pmap is not None:
+            await self._reconcile(pmap, initial=True)
+
+    async def stop(self) -> None:
+        """Make and re-make nothing any more (the slots stay, for the drain)."""
+        self.closing = True
+        if self._lookup is not None:
+            self._lookup.unwatch(self.topic, "r", self._on_map)
+        if self._refresh_handle is not None:
+            self._refresh_handle.cancel()
+        tasks = list(self._connecting.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Close the lookup client if this discovery made it."""
+        if self._owns_lookup and self._lookup is not None:
+            await self._lookup.close()
+
+    async def leader(self, partition: int) -> NodeInfo:
+        """The leader of ``partition`` now (a fresh lookup): fork, cluster mode only."""
+        if self._lookup is None:
+            raise UnsupportedByServerError(
+                "seek needs the fork in cluster mode, found through nsqlookupd (lookupd=)"
+            )
+        pmap = await self._lookup.lookup(self.topic, "r", force=True)
+        if not pmap.fork:
+            raise UnsupportedByServerError(
+                f"seek exists only on the fork; {self.topic!r} is on vanilla nsqd"
+            )
+        node = pmap.leader(partition)
+        if node is None:
+            raise ConfigError(f"{self.topic!r} has no partition {partition} listed now")
+        return node
+
+    # -- the partition map --------------------------------------------------------------------
+
+    def _wanted(self, pmap: PartitionMap) -> dict[ConnKey, int | None]:
+        """(address, partition) -> partition for every connection the map asks for."""
+        config = self._config
+        if not pmap.fork:
+            if config.partitions is not None or config.member is not None:
+                raise ConfigError(
+                    f"partitions=/member= need the fork; {self.topic!r} is on vanilla nsqd"
+                )
+            return {(node.address, -1): None for node in pmap.producers}
+        if pmap.partition_num == 0 and not pmap.partitions:
+            raise TopicNotFoundError(
+                f"topic {self.topic!r} does not exist in the cluster: on the fork, topics are "
+                "created by an operator with nsqlookupd POST /topic/create"
+            )
+        wanted: dict[ConnKey, int | None] = {}
+        for partition, node in sorted(pmap.partitions.items()):
+            if config.wants(partition):
+                wanted[(node.address, partition)] = partition
+        if not wanted and (config.partitions or config.member):
+            log.warning(
+                "%s: none of the partitions this consumer wants is listed (%s of %d)",
+                self.topic,
+                sorted(pmap.partitions),
+                pmap.partition_num,
+            )
+        return wanted
+
+    def _check_partitions_exist(self, pmap: PartitionMap, *, initial: bool) -> None:
+        """``partitions=`` naming a partition the topic does not have: refused at start (once
+        lookup's ``meta`` gives the partition count), logged as an error afterwards."""
+        chosen = self._config.partitions
+        if chosen is None or pmap.meta is None or pmap.meta.partition_num < 1:
+            return
+        count = pmap.meta.partition_num
+        missing = sorted(p for p in chosen if p >= count)
+        if not missing:
+            return
+        text = (
+            f"topic {self.topic!r} has {count} partitions (0..{count - 1}); partitions= "
+            f"names {missing}, which it does not have"
+        )
+        if initial:
+            raise ConfigError(text)
+        if not self._warned_missing:
+            self._warned_missing = True
+            log.error("%s: consuming the others", text)
+
+    async def _on_map(self, pmap: PartitionMap) -> None:
+        """Lookup listener: the map changed."""
+        if not self.closing:
+            try:
+                await self._reconcile(pmap)
+            except NsqError as exc:
+                log.error("%s: cannot follow the new partition map: %s", self.topic, exc)
+
+    async def _reconcile(self, pmap: PartitionMap, *, initial: bool = False) -> None:
+        """Connect what the map asks for and is not connected; retire moved leaders."""
+        if self.closing:
+            return
+        if pmap.meta is not None:
+            if self._config.ordered is None and pmap.ordered and not self.use_ordered:
+                log.info("%s is an ordered topic: subscribing with SUB_ORDERED", self.topic)
+                self.use_ordered = True
+            self._ext = pmap.extend_support
+        wanted = self._wanted(pmap)
+        self._check_partitions_exist(pmap, initial=initial)
+        for address, partition in wanted:
+            if partition < 0:
+                continue
+            previous = self._leaders.get(partition)
+            if previous is not None and previous != address:
+                log.info(
+                    "%s partition %d: leader moved %s -> %s",
+                    self.topic,
+                    partition,
+                    previous,
+                    address,
+                )
+                self._ctx.tally.of(partition)["leader_changes"] += 1
+            self._leaders[partition] = address
+        for key, slot in list(self.slots.items()):
+            leader = self._leaders.get(key[1]) if key[1] >= 0 else None
+            if leader is not None and leader != key[0] and not slot.retired:
+                self._retire(slot)  # this partition is now read from another node
+        await self._connect_all(wanted, initial=initial)
+
+    async def _reconcile_static(self, *, initial: bool = False) -> None:
+        wanted: dict[ConnKey, int | None] = {}
+        for address in self._config.addresses:
+            if self._config.partitions is None:
+                wanted[(address, -1)] = None
+            else:
+                for partition in sorted(self._config.partitions):
+                    wanted[(address, partition)] = partition
+        await self._connect_all(wanted, initial=initial)
+
+    # -- connecting ---------------------------------------------------------------------------
+
+    async def _connect_all(self, wanted: dict[ConnKey, int | None], *, initial: bool) -> None:
+        now = time.monotonic()
+        tasks: list[asyncio.Task[None]] = []
+        for key, partition in wanted.items():
+            if key in self.slots or key in self._connecting:
+                continue
+            not_before = self._failures.get(key, (0, 0.0))[1]
+            if not_before > now:
+                self._schedule_refresh(not_before - now)
+                continue
+            task = asyncio.get_running_loop().create_task(
+                self._connect(key, partition, initial=initial), name=f"nsq_ha-sub-{key}"
+            )
+            self._connecting[key] = task
+            task.add_done_callback(lambda t, k=key: self._connect_done(k, t))  # type: ignore[misc]
+            tasks.append(task)
+        if initial and tasks:
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+
+    def _connect_done(self, key: ConnKey, task: asyncio.Task[None]) -> None:
+        if self._connecting.get(key) is task:
+            del self._connecting[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: _connect logged it, or start() re-raises it
+
+    async def _connect(self, key: ConnKey, partition: int | None, *, initial: bool) -> None:
+        """Connect and subscribe one (node, partition); errors are logged and retried later,
+        except during start, where what the user must fix is raised."""
+        try:
+            await self._subscribe(key, partition)
+        except asyncio.CancelledError:
+            raise
+        except NsqError as exc:
+            if decide(exc).retry:  # re-made through a fresh lookup, quietly
+                self._failed(key, exc)
+            elif initial:
+                raise
+            else:
+                self._failed(key, exc, level=logging.ERROR)
+
+    async def _subscribe(self, key: ConnKey, partition: int | None) -> None:
+        for _ in range(_MODE_SWITCHES):  # nsqd may say the topic is ordered / ext: switch
+            ordered = self.use_ordered
+            slot = Slot(self._ctx, key, partition, ordered)
+            conn = NsqdConnection(
+                key[0],
+                config=self._config.connection_config(extend_support=self._ext),
+                on_message=slot.on_message,
+                on_error=slot.on_error,
+            )
+            slot.conn = conn
+            try:
+                await conn.connect()
+                if ordered and not conn.is_fork:
+                    raise UnsupportedByServerError(
+                        f"ordered consumption needs the fork; nsqd {conn.address} is vanilla"
+                    )
+                await conn.subscribe(self.topic, self.channel, partition, ordered=ordered)
+            except SubOrderRequiredError:
+                await conn.close()
+                if self._config.ordered is False:
+                    raise
+                log.info("%s: nsqd says the topic is ordered: using SUB_ORDERED", self.topic)
+                self.use_ordered = True
+                continue
+            except ExtendSupportRequiredError:
+                await conn.close()
+                log.info("%s: nsqd says it is an ext topic: using extend_support", self.topic)
+                self._ext = True
+                continue
+            except ExtendSupportForbiddenError:
+                await conn.close()
+                self._ext = False
+                continue
+            except BaseException:
+                await conn.close()
+                raise
+            if self.closing:
+                await conn.close()
+                return
+            self._register(slot, conn)
+            return
+        raise ConfigError(f"{self.topic}: nsqd keeps refusing the subscription mode")
+
+    def _register(self, slot: Slot, conn: NsqdConnection) -> None:
+        self.slots[slot.key] = slot
+        self._failures.pop(slot.key, None)
+        log.info(
+            "consuming %s/%s partition %s from %s (%s)",
+            self.topic,
+            self.channel,
+            "-" if slot.partition is None else slot.partition,
+            conn.address,
+            "SUB_ORDERED" if slot.ordered else "SUB",
+        )
+        self._flow.add(slot.key, conn, max_rdy=conn.negotiated.max_rdy_count, ordered=slot.ordered)
+        self._background.spawn(self._watch(slot, conn), f"nsq_ha-watch-{slot.key}")
+
+    # -- failures and refreshes ---------------------------------------------------------------
+
+    def _failed(self, key: ConnKey, exc: BaseException, level: int = logging.WARNING) -> None:
+        config = self._config
+        failures = self._failures.get(key, (0, 0.0))[0] + 1
+        wait = min(config.max_reconnect_interval, config.reconnect_interval * 2 ** (failures - 1))
+        self._failures[key] = (failures, time.monotonic() + wait)
+        log.log(
+            level,
+            "%s partition %s on %s: %s (failure %d; next try in %.1f s%s)",
+            self.topic,
+            key[1] if key[1] >= 0 else "-",
+            key[0],
+            exc,
+            failures,
+            wait,
+            ", after a fresh lookup" if self._lookup is not None else "",
+        )
+        self._schedule_refresh(wait)
+
+    def _schedule_refresh(self, delay: float) -> None:
+        """Look up (or, with nsqd=, reconnect) after ``delay`` s; the earliest request wins."""
+        if self.closing:
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
+        if self._refresh_handle is not None:
+            if self._refresh_due <= due:
+                return
+            self._refresh_handle.cancel()
+        self._refresh_due = due
+        self._refresh_handle = loop.call_later(delay, self._refresh_now)
+
+    def _refresh_now(self) -> None:
+        self._refresh_handle = None
+        self._background.spawn(self._refresh(), "nsq_ha-consumer-refresh")
+
+    async def _refresh(self) -> None:
+        if self.closing:
+            return
+        try:
+            if self._lookup is not None:
+                pmap = await self._lookup.refresh(self.topic, "r")
+                await self._reconcile(pmap)
+            else:
+                await self._reconcile_static()
+        except NsqError as exc:
+            log.warning("%s: lookup failed: %s; trying again", self.topic, exc)
+            self._schedule_refresh(self._config.reconnect_interval * 5)
+
+    async def _watch(self, slot: Slot, conn: NsqdConnection) -> None:
+        await conn.wait_closed()
+        self._lost(slot, conn)
+
+    def _lost(self, slot: Slot, conn: NsqdConnection) -> None:
+        """A connection closed: forget it, abandon what it held, find the partition again."""
+        if self.slots.get(slot.key) is slot:
+            del self.slots[slot.key]
+        if not slot.retired:  # a retired slot's budget went elsewhere already
+            self._flow.remove(slot.key)
+        slot.abandon_all()
+        if self.closing or slot.retired:
+            return
+        reason = conn.close_reason or "closed by nsqd"
+        self._failed(slot.key, reason if isinstance(reason, BaseException) else NsqError(reason))
+        # the partition's leader may have moved: look again soon, not in a full interval
+        self._schedule_refresh(min(1.0, self._config.reconnect_interval))
+
+    def _retire(self, slot: Slot) -> None:
+        """The partition moved to another node: stop this connection gracefully."""
+        slot.retired = True
+        log.info("%s: leaving %s (the partition moved)", self.topic, slot)
+        self._flow.remove(slot.key)  # its budget goes to the new leader
+        self._background.spawn(slot.drain(self._config.drain_timeout), f"nsq_ha-retire-{slot.key}")

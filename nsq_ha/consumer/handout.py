@@ -1,0 +1,223 @@
+"""Handing delivered messages out to the application: :class:`Intake`.
+
+Every delivered message comes through :meth:`Intake.deliver` (a slot's ``deliver`` callback).
+On ordered subscriptions the :class:`~nsq_ha.consumer.ordering.PartitionGate` lets one message
+per partition out at a time. A message is handed out through the queue, to whoever takes it
+(``get()``/``async for``, the :mod:`~nsq_ha.consumer.runners`), or, after too many attempts,
+to ``on_give_up``. The handling of an ordered message ends (:meth:`Intake.release`) when
+``run()``'s handler returns, when the ``run_batches()`` handler holding it returns, when
+``on_give_up`` returns, or, for a message handed out by :meth:`Intake.get`, when it is
+answered, when the task that got it asks for another one, or when that task ends
+(:class:`~nsq_ha.consumer.ordering.Claims`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from typing import Final
+
+from nsq_ha.consumer.config import GiveUp
+from nsq_ha.consumer.message import Message
+from nsq_ha.consumer.ordering import Claims, PartitionGate
+from nsq_ha.consumer.slots import Slot, slot_of
+from nsq_ha.consumer.tasks import Background
+from nsq_ha.errors import MessageResponseError
+
+__all__ = ["Intake"]
+
+log = logging.getLogger(__name__)
+
+
+class _Empty:
+    """Nothing queued right now."""
+
+
+_EMPTY: Final = _Empty()
+
+
+class Intake:
+    """The queue of messages to hand out, the ordered gate, and the give-up path."""
+
+    __slots__ = (
+        "_background",
+        "_claims",
+        "_gate",
+        "_queue",
+        "_stopped",
+        "closing",
+        "max_attempts",
+        "on_give_up",
+    )
+
+    def __init__(
+        self, *, max_attempts: int, on_give_up: GiveUp | None, background: Background
+    ) -> None:
+        """Hand out messages; after ``max_attempts`` deliveries (0: never) to ``on_give_up``."""
+        self.max_attempts = max_attempts
+        self.on_give_up = on_give_up
+        self._background = background
+        self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
+        #: ordered subscriptions: one message per partition handed out at a time
+        self._gate = PartitionGate()
+        #: ordered messages handed out by get(), by the task that asked for them
+        self._claims = Claims(self.release)
+        #: set when the consumer starts closing: what arrives from then on is requeued
+        self.closing = False
+        self._stopped = False
+
+    @property
+    def queued(self) -> int:
+        """Messages waiting to be handed out (in the queue, or behind their partition's)."""
+        return self._queue.qsize() - (1 if self._stopped else 0) + self._gate.waiting
+
+    # -- in -----------------------------------------------------------------------------------
+
+    def deliver(self, slot: Slot, message: Message) -> None:
+        """A slot received ``message``: hand it out (or requeue it when closing)."""
+        if self.closing:
+            slot.requeue_now(message)
+            return
+        if slot.ordered and not self._gate.admit(message):
+            return  # a copy, or the next one: waits until its partition's handler is done
+        self._dispatch(slot, message)
+
+    def _dispatch(self, slot: Slot, message: Message) -> None:
+        """To the readers, or to ``on_give_up`` after too many attempts."""
+        if self.max_attempts and message.attempts > self.max_attempts:
+            if slot.ordered and self.on_give_up is None:
+                log.error(
+                    "%r: delivered %d times (max_attempts %d) on an ordered channel; not "
+                    "skipping it, which would break order (pass on_give_up= to skip)",
+                    message,
+                    message.attempts,
+                    self.max_attempts,
+                )
+            else:
+                self._background.spawn(self._give_up(slot, message), "nsq_ha-give-up")
+                return
+        self._queue.put_nowait(message)
+
+    async def _give_up(self, slot: Slot, message: Message) -> None:
+        try:
+            slot.count("given_up")
+            try:
+                if self.on_give_up is None:
+                    log.warning(
+                        "giving up on %r after %d attempts (max_attempts %d): finishing it",
+                        message,
+                        message.attempts,
+                        self.max_attempts,
+                    )
+                else:
+                    result = self.on_give_up(message)
+                    if inspect.isawaitable(result):
+                        await result
+            except Exception:
+                log.exception("on_give_up failed for %r: requeueing it instead", message)
+                if not message.responded:
+                    with contextlib.suppress(MessageResponseError):
+                        slot.requeue(message, None, False)
+                return
+            if not message.responded:
+                with contextlib.suppress(MessageResponseError):
+                    slot.finish(message)
+        finally:
+            if message.ordered:
+                self.release(message)
+
+    def release(self, message: Message) -> None:
+        """The handling of an ordered ``message`` ended: hand out its partition's next one."""
+        following = self._gate.release(message)
+        while following is not None:
+            if not self.closing:
+                self._dispatch(slot_of(following), following)
+                return
+            slot_of(following).requeue_now(following)
+            following = self._gate.release(following)
+
+    def answered(self, message: Message) -> None:
+        """An ordered message was finished or requeued: whoever got it is done with it."""
+        if self._claims:
+            self._claims.answered(message)
+
+    # -- out ----------------------------------------------------------------------------------
+
+    def _usable(self, item: Message | None) -> bool:
+        """True for a message still to answer, and for the closing marker (kept queued for the
+        other readers); a message answered before it was handed out releases its partition."""
+        if item is None:
+            self._queue.put_nowait(None)
+            return True
+        if item.outcome is None:
+            return True
+        if item.ordered:
+            self.release(item)
+        return False
+
+    def take_nowait(self) -> Message | None:
+        """The next message queued now (``None``: none, or closing)."""
+        item = self._pop()
+        return None if isinstance(item, _Empty) else item
+
+    def _pop(self) -> Message | _Empty | None:
+        queue = self._queue
+        while not queue.empty():
+            item = queue.get_nowait()
+            if self._usable(item):
+                return item
+        return _EMPTY
+
+    async def take(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
+        """The next message; ``None`` when closing or after ``timeout`` s."""
+        item = self._pop()
+        if not isinstance(item, _Empty):
+            return item
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    message = await self._queue.get()
+                    if self._usable(message):
+                        return message
+        except TimeoutError:
+            return None
+
+    async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
+        """:meth:`take`, for ``get()``/``async for``: an ordered message handed out stays
+        claimed by the calling task until answered, the task asks again, or it ends."""
+        task = asyncio.current_task()
+        if self._claims and task is not None:
+            self._claims.drop(task)  # this task is done with what it got before
+        message = await self.take(timeout)
+        if (
+            message is not None
+            and message.ordered
+            and task is not None
+            and self._gate.holds(message)
+        ):
+            self._claims.add(task, message)
+        return message
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def stop(self) -> int:
+        """Closing: requeue everything not handed out yet; readers get ``None`` from now on.
+        Returns how many messages were requeued."""
+        self.closing = True
+        if self._stopped:
+            return 0
+        self._stopped = True
+        requeued = 0
+        self._claims.clear()
+        for waiting in self._gate.clear():  # parked behind their partition's handler
+            slot_of(waiting).requeue_now(waiting)
+            requeued += 1
+        while not self._queue.empty():
+            message = self._queue.get_nowait()
+            if message is not None and message.outcome is None:
+                slot_of(message).requeue_now(message)
+                requeued += 1
+        self._queue.put_nowait(None)  # readers stop (each puts it back for the next)
+        return requeued

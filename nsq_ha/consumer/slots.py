@@ -1,0 +1,308 @@
+"""A consumer's subscriptions: one :class:`Slot` per (nsqd, partition) connection.
+
+A slot owns its connection and the messages it delivered that are not answered yet (``held``:
+the one count of what is in flight there). Answers take one path: :class:`Message` -> its slot
+-> the slot's connection (FIN/REQ/TOUCH are accepted only on the connection that delivered the
+message). The slot tells :class:`~nsq_ha.consumer.flow.Flow` when a message enters or leaves
+flight (``held`` and the RDY planner change together, in :meth:`Slot._hold` and
+:meth:`Slot._release` only), counts in the shared :class:`Tally`, and hands each delivered
+message on through the ``deliver`` callback of its :class:`SlotContext`: it never calls back
+into the consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import NoReturn
+
+from nsq_ha.connection import NsqdConnection
+from nsq_ha.consumer.flow import Flow
+from nsq_ha.consumer.message import Message, Outcome
+from nsq_ha.errors import (
+    BrokerError,
+    MessageCommandError,
+    MessageConnectionGoneError,
+    MessageResponseError,
+    NsqError,
+)
+from nsq_ha.protocol.message import DecodedMessage
+
+__all__ = [
+    "AnswerPolicy",
+    "ConnKey",
+    "Slot",
+    "SlotContext",
+    "Tally",
+    "slot_of",
+    "wait_answered",
+]
+
+log = logging.getLogger(__name__)
+
+#: A connection's identity: nsqd address and partition (-1 for none).
+ConnKey = tuple[str, int]
+
+#: the counter each outcome adds to
+_COUNTER = {
+    Outcome.FINISHED: "finished",
+    Outcome.REQUEUED: "requeued",
+    Outcome.ABANDONED: "abandoned",
+    Outcome.TIMED_OUT: "timed_out",
+}
+#: the verb of each answer, for errors
+_ACTION = {Outcome.FINISHED: "finish", Outcome.REQUEUED: "requeue"}
+
+
+class Tally:
+    """The consumer's counters: totals, and the same per partition (-1: vanilla)."""
+
+    __slots__ = ("partitions", "totals")
+
+    def __init__(self) -> None:
+        """Empty counters."""
+        self.totals: Counter[str] = Counter()
+        self.partitions: dict[int, Counter[str]] = {}
+
+    def of(self, partition: int | None) -> Counter[str]:
+        """The counters of ``partition`` (made on first use)."""
+        return self.partitions.setdefault(-1 if partition is None else partition, Counter())
+
+
+class AnswerPolicy:
+    """How a requeue is sent: the delay without one given, and whether it backs off."""
+
+    __slots__ = ("backoff", "max_requeue_delay", "requeue_delay", "warned")
+
+    def __init__(self, *, requeue_delay: float, max_requeue_delay: float, backoff: bool) -> None:
+        """``backoff``: a requeue with ``backoff=True`` counts as a failure for the planner."""
+        self.requeue_delay = requeue_delay
+        self.max_requeue_delay = max_requeue_delay
+        self.backoff = backoff
+        self.warned = False
+
+    def delay(self, message: Message, delay: float | None, ordered: bool, where: object) -> float:
+        """The REQ delay: attempts x requeue_delay (capped) when ``None``; 0 when ordered."""
+        if delay is None:
+            delay = min(self.requeue_delay * message.attempts, self.max_requeue_delay)
+        elif ordered and delay > 0 and not self.warned:
+            self.warned = True
+            log.warning(
+                "%s: requeue delays are ignored by nsqd on ordered channels (the message would "
+                "wait for msg_timeout); requeueing with delay 0",
+                where,
+            )
+        return 0 if ordered else delay
+
+
+@dataclass(frozen=True, slots=True)
+class SlotContext:
+    """What every slot of one consumer shares; each part is called one way."""
+
+    topic: str
+    channel: str
+    flow: Flow
+    tally: Tally
+    policy: AnswerPolicy
+    #: set whenever a held message is answered or dropped
+    held_changed: asyncio.Event
+    #: a message arrived and is held: hand it on (or requeue it when closing)
+    deliver: Callable[[Slot, Message], None]
+    #: an ordered message was finished or requeued (its handling may have ended)
+    settled: Callable[[Message], None]
+
+
+class Slot:
+    """One subscribed connection: a (node, partition) of the topic, and what it delivered."""
+
+    __slots__ = (
+        "address",
+        "channel",
+        "conn",
+        "counts",
+        "ctx",
+        "held",
+        "key",
+        "ordered",
+        "partition",
+        "retired",
+        "topic",
+    )
+
+    def __init__(
+        self, ctx: SlotContext, key: ConnKey, partition: int | None, ordered: bool
+    ) -> None:
+        """A slot for ``key``; its connection is set once made (:attr:`conn`)."""
+        self.ctx = ctx
+        self.key = key
+        self.address = key[0]
+        self.partition = partition
+        self.topic = ctx.topic
+        self.channel = ctx.channel
+        self.ordered = ordered
+        self.conn: NsqdConnection | None = None
+        #: delivered and not yet answered, by message id: the one in-flight count
+        self.held: dict[bytes, Message] = {}
+        self.retired = False
+        #: the partition's counters (shared by its slots over time)
+        self.counts = ctx.tally.of(partition)
+
+    def __repr__(self) -> str:
+        """Show where it reads and what it holds."""
+        part = "-" if self.partition is None else self.partition
+        return f"<slot {self.topic}/{part}@{self.address} held={len(self.held)}>"
+
+    @property
+    def holding(self) -> bool:
+        """True while it holds messages on a live connection (answers can still go out)."""
+        return bool(self.held) and self.conn is not None and not self.conn.closed
+
+    def count(self, name: str) -> None:
+        """Add one to counter ``name``, in the totals and the partition's."""
+        self.ctx.tally.totals[name] += 1
+        self.counts[name] += 1
+
+    # -- from the connection's read loop (never blocks) ---------------------------------------
+
+    def on_message(self, decoded: DecodedMessage) -> None:
+        """A message arrived: hold it and hand it on."""
+        message = Message(decoded, self)
+        previous = self.held.get(decoded.id)
+        if previous is not None:  # nsqd timed it out and delivered it again
+            self._release(previous, success=None)
+            self._settle(previous, Outcome.TIMED_OUT)
+        self._hold(message)
+        self.ctx.deliver(self, message)
+
+    def on_error(self, error: BrokerError) -> None:
+        """Non-fatal error frames: FIN/REQ/TOUCH of a message nsqd no longer has in flight."""
+        if isinstance(error, MessageCommandError):
+            self.count("timed_out")
+            log.warning("%s: %s (it timed out on nsqd or went to another consumer)", self, error)
+        else:
+            log.warning("%s: %s", self, error)
+
+    # -- answers (the Message owner protocol) --------------------------------------------------
+
+    def finish(self, message: Message) -> None:
+        """FIN ``message`` on this connection."""
+        self._answer(message, Outcome.FINISHED, success=True, delay=0.0)
+
+    def requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
+        """REQ ``message`` on this connection (``backoff``: count it as a failure)."""
+        sent = self.ctx.policy.delay(message, delay, self.ordered, self)
+        failed = False if backoff and self.ctx.policy.backoff else None
+        self._answer(message, Outcome.REQUEUED, success=failed, delay=sent)
+
+    def touch(self, message: Message) -> None:
+        """TOUCH ``message`` on this connection."""
+        conn = self._answerable(message, "touch")
+        try:
+            conn.touch(message.id)
+        except NsqError as exc:
+            raise MessageConnectionGoneError(f"cannot touch {message!r}: {exc}") from exc
+
+    def requeue_now(self, message: Message) -> None:
+        """Closing: give ``message`` back at once, without backoff (quietly if it cannot be)."""
+        with contextlib.suppress(MessageResponseError):
+            self._answer(message, Outcome.REQUEUED, success=None, delay=0.0)
+
+    def _answer(
+        self, message: Message, outcome: Outcome, *, success: bool | None, delay: float
+    ) -> None:
+        """The one answer path: check, leave flight, send, settle."""
+        conn = self.conn
+        message_id = message.id
+        if conn is None or conn.closed or self.held.get(message_id) is not message:
+            conn = self._answerable(message, _ACTION[outcome])  # raises
+        # RDY first: when this starts a backoff, RDY 0 reaches nsqd before the REQ (or nsqd
+        # may hand the requeued message straight back)
+        self._release(message, success=success)
+        try:
+            if outcome is Outcome.FINISHED:
+                conn.fin(message_id)
+            else:
+                conn.req(message_id, delay)
+        except NsqError as exc:
+            self._settle(message, Outcome.ABANDONED)
+            raise MessageConnectionGoneError(
+                f"cannot {_ACTION[outcome]} {message!r}: {exc}"
+            ) from exc
+        self._settle(message, outcome)
+        if self.ordered:
+            self.ctx.settled(message)
+
+    def _answerable(self, message: Message, action: str) -> NsqdConnection:
+        """The connection to answer ``message`` on, or MessageConnectionGoneError."""
+        conn = self.conn
+        if conn is None or conn.closed or self.held.get(message.id) is not message:
+            self._gone(message, action)
+        return conn
+
+    def _gone(self, message: Message, action: str) -> NoReturn:
+        if message.outcome is None:
+            message.outcome = Outcome.ABANDONED
+            self.count("abandoned")
+        raise MessageConnectionGoneError(
+            f"cannot {action} {message!r}: the connection to {self.address} that delivered "
+            "it is gone; nsqd redelivers the message after its msg_timeout"
+        )
+
+    # -- the in-flight count ------------------------------------------------------------------
+
+    def _hold(self, message: Message) -> None:
+        self.held[message.id] = message
+        self.count("received")
+        self.ctx.flow.message(self.key)
+
+    def _release(self, message: Message, *, success: bool | None) -> None:
+        del self.held[message.id]
+        self.ctx.flow.done(self.key, success)
+
+    def _settle(self, message: Message, outcome: Outcome) -> None:
+        message.outcome = outcome
+        self.count(_COUNTER[outcome])
+        self.ctx.held_changed.set()
+
+    def abandon_all(self) -> None:
+        """The connection closed: nothing it delivered can be answered any more."""
+        for message in self.held.values():
+            if message.outcome is None:
+                message.outcome = Outcome.ABANDONED
+                self.count("abandoned")
+        self.held.clear()
+        self.ctx.held_changed.set()
+
+    # -- closing ------------------------------------------------------------------------------
+
+    async def drain(self, timeout: float) -> None:  # noqa: ASYNC109 - the drain limit
+        """Stop delivery, give handlers ``timeout`` s to answer what is held, then close."""
+        conn = self.conn
+        if conn is None:
+            return
+        with contextlib.suppress(NsqError):
+            await conn.stop_delivery()
+        await wait_answered([self], self.ctx.held_changed, timeout)
+        await conn.close()
+
+
+async def wait_answered(slots: Iterable[Slot], changed: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
+    """Wait up to ``timeout`` s until none of ``slots`` holds a message on a live connection."""
+    chosen = list(slots)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            while any(slot.holding for slot in chosen):
+                changed.clear()
+                await changed.wait()
+
+
+def slot_of(message: Message) -> Slot:
+    """The slot that delivered ``message`` (every Message a consumer makes has one)."""
+    owner = message._owner  # the consumer package's own Message
+    if not isinstance(owner, Slot):
+        raise TypeError(f"{message!r} was not delivered by a Consumer")
+    return owner

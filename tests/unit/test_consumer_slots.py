@@ -1,0 +1,156 @@
+"""A consumer slot's answer path, against a recording connection: Message -> slot -> connection,
+with the slot's held messages as the one in-flight count that the RDY flow follows."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+
+from nsq_ha.consumer import Fixed, Message, Outcome
+from nsq_ha.consumer.flow import Flow
+from nsq_ha.consumer.slots import AnswerPolicy, Slot, SlotContext, Tally
+from nsq_ha.errors import MessageAlreadyRespondedError, MessageConnectionGoneError, NsqError
+from nsq_ha.protocol.message import DecodedMessage
+
+
+@dataclass
+class Recorder:
+    """Stands in for an NsqdConnection: records the commands a slot sends."""
+
+    sent: list[str] = field(default_factory=list)
+    closed: bool = False
+    broken: bool = False
+
+    def _send(self, text: str) -> None:
+        if self.broken:
+            raise NsqError("connection closing")
+        self.sent.append(text)
+
+    def rdy(self, count: int) -> None:
+        self._send(f"RDY {count}")
+
+    def fin(self, message_id: bytes) -> None:
+        self._send(f"FIN {message_id.hex()[-2:]}")
+
+    def req(self, message_id: bytes, delay: float) -> None:
+        self._send(f"REQ {message_id.hex()[-2:]} {delay:g}")
+
+    def touch(self, message_id: bytes) -> None:
+        self._send(f"TOUCH {message_id.hex()[-2:]}")
+
+
+def decoded(number: int, attempts: int = 1) -> DecodedMessage:
+    return DecodedMessage(
+        timestamp=1, attempts=attempts, id=number.to_bytes(16, "big"), body=b"%d" % number
+    )
+
+
+def make_slot(
+    *, ordered: bool = False, backoff: bool = True
+) -> tuple[Slot, Recorder, list[Message], list[Message], Tally]:
+    flow = Flow(
+        "t/c",
+        max_in_flight=10,
+        backoff=Fixed(60.0) if backoff else None,
+        idle_timeout=10.0,
+        hold_timeout=30.0,
+        redistribute_interval=5.0,
+    )
+    delivered: list[Message] = []
+    settled: list[Message] = []
+    tally = Tally()
+    context = SlotContext(
+        topic="t",
+        channel="c",
+        flow=flow,
+        tally=tally,
+        policy=AnswerPolicy(requeue_delay=2.0, max_requeue_delay=5.0, backoff=backoff),
+        held_changed=asyncio.Event(),
+        deliver=lambda slot, message: delivered.append(message),
+        settled=settled.append,
+    )
+    slot = Slot(context, ("127.0.0.1:4150", 0), 0, ordered)
+    conn = Recorder()
+    slot.conn = conn  # type: ignore[assignment]
+    flow.add(slot.key, conn, max_rdy=2500, ordered=ordered)
+    return slot, conn, delivered, settled, tally
+
+
+async def test_finish_goes_through_the_slot_to_its_connection() -> None:
+    slot, conn, delivered, _, tally = make_slot()
+    slot.on_message(decoded(1))
+    (message,) = delivered
+    assert message.partition == 0
+    assert len(slot.held) == 1
+    await message.finish()
+    assert conn.sent[-1] == "FIN 01"
+    assert message.outcome is Outcome.FINISHED
+    assert not slot.held
+    assert (tally.totals["received"], tally.totals["finished"]) == (1, 1)
+    assert tally.of(0)["finished"] == 1
+    with pytest.raises(MessageAlreadyRespondedError):
+        await message.finish()
+
+
+async def test_requeue_uses_the_policy_delay_and_touch_keeps_it_held() -> None:
+    slot, conn, delivered, _, tally = make_slot(backoff=False)
+    slot.on_message(decoded(1, attempts=2))
+    slot.on_message(decoded(2, attempts=9))
+    first, second = delivered
+    await first.touch()
+    assert conn.sent[-1] == "TOUCH 01"
+    assert len(slot.held) == 2
+    await first.requeue()
+    await second.requeue()
+    assert conn.sent[-2:] == ["REQ 01 4", "REQ 02 5"]  # attempts x 2 s, at most 5 s
+    assert tally.totals["requeued"] == 2
+    assert not slot.held
+
+
+async def test_a_requeue_with_backoff_sends_rdy_0_before_the_req() -> None:
+    slot, conn, delivered, _, _ = make_slot()
+    slot.on_message(decoded(1))
+    await delivered[0].requeue(0)
+    assert conn.sent[-2:] == ["RDY 0", "REQ 01 0"]
+
+
+async def test_ordered_answers_send_delay_0_and_tell_whoever_waits() -> None:
+    slot, conn, delivered, settled, _ = make_slot(ordered=True)
+    slot.on_message(decoded(1))
+    await delivered[0].requeue(3.0, backoff=False)
+    assert conn.sent[-1] == "REQ 01 0"
+    assert settled == delivered
+
+
+async def test_a_copy_delivered_again_replaces_the_held_one() -> None:
+    slot, _, delivered, settled, tally = make_slot(ordered=True)
+    slot.on_message(decoded(1))
+    slot.on_message(decoded(1, attempts=2))
+    first, copy = delivered
+    assert first.outcome is Outcome.TIMED_OUT
+    assert slot.held == {copy.id: copy}
+    assert tally.totals["timed_out"] == 1
+    assert settled == []  # a timed-out copy does not end the first handler's turn
+    with pytest.raises(MessageAlreadyRespondedError):
+        await first.finish()
+    await copy.finish()
+    assert not slot.held
+
+
+async def test_an_answer_the_connection_refuses_abandons_the_message() -> None:
+    slot, conn, delivered, _, tally = make_slot()
+    slot.on_message(decoded(1))
+    slot.on_message(decoded(2))
+    conn.broken = True
+    with pytest.raises(MessageConnectionGoneError):
+        await delivered[0].finish()
+    assert delivered[0].outcome is Outcome.ABANDONED
+    assert list(slot.held) == [delivered[1].id]
+    conn.closed = True
+    with pytest.raises(MessageConnectionGoneError):
+        await delivered[1].finish()
+    slot.abandon_all()
+    assert not slot.held
+    assert tally.totals["abandoned"] == 2
