@@ -468,9 +468,11 @@ async def cmd_tail(args: argparse.Namespace) -> int:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     seen = 0
-    #: printed, then sent again by nsqd before their FIN landed: the copy is finished, not
-    #: printed a second time (at most max_in_flight ids)
-    printed_again: set[bytes] = set()
+    #: the latest printed messages, by (partition, id): one nsqd sends again (its msg_timeout,
+    #: or the fork re-sending a channel's in-flight messages when the first SUB_ORDERED turns
+    #: it ordered) is finished, not printed or counted a second time, whether the copy comes
+    #: before or after the first FIN
+    printed = _RecentIds(_PRINTED_MEMORY)
     async with consumer:
         stopper = asyncio.ensure_future(stop.wait())
         try:
@@ -493,21 +495,40 @@ async def cmd_tail(args: argparse.Namespace) -> int:
                 message = getter.result()
                 if message is None:
                     break
-                if message.id not in printed_again:
+                if printed.add((message.partition, message.id)):
                     _print_message(message, as_json=args.json)
+                    seen += 1
+                else:
+                    log.info("%r came again; it is not printed twice", message)
                 try:
                     await message.finish()
                 except (MessageAlreadyRespondedError, MessageConnectionGoneError) as exc:
-                    # nsqd sent it again before the FIN landed (its msg_timeout, or the fork
-                    # re-sending a channel's in-flight message): the copy comes next
-                    log.info("%r comes again (%s); it is not printed twice", message, exc)
-                    printed_again.add(message.id)
-                    continue
-                printed_again.discard(message.id)
-                seen += 1
+                    # nsqd sent it again before the FIN landed: the copy comes next
+                    log.info("%r comes again (%s)", message, exc)
         finally:
             stopper.cancel()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError):
                     loop.remove_signal_handler(sig)
     return 0
+
+
+#: how many printed messages ``tail`` remembers to print a copy nsqd sends again only once
+_PRINTED_MEMORY = 65536
+
+
+class _RecentIds:
+    """The latest ``limit`` keys added, oldest forgotten first (bounded memory)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._keys: dict[tuple[int | None, bytes], None] = {}
+
+    def add(self, key: tuple[int | None, bytes]) -> bool:
+        """Add ``key``; False when it is already there."""
+        if key in self._keys:
+            return False
+        self._keys[key] = None
+        if len(self._keys) > self._limit:
+            del self._keys[next(iter(self._keys))]
+        return True
