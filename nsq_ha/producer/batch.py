@@ -28,7 +28,7 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar, cast
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.protocol.commands import as_bytes, check_size, check_uint, compact_json
@@ -55,6 +55,7 @@ __all__ = [
     "batch_command",
     "encode_batch",
     "prepare_message",
+    "prepare_messages",
     "receipts_from_answer",
     "record_size",
 ]
@@ -62,6 +63,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _U64 = struct.Struct(">QQ")
+_NO_LIMIT = float("inf")
 #: Bytes of a stored record before the body: length prefix, timestamp, attempts, id, trace id.
 _RECORD_OVERHEAD = 4 + 26
 
@@ -112,6 +114,34 @@ def prepare_message(
     else:
         check_size("message body", len(data), max_msg_size)
     return OutgoingMessage(data, trace_id, header)
+
+
+def prepare_messages(
+    bodies: Sequence[object],
+    trace_ids: Sequence[int | None] | None = None,
+    exts: Sequence[ExtHeader | None] | None = None,
+    *,
+    max_msg_size: int | None = None,
+) -> list[OutgoingMessage]:
+    """:func:`prepare_message` of each body with its trace id and ext header (``None``: none
+    for any message; else one per body): what every publish, of one message or many, sends.
+
+    Bodies that are all non-empty ``bytes`` within ``max_msg_size``, with no trace ids and no
+    headers, are ready as they are: that is checked for all at once (the common case, one
+    pass); anything else goes through :func:`prepare_message` one by one.
+    """
+    if trace_ids is None and exts is None:
+        limit = max_msg_size if max_msg_size is not None else _NO_LIMIT
+        for body in bodies:
+            if type(body) is not bytes or not 0 < len(body) <= limit:
+                break
+        else:
+            return list(map(OutgoingMessage, cast("Sequence[bytes]", bodies)))
+    count = len(bodies)
+    return [
+        prepare_message(b, trace_id=t, ext=h, max_msg_size=max_msg_size)
+        for b, t, h in zip(bodies, trace_ids or [None] * count, exts or [None] * count, strict=True)
+    ]
 
 
 def _with_trace_id(header: bytes, trace_id: int) -> bytes:
