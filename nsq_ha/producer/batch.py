@@ -28,7 +28,7 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeVar, cast
+from typing import NamedTuple, Protocol, TypeVar
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.protocol.commands import as_bytes, check_size, check_uint, compact_json
@@ -136,7 +136,7 @@ def prepare_messages(
             if type(body) is not bytes or not 0 < len(body) <= limit:
                 break
         else:
-            return list(map(OutgoingMessage, cast("Sequence[bytes]", bodies)))
+            return list(map(OutgoingMessage, bodies))  # type: ignore[arg-type]  # bytes
     count = len(bodies)
     return [
         prepare_message(b, trace_id=t, ext=h, max_msg_size=max_msg_size)
@@ -250,27 +250,6 @@ class BatchBuilder:
             batch.append(queue.popleft())
             traced, has_ext, body_bytes, ext_bytes = n_traced, n_ext, n_body, n_ext_bytes
         return batch
-
-    def split_plain(self, messages: list[OutgoingMessage]) -> list[list[OutgoingMessage]]:
-        """Cut plain messages (no trace id, no header) into batches, in order, by the count and
-        body-size limits: what repeated :meth:`take` would give, without a queue."""
-        count, limit = len(messages), self.max_count
-        if count <= limit and 4 + 4 * count + sum(len(m.body) for m in messages) <= (
-            self.max_body_size
-        ):
-            return [messages]
-        batches: list[list[OutgoingMessage]] = []
-        start = 0
-        while start < count:
-            end, room = start + 1, self.max_body_size - 8 - len(messages[start].body)
-            while end < count and end - start < limit:
-                room -= 4 + len(messages[end].body)
-                if room < 0:
-                    break
-                end += 1
-            batches.append(messages[start:end])
-            start = end
-        return batches
 
     def _take_plain(self, queue: deque[_Item], batch: list[_Item]) -> bool:
         """Extend a plain batch with the plain messages at the head of ``queue`` (the common

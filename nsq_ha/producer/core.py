@@ -62,7 +62,7 @@ from nsq_ha.producer.lanes import Lanes, Outcome
 from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.result import PublishResult
-from nsq_ha.producer.routes import ConnKey, Routes, RouteTable, check_features
+from nsq_ha.producer.routes import ConnKey, Routes, RouteTable
 from nsq_ha.producer.sender import Sender
 from nsq_ha.protocol.commands import seconds_to_ms
 from nsq_ha.protocol.names import validate_topic
@@ -76,24 +76,32 @@ log = logging.getLogger(__name__)
 
 
 class _Activity:
-    """Publish calls between entry and exit (``with activity:``); :meth:`Producer.close`
-    waits until there are none (``idle``)."""
+    """Publish calls waiting outside a lane (a lookup, a DPUB) between entry and exit
+    (``with activity:``); :meth:`wait_idle` waits until there are none."""
 
-    __slots__ = ("active", "idle")
+    __slots__ = ("active", "waiters")
 
     def __init__(self) -> None:
         self.active = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
+        self.waiters: list[asyncio.Future[None]] = []
 
     def __enter__(self) -> None:
         self.active += 1
-        self.idle.clear()
 
     def __exit__(self, *exc_info: object) -> None:
         self.active -= 1
-        if not self.active:
-            self.idle.set()
+        if not self.active and self.waiters:
+            for waiter in self.waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self.waiters.clear()
+
+    async def wait_idle(self) -> None:
+        """Return once no publish call is active."""
+        if self.active:
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            await waiter
 
 
 class Producer:
@@ -312,29 +320,30 @@ class Producer:
         ext, a keyed publish through a fork nsqd given as ``nsqd=``) raises a ConfigError
         subclass before anything is sent.
         """
-        self._check_open()
-        with self._activity:
-            messages = prepare_messages(
-                (body,),
-                None if trace_id is None else (trace_id,),
-                None if ext is None else (ext,),
-                max_msg_size=self.producer_config.connection.max_msg_size,
-            )
-            if defer is not None:
-                seconds_to_ms(defer, "defer")
-                if sharding_key is not None or partition is not None:
-                    raise ConfigError("defer= cannot be combined with sharding_key= or partition=")
-            routes = await self._routes_for(topic, sharding_key, partition)
-            check_features(
-                routes.fork, topic, messages, defer=defer, partition=partition, ext_topic=routes.ext
-            )
-            slot = self._routes.slot_for(routes, sharding_key, partition)
-            if defer is not None:  # DPUB carries one message: no batch to join
+        if self._closing:
+            raise ProducerClosedError("the producer is closed")
+        messages = prepare_messages(
+            (body,),
+            None if trace_id is None else (trace_id,),
+            None if ext is None else (ext,),
+            max_msg_size=self.producer_config.connection.max_msg_size,
+        )
+        if defer is not None:
+            seconds_to_ms(defer, "defer")
+            if sharding_key is not None or partition is not None:
+                raise ConfigError("defer= cannot be combined with sharding_key= or partition=")
+        keyed = sharding_key is not None or partition is not None
+        routes = self._routes.ready(topic, keyed) or await self._look_up(
+            topic, sharding_key, partition
+        )
+        slot = self._routes.place(routes, messages, sharding_key, partition, defer)
+        if defer is not None:  # DPUB carries one message: no batch to join
+            with self._activity:
                 return (await self._sender.send(topic, messages, slot=None, defer=defer))[0]
-            (outcome,) = await self._lanes.submit(topic, slot, messages)
-            if isinstance(outcome, PublishResult):
-                return outcome
-            raise outcome
+        ticket = await self._lanes.submit(topic, slot, messages)
+        if ticket.error is not None:
+            raise ticket.error
+        return ticket.outcomes[0]  # type: ignore[return-value]  # no error: a result
 
     async def publish_many(
         self,
@@ -355,32 +364,35 @@ class Producer:
         batches fail, PublishError is raised after all have settled, with ``.results`` holding a
         PublishResult or the exception per message.
         """
-        self._check_open()
-        with self._activity:
-            bodies = sequence_of(bodies, "bodies")
-            if not bodies:
-                validate_topic(topic)
-                return []
-            count = len(bodies)
-            traces: list[int | None] | None = None
-            if trace_ids is not None:
-                traces = per_message(trace_ids, count, "trace_ids")
-            if ext is not None and exts is not None:
-                raise ConfigError("give ext= (one header for all) or exts= (one each), not both")
-            headers: list[ExtHeader | None] | None = None
-            if ext is not None:
-                headers = [ext] * count
-            if exts is not None:
-                headers = per_message(exts, count, "exts")
-            messages = prepare_messages(
-                bodies, traces, headers, max_msg_size=self.producer_config.connection.max_msg_size
-            )
-            routes = await self._routes_for(topic, sharding_key, partition)
-            check_features(
-                routes.fork, topic, messages, defer=None, partition=partition, ext_topic=routes.ext
-            )
-            slot = self._routes.slot_for(routes, sharding_key, partition)
-            return _results(topic, await self._lanes.submit(topic, slot, messages))
+        if self._closing:
+            raise ProducerClosedError("the producer is closed")
+        bodies = sequence_of(bodies, "bodies")
+        if not bodies:
+            validate_topic(topic)
+            return []
+        count = len(bodies)
+        traces: list[int | None] | None = None
+        if trace_ids is not None:
+            traces = per_message(trace_ids, count, "trace_ids")
+        if ext is not None and exts is not None:
+            raise ConfigError("give ext= (one header for all) or exts= (one each), not both")
+        headers: list[ExtHeader | None] | None = None
+        if ext is not None:
+            headers = [ext] * count
+        if exts is not None:
+            headers = per_message(exts, count, "exts")
+        messages = prepare_messages(
+            bodies, traces, headers, max_msg_size=self.producer_config.connection.max_msg_size
+        )
+        keyed = sharding_key is not None or partition is not None
+        routes = self._routes.ready(topic, keyed) or await self._look_up(
+            topic, sharding_key, partition
+        )
+        slot = self._routes.place(routes, messages, sharding_key, partition)
+        ticket = await self._lanes.submit(topic, slot, messages)
+        if ticket.error is not None:
+            raise _failure(topic, ticket.outcomes)
+        return ticket.outcomes  # type: ignore[return-value]  # no error: all results
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit
         """Stop accepting publishes, wait for the in-flight ones, then close the connections.
@@ -402,10 +414,10 @@ class Producer:
         try:
             if not await self._drained(limit):
                 log.warning(
-                    "producer closing: %d publish calls (%d messages queued in lanes) still "
-                    "unacknowledged after %.1fs; failing them",
-                    self._activity.active,
+                    "producer closing: %d messages queued in lanes and %d publish calls (lookups, "
+                    "DPUBs) still unacknowledged after %.1fs; failing them",
                     self._lanes.queued,
+                    self._activity.active,
                     limit,
                 )
                 self._pool.aborting = True
@@ -426,23 +438,15 @@ class Producer:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closing:
-            raise ProducerClosedError("the producer is closed")
-
-    async def _routes_for(
-        self, topic: str, key: ShardingKey | None, partition: int | None
-    ) -> Routes:
-        """The topic's routes: the cached ones when they serve; else, once the topic, key and
-        partition are checked (bad input is refused before any lookup), looked up under the
-        retry policy."""
-        keyed = key is not None or partition is not None
-        routes = self._routes.ready(topic, keyed)
-        if routes is not None:
-            return routes
+    async def _look_up(self, topic: str, key: ShardingKey | None, partition: int | None) -> Routes:
+        """The topic's routes when the cached ones do not serve (``RouteTable.ready`` said
+        None): the topic, key and partition are checked first (bad input is refused before any
+        lookup), then lookupd is asked under the retry policy."""
         self._routes.check(topic, key, partition)
         self._start_sweeper()
-        return await self._sender.resolve(topic, keyed=keyed)
+        keyed = key is not None or partition is not None
+        with self._activity:  # close() waits for it (a publish in a lane is a lane's work)
+            return await self._sender.resolve(topic, keyed=keyed)
 
     async def _drained(self, limit: float) -> bool:
         """Wait until no lane has work and no publish call is active; False after ``limit`` s."""
@@ -456,7 +460,7 @@ class Producer:
             if remaining <= 0:
                 return False
             waiters: list[asyncio.Future[Any]] = [*tasks]
-            idle = loop.create_task(self._activity.idle.wait())
+            idle = loop.create_task(self._activity.wait_idle())
             waiters.append(idle)
             await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.ALL_COMPLETED)
             idle.cancel()
@@ -483,29 +487,29 @@ class Producer:
             log.debug("producer: %d idle topics freed", len(expired))
 
 
-def _results(topic: str, outcomes: list[Outcome]) -> list[PublishResult]:
-    """A publish_many's results, or its error: one refusal that stopped every message before
-    anything was sent is raised as it is; else PublishError with ``.results`` per message."""
+def _failure(topic: str, outcomes: Sequence[Outcome | None]) -> BaseException:
+    """The error of a publish_many some of whose messages failed: one refusal that stopped
+    every message before anything was sent, as it is; else PublishError with ``.results``
+    (per message, its PublishResult or the exception that stopped it)."""
     errors = [o for o in outcomes if not isinstance(o, PublishResult)]
-    if not errors:
-        return cast("list[PublishResult]", outcomes)
     for err in errors:
         if isinstance(err, asyncio.CancelledError):
-            raise err
+            return err
+    first = errors[0]
     if (
         len(errors) == len(outcomes)
-        and isinstance(errors[0], ConfigError)
-        and all(e is errors[0] for e in errors)
+        and isinstance(first, ConfigError)
+        and all(e is first for e in errors)
     ):
-        raise errors[0]  # one refusal for all, before anything was sent: raise it as it is
+        return first  # one refusal for all, before anything was sent: raise it as it is
     error = PublishError(
         f"{len(errors)} of {len(outcomes)} messages to {topic!r} were not published: "
-        f"{redact(str(errors[0]))}",
+        f"{redact(str(first))}",
         attempts=max((getattr(e, "attempts", 1) for e in errors), default=1),
-        last_error=errors[0],
+        last_error=cast("BaseException", first),
     )
     error.results = list(outcomes)
-    raise error
+    return error
 
 
 async def _sweep(ref: weakref.ref[Producer], interval: float) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
@@ -66,30 +66,31 @@ class Window:
 
 
 class Ticket:
-    """What one publish call waits for: ``future`` gets the list of outcomes (a PublishResult
-    or the exception that stopped it, per message, in order) once every message has one."""
+    """What one publish call waits for: an outcome per message it queued (a PublishResult, or
+    the exception that stopped that message), in order. ``future`` gets the ticket itself once
+    every message has one; ``error`` is the first exception among them (None: all went)."""
 
-    __slots__ = ("future", "outcomes", "pending")
+    __slots__ = ("error", "future", "outcomes", "pending")
 
-    def __init__(self, future: asyncio.Future[list[Outcome]], count: int) -> None:
+    def __init__(self, future: asyncio.Future[Ticket], count: int) -> None:
         self.future = future
         self.outcomes: list[Outcome | None] = [None] * count
         self.pending = count
+        self.error: BaseException | None = None
 
-    @property
-    def abandoned(self) -> bool:
-        """The caller stopped waiting (cancelled): its messages need not be sent."""
-        return self.future.done()
-
-    def settle(self, index: int, outcome: Outcome) -> None:
-        """Record message ``index``'s outcome (the first one given counts)."""
-        outcomes = self.outcomes
-        if outcomes[index] is not None:
-            return
-        outcomes[index] = outcome
-        self.pending -= 1
+    def settle(self, position: int, outcomes: Sequence[Outcome], error: bool = False) -> None:
+        """Record the outcomes of messages ``position``, ``position + 1``, ... (one run of this
+        call's messages that went, or failed, together; ``error``: they are exceptions)."""
+        mine = self.outcomes
+        if mine[position] is not None:
+            return  # settled already (a run is only ever settled whole)
+        count = len(outcomes)
+        mine[position : position + count] = outcomes
+        if error and self.error is None:
+            self.error = cast("BaseException", outcomes[0])
+        self.pending -= count
         if not self.pending and not self.future.done():
-            self.future.set_result(cast("list[Outcome]", outcomes))
+            self.future.set_result(self)
 
 
 class Queued(NamedTuple):
@@ -154,7 +155,7 @@ class Lanes:
 
     def submit(
         self, topic: str, slot: int | None, messages: list[OutgoingMessage]
-    ) -> asyncio.Future[list[Outcome]]:
+    ) -> asyncio.Future[Ticket]:
         """Queue ``messages`` (in order) on the lane of (topic, slot); the future gets their
         outcomes once all are settled."""
         lane = self._lanes.get((topic, slot))
@@ -162,7 +163,8 @@ class Lanes:
             lane = self._lanes[(topic, slot)] = Lane(topic, slot, asyncio.get_running_loop())
         ticket = Ticket(lane.loop.create_future(), len(messages))
         lane.queue.extend(map(Queued, messages, itertools.repeat(ticket), range(len(messages))))
-        self._start_sender(lane)
+        if lane.sending >= len(lane.senders):  # no sender about to take the next batch
+            self._start_sender(lane)
         return ticket.future
 
     def _senders_for(self, lane: Lane) -> int:
@@ -190,7 +192,7 @@ class Lanes:
                     free = max(1, len(routes.writable) - lane.sending)
                     share = -(-len(lane.queue) // free)
                 batch = self._builder(routes, share).take(lane.queue)
-                live = [q for q in batch if not q.ticket.abandoned]
+                live = [q for q in batch if not q.ticket.future.done()]  # done: cancelled
                 if not live:
                     continue
                 lane.sending += 1
@@ -199,14 +201,12 @@ class Lanes:
                 try:
                     results = await self._send(lane.topic, [q.message for q in live], lane.slot)
                 except NsqError as exc:
-                    for q in live:
-                        q.ticket.settle(q.position, exc)
+                    _settle(live, [exc] * len(live), error=True)
                     live = []
                     continue
                 finally:
                     lane.sending -= 1
-                for q, result in zip(live, results, strict=True):
-                    q.ticket.settle(q.position, result)
+                _settle(live, results)
                 live = []
         except asyncio.CancelledError:
             closed = PublishError(
@@ -231,7 +231,7 @@ class Lanes:
         keyed lane has one, an unkeyed one more while the others wait for their answers."""
         senders = len(lane.senders)
         if senders == 0 or (
-            lane.slot is None and not lane.idle_sender and senders < self._senders_for(lane)
+            lane.slot is None and lane.sending >= senders and senders < self._senders_for(lane)
         ):
             sender = lane.loop.create_task(
                 self._run(lane), name=f"nsq_ha-lane-{lane.topic}-{lane.slot}"
@@ -272,6 +272,18 @@ class Lanes:
             del self._lanes[key]
 
 
+def _settle(batch: list[Queued], outcomes: Sequence[Outcome], *, error: bool = False) -> None:
+    """Give each queued message its outcome: each run of one call's messages at once."""
+    start, count = 0, len(batch)
+    while start < count:
+        ticket = batch[start].ticket
+        end = start + 1
+        while end < count and batch[end].ticket is ticket:
+            end += 1
+        ticket.settle(batch[start].position, outcomes[start:end], error)
+        start = end
+
+
 def _fail(queued: Iterable[Queued], error: BaseException) -> None:
-    for q in queued:
-        q.ticket.settle(q.position, error)
+    batch = list(queued)
+    _settle(batch, [error] * len(batch), error=True)

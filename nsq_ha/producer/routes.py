@@ -303,6 +303,26 @@ class RouteTable:
             )
         return self.strategy.partition(key, routes.count)
 
+    def place(
+        self,
+        routes: Routes,
+        messages: Sequence[OutgoingMessage],
+        key: ShardingKey | None,
+        partition: int | None,
+        defer: float | None = None,
+    ) -> int | None:
+        """Refuse what ``routes``' server kind cannot take (:func:`check_features`), then
+        the slot of ``messages`` (:meth:`slot_for`)."""
+        check_features(
+            routes.fork,
+            routes.topic,
+            messages,
+            defer=defer,
+            partition=partition,
+            ext_topic=routes.ext,
+        )
+        return self.slot_for(routes, key, partition)
+
     def next_slot(self, routes: Routes) -> int:
         """The next writable slot of ``routes`` in round-robin order."""
         writable = routes.writable

@@ -307,7 +307,7 @@ def _general_take(builder: BatchBuilder, queue: deque[Item]) -> list[Item]:
     max_body=st.integers(50, 400),
     max_count=st.integers(1, 20),
 )
-def test_take_and_split_plain_cut_where_the_general_rule_does(
+def test_take_cuts_where_the_general_rule_does(
     bodies: list[int], traced_at: set[int], max_body: int, max_count: int
 ) -> None:
     messages = [
@@ -318,10 +318,3 @@ def test_take_and_split_plain_cut_where_the_general_rule_does(
     while fast:
         got = [i.message for i in builder.take(fast)]
         assert got == [i.message for i in _general_take(builder, slow)]
-    plain = [m for m in messages if m.trace_id is None]
-    if plain:
-        expected = []
-        queue = queue_of(*plain)
-        while queue:
-            expected.append([i.message for i in _general_take(builder, queue)])
-        assert builder.split_plain(plain) == expected

@@ -20,7 +20,7 @@ from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.producer.batch import OutgoingMessage
 from nsq_ha.producer.lanes import Window
-from nsq_ha.producer.routes import RouteTable, Routes, check_features
+from nsq_ha.producer.routes import Routes, RouteTable, check_features
 from nsq_ha.routing import get_strategy
 
 
