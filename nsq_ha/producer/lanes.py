@@ -10,8 +10,10 @@ and hand each to the ``send`` callback they were given; nothing here routes or c
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
+import operator
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -162,7 +164,9 @@ class Lanes:
         if lane is None:
             lane = self._lanes[(topic, slot)] = Lane(topic, slot, asyncio.get_running_loop())
         ticket = Ticket(lane.loop.create_future(), len(messages))
-        lane.queue.extend(map(Queued, messages, itertools.repeat(ticket), range(len(messages))))
+        lane.queue.extend(
+            map(_new_queued, zip(messages, itertools.repeat(ticket), itertools.count()))
+        )
         if lane.sending >= len(lane.senders):  # no sender about to take the next batch
             self._start_sender(lane)
         return ticket.future
@@ -192,14 +196,14 @@ class Lanes:
                     free = max(1, len(routes.writable) - lane.sending)
                     share = -(-len(lane.queue) // free)
                 batch = self._builder(routes, share).take(lane.queue)
-                live = [q for q in batch if not q.ticket.future.done()]  # done: cancelled
+                live = _live(batch)
                 if not live:
                     continue
                 lane.sending += 1
                 if share is not None and lane.queue:
                     self._start_sender(lane)  # the rest goes to other partitions meanwhile
                 try:
-                    results = await self._send(lane.topic, [q.message for q in live], lane.slot)
+                    results = await self._send(lane.topic, list(map(_MESSAGE, live)), lane.slot)
                 except NsqError as exc:
                     _settle(live, [exc] * len(live), error=True)
                     live = []
@@ -272,16 +276,37 @@ class Lanes:
             del self._lanes[key]
 
 
-def _settle(batch: list[Queued], outcomes: Sequence[Outcome], *, error: bool = False) -> None:
-    """Give each queued message its outcome: each run of one call's messages at once."""
+#: a Queued from (message, ticket, position), without a Python-level call per message
+_new_queued = functools.partial(tuple.__new__, Queued)
+_MESSAGE = operator.itemgetter(0)
+
+
+def _runs(batch: list[Queued]) -> list[tuple[Ticket, int, int]]:
+    """``batch`` as runs of one call's messages: (ticket, start, end) indexes into it."""
+    runs: list[tuple[Ticket, int, int]] = []
     start, count = 0, len(batch)
     while start < count:
         ticket = batch[start].ticket
         end = start + 1
         while end < count and batch[end].ticket is ticket:
             end += 1
-        ticket.settle(batch[start].position, outcomes[start:end], error)
+        runs.append((ticket, start, end))
         start = end
+    return runs
+
+
+def _live(batch: list[Queued]) -> list[Queued]:
+    """``batch`` without the messages of calls that stopped waiting (cancelled)."""
+    runs = _runs(batch)
+    if not any(ticket.future.done() for ticket, _, _ in runs):
+        return batch
+    return [q for ticket, start, end in runs if not ticket.future.done() for q in batch[start:end]]
+
+
+def _settle(batch: list[Queued], outcomes: Sequence[Outcome], *, error: bool = False) -> None:
+    """Give each queued message its outcome: each run of one call's messages at once."""
+    for ticket, start, end in _runs(batch):
+        ticket.settle(batch[start].position, outcomes[start:end], error)
 
 
 def _fail(queued: Iterable[Queued], error: BaseException) -> None:

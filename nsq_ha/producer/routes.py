@@ -50,9 +50,13 @@ class Routes:
     ext: bool | None = None
     #: slots that have a writable node now, in order (round-robin walks these)
     writable: tuple[int, ...] = field(init=False)
+    #: every message kind and target goes here (a fork, or unknown, topic not known to lack
+    #: ext headers): :func:`check_features` has nothing to refuse but a DPUB
+    unrestricted: bool = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "writable", tuple(sorted(self.nodes)))
+        object.__setattr__(self, "unrestricted", self.fork is not False and self.ext is not False)
 
     @classmethod
     def from_map(cls, pmap: PartitionMap, known_count: int = 0) -> Routes:
@@ -312,15 +316,18 @@ class RouteTable:
         defer: float | None = None,
     ) -> int | None:
         """Refuse what ``routes``' server kind cannot take (:func:`check_features`), then
-        the slot of ``messages`` (:meth:`slot_for`)."""
-        check_features(
-            routes.fork,
-            routes.topic,
-            messages,
-            defer=defer,
-            partition=partition,
-            ext_topic=routes.ext,
-        )
+        the slot of ``messages`` (:meth:`slot_for`; None: round-robin)."""
+        if defer is not None or not routes.unrestricted:
+            check_features(
+                routes.fork,
+                routes.topic,
+                messages,
+                defer=defer,
+                partition=partition,
+                ext_topic=routes.ext,
+            )
+        if key is None and partition is None:
+            return None  # unkeyed: round-robin
         return self.slot_for(routes, key, partition)
 
     def next_slot(self, routes: Routes) -> int:

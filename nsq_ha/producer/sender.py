@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import TypeVar
@@ -51,22 +52,20 @@ def results_of(
     """One result per receipt; neighbours answered by the same receipt share one (immutable)
     result, so a plain ``OK`` for a thousand messages builds one object."""
     results: list[PublishResult] = []
-    last: Receipt | None = None
-    result: PublishResult | None = None
-    for receipt in receipts:
-        if receipt is not last or result is None:
-            last = receipt
-            result = PublishResult(
-                topic,
-                partition,
-                address,
-                attempts,
-                receipt.internal_id,
-                receipt.trace_id,
-                receipt.offset,
-                receipt.raw_size,
-            )
-        results.append(result)
+    for _, run in itertools.groupby(receipts, id):
+        same = list(run)
+        receipt = same[0]
+        result = PublishResult(
+            topic,
+            partition,
+            address,
+            attempts,
+            receipt.internal_id,
+            receipt.trace_id,
+            receipt.offset,
+            receipt.raw_size,
+        )
+        results += [result] * len(same)
     return results
 
 
