@@ -111,8 +111,9 @@ class Producer:
     :class:`~nsq_ha.lookup.LookupClient`) or ``nsqd`` (TCP address(es), vanilla).
 
     ``strategy``: ``"murmur3"`` (default), ``"java"``, ``"jump"`` or a
-    :class:`~nsq_ha.routing.ShardingStrategy`. ``config``: the connections' settings (size
-    limits, TLS, AUTH, compression, timeouts). ``retry``: the
+    :class:`~nsq_ha.routing.ShardingStrategy`. ``config``: the connections' settings (a
+    :class:`~nsq_ha.connection.ConnectionConfig`: size limits, TLS, AUTH, compression,
+    timeouts), or every option at once as a :class:`~nsq_ha.producer.ProducerConfig`. ``retry``: the
     :class:`~nsq_ha.producer.policy.RetryPolicy`. ``trace=True`` publishes every message traced
     (trace id 0 unless given) so that every result carries its id and queue offset.
     ``unkeyed_window``: unacknowledged unkeyed commands per partition. ``max_batch``: most
@@ -124,9 +125,10 @@ class Producer:
     is no longer refreshed; the next publish to it looks it up again. Durations are finite
     seconds: NaN, infinities and negatives are refused with ConfigError.
 
-    Group commit: concurrent :meth:`publish` calls are queued per partition and sent as one
-    ``MPUB`` (or ``MPUB_TRACE``/``MPUB_EXT``) per batch, up to ``max_batch`` messages and the
-    size limits; each caller still gets its own result or error. Keyed calls keep call order
+    Group commit: concurrent :meth:`publish` and :meth:`publish_many` calls are queued per
+    partition and sent as one ``MPUB`` (or ``MPUB_TRACE``/``MPUB_EXT``) per batch, up to
+    ``max_batch`` messages and the size limits; each caller still gets its own results or
+    error. Keyed calls keep call order
     (one batch out per partition); unkeyed calls spread their batches round-robin.
 
     Every option can instead come as one :class:`~nsq_ha.producer.config.ProducerConfig`:

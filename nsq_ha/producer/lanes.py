@@ -164,9 +164,11 @@ class Lanes:
         if lane is None:
             lane = self._lanes[(topic, slot)] = Lane(topic, slot, asyncio.get_running_loop())
         ticket = Ticket(lane.loop.create_future(), len(messages))
-        lane.queue.extend(
-            map(_new_queued, zip(messages, itertools.repeat(ticket), itertools.count()))
-        )
+        if len(messages) == 1:  # the same entry, without four iterator objects
+            lane.queue.append(_new_queued((messages[0], ticket, 0)))
+        else:
+            items = zip(messages, itertools.repeat(ticket), itertools.count())
+            lane.queue.extend(map(_new_queued, items))
         if lane.sending >= len(lane.senders):  # no sender about to take the next batch
             self._start_sender(lane)
         return ticket.future
@@ -196,7 +198,7 @@ class Lanes:
                     free = max(1, len(routes.writable) - lane.sending)
                     share = -(-len(lane.queue) // free)
                 batch = self._builder(routes, share).take(lane.queue)
-                live = _live(batch)
+                live, runs = _live(batch)
                 if not live:
                     continue
                 lane.sending += 1
@@ -205,12 +207,12 @@ class Lanes:
                 try:
                     results = await self._send(lane.topic, list(map(_MESSAGE, live)), lane.slot)
                 except NsqError as exc:
-                    _settle(live, [exc] * len(live), error=True)
+                    _settle(live, runs, [exc] * len(live), error=True)
                     live = []
                     continue
                 finally:
                     lane.sending -= 1
-                _settle(live, results)
+                _settle(live, runs, results)
                 live = []
         except asyncio.CancelledError:
             closed = PublishError(
@@ -281,9 +283,14 @@ _new_queued = functools.partial(tuple.__new__, Queued)
 _MESSAGE = operator.itemgetter(0)
 
 
-def _runs(batch: list[Queued]) -> list[tuple[Ticket, int, int]]:
-    """``batch`` as runs of one call's messages: (ticket, start, end) indexes into it."""
-    runs: list[tuple[Ticket, int, int]] = []
+#: a run of one call's messages in a batch: (its ticket, start index, end index)
+_Run = tuple[Ticket, int, int]
+
+
+def _runs(batch: list[Queued]) -> tuple[list[_Run], bool]:
+    """``batch`` as runs of one call's messages, and whether every call still waits."""
+    runs: list[_Run] = []
+    waiting = True
     start, count = 0, len(batch)
     while start < count:
         ticket = batch[start].ticket
@@ -291,24 +298,28 @@ def _runs(batch: list[Queued]) -> list[tuple[Ticket, int, int]]:
         while end < count and batch[end].ticket is ticket:
             end += 1
         runs.append((ticket, start, end))
+        waiting = waiting and not ticket.future.done()
         start = end
-    return runs
+    return runs, waiting
 
 
-def _live(batch: list[Queued]) -> list[Queued]:
-    """``batch`` without the messages of calls that stopped waiting (cancelled)."""
-    runs = _runs(batch)
-    if not any(ticket.future.done() for ticket, _, _ in runs):
-        return batch
-    return [q for ticket, start, end in runs if not ticket.future.done() for q in batch[start:end]]
+def _live(batch: list[Queued]) -> tuple[list[Queued], list[_Run]]:
+    """``batch`` without the messages of calls that stopped waiting (cancelled), and its runs."""
+    runs, waiting = _runs(batch)
+    if waiting:
+        return batch, runs
+    live = [q for ticket, start, end in runs if not ticket.future.done() for q in batch[start:end]]
+    return live, _runs(live)[0]
 
 
-def _settle(batch: list[Queued], outcomes: Sequence[Outcome], *, error: bool = False) -> None:
-    """Give each queued message its outcome: each run of one call's messages at once."""
-    for ticket, start, end in _runs(batch):
+def _settle(
+    batch: list[Queued], runs: list[_Run], outcomes: Sequence[Outcome], *, error: bool = False
+) -> None:
+    """Give each queued message of ``batch`` its outcome: each run of one call's at once."""
+    for ticket, start, end in runs:
         ticket.settle(batch[start].position, outcomes[start:end], error)
 
 
 def _fail(queued: Iterable[Queued], error: BaseException) -> None:
     batch = list(queued)
-    _settle(batch, [error] * len(batch), error=True)
+    _settle(batch, _runs(batch)[0], [error] * len(batch), error=True)
