@@ -142,6 +142,8 @@ def prepare_messages(
             if type(body) is not bytes or not 0 < len(body) <= limit:
                 break
         else:
+            if len(bodies) == 1:  # the same message, without three iterator objects
+                return [_new_message((bodies[0], None, None))]
             plain = zip(bodies, itertools.repeat(None), itertools.repeat(None))
             return list(map(_new_message, plain))
     count = len(bodies)

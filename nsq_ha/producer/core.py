@@ -213,6 +213,7 @@ class Producer:
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = asyncio.Event()
+        self._max_msg_size = options.connection.max_msg_size
 
     # -- options (read-only views of producer_config) ---------------------------------------
 
@@ -328,7 +329,7 @@ class Producer:
             (body,),
             None if trace_id is None else (trace_id,),
             None if ext is None else (ext,),
-            max_msg_size=self.producer_config.connection.max_msg_size,
+            max_msg_size=self._max_msg_size,
         )
         if defer is not None:
             seconds_to_ms(defer, "defer")
@@ -383,9 +384,7 @@ class Producer:
             headers = [ext] * count
         if exts is not None:
             headers = per_message(exts, count, "exts")
-        messages = prepare_messages(
-            bodies, traces, headers, max_msg_size=self.producer_config.connection.max_msg_size
-        )
+        messages = prepare_messages(bodies, traces, headers, max_msg_size=self._max_msg_size)
         keyed = sharding_key is not None or partition is not None
         routes = self._routes.ready(topic, keyed) or await self._look_up(
             topic, sharding_key, partition

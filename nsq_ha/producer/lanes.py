@@ -163,14 +163,15 @@ class Lanes:
         lane = self._lanes.get((topic, slot))
         if lane is None:
             lane = self._lanes[(topic, slot)] = Lane(topic, slot, asyncio.get_running_loop())
-        ticket = Ticket(lane.loop.create_future(), len(messages))
-        if len(messages) == 1:  # the same entry, without four iterator objects
+        count = len(messages)
+        ticket = Ticket(lane.loop.create_future(), count)
+        if count == 1:  # the same entry, without four iterator objects
             lane.queue.append(_new_queued((messages[0], ticket, 0)))
         else:
             items = zip(messages, itertools.repeat(ticket), itertools.count())
             lane.queue.extend(map(_new_queued, items))
-        if lane.sending >= len(lane.senders):  # no sender about to take the next batch
-            self._start_sender(lane)
+        if not lane.senders or (slot is None and lane.sending >= len(lane.senders)):
+            self._start_sender(lane)  # no sender will take these with its next batch
         return ticket.future
 
     def _senders_for(self, lane: Lane) -> int:
