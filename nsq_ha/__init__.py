@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from nsq_ha.connection import ConnectionConfig, NsqdConnection
     from nsq_ha.consumer import Consumer, ConsumerConfig, Message
     from nsq_ha.lookup import LookupClient
-    from nsq_ha.producer import Producer, PublishResult, RetryPolicy
+    from nsq_ha.producer import Producer, ProducerConfig, PublishResult, RetryPolicy
 
 _EXPORTS = {
     "ConnectionConfig": "nsq_ha.connection",
@@ -29,6 +29,7 @@ _EXPORTS = {
     "NsqdConnection": "nsq_ha.connection",
     "LookupClient": "nsq_ha.lookup",
     "Producer": "nsq_ha.producer",
+    "ProducerConfig": "nsq_ha.producer",
     "PublishResult": "nsq_ha.producer",
     "RetryPolicy": "nsq_ha.producer",
 }
@@ -41,6 +42,7 @@ __all__ = [
     "Message",
     "NsqdConnection",
     "Producer",
+    "ProducerConfig",
     "PublishResult",
     "RetryPolicy",
     "__version__",

@@ -40,11 +40,11 @@ from nsq_ha.consumer import BackoffStrategy, ConsumerConfig, Exponential
 from nsq_ha.consumer import Consumer as AsyncConsumer
 from nsq_ha.consumer import Message as AsyncMessage
 from nsq_ha.consumer.config import OPTIONS, GiveUp, make_config
-from nsq_ha.durations import optional_seconds, seconds
+from nsq_ha.durations import optional_seconds
 from nsq_ha.errors import ConsumerClosedError, MessageConnectionGoneError, ProducerClosedError
 from nsq_ha.lookup import LookupClient
 from nsq_ha.producer import Producer as AsyncProducer
-from nsq_ha.producer import PublishResult, RetryPolicy
+from nsq_ha.producer import ProducerConfig, PublishResult, RetryPolicy
 from nsq_ha.protocol.identify import ExtFilter
 from nsq_ha.protocol.publish import ExtHeader
 from nsq_ha.routing import ShardingKey, ShardingStrategy
@@ -81,7 +81,9 @@ os.register_at_fork(after_in_child=_new_rebind_lock)
 
 
 class Producer:
-    """Blocking :class:`nsq_ha.producer.Producer`; same arguments, same results.
+    """Blocking :class:`nsq_ha.producer.Producer`; same arguments (checked into the same
+    :class:`~nsq_ha.producer.ProducerConfig`, also accepted whole as ``config=``), same results.
+    A ``lookup=`` client is used on :func:`shared_loop`.
 
     ``publish``/``publish_many`` block until nsqd acknowledged (or the retry policy gave up);
     ``publish_async`` returns a :class:`concurrent.futures.Future` at once, so one thread can
@@ -97,34 +99,41 @@ class Producer:
         self,
         *,
         lookupd: str | Sequence[str] | None = None,
+        lookup: LookupClient | None = None,
         nsqd: str | Sequence[str] | None = None,
         strategy: str | ShardingStrategy = "murmur3",
-        config: ConnectionConfig | None = None,
+        config: ConnectionConfig | ProducerConfig | None = None,
         retry: RetryPolicy | None = None,
         trace: bool = False,
         unkeyed_window: int = 1024,
         max_batch: int = 1000,
+        linger: float = 0.0,
         close_timeout: float = 10.0,
+        topic_idle_timeout: float = 300.0,
     ) -> None:
-        close_timeout = seconds(close_timeout, "close_timeout")
-        self._options: dict[str, Any] = {
-            "lookupd": lookupd,
-            "nsqd": nsqd,
-            "strategy": strategy,
-            "config": config,
-            "retry": retry,
-            "trace": trace,
-            "unkeyed_window": unkeyed_window,
-            "max_batch": max_batch,
-            "close_timeout": close_timeout,
-        }
+        #: every option, checked here (ConfigError before anything starts), as the async
+        #: producer checks them
+        self.producer_config = ProducerConfig.from_keywords(
+            config,
+            lookupd=lookupd,
+            lookup=lookup,
+            nsqd=nsqd,
+            strategy=strategy,
+            retry=retry,
+            trace=trace,
+            unkeyed_window=unkeyed_window,
+            max_batch=max_batch,
+            linger=linger,
+            close_timeout=close_timeout,
+            topic_idle_timeout=topic_idle_timeout,
+        )
         self._closed_here = False  # closed in a forked child before it ever published there
         self._runner = loop_thread()
         self._producer = self._runner.run(self._create())
         register(self)
 
     async def _create(self) -> AsyncProducer:
-        return AsyncProducer(**self._options)
+        return AsyncProducer(config=self.producer_config)
 
     def _bound(self) -> tuple[LoopThread, AsyncProducer]:
         """The loop and asyncio producer of this process (re-created in a forked child)."""

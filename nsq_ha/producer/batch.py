@@ -22,6 +22,8 @@ are given only when that layout adds up to the total nsqd reported.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import logging
 import struct
@@ -55,6 +57,7 @@ __all__ = [
     "batch_command",
     "encode_batch",
     "prepare_message",
+    "prepare_messages",
     "receipts_from_answer",
     "record_size",
 ]
@@ -62,6 +65,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _U64 = struct.Struct(">QQ")
+_NO_LIMIT = float("inf")
 #: Bytes of a stored record before the body: length prefix, timestamp, attempts, id, trace id.
 _RECORD_OVERHEAD = 4 + 26
 
@@ -112,6 +116,41 @@ def prepare_message(
     else:
         check_size("message body", len(data), max_msg_size)
     return OutgoingMessage(data, trace_id, header)
+
+
+#: an OutgoingMessage from (body, trace_id, ext), without a Python-level call per message
+_new_message = functools.partial(tuple.__new__, OutgoingMessage)
+
+
+def prepare_messages(
+    bodies: Sequence[object],
+    trace_ids: Sequence[int | None] | None = None,
+    exts: Sequence[ExtHeader | None] | None = None,
+    *,
+    max_msg_size: int | None = None,
+) -> list[OutgoingMessage]:
+    """:func:`prepare_message` of each body with its trace id and ext header (``None``: none
+    for any message; else one per body): what every publish, of one message or many, sends.
+
+    Bodies that are all non-empty ``bytes`` within ``max_msg_size``, with no trace ids and no
+    headers, are ready as they are: that is checked for all at once (the common case, one
+    pass); anything else goes through :func:`prepare_message` one by one.
+    """
+    if trace_ids is None and exts is None:
+        limit = max_msg_size if max_msg_size is not None else _NO_LIMIT
+        for body in bodies:
+            if type(body) is not bytes or not 0 < len(body) <= limit:
+                break
+        else:
+            if len(bodies) == 1:  # the same message, without three iterator objects
+                return [_new_message((bodies[0], None, None))]
+            plain = zip(bodies, itertools.repeat(None), itertools.repeat(None))
+            return list(map(_new_message, plain))
+    count = len(bodies)
+    return [
+        prepare_message(b, trace_id=t, ext=h, max_msg_size=max_msg_size)
+        for b, t, h in zip(bodies, trace_ids or [None] * count, exts or [None] * count, strict=True)
+    ]
 
 
 def _with_trace_id(header: bytes, trace_id: int) -> bytes:
@@ -220,27 +259,6 @@ class BatchBuilder:
             batch.append(queue.popleft())
             traced, has_ext, body_bytes, ext_bytes = n_traced, n_ext, n_body, n_ext_bytes
         return batch
-
-    def split_plain(self, messages: list[OutgoingMessage]) -> list[list[OutgoingMessage]]:
-        """Cut plain messages (no trace id, no header) into batches, in order, by the count and
-        body-size limits: what repeated :meth:`take` would give, without a queue."""
-        count, limit = len(messages), self.max_count
-        if count <= limit and 4 + 4 * count + sum(len(m.body) for m in messages) <= (
-            self.max_body_size
-        ):
-            return [messages]
-        batches: list[list[OutgoingMessage]] = []
-        start = 0
-        while start < count:
-            end, room = start + 1, self.max_body_size - 8 - len(messages[start].body)
-            while end < count and end - start < limit:
-                room -= 4 + len(messages[end].body)
-                if room < 0:
-                    break
-                end += 1
-            batches.append(messages[start:end])
-            start = end
-        return batches
 
     def _take_plain(self, queue: deque[_Item], batch: list[_Item]) -> bool:
         """Extend a plain batch with the plain messages at the head of ``queue`` (the common

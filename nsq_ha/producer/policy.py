@@ -55,10 +55,19 @@ class RetryPolicy:
         seconds(self.attempt_timeout, "attempt_timeout")
 
     def backoff(self, state: RetryCallState) -> float:
-        """Seconds to wait after attempt ``state.attempt_number`` failed."""
-        exponent = min(state.attempt_number - 1, 62)  # 2**62 s is "capped" whatever the cap
+        """Seconds to wait after attempt ``state.attempt_number`` failed (tenacity's wait)."""
+        return self.delay(state.attempt_number)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after attempt number ``attempt`` (1 for the first) failed."""
+        exponent = min(attempt - 1, 62)  # 2**62 s is "capped" whatever the cap
         wait = min(self.max_backoff, self.initial_backoff * 2.0**exponent)
         return wait + random.uniform(0, self.jitter)  # noqa: S311 - jitter, not crypto
+
+    def exhausted(self, attempt: int, elapsed: float) -> bool:
+        """No try after attempt number ``attempt``, ``elapsed`` seconds after the first began
+        (what :meth:`retrying`'s stop condition says)."""
+        return attempt >= self.attempts or (self.deadline is not None and elapsed >= self.deadline)
 
     @classmethod
     def no_retry(cls) -> RetryPolicy:

@@ -10,9 +10,11 @@ import uuid
 import pytest
 
 from nsq_ha import sync
-from nsq_ha.connection import NsqdConnection
+from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.errors import ConnectionClosedError, TopicNotFoundError, UnsupportedByServerError
+from nsq_ha.lookup import LookupClient
 from nsq_ha.producer import Producer, PublishResult
+from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.routing import get_strategy
 from nsq_ha.testing.servers import VanillaCluster
 
@@ -62,9 +64,12 @@ async def test_lookupd_spreads_unkeyed_and_pins_keyed_messages(
     vanilla_cluster.create_topic(topic)
     conns = [await subscribe(n.tcp_address, topic) for n in vanilla_cluster.nodes]
     # lookupd learns of the topic when the nsqds register it (a few ms to a second)
-    async with Producer(lookupd=vanilla_cluster.lookupd_http, strategy="murmur3") as producer:
+    async with (
+        LookupClient(vanilla_cluster.lookupd_http) as lookup,
+        Producer(lookup=lookup, strategy="murmur3") as producer,
+    ):
         for _ in range(50):
-            pmap = await producer._lookup.lookup(topic, "w", force=True)  # type: ignore[union-attr]
+            pmap = await lookup.lookup(topic, "w", force=True)
             if len(pmap.producers) == len(vanilla_cluster.nodes):
                 break
             await asyncio.sleep(0.2)
@@ -129,15 +134,16 @@ async def test_a_connection_dropped_while_opening_fails_retriably(
     vanilla_cluster: VanillaCluster,
 ) -> None:
     address = vanilla_cluster.nodes[0].tcp_address
-    async with Producer(nsqd=address) as producer:
-        key = (address, "", -1)
-        opening = asyncio.create_task(producer._connection(key))
-        await asyncio.sleep(0)  # the handshake is under way
-        producer._drop(key)  # as a partition-map change would
-        with pytest.raises(ConnectionClosedError, match="dropped while it was opening") as info:
-            await opening
-        assert info.value.retriable
-        assert (await producer.publish(_topic(), b"still fine")).address == address
+    pool = ConnectionPool(ConnectionConfig(), {"connections": 0})  # a producer's connections
+    key = (address, "", -1)
+    opening = asyncio.create_task(pool.get(key))
+    await asyncio.sleep(0)  # the handshake is under way
+    pool.drop(key)  # as a partition-map change would
+    with pytest.raises(ConnectionClosedError, match="dropped while it was opening") as info:
+        await opening
+    assert info.value.retriable
+    assert not (await pool.get(key)).closed  # the next try opens a fresh one
+    await pool.close()
 
 
 def test_a_forked_child_exits_without_waiting_for_the_parents_loop(

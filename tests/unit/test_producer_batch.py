@@ -23,6 +23,7 @@ from nsq_ha.producer.batch import (
     batch_command,
     encode_batch,
     prepare_message,
+    prepare_messages,
     receipts_from_answer,
     record_size,
 )
@@ -307,7 +308,7 @@ def _general_take(builder: BatchBuilder, queue: deque[Item]) -> list[Item]:
     max_body=st.integers(50, 400),
     max_count=st.integers(1, 20),
 )
-def test_take_and_split_plain_cut_where_the_general_rule_does(
+def test_take_cuts_where_the_general_rule_does(
     bodies: list[int], traced_at: set[int], max_body: int, max_count: int
 ) -> None:
     messages = [
@@ -318,10 +319,31 @@ def test_take_and_split_plain_cut_where_the_general_rule_does(
     while fast:
         got = [i.message for i in builder.take(fast)]
         assert got == [i.message for i in _general_take(builder, slow)]
-    plain = [m for m in messages if m.trace_id is None]
-    if plain:
-        expected = []
-        queue = queue_of(*plain)
-        while queue:
-            expected.append([i.message for i in _general_take(builder, queue)])
-        assert builder.split_plain(plain) == expected
+
+
+@given(
+    bodies=st.lists(
+        st.one_of(st.binary(max_size=12), st.text(max_size=3), st.none()), min_size=1, max_size=8
+    ),
+    traced=st.booleans(),
+    limit=st.integers(1, 10),
+)
+def test_prepare_messages_is_prepare_message_of_each(
+    bodies: list[object], traced: bool, limit: int
+) -> None:
+    """The batch form refuses and returns exactly what the one-message form does."""
+    traces = [7] * len(bodies) if traced else None
+
+    def each() -> list[object]:
+        return [
+            prepare_message(b, trace_id=t, max_msg_size=limit)
+            for b, t in zip(bodies, traces or [None] * len(bodies), strict=True)
+        ]
+
+    try:
+        expected = each()
+    except InvalidArgumentError as exc:
+        with pytest.raises(type(exc)):
+            prepare_messages(bodies, traces, None, max_msg_size=limit)
+        return
+    assert prepare_messages(bodies, traces, None, max_msg_size=limit) == expected

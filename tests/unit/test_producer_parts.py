@@ -20,7 +20,7 @@ from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.producer.batch import OutgoingMessage
 from nsq_ha.producer.lanes import Window
-from nsq_ha.producer.routes import Routes, check_features
+from nsq_ha.producer.routes import Routes, RouteTable, check_features
 from nsq_ha.routing import get_strategy
 
 
@@ -156,27 +156,26 @@ def test_routes_from_a_fork_map_and_a_vanilla_map() -> None:
     assert vroutes.key(1, vroutes.nodes[1]) == ("127.0.0.1:4160", "", -1)
 
 
-async def test_slot_for_keys_partitions_and_round_robin() -> None:
-    producer = Producer(nsqd="127.0.0.1:1", strategy="java")
+def test_slot_for_keys_partitions_and_round_robin() -> None:
+    table = RouteTable(lookup=None, static=(), strategy=get_strategy("java"), last_used={})
     routes = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
     # the java strategy: "publish_test_case" -> 1 of 4 (PROTOCOL.md §6.2)
-    assert producer._slot_for(routes, "publish_test_case", None) == 1
-    assert producer._slot_for(routes, "publish_test_case", None) == get_strategy("java").partition(
+    assert table.slot_for(routes, "publish_test_case", None) == 1
+    assert table.slot_for(routes, "publish_test_case", None) == get_strategy("java").partition(
         "publish_test_case", 4
     )
-    assert producer._slot_for(routes, None, 3) == 3
-    assert producer._slot_for(routes, None, None) is None
+    assert table.slot_for(routes, None, 3) == 3
+    assert table.slot_for(routes, None, None) is None
     with pytest.raises(ConfigError, match="not both"):
-        producer._slot_for(routes, "k", 1)
+        table.slot_for(routes, "k", 1)
     with pytest.raises(ConfigError, match=r"0\.\.3"):
-        producer._slot_for(routes, None, 4)
+        table.slot_for(routes, None, 4)
     with pytest.raises(ConfigError, match="int"):
-        producer._slot_for(routes, None, True)
+        table.slot_for(routes, None, True)
     vanilla = Routes.from_map(PartitionMap("t", "w", producers=(node(1),)))
     with pytest.raises(UnsupportedByServerError, match="fork"):
-        producer._slot_for(vanilla, None, 0)
-    assert [producer._next_slot(routes) for _ in range(5)] == [0, 1, 2, 3, 0]
-    await producer.close()
+        table.slot_for(vanilla, None, 0)
+    assert [table.next_slot(routes) for _ in range(5)] == [0, 1, 2, 3, 0]
 
 
 def test_features_each_server_lacks_are_refused_before_sending() -> None:

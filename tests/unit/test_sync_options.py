@@ -3,6 +3,7 @@ ConfigError before anything is scheduled, and the object is left as it was."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from decimal import Decimal
 from fractions import Fraction
@@ -12,6 +13,8 @@ import pytest
 from nsq_ha import sync
 from nsq_ha.consumer import ConsumerConfig
 from nsq_ha.errors import ConfigError, NsqTimeoutError
+from nsq_ha.producer import Producer as AsyncProducer
+from nsq_ha.producer import ProducerConfig
 
 #: nowhere listens here; nothing in these tests connects
 NOWHERE = "127.0.0.1:9"
@@ -89,3 +92,34 @@ def test_consumer_builds_the_same_config_as_the_async_one() -> None:
         assert consumer.aio.config == ConsumerConfig(
             topic="t", channel="c", nsqd=NOWHERE, max_in_flight=3, drain_timeout=1
         )
+
+
+def _options(cls: type) -> dict[str, tuple[object, object]]:
+    """A constructor's keywords: name -> (default, annotation)."""
+    return {
+        name: (p.default, p.annotation)
+        for name, p in inspect.signature(cls).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+
+
+def test_the_sync_producer_takes_exactly_the_async_producers_options() -> None:
+    assert _options(sync.Producer) == _options(AsyncProducer)
+    positional = [
+        p
+        for p in inspect.signature(sync.Producer).parameters.values()
+        if p.kind is not inspect.Parameter.KEYWORD_ONLY
+    ]
+    assert positional == []
+
+
+def test_the_sync_producer_builds_the_same_config_as_the_async_one() -> None:
+    options = {"nsqd": NOWHERE, "strategy": "jump", "max_batch": 9, "linger": 0.25}
+    producer = sync.Producer(**options)  # type: ignore[arg-type]
+    try:
+        assert producer.producer_config == ProducerConfig(**options)  # type: ignore[arg-type]
+        assert producer.aio.producer_config == producer.producer_config
+    finally:
+        producer.close()
+    with pytest.raises(ConfigError, match="max_batch"):
+        sync.Producer(nsqd=NOWHERE, max_batch=0)

@@ -1,0 +1,155 @@
+"""Every option of a producer in one frozen, validated value: :class:`ProducerConfig`.
+
+The asyncio :class:`~nsq_ha.producer.Producer`, its blocking twin in :mod:`nsq_ha.sync`, the
+CLI and the Spark sink all build one of these from their keywords, so a bad value is refused
+the same way everywhere (a :class:`~nsq_ha.errors.ConfigError` subclass, before anything is
+sent) and no front end can drift from the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from nsq_ha.connection import ConnectionConfig
+from nsq_ha.durations import seconds
+from nsq_ha.errors import ConfigError, InvalidArgumentError
+from nsq_ha.lookup import LookupClient, NodeInfo
+from nsq_ha.producer.args import static_node
+from nsq_ha.producer.policy import RetryPolicy
+from nsq_ha.routing import ShardingStrategy, get_strategy
+
+__all__ = ["KEYWORD_DEFAULTS", "ProducerConfig"]
+
+
+def _addresses(value: str | Sequence[str] | None, name: str) -> tuple[str, ...] | None:
+    """``None``, or one or more addresses as a tuple (duplicates dropped, order kept)."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    if isinstance(cast(object, items), bytes | bytearray) or not isinstance(
+        cast(object, items), Sequence
+    ):
+        raise InvalidArgumentError(f"{name} must be an address or a sequence of addresses")
+    addresses = tuple(dict.fromkeys(items))
+    if not addresses:
+        raise ConfigError(f"{name}= needs at least one address")
+    for address in addresses:
+        if not isinstance(cast(object, address), str) or not address.strip():
+            raise InvalidArgumentError(f"{name} addresses must be non-empty strings")
+    return addresses
+
+
+def _count(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProducerConfig:
+    """How a producer finds nsqd, routes, batches, retries and closes.
+
+    Exactly one of ``lookupd`` (nsqlookupd HTTP addresses), ``lookup`` (a shared
+    :class:`~nsq_ha.lookup.LookupClient`) or ``nsqd`` (nsqd TCP ``host:port`` addresses).
+    ``strategy`` is a name (``"murmur3"``, ``"java"``, ``"jump"``) or a
+    :class:`~nsq_ha.routing.ShardingStrategy`; it is kept as the strategy object.
+    ``connection`` holds the connections' settings, ``retry`` the
+    :class:`~nsq_ha.producer.policy.RetryPolicy`. See :class:`~nsq_ha.producer.Producer` for
+    what each option does. Durations are finite seconds (ConfigError for NaN, infinities,
+    negatives and non-numbers).
+    """
+
+    lookupd: tuple[str, ...] | None = None
+    lookup: LookupClient | None = None
+    nsqd: tuple[str, ...] | None = None
+    strategy: ShardingStrategy = field(default_factory=lambda: get_strategy("murmur3"))
+    connection: ConnectionConfig = field(default_factory=ConnectionConfig)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    trace: bool = False
+    unkeyed_window: int = 1024
+    max_batch: int = 1000
+    linger: float = 0.0
+    close_timeout: float = 10.0
+    topic_idle_timeout: float = 300.0
+
+    def __post_init__(self) -> None:
+        """Check every option and normalise addresses, strategy and durations."""
+        lookupd = _addresses(cast("str | Sequence[str] | None", self.lookupd), "lookupd")
+        nsqd = _addresses(cast("str | Sequence[str] | None", self.nsqd), "nsqd")
+        if sum(x is not None for x in (lookupd, self.lookup, nsqd)) != 1:
+            raise ConfigError("give exactly one of lookupd=, lookup= or nsqd=")
+        if self.lookup is not None and not isinstance(cast(object, self.lookup), LookupClient):
+            raise InvalidArgumentError(f"lookup must be a LookupClient, not {self.lookup!r}")
+        if nsqd is not None:
+            for address in nsqd:
+                static_node(address)  # host:port, or ConfigError
+        strategy = cast("str | ShardingStrategy", self.strategy)
+        if isinstance(strategy, str):
+            strategy = get_strategy(strategy)
+        if not isinstance(cast(object, self.connection), ConnectionConfig):
+            raise InvalidArgumentError(
+                f"connection must be a ConnectionConfig, not {type(self.connection).__name__}"
+            )
+        if not isinstance(cast(object, self.retry), RetryPolicy):
+            raise ConfigError(f"retry must be a RetryPolicy, not {type(self.retry).__name__}")
+        if not isinstance(cast(object, self.trace), bool):
+            raise InvalidArgumentError(f"trace must be True or False, not {self.trace!r}")
+        _count(self.unkeyed_window, "unkeyed_window")
+        _count(self.max_batch, "max_batch")
+        values: dict[str, object] = {
+            "lookupd": lookupd,
+            "nsqd": nsqd,
+            "strategy": strategy,
+            "linger": seconds(self.linger, "linger", zero=True),
+            "close_timeout": seconds(self.close_timeout, "close_timeout"),
+            "topic_idle_timeout": seconds(self.topic_idle_timeout, "topic_idle_timeout"),
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def static_nodes(self) -> tuple[NodeInfo, ...]:
+        """The ``nsqd=`` addresses as nodes (empty with lookupd= or lookup=)."""
+        return tuple(static_node(a) for a in self.nsqd or ())
+
+    @classmethod
+    def from_keywords(
+        cls, config: ConnectionConfig | ProducerConfig | None, **options: Any
+    ) -> ProducerConfig:
+        """The config of a ``Producer(...)`` call: ``config`` is either the connections'
+        settings (and ``options`` the other keywords) or a whole ProducerConfig, and then every
+        other keyword must be left at its default (:data:`KEYWORD_DEFAULTS`)."""
+        if isinstance(config, ProducerConfig):
+            changed = sorted(k for k, v in options.items() if v != KEYWORD_DEFAULTS.get(k, v))
+            if changed:
+                raise ConfigError(
+                    "give the options in config=ProducerConfig(...) or as keywords, not both "
+                    f"({', '.join(changed)} given as keywords)"
+                )
+            return config
+        if config is not None and not isinstance(cast(object, config), ConnectionConfig):
+            raise InvalidArgumentError(
+                "config must be a ConnectionConfig or a ProducerConfig, "
+                f"not {type(config).__name__}"
+            )
+        if options.get("retry") is None:
+            options["retry"] = RetryPolicy()
+        return cls(connection=config or ConnectionConfig(), **options)
+
+
+#: The defaults of ``Producer(...)``'s keywords (``retry=None``: the default RetryPolicy).
+KEYWORD_DEFAULTS: dict[str, object] = {
+    "lookupd": None,
+    "lookup": None,
+    "nsqd": None,
+    "strategy": "murmur3",
+    "retry": None,
+    "trace": False,
+    "unkeyed_window": 1024,
+    "max_batch": 1000,
+    "linger": 0.0,
+    "close_timeout": 10.0,
+    "topic_idle_timeout": 300.0,
+}

@@ -1,0 +1,295 @@
+"""Sending one batch: one attempt (route, connect, encode, command, read the answer), and the
+retry loop around it, which asks :func:`nsq_ha.retry.decide` what an error means and the
+:class:`~nsq_ha.producer.policy.RetryPolicy` how long to keep trying.
+
+The sender gets the producer's pieces it needs (the route table, the connection pool, the
+connections' settings) and calls them; nothing calls back into the producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
+from typing import TypeVar
+
+from nsq_ha.connection import ConnectionConfig
+from nsq_ha.errors import (
+    NsqError,
+    PartitionNotAvailableError,
+    PublishError,
+    UnsupportedByServerError,
+)
+from nsq_ha.producer.batch import (
+    BatchBuilder,
+    OutgoingMessage,
+    Receipt,
+    batch_command,
+    encode_batch,
+    receipts_from_answer,
+)
+from nsq_ha.producer.lanes import Window
+from nsq_ha.producer.policy import RetryPolicy
+from nsq_ha.producer.pool import ConnectionPool
+from nsq_ha.producer.result import PublishResult
+from nsq_ha.producer.routes import ConnKey, Routes, RouteTable, check_features
+from nsq_ha.protocol.publish import encode_dpub
+from nsq_ha.redact import redact_text as redact
+from nsq_ha.retry import decide
+
+__all__ = ["Sender", "results_of"]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+def results_of(
+    topic: str, partition: int | None, address: str, attempts: int, receipts: Sequence[Receipt]
+) -> list[PublishResult]:
+    """One result per receipt; neighbours answered by the same receipt share one (immutable)
+    result, so a plain ``OK`` for a thousand messages builds one object."""
+    results: list[PublishResult] = []
+    for _, run in itertools.groupby(receipts, id):
+        same = list(run)
+        receipt = same[0]
+        result = PublishResult(
+            topic,
+            partition,
+            address,
+            attempts,
+            receipt.internal_id,
+            receipt.trace_id,
+            receipt.offset,
+            receipt.raw_size,
+        )
+        results += [result] * len(same)
+    return results
+
+
+class Sender:
+    """Sends batches of one producer: :meth:`send` retries :meth:`attempt` under the policy.
+
+    ``closing()`` says the producer is closing (no forced lookups then); once
+    ``pool.aborting`` is set, a retriable failure ends as PublishError ("closed before nsqd
+    acknowledged") instead of another try. ``stats`` counts commands, messages published,
+    retries and forced lookups.
+    """
+
+    __slots__ = (
+        "_windows",
+        "closing",
+        "config",
+        "max_batch",
+        "policy",
+        "pool",
+        "routes",
+        "stats",
+        "trace",
+        "unkeyed_window",
+    )
+
+    def __init__(
+        self,
+        *,
+        routes: RouteTable,
+        pool: ConnectionPool,
+        config: ConnectionConfig,
+        policy: RetryPolicy,
+        stats: MutableMapping[str, int],
+        trace: bool,
+        max_batch: int,
+        unkeyed_window: int,
+        closing: Callable[[], bool],
+    ) -> None:
+        self.routes = routes
+        self.pool = pool
+        self.config = config
+        self.policy = policy
+        self.stats = stats
+        self.trace = trace
+        self.max_batch = max_batch
+        self.unkeyed_window = unkeyed_window
+        self.closing = closing
+        self._windows: dict[tuple[str, int], Window] = {}
+
+    def builder(self, routes: Routes | None, share: int | None = None) -> BatchBuilder:
+        """How batches for ``routes``' topic are cut (``share``: at most that many messages)."""
+        return BatchBuilder(
+            max_msg_size=self.config.max_msg_size,
+            max_body_size=self.config.max_body_size,
+            max_count=self.max_batch if share is None else max(1, min(share, self.max_batch)),
+            tracing=self.trace and routes is not None and routes.fork is True,
+            ext_topic=routes is not None and routes.ext is True,
+        )
+
+    # -- the retry loop ---------------------------------------------------------------------
+
+    async def retried(self, what: str, attempt: Callable[[int], Awaitable[_T]]) -> _T:
+        """``await attempt(n)`` for n = 1, 2, ... until it succeeds, the error is not worth
+        another try, or the policy gives up (PublishError, ``__cause__`` the last error)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        number = 1
+        while True:
+            try:
+                return await attempt(number)
+            except NsqError as exc:
+                if not decide(exc).retry:
+                    raise
+                if self.pool.aborting:
+                    raise PublishError(
+                        f"{what}: the producer closed before nsqd acknowledged it",
+                        attempts=number,
+                        last_error=exc,
+                    ) from None
+                if self.policy.exhausted(number, loop.time() - started):
+                    raise PublishError(
+                        f"{what} failed after {number} attempts: {redact(str(exc))}",
+                        attempts=number,
+                        last_error=exc,
+                    ) from None
+                wait = self.policy.delay(number)
+                self.stats["retries"] += 1
+                log.warning(
+                    "%s failed on attempt %d (%s); retrying in %.2fs",
+                    what,
+                    number,
+                    redact(str(exc)),
+                    wait,
+                )
+            await asyncio.sleep(wait)
+            number += 1
+
+    async def resolve(self, topic: str, *, keyed: bool) -> Routes:
+        """The topic's routes, looked up again under the policy while it has no writable
+        partition (or, ``keyed``, no known partition count)."""
+        return await self.retried(
+            f"lookup of {topic!r}", lambda _: self.routes.current(topic, keyed=keyed)
+        )
+
+    async def send(
+        self,
+        topic: str,
+        messages: list[OutgoingMessage],
+        *,
+        slot: int | None,
+        defer: float | None = None,
+    ) -> list[PublishResult]:
+        """Send one batch (to ``slot``, or round-robin when None), retried under the policy."""
+        where = f"publish to {topic!r}" + (f" slot {slot}" if slot is not None else "")
+        return await self.retried(
+            where, lambda number: self.attempt(topic, messages, slot, defer, number)
+        )
+
+    async def send_batch(
+        self, topic: str, messages: list[OutgoingMessage], slot: int | None
+    ) -> list[PublishResult]:
+        """:meth:`send` without ``defer`` (what a lane's sender calls)."""
+        return await self.send(topic, messages, slot=slot)
+
+    # -- one attempt ------------------------------------------------------------------------
+
+    async def attempt(
+        self,
+        topic: str,
+        messages: list[OutgoingMessage],
+        slot: int | None,
+        defer: float | None,
+        attempts: int,
+    ) -> list[PublishResult]:
+        """Send ``messages`` once and read nsqd's answer; on an error, drop what it says is
+        stale (the connection, the cached map) before raising it."""
+        routes = await self.routes.current(topic)
+        windowed = slot is None  # unkeyed: up to unkeyed_window commands out per partition
+        if slot is None:
+            slot = self.routes.next_slot(routes)
+        node = routes.nodes.get(slot)
+        if node is None:
+            missing = PartitionNotAvailableError(
+                f"{topic!r} partition {slot} has no writable leader in the current lookup"
+            )
+            # look again now (the next try reads the fresh map), not at the periodic refresh
+            await self._after_failure(topic, None, missing)
+            raise missing
+        key = routes.key(slot, node)
+        partition = routes.wire_partition(slot)
+        window = self._window(topic, slot) if windowed else None
+        try:
+            async with window if window is not None else contextlib.nullcontext():
+                conn = await self.pool.get(key)
+                fork = conn.is_fork
+                tracing = self.trace and fork
+                name = batch_command(messages, tracing=tracing)
+                if routes.fork is None:  # nsqd= addresses: the kind is known only now
+                    if fork and not windowed:
+                        raise UnsupportedByServerError(
+                            f"{node.address} is a fork nsqd: a sharding key needs topic "
+                            f"{topic!r}'s partition count and leaders, which only nsqlookupd "
+                            "knows; publish keyed messages through lookupd= (nsqd= addresses "
+                            "of the fork take unkeyed publishes only)"
+                        )
+                    check_features(fork, topic, messages, defer=defer, partition=partition)
+                if defer is not None:
+                    data = encode_dpub(
+                        topic, messages[0].body, defer, max_msg_size=self.config.max_msg_size
+                    )
+                else:
+                    data = encode_batch(
+                        topic,
+                        partition,
+                        messages,
+                        tracing=tracing,
+                        max_msg_size=self.config.max_msg_size,
+                        max_body_size=self.config.max_body_size,
+                        name=name,
+                    )
+                self.stats["commands"] += 1
+                answer = await conn.command(data, response_timeout=self.policy.attempt_timeout)
+                receipts = receipts_from_answer(
+                    answer, messages, tracing=tracing, ext_topic=routes.ext, name=name
+                )
+        except NsqError as exc:
+            await self._after_failure(topic, key, exc)
+            raise
+        self.stats["published"] += len(messages)
+        return results_of(topic, partition, node.address, attempts, receipts)
+
+    async def _after_failure(self, topic: str, key: ConnKey | None, exc: BaseException) -> None:
+        """Drop what the error says is stale; refresh the lookup at once when it says so."""
+        decision = decide(exc)
+        if key is not None and decision.reconnect:
+            self.pool.drop(key)
+        if decision.refresh_lookup and self.routes.lookup is not None and not self.closing():
+            self.stats["lookups_forced"] += 1
+            with contextlib.suppress(NsqError):
+                await self.routes.refresh(topic)
+
+    # -- unkeyed windows --------------------------------------------------------------------
+
+    def _window(self, topic: str, slot: int) -> Window:
+        window = self._windows.get((topic, slot))
+        if window is None:
+            window = self._windows[(topic, slot)] = Window(self.unkeyed_window)
+        return window
+
+    def busy_topics(self) -> set[str]:
+        """Topics with an unkeyed command out or waiting for room in its window."""
+        return {
+            topic
+            for (topic, _), window in self._windows.items()
+            if window.waiters or window.free < self.unkeyed_window
+        }
+
+    def forget(self, topics: Iterable[str]) -> None:
+        """Drop the windows of ``topics``."""
+        names = set(topics)
+        for key in [k for k in self._windows if k[0] in names]:
+            del self._windows[key]
+
+    @property
+    def window_topics(self) -> set[str]:
+        """Topics that have a window."""
+        return {topic for topic, _ in self._windows}

@@ -1,0 +1,91 @@
+"""ProducerConfig (issue 21 item 3): one frozen, validated value holds every producer option;
+the asyncio Producer, the blocking one and (later) the CLI and Spark all build it, so a bad
+value is refused the same way everywhere, with a typed error, before anything starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+import nsq_ha
+from nsq_ha.connection import ConnectionConfig
+from nsq_ha.errors import ConfigError, InvalidArgumentError
+from nsq_ha.producer import Producer, ProducerConfig, RetryPolicy
+from nsq_ha.routing import ShardingStrategy, get_strategy
+
+WHERE = {"nsqd": "127.0.0.1:1"}
+
+
+def test_producer_config_is_exported_frozen_and_normalised() -> None:
+    assert nsq_ha.ProducerConfig is ProducerConfig
+    config = ProducerConfig(lookupd="http://127.0.0.1:4161", strategy="java", linger=1)
+    assert config.lookupd == ("http://127.0.0.1:4161",)
+    assert isinstance(config.strategy, ShardingStrategy)
+    assert config.strategy.name == get_strategy("java").name
+    assert config.linger == 1.0
+    assert isinstance(config.linger, float)
+    assert config.connection == ConnectionConfig()
+    assert config.retry == RetryPolicy()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.max_batch = 2  # type: ignore[misc]
+    assert ProducerConfig(nsqd=["a:1", "b:2", "a:1"]).nsqd == ("a:1", "b:2")
+
+
+BAD: list[tuple[dict[str, object], type[Exception], str]] = [
+    ({}, ConfigError, "exactly one of"),
+    ({"lookupd": "http://x:1", "nsqd": "x:1"}, ConfigError, "exactly one of"),
+    ({"nsqd": []}, ConfigError, "at least one"),
+    ({"nsqd": "no-port"}, ConfigError, "host:port"),
+    ({"nsqd": ["x:1", ""]}, InvalidArgumentError, "non-empty"),
+    ({"nsqd": b"x:1"}, InvalidArgumentError, "address"),
+    ({"lookup": "http://x:1"}, InvalidArgumentError, "LookupClient"),
+    ({"strategy": "nope", **WHERE}, ConfigError, "nope"),
+    ({"connection": {}, **WHERE}, InvalidArgumentError, "ConnectionConfig"),
+    ({"retry": 3, **WHERE}, ConfigError, "RetryPolicy"),
+    ({"trace": 1, **WHERE}, InvalidArgumentError, "trace"),
+    ({"unkeyed_window": 0, **WHERE}, ConfigError, "unkeyed_window"),
+    ({"max_batch": True, **WHERE}, ConfigError, "max_batch"),
+    ({"max_batch": 1.5, **WHERE}, ConfigError, "max_batch"),
+    ({"linger": -1, **WHERE}, ConfigError, "linger"),
+    ({"linger": math.nan, **WHERE}, ConfigError, "linger"),
+    ({"close_timeout": 0, **WHERE}, ConfigError, "close_timeout"),
+    ({"topic_idle_timeout": math.inf, **WHERE}, ConfigError, "topic_idle_timeout"),
+    ({"topic_idle_timeout": "5", **WHERE}, ConfigError, "topic_idle_timeout"),
+]
+
+
+@pytest.mark.parametrize(("options", "error", "match"), BAD)
+def test_producer_config_refuses_bad_values_with_typed_errors(
+    options: dict[str, object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        ProducerConfig(**options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("options", "error", "match"), BAD)
+def test_the_producer_refuses_the_same_values_the_same_way(
+    options: dict[str, object], error: type[Exception], match: str
+) -> None:
+    keywords = dict(options)
+    if "connection" in keywords:
+        keywords["config"] = keywords.pop("connection")
+        error = InvalidArgumentError
+        match = "ConnectionConfig or a ProducerConfig"
+    with pytest.raises(error, match=match):
+        Producer(**keywords)  # type: ignore[arg-type]
+
+
+async def test_a_producer_takes_a_whole_config_or_keywords_not_both() -> None:
+    config = ProducerConfig(nsqd="127.0.0.1:1", max_batch=7, linger=0.5)
+    producer = Producer(config=config)
+    assert producer.producer_config is config
+    assert (producer.max_batch, producer.linger) == (7, 0.5)
+    await producer.close()
+    with pytest.raises(ConfigError, match="not both"):
+        Producer(config=config, max_batch=8)
+    keyed = Producer(nsqd="127.0.0.1:1", config=ConnectionConfig(), max_batch=8)
+    assert keyed.producer_config == ProducerConfig(nsqd="127.0.0.1:1", max_batch=8)
+    assert keyed.config == ConnectionConfig()
+    await keyed.close()
