@@ -97,12 +97,10 @@ async def test_publish_to_an_nsqd_that_stops_reading_times_out() -> None:
     async with lying_nsqd(_stop_reading) as server:
         conn = await NsqdConnection.open(server.address, config=config)
         try:
-            loop = asyncio.get_running_loop()
-            started = loop.time()
+            # the command's own timeout fires (NsqTimeoutError), not the guard (TimeoutError)
             with pytest.raises(NsqTimeoutError, match=r"within 1\.0 s"):
                 async with asyncio.timeout(config.command_timeout + 2.0):
                     await conn.publish("hardening", bytes(32 * MiB))
-            assert loop.time() - started < config.command_timeout + 2.0
         finally:
             await conn.close()
 
