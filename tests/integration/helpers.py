@@ -114,6 +114,22 @@ def channel_totals(
     return totals
 
 
+async def collect(consumer: Consumer, count: int, within: float = 30.0) -> list[Message]:
+    """The next ``count`` messages of ``consumer``, each finished once received (in the
+    order handed out); TimeoutError after ``within`` seconds."""
+    received: list[Message] = []
+
+    async def loop() -> None:
+        async for message in consumer:
+            received.append(message)
+            await message.finish()
+            if len(received) == count:
+                return
+
+    await asyncio.wait_for(loop(), within)
+    return received
+
+
 async def run_and_close_under_load(
     consumer: Consumer, *, finished: int = 10_000, concurrency: int = 200
 ) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from nsq_ha.errors import MessageAlreadyRespondedError
 from nsq_ha.producer import Producer
 
 from .backend import Backend
-from .helpers import channel_totals, run_and_close_under_load, wait_for_count
+from .helpers import channel_totals, collect, run_and_close_under_load, wait_for_count
 
 ORDERED = "cf_ordered"  # 4 partitions, ordered
 PLAIN = "cf_plain"  # 4 partitions
@@ -60,12 +60,7 @@ async def test_ordered_topic_all_partitions_in_key_order_with_offsets_and_traces
                         sharding_key=key,
                         trace_id=1000 * index + seq + 1,
                     )
-        received: list[Message] = []
-        while len(received) < 240:
-            message = await consumer.get(timeout=30)
-            assert message is not None
-            received.append(message)
-            await message.finish()
+        received = await collect(consumer, 240, within=60)
     last: dict[str, int] = {}
     offsets: dict[int | None, list[int]] = collections.defaultdict(list)
     for message in received:
@@ -280,21 +275,11 @@ async def test_seek_to_the_start_of_an_ordered_partition_redelivers_from_there(
         async with Producer(lookupd=cluster.lookupd_http) as producer:
             for i in range(5):
                 await producer.publish(ORDERED, b"seek%d" % i, partition=3)
-        first: list[Message] = []
-        while len(first) < 5:
-            message = await consumer.get(timeout=20)
-            assert message is not None
-            first.append(message)
-            await message.finish()
+        first = await collect(consumer, 5)
         target = first[1]
         assert target.offset is not None
         await consumer.seek(3, offset=target.offset)
-        replay: list[Message] = []
-        while len(replay) < 4:
-            message = await consumer.get(timeout=20)
-            assert message is not None
-            replay.append(message)
-            await message.finish()
+        replay = await collect(consumer, 4)
     assert [m.body for m in first] == [b"seek%d" % i for i in range(5)]
     assert [m.offset for m in replay] == [m.offset for m in first[1:]]
     assert [m.body for m in replay] == [b"seek1", b"seek2", b"seek3", b"seek4"]
