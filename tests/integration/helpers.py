@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Protocol
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar
+
+import httpx
 
 from nsq_ha.connection import NsqdConnection
-from nsq_ha.consumer import Consumer
+from nsq_ha.consumer import Consumer, Message
 from nsq_ha.producer import Producer
 from nsq_ha.protocol import DecodedMessage
+from nsq_ha.testing.servers import V1_ACCEPT
+
+K = TypeVar("K", bound=Hashable)
 
 
 async def take(conn: NsqdConnection, count: int, within: float = 10.0) -> list[DecodedMessage]:
@@ -30,18 +36,117 @@ async def drain(
     conn: NsqdConnection, *, rdy: int = 2500, idle: float = 3.0, within: float = 120.0
 ) -> list[DecodedMessage]:
     """Send RDY, then read and FIN messages until none came for ``idle`` seconds."""
-    received: list[DecodedMessage] = []
-    conn.rdy(rdy)
-    iterator = conn.messages().__aiter__()
-    deadline = asyncio.get_running_loop().time() + within
-    while asyncio.get_running_loop().time() < deadline:
-        try:
-            message = await asyncio.wait_for(iterator.__anext__(), idle)
-        except TimeoutError:
-            break
-        received.append(message)
-        conn.fin(message.id)
+    return (await drain_all({0: conn}, rdy=rdy, idle=idle, within=within))[0]
+
+
+async def drain_all(
+    conns: Mapping[K, NsqdConnection],
+    *,
+    expect: int | None = None,
+    prefix: bytes = b"",
+    grace: float = 0.5,
+    rdy: int = 2500,
+    idle: float = 3.0,
+    within: float = 120.0,
+) -> dict[K, list[DecodedMessage]]:
+    """Send RDY on every connection, then read and FIN their messages all at once.
+
+    Reading stops when none came for ``idle`` seconds, or, once ``expect`` messages whose
+    body starts with ``prefix`` arrived, when none came for ``grace`` seconds more (long enough
+    to catch a stray duplicate, without idling for seconds on every test), or at ``within``.
+    """
+    loop = asyncio.get_running_loop()
+    arrived: asyncio.Queue[tuple[K, DecodedMessage]] = asyncio.Queue()
+
+    async def pump(key: K, conn: NsqdConnection) -> None:
+        async for message in conn.messages():
+            conn.fin(message.id)
+            arrived.put_nowait((key, message))
+
+    received: dict[K, list[DecodedMessage]] = {key: [] for key in conns}
+    matched = 0
+    for conn in conns.values():
+        conn.rdy(rdy)
+    pumps = [asyncio.create_task(pump(key, conn)) for key, conn in conns.items()]
+    deadline = loop.time() + within
+    try:
+        while loop.time() < deadline:
+            done = expect is not None and matched >= expect
+            try:
+                key, message = await asyncio.wait_for(arrived.get(), grace if done else idle)
+            except TimeoutError:
+                break
+            received[key].append(message)
+            matched += message.body.startswith(prefix)
+    finally:
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
     return received
+
+
+def channel_totals(
+    http_urls: Iterable[str],
+    topic: str,
+    channel: str,
+    keys: tuple[str, ...] = ("in_flight_count", "depth"),
+) -> dict[str, int]:
+    """``keys`` of ``channel`` from every nsqd's ``/stats``, summed over the topic's partitions.
+
+    On the fork a replica lists its own copy of a partition (``is_leader`` false): only the
+    leaders' entries count.  Vanilla nsqd has no ``is_leader`` and every entry counts.
+    """
+    totals = dict.fromkeys(keys, 0)
+    for url in http_urls:
+        data = httpx.get(
+            f"{url}/stats",
+            params={"format": "json", "topic": topic, "channel": channel},
+            headers=V1_ACCEPT,
+            timeout=5,
+        ).json()
+        for entry in data.get("topics") or []:
+            if entry["topic_name"] != topic or not entry.get("is_leader", True):
+                continue
+            for ch in entry.get("channels") or []:
+                if ch["channel_name"] == channel:
+                    for key in keys:
+                        totals[key] += ch.get(key, 0)
+    return totals
+
+
+async def collect(consumer: Consumer, count: int, within: float = 30.0) -> list[Message]:
+    """The next ``count`` messages of ``consumer``, each finished once received (in the
+    order handed out); TimeoutError after ``within`` seconds."""
+    received: list[Message] = []
+
+    async def loop() -> None:
+        async for message in consumer:
+            received.append(message)
+            await message.finish()
+            if len(received) == count:
+                return
+
+    await asyncio.wait_for(loop(), within)
+    return received
+
+
+async def run_and_close_under_load(
+    consumer: Consumer, *, finished: int = 10_000, concurrency: int = 200
+) -> dict[str, Any]:
+    """Run ``consumer`` with a handler that takes 0-4 ms per message until it finished
+    ``finished`` messages, close it with thousands still in flight, and return its stats."""
+    handled = 0
+
+    async def handler(message: Message) -> None:
+        nonlocal handled
+        handled += 1
+        await asyncio.sleep(0.001 * (handled % 5))
+
+    runner = asyncio.create_task(consumer.run(handler, concurrency=concurrency))
+    await wait_for_count(consumer, "finished", finished)
+    await consumer.close()
+    await runner
+    return consumer.stats
 
 
 async def wait_for_count(consumer: Consumer, name: str, count: int, within: float = 120) -> None:

@@ -1,4 +1,5 @@
-"""Consumer against the real fork cluster (etcd + nsqlookupd + 3 nsqd, the session's)."""
+"""Consumer against a fork cluster: every test runs on the embedded broker and on the real
+fork (etcd + nsqlookupd + 3 nsqd, the session's; the ``fork``-marked half)."""
 
 from __future__ import annotations
 
@@ -6,77 +7,44 @@ import asyncio
 import collections
 import time
 import uuid
-from collections.abc import Iterator
 
-import httpx
 import pytest
 
+from nsq_ha.admin import TopicSpec
 from nsq_ha.consumer import Consumer, Message
 from nsq_ha.errors import MessageAlreadyRespondedError
 from nsq_ha.producer import Producer
-from nsq_ha.testing.servers import ForkCluster
 
-from .helpers import wait_for_count
-
-pytestmark = pytest.mark.fork
+from .backend import Backend
+from .helpers import channel_totals, collect, run_and_close_under_load, wait_for_count
 
 ORDERED = "cf_ordered"  # 4 partitions, ordered
 PLAIN = "cf_plain"  # 4 partitions
 SIX = "cf_six"  # 6 partitions
 EXT = "cf_ext"  # 2 partitions, ext
 LOAD = "cf_load"  # 2 partitions
-TOPICS = {
-    ORDERED: {"partitions": 4, "ordered": True},
-    PLAIN: {"partitions": 4},
-    SIX: {"partitions": 6},
-    EXT: {"partitions": 2, "ext": True},
-    LOAD: {"partitions": 2},
-}
+TOPICS = [
+    TopicSpec(ORDERED, partitions=4, ordered=True),
+    TopicSpec(PLAIN, partitions=4),
+    TopicSpec(SIX, partitions=6),
+    TopicSpec(EXT, partitions=2, ext=True),
+    TopicSpec(LOAD, partitions=2),
+]
 
 
 @pytest.fixture(scope="module")
-def cluster(fork_cluster: ForkCluster) -> Iterator[ForkCluster]:
-    for name, spec in TOPICS.items():
-        if name not in fork_cluster.topics:
-            fork_cluster.create_topic(
-                name,
-                spec["partitions"],  # type: ignore[arg-type]
-                replicas=1,
-                ordered=bool(spec.get("ordered")),
-                ext=bool(spec.get("ext")),
-                wait=False,
-            )
-    for name in TOPICS:
-        fork_cluster.wait_writable(name)
-    return fork_cluster
+def cluster(backend: Backend) -> Backend:
+    """The backend with this module's topics created and writable."""
+    backend.ensure_topics(TOPICS)
+    return backend
 
 
 def _channel() -> str:
     return f"c{uuid.uuid4().hex[:8]}"
 
 
-def channel_totals(cluster: ForkCluster, topic: str, channel: str) -> dict[str, int]:
-    """in_flight_count and depth of ``channel`` summed over every partition on every node."""
-    totals = {"in_flight_count": 0, "depth": 0}
-    for node in cluster.nodes:
-        data = httpx.get(
-            f"{node.http_url}/stats",
-            params={"format": "json", "topic": topic, "channel": channel},
-            headers={"Accept": "application/vnd.nsq; version=1.0"},
-            timeout=5,
-        ).json()
-        for entry in data.get("topics") or []:
-            if entry["topic_name"] != topic or not entry.get("is_leader", True):
-                continue
-            for ch in entry.get("channels") or []:
-                if ch["channel_name"] == channel:
-                    totals["in_flight_count"] += ch["in_flight_count"]
-                    totals["depth"] += ch["depth"]
-    return totals
-
-
 async def test_ordered_topic_all_partitions_in_key_order_with_offsets_and_traces(
-    cluster: ForkCluster,
+    cluster: Backend,
 ) -> None:
     channel = _channel()
     keys = [f"key{i}" for i in range(12)]
@@ -92,12 +60,7 @@ async def test_ordered_topic_all_partitions_in_key_order_with_offsets_and_traces
                         sharding_key=key,
                         trace_id=1000 * index + seq + 1,
                     )
-        received: list[Message] = []
-        while len(received) < 240:
-            message = await consumer.get(timeout=30)
-            assert message is not None
-            received.append(message)
-            await message.finish()
+        received = await collect(consumer, 240, within=60)
     last: dict[str, int] = {}
     offsets: dict[int | None, list[int]] = collections.defaultdict(list)
     for message in received:
@@ -114,7 +77,7 @@ async def test_ordered_topic_all_partitions_in_key_order_with_offsets_and_traces
         assert values == sorted(values), partition
 
 
-async def test_three_members_split_six_partitions_without_overlap(cluster: ForkCluster) -> None:
+async def test_three_members_split_six_partitions_without_overlap(cluster: Backend) -> None:
     channel = _channel()
     consumers = [
         Consumer(SIX, channel, lookupd=cluster.lookupd_http, member=(i, 3)) for i in range(3)
@@ -133,12 +96,21 @@ async def test_three_members_split_six_partitions_without_overlap(cluster: ForkC
                 )
             )
         got: list[set[bytes]] = [set(), set(), set()]
+        published = {b"p%d-%d" % (p, i) for p in range(6) for i in range(30)}
 
         async def drain(index: int) -> None:
+            """Read until 3 s pass without a message, or 0.5 s once every message came (time
+            enough for a duplicate at another member to show)."""
+            loop = asyncio.get_running_loop()
+            last = loop.time()
             while True:
-                message = await consumers[index].get(timeout=3)
+                message = await consumers[index].get(timeout=0.1)
                 if message is None:
-                    return
+                    complete = got[0] | got[1] | got[2] == published
+                    if loop.time() - last >= (0.5 if complete else 3):
+                        return
+                    continue
+                last = loop.time()
                 assert message.partition is not None
                 assert message.partition % 3 == index
                 got[index].add(message.body)
@@ -150,10 +122,10 @@ async def test_three_members_split_six_partitions_without_overlap(cluster: ForkC
     assert not (got[0] & got[1])
     assert not (got[1] & got[2])
     assert not (got[0] & got[2])
-    assert got[0] | got[1] | got[2] == {b"p%d-%d" % (p, i) for p in range(6) for i in range(30)}
+    assert got[0] | got[1] | got[2] == published
 
 
-async def test_touch_keeps_a_message_and_without_it_it_comes_back(cluster: ForkCluster) -> None:
+async def test_touch_keeps_a_message_and_without_it_it_comes_back(cluster: Backend) -> None:
     channel = _channel()
     async with Consumer(
         PLAIN, channel, lookupd=cluster.lookupd_http, partitions=[1], msg_timeout=2.0
@@ -183,7 +155,7 @@ async def test_touch_keeps_a_message_and_without_it_it_comes_back(cluster: ForkC
 
 
 async def test_give_up_on_plain_channels_and_never_by_default_on_ordered_ones(
-    cluster: ForkCluster,
+    cluster: Backend,
 ) -> None:
     channel = _channel()
     given_up: list[int] = []
@@ -240,7 +212,7 @@ async def test_give_up_on_plain_channels_and_never_by_default_on_ordered_ones(
     assert ordered.stats["given_up"] == 0
 
 
-async def test_close_under_load_leaves_nothing_in_flight(cluster: ForkCluster) -> None:
+async def test_close_under_load_leaves_nothing_in_flight(cluster: Backend) -> None:
     channel = _channel()
     published = 50_000
     # the channel must exist before the messages, or it starts at their end
@@ -252,29 +224,18 @@ async def test_close_under_load_leaves_nothing_in_flight(cluster: ForkCluster) -
                 await producer.publish_many(
                     LOAD, [b"m%d" % i for i in range(start, start + 1000)], partition=partition
                 )
-    handled = 0
-
-    async def handler(message: Message) -> None:
-        nonlocal handled
-        handled += 1
-        await asyncio.sleep(0.001 * (handled % 5))
-
     consumer = Consumer(
         LOAD, channel, lookupd=cluster.lookupd_http, max_in_flight=2500, drain_timeout=5
     )
-    runner = asyncio.create_task(consumer.run(handler, concurrency=200))
-    await wait_for_count(consumer, "finished", 10_000)
-    await consumer.close()
-    await runner
-    stats = consumer.stats
-    after = await asyncio.to_thread(channel_totals, cluster, LOAD, channel)
-    print(f"CLOSE-UNDER-LOAD fork stats={stats} nsqd={after}")
+    stats = await run_and_close_under_load(consumer)
+    after = await asyncio.to_thread(channel_totals, cluster.http_urls(), LOAD, channel)
+    print(f"CLOSE-UNDER-LOAD {cluster.name} stats={stats} nsqd={after}")
     assert after["in_flight_count"] == 0
     assert stats["requeued"] > 0, "nothing was in flight at close: no load"
     assert stats["finished"] + after["depth"] == published
 
 
-async def test_two_in_flight_over_four_partitions_starves_none(cluster: ForkCluster) -> None:
+async def test_two_in_flight_over_four_partitions_starves_none(cluster: Backend) -> None:
     channel = _channel()
     async with Consumer(PLAIN, channel, lookupd=cluster.lookupd_http, max_in_flight=0):
         pass  # create the channel first
@@ -307,35 +268,25 @@ async def test_two_in_flight_over_four_partitions_starves_none(cluster: ForkClus
 
 
 async def test_seek_to_the_start_of_an_ordered_partition_redelivers_from_there(
-    cluster: ForkCluster,
+    cluster: Backend,
 ) -> None:
     channel = _channel()
     async with Consumer(ORDERED, channel, lookupd=cluster.lookupd_http, partitions=[3]) as consumer:
         async with Producer(lookupd=cluster.lookupd_http) as producer:
             for i in range(5):
                 await producer.publish(ORDERED, b"seek%d" % i, partition=3)
-        first: list[Message] = []
-        while len(first) < 5:
-            message = await consumer.get(timeout=20)
-            assert message is not None
-            first.append(message)
-            await message.finish()
+        first = await collect(consumer, 5)
         target = first[1]
         assert target.offset is not None
         await consumer.seek(3, offset=target.offset)
-        replay: list[Message] = []
-        while len(replay) < 4:
-            message = await consumer.get(timeout=20)
-            assert message is not None
-            replay.append(message)
-            await message.finish()
+        replay = await collect(consumer, 4)
     assert [m.body for m in first] == [b"seek%d" % i for i in range(5)]
     assert [m.offset for m in replay] == [m.offset for m in first[1:]]
     assert [m.body for m in replay] == [b"seek1", b"seek2", b"seek3", b"seek4"]
 
 
 async def test_ext_topic_consumer_identifies_with_extend_support_and_reads_headers(
-    cluster: ForkCluster,
+    cluster: Backend,
 ) -> None:
     channel = _channel()
     async with Consumer(EXT, channel, lookupd=cluster.lookupd_http) as consumer:
@@ -357,13 +308,13 @@ async def test_ext_topic_consumer_identifies_with_extend_support_and_reads_heade
 
 
 async def test_without_lookup_meta_nsqd_answers_switch_the_subscription_mode(
-    cluster: ForkCluster,
+    cluster: Backend,
 ) -> None:
     """nsqd= straight to a leader (no meta): E_SUB_ORDER_IS_MUST switches to SUB_ORDERED and
     E_SUB_EXTEND_NEED to extend_support, and both consumers then read their topic."""
     channel = _channel()
-    ordered_leader = cluster.leader_of(ORDERED, 0).tcp_address
-    ext_leader = cluster.leader_of(EXT, 1).tcp_address
+    ordered_leader = cluster.leader(ORDERED, 0)
+    ext_leader = cluster.leader(EXT, 1)
     async with (
         Consumer(ORDERED, channel, nsqd=ordered_leader, partitions=[0]) as ordered,
         Consumer(EXT, channel, nsqd=ext_leader, partitions=[1]) as ext,

@@ -1,8 +1,9 @@
-"""Producer against the real fork cluster: routing, traces, ext headers, refusals, close.
+"""Producer against a fork cluster: routing, traces, ext headers, refusals, close.
 
-Every check reads back what nsqd stored with a raw subscription per partition (our
-NsqdConnection, one per partition leader), subscribed before publishing (a new channel starts at
-the topic's end).
+Every test runs twice through the ``backend`` fixture: on the embedded broker and on the real
+fork (the ``fork``-marked half).  Every check reads back what nsqd stored with a raw
+subscription per partition (our NsqdConnection, one per partition leader), subscribed before
+publishing (a new channel starts at the topic's end).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from nsq_ha import sync
+from nsq_ha.admin import TopicSpec
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.errors import (
     ConfigError,
@@ -26,21 +28,23 @@ from nsq_ha.errors import (
 from nsq_ha.producer import Producer, PublishResult, RetryPolicy
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.routing import STRATEGIES, get_strategy
-from nsq_ha.testing.servers import ForkCluster
 
-from .helpers import drain
+from .backend import TOPIC4, Backend
+from .helpers import drain_all
 
-pytestmark = pytest.mark.fork
+T4 = TOPIC4.name  # 4 partitions, shared with other fork tests on the real fork
+EXT = TopicSpec("nsqha_prod_ext", partitions=2, ext=True)
 
-EXT_TOPIC = "nsqha_prod_ext"
 
-
-def leader(cluster: ForkCluster, topic: str, partition: int) -> str:
-    return cluster.leader_of(topic, partition).tcp_address
+@pytest.fixture(scope="module")
+def cluster(backend: Backend) -> Backend:
+    """The backend with this module's topics created and writable."""
+    backend.ensure_topics([TOPIC4, EXT])
+    return backend
 
 
 async def subscribe_all(
-    cluster: ForkCluster,
+    cluster: Backend,
     topic: str,
     channel: str,
     partitions: int,
@@ -50,59 +54,52 @@ async def subscribe_all(
 ) -> dict[int, NsqdConnection]:
     conns: dict[int, NsqdConnection] = {}
     for p in range(partitions):
-        conn = NsqdConnection(
-            leader(cluster, topic, p), config=ConnectionConfig(extend_support=ext)
-        )
+        conn = NsqdConnection(cluster.leader(topic, p), config=ConnectionConfig(extend_support=ext))
         await conn.connect()
         await conn.subscribe(topic, channel, p, advanced=advanced)
         conns[p] = conn
     return conns
 
 
-async def read_all(conns: dict[int, NsqdConnection]) -> dict[int, list[DecodedMessage]]:
-    out = {p: await drain(c, idle=2.0) for p, c in conns.items()}
+async def read_all(
+    conns: dict[int, NsqdConnection], tag: str, expect: int
+) -> dict[int, list[DecodedMessage]]:
+    """Every message on ``conns`` (by partition): read until the ``expect`` ones whose body
+    starts with ``tag`` came, plus a short grace for strays; then close them."""
+    out = await drain_all(conns, expect=expect, prefix=tag.encode())
     await asyncio.gather(*(c.close() for c in conns.values()))
     return out
 
 
-@pytest.fixture(scope="module")
-def ext_topic(fork_cluster: ForkCluster) -> str:
-    if EXT_TOPIC not in fork_cluster.topics:
-        fork_cluster.create_topic(EXT_TOPIC, partitions=2, replicas=1, ext=True)
-    return EXT_TOPIC
-
-
 @pytest.fixture
-async def producer(fork_cluster: ForkCluster) -> AsyncIterator[Producer]:
-    async with Producer(lookupd=fork_cluster.lookupd_http) as p:
+async def producer(cluster: Backend) -> AsyncIterator[Producer]:
+    async with Producer(lookupd=cluster.lookupd_http) as p:
         yield p
 
 
-async def test_keys_land_on_the_partition_each_strategy_names(
-    fork_cluster: ForkCluster, fork_topic4: str
-) -> None:
+async def test_keys_land_on_the_partition_each_strategy_names(cluster: Backend) -> None:
     tag = uuid.uuid4().hex[:8]
-    conns = await subscribe_all(fork_cluster, fork_topic4, f"strategies{tag}", 4)
+    conns = await subscribe_all(cluster, T4, f"strategies{tag}", 4)
     keys: list[str | bytes | int] = [f"user-{i}" for i in range(30)]
     keys += ["publish_test_case", "order-12345", "中文", 12345, -7, 123456789012345]
     keys += [b"\x00\x00\x00\x00\x00\x0009", b"raw-bytes"]
     expected: dict[tuple[str, str], int] = {}
+    published = 0
     for name in sorted(STRATEGIES):
         strategy = get_strategy(name)
-        async with Producer(lookupd=fork_cluster.lookupd_http, strategy=name) as producer:
+        async with Producer(lookupd=cluster.lookupd_http, strategy=name) as producer:
             for key in keys:
                 if name == "java" and isinstance(key, bytes):
                     continue  # the Java SDK has no stable hash for byte arrays
                 label = f"{tag}|{name}|{key!r}"
                 want = strategy.partition(key, 4)
                 for n in range(2):
-                    result = await producer.publish(
-                        fork_topic4, f"{label}|{n}".encode(), sharding_key=key
-                    )
+                    result = await producer.publish(T4, f"{label}|{n}".encode(), sharding_key=key)
                     assert result.partition == want
+                    published += 1
                 expected[(name, repr(key))] = want
     seen: dict[tuple[str, str], set[int]] = {}
-    for partition, messages in (await read_all(conns)).items():
+    for partition, messages in (await read_all(conns, tag, published)).items():
         for message in messages:
             got_tag, name, key, _n = message.body.decode().split("|")
             if got_tag == tag:
@@ -114,39 +111,35 @@ async def test_keys_land_on_the_partition_each_strategy_names(
     assert expected[("java", repr(123456789012345))] == 3
 
 
-async def test_publish_results_match_what_consumers_see(
-    fork_cluster: ForkCluster, fork_topic4: str
-) -> None:
+async def test_publish_results_match_what_consumers_see(cluster: Backend) -> None:
     tag = uuid.uuid4().hex[:8]
-    conns = await subscribe_all(fork_cluster, fork_topic4, f"trace{tag}", 4, advanced=True)
+    conns = await subscribe_all(cluster, T4, f"trace{tag}", 4, advanced=True)
     results: dict[bytes, PublishResult] = {}
-    async with Producer(lookupd=fork_cluster.lookupd_http) as producer:
+    async with Producer(lookupd=cluster.lookupd_http) as producer:
         # one at a time: PUB_TRACE
         for i in range(5):
             body = f"{tag}-single-{i}".encode()
-            results[body] = await producer.publish(
-                fork_topic4, body, partition=1, trace_id=1000 + i
-            )
+            results[body] = await producer.publish(T4, body, partition=1, trace_id=1000 + i)
         # concurrently on one key: coalesced into MPUB_TRACE, receipts derived per message
         bodies = [f"{tag}-burst-{i}".encode() + b"x" * i for i in range(200)]
         burst = await asyncio.gather(
             *(
-                producer.publish(fork_topic4, b, sharding_key="burst", trace_id=5000 + i)
+                producer.publish(T4, b, sharding_key="burst", trace_id=5000 + i)
                 for i, b in enumerate(bodies)
             )
         )
         results.update(zip(bodies, burst, strict=True))
         assert producer.stats["commands"] < 5 + 200, "the burst was not batched"
-    async with Producer(lookupd=fork_cluster.lookupd_http, trace=True) as tracing:
+    async with Producer(lookupd=cluster.lookupd_http, trace=True) as tracing:
         # trace=True: untraced publishes still report id and offset (trace id 0)
         for i in range(5):
             body = f"{tag}-plain-{i}".encode()
-            results[body] = await tracing.publish(fork_topic4, body, sharding_key=i)
+            results[body] = await tracing.publish(T4, body, sharding_key=i)
         many = [f"{tag}-many-{i}".encode() for i in range(50)]
-        results.update(zip(many, await tracing.publish_many(fork_topic4, many), strict=True))
+        results.update(zip(many, await tracing.publish_many(T4, many), strict=True))
     consumed = {
         m.body: (p, m)
-        for p, messages in (await read_all(conns)).items()
+        for p, messages in (await read_all(conns, tag, len(results))).items()
         for m in messages
         if m.body.startswith(tag.encode())
     }
@@ -159,26 +152,26 @@ async def test_publish_results_match_what_consumers_see(
 
 
 async def test_ext_headers_round_trip_and_a_plain_topic_refuses_them(
-    fork_cluster: ForkCluster, fork_topic4: str, ext_topic: str, producer: Producer
+    cluster: Backend, producer: Producer
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    conns = await subscribe_all(fork_cluster, ext_topic, f"ext{tag}", 2, ext=True)
+    conns = await subscribe_all(cluster, EXT.name, f"ext{tag}", 2, ext=True)
     sent: dict[bytes, dict[str, object]] = {}
     body = f"{tag}-one".encode()
-    await producer.publish(ext_topic, body, partition=0, ext={"k": "v", "n": "1"})
+    await producer.publish(EXT.name, body, partition=0, ext={"k": "v", "n": "1"})
     sent[body] = {"k": "v", "n": "1"}
     body = f"{tag}-traced".encode()
-    result = await producer.publish(ext_topic, body, partition=1, ext={"k": "t"}, trace_id=77)
+    result = await producer.publish(EXT.name, body, partition=1, ext={"k": "t"}, trace_id=77)
     assert result.trace_id == 77
     assert result.offset is not None  # a ##trace_id header is answered with the traced form
     sent[body] = {"k": "t", "##trace_id": "77"}
     bodies = [f"{tag}-many-{i}".encode() for i in range(20)]
     headers: list[dict[str, object] | None] = [{"i": str(i)} if i % 2 else None for i in range(20)]
-    await producer.publish_many(ext_topic, bodies, exts=headers)
+    await producer.publish_many(EXT.name, bodies, exts=headers)
     sent.update({b: h or {} for b, h in zip(bodies, headers, strict=True)})
     got = {
         m.body: m.json_header()
-        for messages in (await read_all(conns)).values()
+        for messages in (await read_all(conns, tag, len(sent))).values()
         for m in messages
         if m.body.startswith(tag.encode())
     }
@@ -186,23 +179,23 @@ async def test_ext_headers_round_trip_and_a_plain_topic_refuses_them(
     # a topic lookup describes as not ext: refused before sending, typed; the producer goes on
     commands = producer.stats["commands"]
     with pytest.raises(UnsupportedByServerError, match="not an ext topic"):
-        await producer.publish(fork_topic4, b"header", sharding_key="x", ext={"k": "v"})
+        await producer.publish(T4, b"header", sharding_key="x", ext={"k": "v"})
     assert producer.stats["commands"] == commands
-    assert (await producer.publish(fork_topic4, b"after", sharding_key="x")).partition is not None
+    assert (await producer.publish(T4, b"after", sharding_key="x")).partition is not None
     # nsqd's own refusal (E_EXT_NOT_SUPPORT) is typed too: through an nsqd= address the
     # producer has no lookup meta and leaves the decision to nsqd
-    async with Producer(nsqd=leader(fork_cluster, fork_topic4, 0)) as direct:
+    async with Producer(nsqd=cluster.leader(T4, 0)) as direct:
         with pytest.raises(ExtNotSupportedError, match="E_EXT_NOT_SUPPORT"):
-            await direct.publish(fork_topic4, b"header", ext={"k": "v"})
+            await direct.publish(T4, b"header", ext={"k": "v"})
 
 
-async def test_refusals_before_sending(fork_topic4: str, producer: Producer) -> None:
-    await producer.publish(fork_topic4, b"warm-up")
+async def test_refusals_before_sending(producer: Producer) -> None:
+    await producer.publish(T4, b"warm-up")
     commands = producer.stats["commands"]
     with pytest.raises(UnsupportedByServerError, match="DPUB"):
-        await producer.publish(fork_topic4, b"later", defer=1.0)
+        await producer.publish(T4, b"later", defer=1.0)
     with pytest.raises(ConfigError, match=r"partitions 0\.\.3"):
-        await producer.publish(fork_topic4, b"x", partition=4)
+        await producer.publish(T4, b"x", partition=4)
     assert producer.stats["commands"] == commands  # nothing was sent
     # an unknown topic is an operator's job: a typed error at once, not a minute of retries
     loop = asyncio.get_running_loop()
@@ -212,9 +205,9 @@ async def test_refusals_before_sending(fork_topic4: str, producer: Producer) -> 
     assert loop.time() - started < 5
 
 
-async def test_close_waits_for_in_flight_publishes(fork_topic4: str, producer: Producer) -> None:
+async def test_close_waits_for_in_flight_publishes(producer: Producer) -> None:
     tasks = [
-        asyncio.create_task(producer.publish(fork_topic4, b"drain-%d" % i, sharding_key=i % 7))
+        asyncio.create_task(producer.publish(T4, b"drain-%d" % i, sharding_key=i % 7))
         for i in range(3000)
     ]
     await asyncio.sleep(0)
@@ -224,40 +217,33 @@ async def test_close_waits_for_in_flight_publishes(fork_topic4: str, producer: P
     assert producer.stats["published"] == 3000
 
 
-async def test_close_fails_what_a_stalled_leader_never_acknowledged(
-    fork_cluster: ForkCluster, fork_topic4: str
-) -> None:
+async def test_close_fails_what_a_stalled_leader_never_acknowledged(cluster: Backend) -> None:
     config = ConnectionConfig(close_timeout=1.0)
     retry = RetryPolicy(attempt_timeout=30.0)
-    producer = Producer(lookupd=fork_cluster.lookupd_http, config=config, retry=retry)
-    await producer.publish(fork_topic4, b"warm-up", partition=2)
-    node = fork_cluster.leader_of(fork_topic4, 2)
-    node.process.pause()
-    try:
+    producer = Producer(lookupd=cluster.lookupd_http, config=config, retry=retry)
+    await producer.publish(T4, b"warm-up", partition=2)
+    with cluster.paused(cluster.leader(T4, 2)):
         tasks = [
-            asyncio.create_task(producer.publish(fork_topic4, b"stalled", partition=2))
-            for _ in range(10)
+            asyncio.create_task(producer.publish(T4, b"stalled", partition=2)) for _ in range(10)
         ]
         await asyncio.sleep(0.3)
         await producer.close(timeout=0.5)
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-    finally:
-        node.process.resume()
     assert all(isinstance(o, PublishError) for o in outcomes), outcomes
     assert all("closed before nsqd acknowledged" in str(o) for o in outcomes)
 
 
-def test_sync_producer_from_plain_threads(fork_cluster: ForkCluster, fork_topic4: str) -> None:
-    with sync.Producer(lookupd=fork_cluster.lookupd_http) as producer:
-        first = producer.publish(fork_topic4, b"sync", sharding_key="s", trace_id=1)
+def test_sync_producer_from_plain_threads(cluster: Backend) -> None:
+    with sync.Producer(lookupd=cluster.lookupd_http) as producer:
+        first = producer.publish(T4, b"sync", sharding_key="s", trace_id=1)
         futures = [
-            producer.publish_async(fork_topic4, b"sync-%d" % i, sharding_key="s", trace_id=2 + i)
+            producer.publish_async(T4, b"sync-%d" % i, sharding_key="s", trace_id=2 + i)
             for i in range(100)
         ]
         results = [f.result(30) for f in futures]
-        many = producer.publish_many(fork_topic4, [b"a", b"b"], sharding_key="s")
+        many = producer.publish_many(T4, [b"a", b"b"], sharding_key="s")
     assert {r.partition for r in [first, *results, *many]} == {first.partition}
     offsets = [first.offset, *(r.offset for r in results)]
     assert offsets == sorted(offsets)  # one key: written in call order
     with pytest.raises(ProducerClosedError, match="closed"):
-        producer.publish(fork_topic4, b"late")
+        producer.publish(T4, b"late")
