@@ -22,7 +22,7 @@ from nsq_ha.producer import Producer
 from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import VanillaCluster
 
-from .helpers import wait_for_count
+from .helpers import channel_totals, collect, run_and_close_under_load, wait_for_count
 
 pytestmark = pytest.mark.vanilla
 
@@ -39,31 +39,8 @@ async def publish(address: str, topic: str, bodies: list[bytes]) -> None:
 
 def channel_stats(cluster: VanillaCluster, topic: str, channel: str) -> dict[str, int]:
     """in_flight_count, depth, deferred_count of ``channel`` summed over the nsqd nodes."""
-    totals = {"in_flight_count": 0, "depth": 0, "deferred_count": 0, "client_count": 0}
-    for node in cluster.nodes:
-        data = httpx.get(
-            f"{node.http_url}/stats", params={"format": "json", "topic": topic}, timeout=5
-        ).json()
-        for entry in data.get("topics") or []:
-            for ch in entry.get("channels") or []:
-                if ch["channel_name"] == channel:
-                    for key in totals:
-                        totals[key] += ch.get(key, 0)
-    return totals
-
-
-async def collect(consumer: Consumer, count: int, within: float = 30.0) -> list[Message]:
-    received: list[Message] = []
-
-    async def loop() -> None:
-        async for message in consumer:
-            received.append(message)
-            await message.finish()
-            if len(received) == count:
-                return
-
-    await asyncio.wait_for(loop(), within)
-    return received
+    keys = ("in_flight_count", "depth", "deferred_count", "client_count")
+    return channel_totals([n.http_url for n in cluster.nodes], topic, channel, keys)
 
 
 async def test_lookupd_consumer_reads_every_node_with_vanilla_message_fields(
@@ -189,19 +166,8 @@ async def test_close_under_load_leaves_nothing_in_flight(vanilla_cluster: Vanill
     address = vanilla_cluster.nodes[0].tcp_address
     published = 50_000
     await publish(address, topic, [b"m%d" % i for i in range(published)])
-    handled = 0
-
-    async def handler(message: Message) -> None:
-        nonlocal handled
-        handled += 1
-        await asyncio.sleep(0.001 * (handled % 5))
-
     consumer = Consumer(topic, "load", nsqd=address, max_in_flight=2500, drain_timeout=5)
-    runner = asyncio.create_task(consumer.run(handler, concurrency=200))
-    await wait_for_count(consumer, "finished", 10_000)
-    await consumer.close()
-    await runner
-    stats = consumer.stats
+    stats = await run_and_close_under_load(consumer)
     after = channel_stats(vanilla_cluster, topic, "load")
     print(f"CLOSE-UNDER-LOAD vanilla stats={stats} nsqd={after}")
     assert after["in_flight_count"] == 0
