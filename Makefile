@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-test
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test chaos install servers lint typecheck unit clean
+.PHONY: demo test chaos install servers lint typecheck architecture unit clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +40,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy --strict nsq_ha
 
-test: servers lint typecheck
+# The layering in ARCHITECTURE.md (import-linter contracts in pyproject.toml: layers, the
+# embedded broker's independence, no import cycle) and no module over 600 lines.
+architecture: $(STAMP)
+	$(VENV)/bin/lint-imports
+	$(PY) tools/module_sizes.py nsq_ha --limit 600
+
+test: servers lint typecheck architecture
 	$(PY) -m pytest
 
 # The long chaos profile (>= 100 nemesis events over >= 500k messages per cluster) and a long

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import httpx
 
@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 _REPOST_INTERVAL = 6.0
 #: how long "No node is available" counts as start-up (nodes not yet registered)
 _NODES_PATIENCE = 20.0
+
+
+#: nsqd answers its v1 API unwrapped with this header (§5.1)
+_NSQ_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 
 
 class AdminError(DiscoveryError):
@@ -141,6 +145,33 @@ class NsqdAdmin:
         """``POST /channel/setoffset`` on the partition's leader (the fork): move ``channel``
         to ``position`` (see :func:`seek_position`)."""
         await self._post("/channel/setoffset", topic, channel, partition, position)
+
+    async def topic_stats(self, topic: str, partition: int | None = None) -> list[dict[str, Any]]:
+        """``GET /stats?format=json&topic=T[&partition=P]``: the entries of ``topics`` (one per
+        partition this nsqd holds; an empty list when it holds none)."""
+        params = {"format": "json", "topic": topic}
+        if partition is not None:
+            params["partition"] = str(partition)
+        url = f"{self.http_url}/stats"
+        try:
+            resp = await self._http.get(url, params=params, headers=_NSQ_V1)
+        except httpx.HTTPError as exc:
+            raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise AdminError(
+                f"nsqd {self.http_url} refused /stats for {topic}: "
+                f"HTTP {resp.status_code} {resp.text[:200]}"
+            )
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise AdminError(f"nsqd {self.http_url} /stats is not JSON: {exc}") from None
+        if isinstance(data, dict) and "data" in data and "topics" not in data:
+            data = data["data"]  # without the Accept header nsqd wraps its answer
+        topics = data.get("topics") if isinstance(data, dict) else None
+        if topics is not None and not isinstance(topics, list):
+            raise AdminError(f"nsqd {self.http_url} /stats: 'topics' is not a list")
+        return [t for t in topics or () if isinstance(t, dict)]
 
     async def _post(
         self, path: str, topic: str, channel: str, partition: int | None, body: str = ""

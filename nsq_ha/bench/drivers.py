@@ -30,6 +30,7 @@ from nsq_ha.bench.measure import (
 )
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import Consumer
+from nsq_ha.errors import FinFailedError
 from nsq_ha.producer import Producer
 from nsq_ha.protocol import MAGIC_V2
 from nsq_ha.protocol.commands import (
@@ -39,7 +40,8 @@ from nsq_ha.protocol.commands import (
     encode_rdy,
     encode_sub_ordered,
 )
-from nsq_ha.protocol.frames import HEARTBEAT
+from nsq_ha.protocol.error_frames import parse_error_frame
+from nsq_ha.protocol.frames import HEARTBEAT, FrameType
 
 
 def _where(spec: dict[str, Any]) -> dict[str, Any]:
@@ -253,12 +255,12 @@ def raw_ordered(spec: dict[str, Any]) -> dict[str, Any]:
     while got < n:
         size, kind = size_type.unpack(stream.read(8))
         data = stream.read(size - 4)
-        if kind == 2:  # message: FIN it (id at bytes 10..26)
+        if kind == FrameType.MESSAGE:  # FIN it (id at bytes 10..26)
             if got == 0:
                 span.start()
             sock.sendall(encode_fin(data[10:26]))
             got += 1
-        elif kind == 1 and not data.startswith(b"E_FIN_FAILED"):
+        elif kind == FrameType.ERROR and type(parse_error_frame(data)) is not FinFailedError:
             # (the fork may deliver a message it had read ahead twice: the second FIN fails)
             raise RuntimeError(f"nsqd error: {data!r}")
         elif data == HEARTBEAT:

@@ -75,8 +75,6 @@ SCHEMA = (
 #: the ext header key a sink row's key is written under (ext topics), read back as ``key``
 KEY_HEADER = "nsq_key"
 
-_ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
-
 
 class DataLossError(NsqError):
     """The offsets a query must read next are no longer retained by nsqd."""
@@ -161,22 +159,10 @@ async def _leaders_and_extents(
             "partition offsets (use mode=driver)"
         )
     result: dict[int, Extent] = {}
-    async with httpx.AsyncClient(timeout=10.0, headers=_ACCEPT) as http:
+    async with httpx.AsyncClient(timeout=10.0) as http:
         for partition, node in sorted(leaders.items()):
-            url = f"{node.http_url}/stats"
-            params = {"format": "json", "topic": topic, "partition": str(partition)}
-            try:
-                response = await http.get(url, params=params)
-            except httpx.HTTPError as exc:
-                raise DiscoveryError(f"nsqd {node.http_url} unreachable: {exc!r}") from exc
-            if response.status_code != 200:
-                raise DiscoveryError(
-                    f"nsqd {url} answered HTTP {response.status_code}: {response.text[:200]}"
-                )
-            data = response.json()
-            if isinstance(data, dict) and "data" in data and "topics" not in data:
-                data = data["data"]
-            for entry in data.get("topics") or []:
+            entries = await NsqdAdmin(node.http_url, http=http).topic_stats(topic, partition)
+            for entry in entries:
                 if entry.get("topic_name") == topic and entry.get("topic_partition") == str(
                     partition
                 ):
