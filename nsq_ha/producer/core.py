@@ -343,10 +343,10 @@ class Producer:
         if defer is not None:  # DPUB carries one message: no batch to join
             with self._activity:
                 return (await self._sender.send(topic, messages, slot=None, defer=defer))[0]
-        ticket = await self._lanes.submit(topic, slot, messages)
-        if ticket.error is not None:
-            raise ticket.error
-        return ticket.outcomes[0]  # type: ignore[return-value]  # no error: a result
+        (outcome,) = await self._lanes.submit(topic, slot, messages)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     async def publish_many(
         self,
@@ -390,10 +390,11 @@ class Producer:
             topic, sharding_key, partition
         )
         slot = self._routes.place(routes, messages, sharding_key, partition)
-        ticket = await self._lanes.submit(topic, slot, messages)
-        if ticket.error is not None:
-            raise _failure(topic, ticket.outcomes)
-        return ticket.outcomes  # type: ignore[return-value]  # no error: all results
+        outcomes = await self._lanes.submit(topic, slot, messages)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise _failure(topic, outcomes)
+        return outcomes  # type: ignore[return-value]  # no exception among them: all results
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit
         """Stop accepting publishes, wait for the in-flight ones, then close the connections.

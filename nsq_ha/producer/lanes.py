@@ -2,9 +2,10 @@
 messages that leave as batches (group commit).
 
 Every publish goes through :meth:`Lanes.submit`, one message or many: its messages join the
-lane of their (topic, slot) and the call waits on one :class:`Ticket` that holds an outcome per
-message. A lane's senders cut the queue into batches (:class:`~nsq_ha.producer.batch.BatchBuilder`)
-and hand each to the ``send`` callback they were given; nothing here routes or connects.
+lane of their (topic, slot) and the call waits on one future for the outcome of each of its
+messages, in order. A lane's senders cut the queue into batches
+(:class:`~nsq_ha.producer.batch.BatchBuilder`) and hand each to the ``send`` callback they were
+given; nothing here routes or connects.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import itertools
 import logging
 import operator
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
@@ -24,7 +25,7 @@ from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import Routes
 
-__all__ = ["Lane", "Lanes", "Outcome", "Queued", "Ticket", "Window"]
+__all__ = ["Lane", "Lanes", "Outcome", "Outcomes", "Queued", "Window"]
 
 log = logging.getLogger(__name__)
 
@@ -67,40 +68,28 @@ class Window:
         self.free += 1
 
 
-class Ticket:
-    """What one publish call waits for: an outcome per message it queued (a PublishResult, or
-    the exception that stopped that message), in order. ``future`` gets the ticket itself once
-    every message has one; ``error`` is the first exception among them (None: all went)."""
+#: what one publish call waits for: the outcome of each message it queued, in order
+Outcomes = list[Outcome]
 
-    __slots__ = ("error", "future", "outcomes", "pending")
 
-    def __init__(self, future: asyncio.Future[Ticket], count: int) -> None:
-        self.future = future
+class _Split:
+    """The outcomes gathered so far of a call whose messages went in several batches."""
+
+    __slots__ = ("outcomes", "pending")
+
+    def __init__(self, count: int) -> None:
         self.outcomes: list[Outcome | None] = [None] * count
         self.pending = count
-        self.error: BaseException | None = None
-
-    def settle(self, position: int, outcomes: Sequence[Outcome], error: bool = False) -> None:
-        """Record the outcomes of messages ``position``, ``position + 1``, ... (one run of this
-        call's messages that went, or failed, together; ``error``: they are exceptions)."""
-        mine = self.outcomes
-        if mine[position] is not None:
-            return  # settled already (a run is only ever settled whole)
-        count = len(outcomes)
-        mine[position : position + count] = outcomes
-        if error and self.error is None:
-            self.error = cast("BaseException", outcomes[0])
-        self.pending -= count
-        if not self.pending and not self.future.done():
-            self.future.set_result(self)
 
 
 class Queued(NamedTuple):
-    """One message waiting in a lane: message number ``position`` of ``ticket``'s call."""
+    """One message waiting in a lane: message number ``position`` of a call of ``size``
+    messages, which waits on ``future`` for their outcomes."""
 
     message: OutgoingMessage
-    ticket: Ticket
+    future: asyncio.Future[Outcomes]
     position: int
+    size: int
 
 
 @dataclass(slots=True)
@@ -137,7 +126,7 @@ class Lanes:
     a batch waits for more messages (0: none); ``max_batch``: the most messages per batch.
     """
 
-    __slots__ = ("_builder", "_lanes", "_routes", "_send", "linger", "max_batch")
+    __slots__ = ("_builder", "_lanes", "_routes", "_send", "_splits", "linger", "max_batch")
 
     def __init__(
         self,
@@ -154,25 +143,27 @@ class Lanes:
         self.linger = linger
         self.max_batch = max_batch
         self._lanes: dict[tuple[str, int | None], Lane] = {}
+        self._splits: _Splits = {}
 
     def submit(
         self, topic: str, slot: int | None, messages: list[OutgoingMessage]
-    ) -> asyncio.Future[Ticket]:
+    ) -> asyncio.Future[Outcomes]:
         """Queue ``messages`` (in order) on the lane of (topic, slot); the future gets their
-        outcomes once all are settled."""
+        outcomes (a PublishResult, or the exception that stopped that message), in order,
+        once all are settled."""
         lane = self._lanes.get((topic, slot))
         if lane is None:
             lane = self._lanes[(topic, slot)] = Lane(topic, slot, asyncio.get_running_loop())
         count = len(messages)
-        ticket = Ticket(lane.loop.create_future(), count)
+        future: asyncio.Future[Outcomes] = lane.loop.create_future()
         if count == 1:  # the same entry, without four iterator objects
-            lane.queue.append(_new_queued((messages[0], ticket, 0)))
+            lane.queue.append(_new_queued((messages[0], future, 0, 1)))
         else:
-            items = zip(messages, itertools.repeat(ticket), itertools.count())
+            items = zip(messages, repeat(future), count_from(), repeat(count), strict=False)
             lane.queue.extend(map(_new_queued, items))
         if not lane.senders or (slot is None and lane.sending >= len(lane.senders)):
             self._start_sender(lane)  # no sender will take these with its next batch
-        return ticket.future
+        return future
 
     def _senders_for(self, lane: Lane) -> int:
         """Batches a lane may have out at once: one keeps a keyed lane in order; the unkeyed
@@ -208,12 +199,12 @@ class Lanes:
                 try:
                     results = await self._send(lane.topic, list(map(_MESSAGE, live)), lane.slot)
                 except NsqError as exc:
-                    _settle(live, runs, [exc] * len(live), error=True)
+                    _settle(live, runs, [exc] * len(live), self._splits)
                     live = []
                     continue
                 finally:
                     lane.sending -= 1
-                _settle(live, runs, results)
+                _settle(live, runs, cast("list[Outcome]", results), self._splits)
                 live = []
         except asyncio.CancelledError:
             closed = PublishError(
@@ -221,11 +212,11 @@ class Lanes:
                 "nsqd acknowledged it",
                 attempts=0,
             )
-            _fail([*live, *lane.queue], closed)
+            _fail([*live, *lane.queue], closed, self._splits)
             lane.queue.clear()
             raise
         except BaseException as exc:  # a bug: never leave callers waiting forever
-            _fail([*live, *lane.queue], exc)
+            _fail([*live, *lane.queue], exc, self._splits)
             lane.queue.clear()
             raise
         finally:
@@ -251,6 +242,11 @@ class Lanes:
         return [sender for lane in self._lanes.values() for sender in lane.senders]
 
     @property
+    def split_calls(self) -> int:
+        """Calls whose messages went in several batches and that still wait for some."""
+        return len(self._splits)
+
+    @property
     def queued(self) -> int:
         """Messages waiting in lanes."""
         return sum(len(lane.queue) for lane in self._lanes.values())
@@ -269,7 +265,7 @@ class Lanes:
         for lane in self._lanes.values():
             for sender in lane.senders:
                 sender.cancel()
-            _fail(lane.queue, error)  # a sender cancelled before it ran settles none
+            _fail(lane.queue, error, self._splits)  # a sender cancelled before it ran settles none
             lane.queue.clear()
 
     def forget(self, topics: Iterable[str]) -> None:
@@ -279,13 +275,15 @@ class Lanes:
             del self._lanes[key]
 
 
-#: a Queued from (message, ticket, position), without a Python-level call per message
+#: a Queued from (message, future, position, size), without a Python-level call per message
 _new_queued = functools.partial(tuple.__new__, Queued)
 _MESSAGE = operator.itemgetter(0)
+repeat = itertools.repeat
+count_from = itertools.count
 
 
-#: a run of one call's messages in a batch: (its ticket, start index, end index)
-_Run = tuple[Ticket, int, int]
+#: a run of one call's messages in a batch: (its future, start index, end index)
+_Run = tuple["asyncio.Future[Outcomes]", int, int]
 
 
 def _runs(batch: list[Queued]) -> tuple[list[_Run], bool]:
@@ -294,12 +292,12 @@ def _runs(batch: list[Queued]) -> tuple[list[_Run], bool]:
     waiting = True
     start, count = 0, len(batch)
     while start < count:
-        ticket = batch[start].ticket
+        future = batch[start].future
         end = start + 1
-        while end < count and batch[end].ticket is ticket:
+        while end < count and batch[end].future is future:
             end += 1
-        runs.append((ticket, start, end))
-        waiting = waiting and not ticket.future.done()
+        runs.append((future, start, end))
+        waiting = waiting and not future.done()
         start = end
     return runs, waiting
 
@@ -309,18 +307,41 @@ def _live(batch: list[Queued]) -> tuple[list[Queued], list[_Run]]:
     runs, waiting = _runs(batch)
     if waiting:
         return batch, runs
-    live = [q for ticket, start, end in runs if not ticket.future.done() for q in batch[start:end]]
+    live = [q for future, start, end in runs if not future.done() for q in batch[start:end]]
     return live, _runs(live)[0]
 
 
+#: the calls whose messages went in several batches, while some of them are still out
+_Splits = dict["asyncio.Future[Outcomes]", _Split]
+
+
 def _settle(
-    batch: list[Queued], runs: list[_Run], outcomes: Sequence[Outcome], *, error: bool = False
+    batch: list[Queued], runs: list[_Run], outcomes: list[Outcome], splits: _Splits
 ) -> None:
-    """Give each queued message of ``batch`` its outcome: each run of one call's at once."""
-    for ticket, start, end in runs:
-        ticket.settle(batch[start].position, outcomes[start:end], error)
+    """Give each queued message of ``batch`` its outcome: each run of one call's at once. A
+    call whose messages all went in this run (the common case) gets its outcomes at once; a
+    call split over batches gets them when its last run settles."""
+    for future, start, end in runs:
+        if future.done():
+            continue  # cancelled meanwhile
+        first = batch[start]
+        if first.position == 0 and end - start == first.size:
+            future.set_result(outcomes[start:end])
+            continue
+        split = splits.get(future)
+        if split is None:
+            split = splits[future] = _Split(first.size)
+            future.add_done_callback(functools.partial(_forget_split, splits))
+        split.outcomes[first.position : first.position + end - start] = outcomes[start:end]
+        split.pending -= end - start
+        if not split.pending:
+            future.set_result(cast("Outcomes", split.outcomes))
 
 
-def _fail(queued: Iterable[Queued], error: BaseException) -> None:
+def _forget_split(splits: _Splits, future: asyncio.Future[Outcomes]) -> None:
+    splits.pop(future, None)
+
+
+def _fail(queued: Iterable[Queued], error: BaseException, splits: _Splits) -> None:
     batch = list(queued)
-    _settle(batch, _runs(batch)[0], [error] * len(batch), error=True)
+    _settle(batch, _runs(batch)[0], [error] * len(batch), splits)
