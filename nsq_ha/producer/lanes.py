@@ -190,7 +190,7 @@ class Lanes:
                     free = max(1, len(routes.writable) - lane.sending)
                     share = -(-len(lane.queue) // free)
                 batch = self._builder(routes, share).take(lane.queue)
-                live, runs = _live(batch)
+                live = _live(batch)
                 if not live:
                     continue
                 lane.sending += 1
@@ -199,12 +199,12 @@ class Lanes:
                 try:
                     results = await self._send(lane.topic, list(map(_MESSAGE, live)), lane.slot)
                 except NsqError as exc:
-                    _settle(live, runs, [exc] * len(live), self._splits)
+                    _settle(live, [exc] * len(live), self._splits)
                     live = []
                     continue
                 finally:
                     lane.sending -= 1
-                _settle(live, runs, cast("list[Outcome]", results), self._splits)
+                _settle(live, cast("list[Outcome]", results), self._splits)
                 live = []
         except asyncio.CancelledError:
             closed = PublishError(
@@ -282,60 +282,43 @@ repeat = itertools.repeat
 count_from = itertools.count
 
 
-#: a run of one call's messages in a batch: (its future, start index, end index)
-_Run = tuple["asyncio.Future[Outcomes]", int, int]
-
-
-def _runs(batch: list[Queued]) -> tuple[list[_Run], bool]:
-    """``batch`` as runs of one call's messages, and whether every call still waits."""
-    runs: list[_Run] = []
-    waiting = True
-    start, count = 0, len(batch)
-    while start < count:
-        future = batch[start].future
-        end = start + 1
-        while end < count and batch[end].future is future:
-            end += 1
-        runs.append((future, start, end))
-        waiting = waiting and not future.done()
-        start = end
-    return runs, waiting
-
-
-def _live(batch: list[Queued]) -> tuple[list[Queued], list[_Run]]:
-    """``batch`` without the messages of calls that stopped waiting (cancelled), and its runs."""
-    runs, waiting = _runs(batch)
-    if waiting:
-        return batch, runs
-    live = [q for future, start, end in runs if not future.done() for q in batch[start:end]]
-    return live, _runs(live)[0]
+def _live(batch: list[Queued]) -> list[Queued]:
+    """``batch`` without the messages of calls that stopped waiting (cancelled)."""
+    for queued in batch:
+        if queued.future.done():
+            return [q for q in batch if not q.future.done()]
+    return batch
 
 
 #: the calls whose messages went in several batches, while some of them are still out
 _Splits = dict["asyncio.Future[Outcomes]", _Split]
 
 
-def _settle(
-    batch: list[Queued], runs: list[_Run], outcomes: list[Outcome], splits: _Splits
-) -> None:
-    """Give each queued message of ``batch`` its outcome: each run of one call's at once. A
-    call whose messages all went in this run (the common case) gets its outcomes at once; a
-    call split over batches gets them when its last run settles."""
-    for future, start, end in runs:
-        if future.done():
-            continue  # cancelled meanwhile
+def _settle(batch: list[Queued], outcomes: list[Outcome], splits: _Splits) -> None:
+    """Give each queued message of ``batch`` its outcome, a run of one call's messages at a
+    time. A call whose messages all went in this run (the common case) gets its outcomes at
+    once; a call split over batches gets them when its last run settles."""
+    start, count = 0, len(batch)
+    while start < count:
         first = batch[start]
-        if first.position == 0 and end - start == first.size:
+        future, size = first.future, first.size
+        end = start + 1
+        while end < count and batch[end].future is future:
+            end += 1
+        if future.done():
+            pass  # cancelled meanwhile
+        elif first.position == 0 and end - start == size:
             future.set_result(outcomes[start:end])
-            continue
-        split = splits.get(future)
-        if split is None:
-            split = splits[future] = _Split(first.size)
-            future.add_done_callback(functools.partial(_forget_split, splits))
-        split.outcomes[first.position : first.position + end - start] = outcomes[start:end]
-        split.pending -= end - start
-        if not split.pending:
-            future.set_result(cast("Outcomes", split.outcomes))
+        else:
+            split = splits.get(future)
+            if split is None:
+                split = splits[future] = _Split(size)
+                future.add_done_callback(functools.partial(_forget_split, splits))
+            split.outcomes[first.position : first.position + end - start] = outcomes[start:end]
+            split.pending -= end - start
+            if not split.pending:
+                future.set_result(cast("Outcomes", split.outcomes))
+        start = end
 
 
 def _forget_split(splits: _Splits, future: asyncio.Future[Outcomes]) -> None:
@@ -344,4 +327,4 @@ def _forget_split(splits: _Splits, future: asyncio.Future[Outcomes]) -> None:
 
 def _fail(queued: Iterable[Queued], error: BaseException, splits: _Splits) -> None:
     batch = list(queued)
-    _settle(batch, _runs(batch)[0], [error] * len(batch), splits)
+    _settle(batch, [error] * len(batch), splits)
