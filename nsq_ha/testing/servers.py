@@ -293,7 +293,7 @@ class ForkCluster(_Cluster):
         )
         lookupd.start()
         lookupd.wait_until(lambda: http_ok(f"{self.lookupd_http}/ping", expect="OK"), "/ping")
-        lookupd.wait_until(self._lookupd_is_leader, "nsqlookupd elected leader (/listlookup)")
+        lookupd.wait_until(self.lookupd_is_leader, "nsqlookupd elected leader (/listlookup)")
         for i in range(self.node_count):
             tcp, http, https, rpc, metric = ports[6 + 5 * i : 11 + 5 * i]
             data = self.base_dir / f"nsqd{i}" / "data"
@@ -348,7 +348,9 @@ class ForkCluster(_Cluster):
         etcd.start()
         etcd.wait_until(lambda: http_ok(f"{self.etcd_url}/v2/keys/"), "etcd v2 API")
 
-    def _lookupd_is_leader(self) -> bool:
+    def lookupd_is_leader(self) -> bool:
+        """Whether the cluster's nsqlookupd names itself leader in ``/listlookup`` (etcd
+        elected it); False while it cannot say."""
         try:
             data = self._v1_json("GET", "/listlookup")
         except (httpx.HTTPError, ClusterError, ValueError):

@@ -298,7 +298,7 @@ async def fork_backend(
                 )
             )
     lookupd = cluster.lookupd_http
-    procs = {p.name: p for p in cluster._procs}
+    procs = {p.name: p for p in cluster.processes}
 
     def pick(rng: random.Random) -> int:
         return rng.randrange(len(cluster.nodes))
@@ -345,7 +345,7 @@ async def fork_backend(
         await asyncio.to_thread(proc.stop)
         await asyncio.sleep(hold)
         await asyncio.to_thread(proc.start)
-        await asyncio.to_thread(proc.wait_until, cluster._lookupd_is_leader, "leader", 60.0)
+        await asyncio.to_thread(proc.wait_until, cluster.lookupd_is_leader, "leader", 60.0)
         event.healed = _now()
         await writable(event)
 
