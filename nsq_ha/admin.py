@@ -65,10 +65,6 @@ _REPOST_INTERVAL = 6.0
 _NODES_PATIENCE = 20.0
 
 
-#: nsqd answers its v1 API unwrapped with this header (§5.1)
-_NSQ_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
-
-
 class AdminError(DiscoveryError):
     """nsqlookupd or nsqd refused an admin request (or was unreachable), or it did not take
     effect in time."""
@@ -147,14 +143,14 @@ class NsqdAdmin:
         await self._post("/channel/setoffset", topic, channel, partition, position)
 
     async def topic_stats(self, topic: str, partition: int | None = None) -> list[dict[str, Any]]:
-        """``GET /stats?format=json&topic=T[&partition=P]``: the entries of ``topics`` (one per
-        partition this nsqd holds; an empty list when it holds none)."""
+        """``GET /stats?format=json&topic=T[&partition=P]`` (v1, unwrapped: §5.1): the entries of
+        ``topics`` (one per partition this nsqd holds; an empty list when it holds none)."""
         params = {"format": "json", "topic": topic}
         if partition is not None:
             params["partition"] = str(partition)
         url = f"{self.http_url}/stats"
         try:
-            resp = await self._http.get(url, params=params, headers=_NSQ_V1)
+            resp = await self._http.get(url, params=params, headers=dict(V1_ACCEPT))
         except httpx.HTTPError as exc:
             raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
         if resp.status_code != 200:
@@ -166,8 +162,6 @@ class NsqdAdmin:
             data = resp.json()
         except ValueError as exc:
             raise AdminError(f"nsqd {self.http_url} /stats is not JSON: {exc}") from None
-        if isinstance(data, dict) and "data" in data and "topics" not in data:
-            data = data["data"]  # without the Accept header nsqd wraps its answer
         topics = data.get("topics") if isinstance(data, dict) else None
         if topics is not None and not isinstance(topics, list):
             raise AdminError(f"nsqd {self.http_url} /stats: 'topics' is not a list")
