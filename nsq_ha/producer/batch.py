@@ -58,6 +58,7 @@ __all__ = [
     "encode_batch",
     "prepare_message",
     "prepare_messages",
+    "prepare_one",
     "receipts_from_answer",
     "record_size",
 ]
@@ -122,6 +123,25 @@ def prepare_message(
 _new_message = functools.partial(tuple.__new__, OutgoingMessage)
 
 
+def prepare_one(
+    body: object,
+    trace_id: int | None = None,
+    ext: ExtHeader | None = None,
+    *,
+    max_msg_size: int | None = None,
+) -> OutgoingMessage:
+    """:func:`prepare_message` of one publish call's message: a plain body (non-empty
+    ``bytes`` within ``max_msg_size``, no trace id, no header) is ready as it is."""
+    if (
+        trace_id is None
+        and ext is None
+        and type(body) is bytes
+        and 0 < len(body) <= (_NO_LIMIT if max_msg_size is None else max_msg_size)
+    ):
+        return _new_message((body, None, None))
+    return prepare_message(body, trace_id=trace_id, ext=ext, max_msg_size=max_msg_size)
+
+
 def prepare_messages(
     bodies: Sequence[object],
     trace_ids: Sequence[int | None] | None = None,
@@ -142,8 +162,6 @@ def prepare_messages(
             if type(body) is not bytes or not 0 < len(body) <= limit:
                 break
         else:
-            if len(bodies) == 1:  # the same message, without three iterator objects
-                return [_new_message((bodies[0], None, None))]
             plain = zip(bodies, itertools.repeat(None), itertools.repeat(None))
             return list(map(_new_message, plain))
     count = len(bodies)

@@ -55,7 +55,7 @@ from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, ProducerClosedError, PublishError
 from nsq_ha.lookup import LookupClient
 from nsq_ha.producer.args import per_message, sequence_of
-from nsq_ha.producer.batch import prepare_messages
+from nsq_ha.producer.batch import prepare_messages, prepare_one
 from nsq_ha.producer.config import ProducerConfig
 from nsq_ha.producer.idle import IdleTopics
 from nsq_ha.producer.lanes import Lanes, Outcome
@@ -325,12 +325,7 @@ class Producer:
         """
         if self._closing:
             raise ProducerClosedError("the producer is closed")
-        messages = prepare_messages(
-            (body,),
-            None if trace_id is None else (trace_id,),
-            None if ext is None else (ext,),
-            max_msg_size=self._max_msg_size,
-        )
+        messages = [prepare_one(body, trace_id, ext, max_msg_size=self._max_msg_size)]
         if defer is not None:
             seconds_to_ms(defer, "defer")
             if sharding_key is not None or partition is not None:
@@ -339,7 +334,11 @@ class Producer:
         routes = self._routes.ready(topic, keyed) or await self._look_up(
             topic, sharding_key, partition
         )
-        slot = self._routes.place(routes, messages, sharding_key, partition, defer)
+        slot = (
+            None  # unkeyed, to a topic that takes every message kind: nothing to refuse
+            if keyed is False and defer is None and routes.unrestricted
+            else self._routes.place(routes, messages, sharding_key, partition, defer)
+        )
         if defer is not None:  # DPUB carries one message: no batch to join
             with self._activity:
                 return (await self._sender.send(topic, messages, slot=None, defer=defer))[0]

@@ -1,11 +1,12 @@
 """Where publishes wait: the per-partition window of unkeyed commands, and the lanes of queued
 messages that leave as batches (group commit).
 
-Every publish goes through :meth:`Lanes.submit`, one message or many: its messages join the
-lane of their (topic, slot) and the call waits on one future for the outcome of each of its
-messages, in order. A lane's senders cut the queue into batches
-(:class:`~nsq_ha.producer.batch.BatchBuilder`) and hand each to the ``send`` callback they were
-given; nothing here routes or connects.
+Every publish goes through :meth:`Lanes.submit`, one message or many: the call joins the lane
+of its (topic, slot) as one :class:`Call` and waits on one future for the outcome of each of
+its messages, in order. A lane's senders cut the queue into batches (whole plain calls while
+they fit; otherwise message by message under :class:`~nsq_ha.producer.batch.BatchBuilder`'s
+rules) and hand each to the ``send`` callback they were given; nothing here routes or
+connects.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import Routes
 
-__all__ = ["Lane", "Lanes", "Outcome", "Outcomes", "Queued", "Window"]
+__all__ = ["Call", "Lane", "Lanes", "Outcome", "Outcomes", "Run", "Window"]
 
 log = logging.getLogger(__name__)
 
@@ -72,29 +73,51 @@ class Window:
 Outcomes = list[Outcome]
 
 
-class _Split:
-    """The outcomes gathered so far of a call whose messages went in several batches."""
+class Call:
+    """One publish call waiting in a lane: its messages, how many of them batches have taken
+    so far (``taken``), and the future its caller waits on for their outcomes.
 
-    __slots__ = ("outcomes", "pending")
+    ``plain_bytes``: what the messages add to an ``MPUB`` body (a length and the body each)
+    when none has a trace id or an ext header, else None. A call whose messages leave in
+    several batches gathers their outcomes in ``outcomes`` until ``pending`` reaches 0.
+    """
 
-    def __init__(self, count: int) -> None:
-        self.outcomes: list[Outcome | None] = [None] * count
-        self.pending = count
+    __slots__ = ("future", "messages", "outcomes", "pending", "plain_bytes", "taken")
+
+    def __init__(self, messages: list[OutgoingMessage], future: asyncio.Future[Outcomes]) -> None:
+        self.messages = messages
+        self.future = future
+        self.taken = 0
+        self.pending = len(messages)
+        self.outcomes: list[Outcome | None] | None = None
+        if len(messages) == 1:  # the same sums, without four iterator objects
+            body, trace_id, ext = messages[0]
+            plain = trace_id is None and ext is None
+            self.plain_bytes: int | None = 4 + len(body) if plain else None
+        elif all(map(_IS_NONE, map(_TRACE_ID, messages))) and all(
+            map(_IS_NONE, map(_EXT, messages))
+        ):
+            self.plain_bytes = 4 * len(messages) + sum(map(len, map(_BODY, messages)))
+        else:
+            self.plain_bytes = None
 
 
-class Queued(NamedTuple):
-    """One message waiting in a lane: message number ``position`` of a call of ``size``
-    messages, which waits on ``future`` for their outcomes."""
+#: messages ``start:end`` of a call, in one batch: ``(call, start, end)`` (a plain tuple: one
+#: is made per call per batch)
+Run = tuple[Call, int, int]
+
+
+class _Item(NamedTuple):
+    """One message of a queued call, as :meth:`BatchBuilder.take` sees it."""
 
     message: OutgoingMessage
-    future: asyncio.Future[Outcomes]
-    position: int
-    size: int
+    call: Call
 
 
 @dataclass(slots=True)
 class Lane:
-    """Queued messages of one (topic, slot), sent as batches (group commit).
+    """Queued publish calls of one (topic, slot), whose messages leave as batches (group
+    commit).
 
     A keyed lane (``slot`` set) has at most one batch out, so call order holds; the unkeyed
     lane of a topic (``slot`` None) sends each batch to the next partition, several at once.
@@ -103,15 +126,12 @@ class Lane:
     topic: str
     slot: int | None
     loop: asyncio.AbstractEventLoop
-    queue: deque[Queued] = field(default_factory=deque)
+    queue: deque[Call] = field(default_factory=deque)
+    #: messages of the queued calls that no batch has taken yet
+    waiting: int = 0
     senders: set[asyncio.Task[None]] = field(default_factory=set)
     #: senders waiting for nsqd's answer to their batch (the others will take the next one)
     sending: int = 0
-
-    @property
-    def idle_sender(self) -> bool:
-        """A sender is about to take the next batch: enqueued messages will go with it."""
-        return self.sending < len(self.senders)
 
 
 #: ``send(topic, messages, slot)``: one batch, retried; its results in order, or it raises
@@ -143,7 +163,8 @@ class Lanes:
         self.linger = linger
         self.max_batch = max_batch
         self._lanes: dict[tuple[str, int | None], Lane] = {}
-        self._splits: _Splits = {}
+        #: calls whose messages went in several batches, while some of them are still out
+        self._splits: set[Call] = set()
 
     def submit(
         self, topic: str, slot: int | None, messages: list[OutgoingMessage]
@@ -154,13 +175,9 @@ class Lanes:
         lane = self._lanes.get((topic, slot))
         if lane is None:
             lane = self._lanes[(topic, slot)] = Lane(topic, slot, asyncio.get_running_loop())
-        count = len(messages)
         future: asyncio.Future[Outcomes] = lane.loop.create_future()
-        if count == 1:  # the same entry, without four iterator objects
-            lane.queue.append(_new_queued((messages[0], future, 0, 1)))
-        else:
-            items = zip(messages, repeat(future), count_from(), repeat(count), strict=False)
-            lane.queue.extend(map(_new_queued, items))
+        lane.queue.append(Call(messages, future))
+        lane.waiting += len(messages)
         if not lane.senders or (slot is None and lane.sending >= len(lane.senders)):
             self._start_sender(lane)  # no sender will take these with its next batch
         return future
@@ -175,31 +192,33 @@ class Lanes:
 
     async def _run(self, lane: Lane) -> None:
         """Send a lane's queue, one batch at a time (the lane's other senders take others)."""
-        live: list[Queued] = []
+        live: list[Run] = []
         try:
             while lane.queue:
-                if self.linger and len(lane.queue) < self.max_batch:
+                if self.linger and lane.waiting < self.max_batch:
                     await asyncio.sleep(self.linger)
                     if not lane.queue:
                         break
                 routes = self._routes(lane.topic)
                 share = None
-                if lane.slot is None and routes is not None and len(routes.writable) > 1:
+                if lane.slot is None:
                     # an unkeyed burst is spread: a batch takes its share of what is queued
-                    # among the partitions that have no batch out now
-                    free = max(1, len(routes.writable) - lane.sending)
-                    share = -(-len(lane.queue) // free)
-                batch = self._builder(routes, share).take(lane.queue)
-                live = _live(batch)
+                    # among the partitions that have no batch out now, and at least two
+                    # shares (one batch in flight while the next is read), so callers that
+                    # wait for one batch and publish again never all ride the same batch
+                    writable = len(routes.writable) if routes is not None else 1
+                    free = max(1, max(2, writable) - lane.sending)
+                    share = -(-lane.waiting // free)
+                live = _live(_take(lane, self._builder(routes, share)), self._splits)
                 if not live:
                     continue
                 lane.sending += 1
                 if share is not None and lane.queue:
                     self._start_sender(lane)  # the rest goes to other partitions meanwhile
                 try:
-                    results = await self._send(lane.topic, list(map(_MESSAGE, live)), lane.slot)
+                    results = await self._send(lane.topic, _messages(live), lane.slot)
                 except NsqError as exc:
-                    _settle(live, [exc] * len(live), self._splits)
+                    _settle(live, _Same(exc), self._splits)
                     live = []
                     continue
                 finally:
@@ -212,12 +231,10 @@ class Lanes:
                 "nsqd acknowledged it",
                 attempts=0,
             )
-            _fail([*live, *lane.queue], closed, self._splits)
-            lane.queue.clear()
+            _fail(lane, live, closed, self._splits)
             raise
         except BaseException as exc:  # a bug: never leave callers waiting forever
-            _fail([*live, *lane.queue], exc, self._splits)
-            lane.queue.clear()
+            _fail(lane, live, exc, self._splits)
             raise
         finally:
             # now, not in a done callback: a submit before that callback ran would count
@@ -249,7 +266,7 @@ class Lanes:
     @property
     def queued(self) -> int:
         """Messages waiting in lanes."""
-        return sum(len(lane.queue) for lane in self._lanes.values())
+        return sum(lane.waiting for lane in self._lanes.values())
 
     @property
     def topics(self) -> set[str]:
@@ -265,8 +282,7 @@ class Lanes:
         for lane in self._lanes.values():
             for sender in lane.senders:
                 sender.cancel()
-            _fail(lane.queue, error, self._splits)  # a sender cancelled before it ran settles none
-            lane.queue.clear()
+            _fail(lane, [], error, self._splits)  # a sender cancelled before it ran settles none
 
     def forget(self, topics: Iterable[str]) -> None:
         """Drop the lanes of ``topics`` (idle: nothing queued, no sender)."""
@@ -275,56 +291,142 @@ class Lanes:
             del self._lanes[key]
 
 
-#: a Queued from (message, future, position, size), without a Python-level call per message
-_new_queued = functools.partial(tuple.__new__, Queued)
-_MESSAGE = operator.itemgetter(0)
-repeat = itertools.repeat
-count_from = itertools.count
+_BODY = operator.itemgetter(0)
+_TRACE_ID = operator.itemgetter(1)
+_EXT = operator.itemgetter(2)
+_IS_NONE = functools.partial(operator.is_, None)
 
 
-def _live(batch: list[Queued]) -> list[Queued]:
-    """``batch`` without the messages of calls that stopped waiting (cancelled)."""
-    for queued in batch:
-        if queued.future.done():
-            return [q for q in batch if not q.future.done()]
-    return batch
+def _take(lane: Lane, builder: BatchBuilder) -> list[Run]:
+    """Take the next batch off ``lane``'s queue. Plain calls (no trace id, no ext header) go
+    whole while they fit (one sum per call); the first that does not is cut message by
+    message (the batch ends there). A call with traced or ext messages, or a tracing
+    producer, is taken message by message under :meth:`BatchBuilder.take`'s rules."""
+    queue = lane.queue
+    runs: list[Run] = []
+    if not builder.tracing:
+        room = builder.max_body_size - 4  # the MPUB body's count
+        left = builder.max_count
+        while queue and left:
+            call = queue[0]
+            plain_bytes = call.plain_bytes
+            if plain_bytes is None:
+                break
+            size = len(call.messages)
+            if not call.taken and size <= left and plain_bytes <= room:
+                queue.popleft()
+                runs.append((call, 0, size))
+                room -= plain_bytes
+                left -= size
+                continue
+            # cut this call: its messages while they fit (a batch's first always goes)
+            start = end = call.taken
+            for message in call.messages[start : start + left]:
+                room -= 4 + len(message.body)
+                if room < 0 and (runs or end > start):
+                    break
+                end += 1
+            runs.append((call, start, end))
+            left -= end - start
+            call.taken = end
+            if end == size:
+                queue.popleft()
+            break
+        if runs:
+            lane.waiting -= builder.max_count - left
+            return runs
+    if not queue:
+        return runs
+    # message by message, over as many queued messages as one batch may carry
+    items: deque[_Item] = deque()
+    for call in queue:
+        items.extend(
+            _Item(m, call)
+            for m in call.messages[call.taken : call.taken + builder.max_count - len(items)]
+        )
+        if len(items) >= builder.max_count:
+            break
+    batch = builder.take(items)
+    lane.waiting -= len(batch)
+    for call, group in itertools.groupby(batch, _CALL):
+        count = len(list(group))
+        runs.append((call, call.taken, call.taken + count))
+        call.taken += count
+        if call.taken == len(call.messages):
+            queue.popleft()
+    return runs
 
 
-#: the calls whose messages went in several batches, while some of them are still out
-_Splits = dict["asyncio.Future[Outcomes]", _Split]
+_CALL = operator.attrgetter("call")
 
 
-def _settle(batch: list[Queued], outcomes: list[Outcome], splits: _Splits) -> None:
-    """Give each queued message of ``batch`` its outcome, a run of one call's messages at a
-    time. A call whose messages all went in this run (the common case) gets its outcomes at
-    once; a call split over batches gets them when its last run settles."""
-    start, count = 0, len(batch)
-    while start < count:
-        first = batch[start]
-        future, size = first.future, first.size
-        end = start + 1
-        while end < count and batch[end].future is future:
-            end += 1
-        if future.done():
-            pass  # cancelled meanwhile
-        elif first.position == 0 and end - start == size:
-            future.set_result(outcomes[start:end])
+def _live(runs: list[Run], splits: set[Call]) -> list[Run]:
+    """``runs`` without those of calls that stopped waiting (cancelled)."""
+    for call, _, _ in runs:
+        if call.future.done():
+            for gone, _, _ in runs:
+                if gone.future.done():
+                    splits.discard(gone)
+            return [run for run in runs if not run[0].future.done()]
+    return runs
+
+
+def _messages(runs: list[Run]) -> list[OutgoingMessage]:
+    """The messages of ``runs``, in order (a whole call's own list when it is the batch)."""
+    if len(runs) == 1:
+        call, start, end = runs[0]
+        return (
+            call.messages if start == 0 and end == len(call.messages) else call.messages[start:end]
+        )
+    messages: list[OutgoingMessage] = []
+    for call, start, end in runs:
+        if end - start == 1:
+            messages.append(call.messages[start])
         else:
-            split = splits.get(future)
-            if split is None:
-                split = splits[future] = _Split(size)
-                future.add_done_callback(functools.partial(_forget_split, splits))
-            split.outcomes[first.position : first.position + end - start] = outcomes[start:end]
-            split.pending -= end - start
-            if not split.pending:
-                future.set_result(cast("Outcomes", split.outcomes))
-        start = end
+            messages += call.messages[start:end]
+    return messages
 
 
-def _forget_split(splits: _Splits, future: asyncio.Future[Outcomes]) -> None:
-    splits.pop(future, None)
+class _Same:
+    """``outcomes[i]`` is ``error`` for every i: one failure for a whole batch."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __getitem__(self, index: slice) -> list[Outcome]:
+        return [self.error] * (index.stop - index.start)
 
 
-def _fail(queued: Iterable[Queued], error: BaseException, splits: _Splits) -> None:
-    batch = list(queued)
-    _settle(batch, [error] * len(batch), splits)
+def _settle(runs: list[Run], outcomes: list[Outcome] | _Same, splits: set[Call]) -> None:
+    """Give each run's messages their outcomes (``outcomes``: one per message of the batch,
+    in order). A call whose messages all went in this batch (the common case) gets its
+    outcomes at once; a call split over batches gets them when its last run settles."""
+    position = 0
+    for call, start, end in runs:
+        count = end - start
+        future = call.future
+        if future.done():
+            splits.discard(call)  # cancelled meanwhile
+        elif count == call.pending and call.outcomes is None:
+            future.set_result(outcomes[position : position + count])
+        else:
+            if call.outcomes is None:
+                call.outcomes = [None] * len(call.messages)
+                splits.add(call)
+            call.outcomes[start:end] = outcomes[position : position + count]
+            call.pending -= count
+            if not call.pending:
+                splits.discard(call)
+                future.set_result(cast("Outcomes", call.outcomes))
+        position += count
+
+
+def _fail(lane: Lane, live: list[Run], error: BaseException, splits: set[Call]) -> None:
+    """Fail the messages of ``live`` (a batch that was out) and every queued message of
+    ``lane`` with ``error``; the lane is left empty."""
+    runs = [*live, *((c, c.taken, len(c.messages)) for c in lane.queue)]
+    lane.queue.clear()
+    lane.waiting = 0
+    _settle(runs, _Same(error), splits)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nsq_ha.errors import PubFailedError
-from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage, prepare_messages
+from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage, encode_batch, prepare_messages
 from nsq_ha.producer.lanes import Lanes, Outcome
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import Routes
@@ -81,3 +83,124 @@ async def test_a_call_cancelled_between_its_batches_leaves_nothing_behind() -> N
         await call
     assert lanes.queued == 0
     assert lanes.split_calls == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(st.integers(1, 60), st.booleans(), st.booleans()), min_size=1, max_size=12
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(70, 300),
+    st.integers(1, 12),
+    st.booleans(),
+)
+def test_a_keyed_lane_sends_every_message_once_in_order_within_the_limits(
+    calls: list[list[tuple[int, bool, bool]]], body_limit: int, max_batch: int, ext_topic: bool
+) -> None:
+    """Whole plain calls, cut calls and traced or ext ones: every batch is one nsqd accepts,
+    every message leaves once, in call order, and each call gets one outcome per message."""
+    max_msg = 80
+    header = b'{"k":1}'
+
+    async def run() -> None:
+        sent: list[OutgoingMessage] = []
+
+        async def send(
+            topic: str, messages: list[OutgoingMessage], slot: int | None
+        ) -> list[PublishResult]:
+            if len(messages) > 1:  # a lone message is checked by prepare_message
+                encode_batch("t", 0, messages, max_msg_size=max_msg, max_body_size=body_limit)
+            assert len(messages) <= max_batch
+            first = len(sent)
+            sent.extend(messages)
+            await asyncio.sleep(0)
+            return [
+                PublishResult(topic, slot, "n", 1, internal_id=first + i)
+                for i in range(len(messages))
+            ]
+
+        def builder(routes: Routes | None, share: int | None) -> BatchBuilder:
+            return BatchBuilder(
+                max_msg_size=max_msg,
+                max_body_size=body_limit,
+                max_count=max_batch,
+                ext_topic=ext_topic,
+            )
+
+        lanes = Lanes(
+            send=send, builder=builder, routes=lambda t: None, linger=0.0, max_batch=max_batch
+        )
+        queued = [
+            [
+                OutgoingMessage(b"b" * size, 7 if traced else None, header if ext else None)
+                for size, traced, ext in call
+            ]
+            for call in calls
+        ]
+        futures = [lanes.submit("t", 0, messages) for messages in queued]
+        outcomes = await asyncio.gather(*futures)
+        assert sent == [m for messages in queued for m in messages]
+        numbers = [o.internal_id for call in outcomes for o in call if isinstance(o, PublishResult)]
+        assert numbers == list(range(len(sent)))
+        assert lanes.queued == 0
+        assert lanes.split_calls == 0
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("calls", "body_limit", "max_batch", "batches"),
+    [
+        # each 10-byte body costs 14 bytes of an MPUB body, plus 4 for the count: 5 fit in 74
+        ([3, 4], 4 + 5 * 14, 100, [5, 2]),  # the second call is cut where the body is full
+        ([2, 3], 4 + 5 * 14, 100, [5]),  # two whole calls fill it exactly
+        ([2, 3], 4 + 5 * 14 - 1, 100, [4, 1]),  # one byte less: the fifth waits
+        ([7], 1000, 3, [3, 3, 1]),  # a call over max_batch
+        ([1, 1, 1, 1], 1000, 2, [2, 2]),
+    ],
+)
+async def test_plain_calls_fill_batches_up_to_the_limits(
+    calls: list[int], body_limit: int, max_batch: int, batches: list[int]
+) -> None:
+    sizes: list[int] = []
+
+    async def send(
+        topic: str, messages: list[OutgoingMessage], slot: int | None
+    ) -> list[PublishResult]:
+        if len(messages) > 1:
+            encode_batch("t", 0, messages, max_msg_size=100, max_body_size=body_limit)
+        sizes.append(len(messages))
+        return [PublishResult(topic, slot, "n", 1) for _ in messages]
+
+    def builder(routes: Routes | None, share: int | None) -> BatchBuilder:
+        return BatchBuilder(max_msg_size=100, max_body_size=body_limit, max_count=max_batch)
+
+    lanes = Lanes(
+        send=send, builder=builder, routes=lambda t: None, linger=0.0, max_batch=max_batch
+    )
+    futures = [lanes.submit("t", 0, [OutgoingMessage(b"x" * 10)] * n) for n in calls]
+    outcomes = await asyncio.gather(*futures)
+    assert sizes == batches
+    assert [len(o) for o in outcomes] == calls
+    assert all(isinstance(o, PublishResult) for call in outcomes for o in call)
+
+
+async def test_a_message_over_the_room_left_starts_the_next_batch_alone() -> None:
+    sizes: list[int] = []
+
+    async def send(
+        topic: str, messages: list[OutgoingMessage], slot: int | None
+    ) -> list[PublishResult]:
+        sizes.append(len(messages))
+        return [PublishResult(topic, slot, "n", 1) for _ in messages]
+
+    def builder(routes: Routes | None, share: int | None) -> BatchBuilder:
+        return BatchBuilder(max_msg_size=100, max_body_size=50, max_count=10)
+
+    lanes = Lanes(send=send, builder=builder, routes=lambda t: None, linger=0.0, max_batch=10)
+    await lanes.submit("t", 0, [OutgoingMessage(b"x" * 60)] * 2)  # each one alone is a PUB
+    assert sizes == [1, 1]
