@@ -16,6 +16,7 @@ import functools
 import itertools
 import logging
 import operator
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -141,7 +142,7 @@ SendBatch = Callable[[str, list[OutgoingMessage], "int | None"], Awaitable[list[
 class Lanes:
     """The lanes of a producer, and their senders.
 
-    ``send`` sends one batch; ``builder(routes, share)`` says how batches are cut;
+    ``send`` sends one batch; ``builder(routes)`` says how batches are cut;
     ``routes(topic)`` gives the topic's cached routes (None when unknown); ``linger``: seconds
     a batch waits for more messages (0: none); ``max_batch``: the most messages per batch.
     """
@@ -152,7 +153,7 @@ class Lanes:
         self,
         *,
         send: SendBatch,
-        builder: Callable[[Routes | None, int | None], BatchBuilder],
+        builder: Callable[[Routes | None], BatchBuilder],
         routes: Callable[[str], Routes | None],
         linger: float,
         max_batch: int,
@@ -202,14 +203,16 @@ class Lanes:
                 routes = self._routes(lane.topic)
                 share = None
                 if lane.slot is None:
-                    # an unkeyed burst is spread: a batch takes its share of what is queued
-                    # among the partitions that have no batch out now, and at least two
-                    # shares (one batch in flight while the next is read), so callers that
-                    # wait for one batch and publish again never all ride the same batch
+                    # an unkeyed burst of calls is spread: a batch takes whole calls up to its
+                    # share of what is queued among the partitions that have no batch out now;
+                    # without linger, at least two shares (one batch in flight while the next
+                    # is read), so callers that wait for one batch and publish again never all
+                    # ride the same batch (with linger, gathering is what was asked for)
                     writable = len(routes.writable) if routes is not None else 1
-                    free = max(1, max(2, writable) - lane.sending)
+                    shares = writable if self.linger else max(2, writable)
+                    free = max(1, shares - lane.sending)
                     share = -(-lane.waiting // free)
-                live = _live(_take(lane, self._builder(routes, share)), self._splits)
+                live = _live(_take(lane, self._builder(routes), share), self._splits)
                 if not live:
                     continue
                 lane.sending += 1
@@ -297,13 +300,18 @@ _EXT = operator.itemgetter(2)
 _IS_NONE = functools.partial(operator.is_, None)
 
 
-def _take(lane: Lane, builder: BatchBuilder) -> list[Run]:
+def _take(lane: Lane, builder: BatchBuilder, share: int | None) -> list[Run]:
     """Take the next batch off ``lane``'s queue. Plain calls (no trace id, no ext header) go
     whole while they fit (one sum per call); the first that does not is cut message by
     message (the batch ends there). A call with traced or ext messages, or a tracing
-    producer, is taken message by message under :meth:`BatchBuilder.take`'s rules."""
+    producer, is taken message by message under :meth:`BatchBuilder.take`'s rules.
+
+    ``share`` (None: no share) ends the batch at the first call boundary at or past that many
+    messages: a call is never cut for a share, only for the limits of one command."""
     queue = lane.queue
     runs: list[Run] = []
+    if share is None:  # no share: calls are cut wherever one command is full
+        share = sys.maxsize
     if not builder.tracing:
         room = builder.max_body_size - 4  # the MPUB body's count
         left = builder.max_count
@@ -313,6 +321,8 @@ def _take(lane: Lane, builder: BatchBuilder) -> list[Run]:
             if plain_bytes is None:
                 break
             size = len(call.messages)
+            if runs and builder.max_count - left + size - call.taken > share:
+                break  # the share is full; the next call goes in another batch
             if not call.taken and size <= left and plain_bytes <= room:
                 queue.popleft()
                 runs.append((call, 0, size))
@@ -337,9 +347,12 @@ def _take(lane: Lane, builder: BatchBuilder) -> list[Run]:
             return runs
     if not queue:
         return runs
-    # message by message, over as many queued messages as one batch may carry
+    # message by message, over as many queued messages as one batch may carry: whole calls
+    # up to the share, and at least the first
     items: deque[_Item] = deque()
     for call in queue:
+        if items and len(items) + len(call.messages) - call.taken > share:
+            break
         items.extend(
             _Item(m, call)
             for m in call.messages[call.taken : call.taken + builder.max_count - len(items)]

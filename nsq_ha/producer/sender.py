@@ -115,12 +115,12 @@ class Sender:
         self.closing = closing
         self._windows: dict[tuple[str, int], Window] = {}
 
-    def builder(self, routes: Routes | None, share: int | None = None) -> BatchBuilder:
-        """How batches for ``routes``' topic are cut (``share``: at most that many messages)."""
+    def builder(self, routes: Routes | None) -> BatchBuilder:
+        """How batches for ``routes``' topic are cut."""
         return BatchBuilder(
             max_msg_size=self.config.max_msg_size,
             max_body_size=self.config.max_body_size,
-            max_count=self.max_batch if share is None else max(1, min(share, self.max_batch)),
+            max_count=self.max_batch,
             tracing=self.trace and routes is not None and routes.fork is True,
             ext_topic=routes is not None and routes.ext is True,
         )

@@ -34,7 +34,7 @@ def _lanes(
             raise PubFailedError("E_PUB_FAILED", f"batch {number}")
         return [PublishResult(topic, slot, "node", 1, internal_id=number) for _ in messages]
 
-    def builder(routes: Routes | None, share: int | None) -> BatchBuilder:
+    def builder(routes: Routes | None) -> BatchBuilder:
         return BatchBuilder(max_msg_size=1 << 20, max_body_size=5 << 20, max_count=max_batch)
 
     return Lanes(send=send, builder=builder, routes=lambda t: None, linger=0.0, max_batch=max_batch)
@@ -123,7 +123,7 @@ def test_a_keyed_lane_sends_every_message_once_in_order_within_the_limits(
                 for i in range(len(messages))
             ]
 
-        def builder(routes: Routes | None, share: int | None) -> BatchBuilder:
+        def builder(routes: Routes | None) -> BatchBuilder:
             return BatchBuilder(
                 max_msg_size=max_msg,
                 max_body_size=body_limit,
@@ -176,7 +176,7 @@ async def test_plain_calls_fill_batches_up_to_the_limits(
         sizes.append(len(messages))
         return [PublishResult(topic, slot, "n", 1) for _ in messages]
 
-    def builder(routes: Routes | None, share: int | None) -> BatchBuilder:
+    def builder(routes: Routes | None) -> BatchBuilder:
         return BatchBuilder(max_msg_size=100, max_body_size=body_limit, max_count=max_batch)
 
     lanes = Lanes(
@@ -198,9 +198,24 @@ async def test_a_message_over_the_room_left_starts_the_next_batch_alone() -> Non
         sizes.append(len(messages))
         return [PublishResult(topic, slot, "n", 1) for _ in messages]
 
-    def builder(routes: Routes | None, share: int | None) -> BatchBuilder:
+    def builder(routes: Routes | None) -> BatchBuilder:
         return BatchBuilder(max_msg_size=100, max_body_size=50, max_count=10)
 
     lanes = Lanes(send=send, builder=builder, routes=lambda t: None, linger=0.0, max_batch=10)
     await lanes.submit("t", 0, [OutgoingMessage(b"x" * 60)] * 2)  # each one alone is a PUB
     assert sizes == [1, 1]
+
+
+async def test_an_unkeyed_call_is_never_cut_for_a_share_but_queued_calls_are_spread() -> None:
+    """Unkeyed: one publish_many goes as few commands as the limits allow; calls queued
+    together are spread over two batches at call boundaries (so callers that publish again
+    after their batch never all wait on one batch)."""
+    sent: list[list[bytes]] = []
+    lanes = _lanes(sent, max_batch=1000)
+    outcomes = await lanes.submit("t", None, _bodies("a", 500))
+    assert [len(batch) for batch in sent] == [500]
+    assert len(outcomes) == 500
+    sent.clear()
+    calls = [lanes.submit("t", None, _bodies(f"c{i}-", 100)) for i in range(4)]
+    await asyncio.gather(*calls)
+    assert sorted(len(batch) for batch in sent) == [200, 200]
