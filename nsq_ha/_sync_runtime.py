@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import concurrent.futures
 import logging
 import os
@@ -66,12 +67,35 @@ class LoopThread:
         #: True in a process forked after the thread started (it has no copy of the thread)
         #: or once the thread was found dead: nothing submitted here would ever run.
         self.stale = False
+        #: calls from other threads waiting for the loop (:meth:`post`)
+        self._posted: collections.deque[Callable[[], object]] = collections.deque()
+        self._wake_pending = False
         self.thread = threading.Thread(target=self._run, name="nsq_ha-sync-loop", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
+
+    def post(self, call: Callable[[], object]) -> None:
+        """Run ``call()`` on the loop soon, without waiting for it; calls posted together run
+        in order in one loop turn (one wake-up of the loop for a burst). What ``call`` raises
+        is logged."""
+        posted = self._posted
+        posted.append(call)
+        if not self._wake_pending:
+            self._wake_pending = True
+            self.loop.call_soon_threadsafe(self._run_posted)
+
+    def _run_posted(self) -> None:
+        self._wake_pending = False
+        posted = self._posted
+        while posted:
+            call = posted.popleft()
+            try:
+                call()
+            except Exception:
+                log.warning("a call posted from a blocking caller failed", exc_info=True)
 
     @property
     def alive_here(self) -> bool:

@@ -19,8 +19,10 @@ non-numbers (``None`` means no limit where it is allowed).
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -39,9 +41,16 @@ from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import BackoffStrategy, ConsumerConfig, Exponential
 from nsq_ha.consumer import Consumer as AsyncConsumer
 from nsq_ha.consumer import Message as AsyncMessage
+from nsq_ha.consumer.checks import check_requeue_delay
 from nsq_ha.consumer.config import OPTIONS, GiveUp, make_config
 from nsq_ha.durations import optional_seconds
-from nsq_ha.errors import ConsumerClosedError, MessageConnectionGoneError, ProducerClosedError
+from nsq_ha.errors import (
+    ConsumerClosedError,
+    MessageAlreadyRespondedError,
+    MessageConnectionGoneError,
+    MessageResponseError,
+    ProducerClosedError,
+)
 from nsq_ha.lookup import LookupClient
 from nsq_ha.producer import Producer as AsyncProducer
 from nsq_ha.producer import ProducerConfig, PublishResult, RetryPolicy
@@ -288,14 +297,21 @@ class Producer:
 
 
 class Message:
-    """Blocking view of a consumed :class:`nsq_ha.consumer.Message`: the same attributes;
-    :meth:`finish`, :meth:`requeue` and :meth:`touch` block until sent."""
+    """Blocking view of a consumed :class:`nsq_ha.consumer.Message`: the same attributes.
 
-    __slots__ = ("_message", "_runner")
+    :meth:`finish` and :meth:`requeue` hand the answer to the consumer's loop and return
+    without waiting for it (answers given together leave in one loop turn); the answer is
+    written within that turn, as the async methods write it. Answering twice raises
+    MessageAlreadyRespondedError at once; :meth:`touch` blocks until written.
+    """
+
+    __slots__ = ("_answered", "_message", "_runner")
 
     def __init__(self, message: AsyncMessage, runner: LoopThread) -> None:
         self._message = message
         self._runner = runner
+        #: what this handle answered, before the loop has written it (None: not answered)
+        self._answered: str | None = None
 
     def __repr__(self) -> str:
         return repr(self._message)
@@ -308,24 +324,49 @@ class Message:
         """The asyncio message underneath."""
         return self._message
 
-    def _live(self) -> LoopThread:
+    @property
+    def responded(self) -> bool:
+        """True once finished or requeued here (or answered otherwise: abandoned)."""
+        return self._answered is not None or self._message.responded
+
+    def _answer(self, action: str) -> LoopThread:
         if self._runner.stale:
             raise MessageConnectionGoneError(
                 f"{self._message!r} cannot be answered here: {_gone(self._runner)}"
+            )
+        if self._answered is not None:
+            raise MessageAlreadyRespondedError(
+                f"cannot {action} {self._message!r}: it was already {self._answered}"
+            )
+        outcome = self._message.outcome
+        if outcome is not None:
+            raise MessageAlreadyRespondedError(
+                f"cannot {action} {self._message!r}: it was already {outcome.value}"
             )
         return self._runner
 
     def finish(self) -> None:
         """Acknowledge the message (FIN on the connection that delivered it)."""
-        self._live().run(self._message.finish())
+        runner = self._answer("finish")
+        self._answered = "finished"
+        runner.post(self._message.finish_nowait)
 
     def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
-        """Give the message back (see :meth:`nsq_ha.consumer.Message.requeue`)."""
-        self._live().run(self._message.requeue(delay, backoff=backoff))
+        """Give the message back (see :meth:`nsq_ha.consumer.Message.requeue`); a bad
+        ``delay`` raises ConfigError here, before anything changes."""
+        if delay is not None:
+            delay = check_requeue_delay(delay, "requeue delay")
+        runner = self._answer("requeue")
+        self._answered = "requeued"
+        runner.post(functools.partial(self._message.requeue_nowait, delay, backoff=backoff))
 
     def touch(self) -> None:
         """Reset the message's timeout on nsqd."""
-        self._live().run(self._message.touch())
+        if self._runner.stale:
+            raise MessageConnectionGoneError(
+                f"{self._message!r} cannot be answered here: {_gone(self._runner)}"
+            )
+        self._runner.run(self._message.touch())
 
 
 class Consumer:
@@ -381,6 +422,10 @@ class Consumer:
             return consumer
 
         self._consumer = self._runner.run(create())
+        #: fetched from the loop, not handed out yet
+        self._fetched: collections.deque[Message] = collections.deque()
+        self._batch = max(1, min(settings.max_in_flight, _MAX_BATCH))
+        self._closing = False
         register(self)
 
     def __repr__(self) -> str:
@@ -413,11 +458,25 @@ class Consumer:
 
     def get(self, timeout: float | None = None) -> Message | None:
         """The next message, or ``None`` once closed (or after ``timeout`` seconds, a finite
-        number >= 0; anything else raises ConfigError)."""
+        number >= 0; anything else raises ConfigError).
+
+        Messages are fetched from the loop in batches (what has arrived, up to
+        ``max_in_flight``, one hand-over each) and handed out here one by one; what was
+        fetched and not handed out when the consumer closes is requeued at once."""
         limit = optional_seconds(timeout, "timeout")
         runner = self._live()
-        message = runner.run(self._consumer.get(limit))
-        return None if message is None else Message(message, runner)
+        fetched = self._fetched
+        while True:
+            try:
+                return fetched.popleft()
+            except IndexError:
+                pass
+            if self._closing:
+                return None
+            batch = runner.run(self._consumer.get_many(self._batch, limit))
+            if not batch:
+                return None
+            fetched.extend(Message(message, runner) for message in batch)
 
     def __iter__(self) -> Iterator[Message]:
         while True:
@@ -454,8 +513,10 @@ class Consumer:
         self, limit: float | None = None
     ) -> tuple[concurrent.futures.Future[None], float] | None:
         unregister(self)
+        self._closing = True
         if not self._runner.alive_here:
             return None
+        self._requeue_fetched()
         config = self._settings.connection_config()
         wait = _backstop(
             self._consumer.drain_timeout if limit is None else limit,
@@ -463,6 +524,27 @@ class Consumer:
             config.command_timeout,
         )
         return self._runner.submit(self._consumer.close(drain_timeout=limit)), wait
+
+    def _requeue_fetched(self) -> None:
+        """Closing: give back at once what was fetched and not handed out (no backoff)."""
+        fetched = self._fetched
+        while True:
+            try:
+                message = fetched.popleft()
+            except IndexError:
+                return
+            self._runner.post(functools.partial(_requeue_quietly, message.aio))
+
+
+def _requeue_quietly(message: AsyncMessage) -> None:
+    """Requeue ``message`` now without backoff, unless it was answered meanwhile."""
+    if message.outcome is None:
+        with contextlib.suppress(MessageResponseError):
+            message.requeue_nowait(0.0, backoff=False)
+
+
+#: the most messages one hand-over from the loop fetches
+_MAX_BATCH = 1024
 
 
 def _gone(runner: LoopThread) -> str:

@@ -39,7 +39,7 @@ from nsq_ha.consumer.runners import BatchHandler, Handler
 from nsq_ha.consumer.slots import AnswerPolicy, ConnKey, SlotContext, Tally
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.durations import seconds
-from nsq_ha.errors import ConsumerClosedError
+from nsq_ha.errors import ConfigError, ConsumerClosedError
 from nsq_ha.lookup import LookupClient
 from nsq_ha.protocol.identify import ExtFilter
 
@@ -359,6 +359,25 @@ class Consumer:
         if not self._started:
             await self.start()
         return await self._intake.get(limit)
+
+    async def get_many(
+        self,
+        max_count: int = 100,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> list[Message]:
+        """Up to ``max_count`` messages: waits for the first (an empty list once the consumer
+        is closing, or after ``timeout``), then adds what else has arrived, without waiting.
+
+        Each message is answered on its own (finish/requeue). On an ordered subscription a
+        batch holds at most one message per partition, and each stays claimed as :meth:`get`
+        says: until answered, or the task asks again, or it ends.
+        """
+        if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1:
+            raise ConfigError(f"max_count must be an int >= 1, not {max_count!r}")
+        limit = check_timeout(timeout)
+        if not self._started:
+            await self.start()
+        return await self._intake.get_many(max_count, limit)
 
     async def run(self, handler: Handler, *, concurrency: int | None = None) -> None:
         """Call ``handler(message)`` for every message until :meth:`close`.

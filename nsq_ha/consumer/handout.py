@@ -200,6 +200,30 @@ class Intake:
             self._claims.add(task, message)
         return message
 
+    async def get_many(
+        self,
+        max_count: int,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> list[Message]:
+        """:meth:`get` of up to ``max_count`` messages: waits for the first (empty list when
+        closing or after ``timeout`` s), then takes what else is queued now. Ordered messages
+        stay claimed by the calling task as :meth:`get`'s do."""
+        first = await self.get(timeout)
+        if first is None:
+            return []
+        batch = [first]
+        while len(batch) < max_count:
+            item = self._pop()
+            if item is None or isinstance(item, _Empty):
+                break
+            batch.append(item)
+        task = asyncio.current_task()
+        if task is not None:
+            for message in batch[1:]:
+                if message.ordered and self._gate.holds(message):
+                    self._claims.add(task, message)
+        return batch
+
     # -- closing ------------------------------------------------------------------------------
 
     def stop(self) -> int:

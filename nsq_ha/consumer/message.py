@@ -200,6 +200,11 @@ class Message:
 
     async def finish(self) -> None:
         """Acknowledge: nsqd forgets the message (FIN on the delivering connection)."""
+        self.finish_nowait()
+
+    def finish_nowait(self) -> None:
+        """:meth:`finish` from plain code on the consumer's loop (a callback, the blocking
+        facade): the FIN is written before it returns, as with :meth:`finish`."""
         if self.outcome is not None:
             self._check("finish")
         self._owner.finish(self)
@@ -217,6 +222,10 @@ class Message:
         :class:`~nsq_ha.errors.ConfigError` before anything changes: the message is still held
         and can be finished or requeued afterwards.
         """
+        self.requeue_nowait(delay, backoff=backoff)
+
+    def requeue_nowait(self, delay: float | None = None, *, backoff: bool = True) -> None:
+        """:meth:`requeue` from plain code on the consumer's loop (see :meth:`finish_nowait`)."""
         if delay is not None:
             delay = check_requeue_delay(delay, "requeue delay")
         self._check("requeue")

@@ -97,18 +97,19 @@ class PartitionGate:
 
 
 class Claims:
-    """Ordered messages handed out by ``get()`` / ``async for``, by the task that got each.
+    """Ordered messages handed out by ``get()`` / ``get_many()`` / ``async for``, by the task
+    that got them.
 
     Such a message's handling ends when it is answered (:meth:`answered`), when the same task
-    asks for another message (:meth:`drop`), or when that task ends; then ``release(message)``
-    is called (the consumer hands out the partition's next message).
+    asks for more (:meth:`drop`), or when that task ends; then ``release(message)`` is called
+    (the consumer hands out the partition's next message).
     """
 
     __slots__ = ("_by_task", "_release")
 
     def __init__(self, release: Callable[[Message], None]) -> None:
         """Claims that call ``release`` when their handling ends."""
-        self._by_task: dict[asyncio.Task[Any], Message] = {}
+        self._by_task: dict[asyncio.Task[Any], list[Message]] = {}
         self._release = release
 
     def __bool__(self) -> bool:
@@ -117,21 +118,30 @@ class Claims:
 
     def add(self, task: asyncio.Task[Any], message: Message) -> None:
         """``task`` got ``message`` (after :meth:`drop` of what it had)."""
-        self._by_task[task] = message
-        task.add_done_callback(self._task_done)
+        held = self._by_task.get(task)
+        if held is None:
+            self._by_task[task] = [message]
+            task.add_done_callback(self._task_done)
+        else:
+            held.append(message)
 
     def drop(self, task: asyncio.Task[Any]) -> None:
-        """``task`` is done with the message it got last, if any."""
-        message = self._by_task.pop(task, None)
-        if message is not None:
+        """``task`` is done with the messages it got last, if any."""
+        held = self._by_task.pop(task, None)
+        if held is not None:
             task.remove_done_callback(self._task_done)
-            self._release(message)
+            for message in held:
+                self._release(message)
 
     def answered(self, message: Message) -> None:
         """``message`` was finished or requeued: whoever got it is done with it."""
         for task, held in self._by_task.items():
-            if held is message:
-                self.drop(task)
+            if message in held:
+                held.remove(message)
+                if not held:
+                    del self._by_task[task]
+                    task.remove_done_callback(self._task_done)
+                self._release(message)
                 return
 
     def clear(self) -> None:
@@ -141,6 +151,5 @@ class Claims:
         self._by_task.clear()
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
-        message = self._by_task.pop(task, None)
-        if message is not None:
+        for message in self._by_task.pop(task, ()):
             self._release(message)

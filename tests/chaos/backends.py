@@ -132,12 +132,24 @@ async def devcluster_backend(partitions: int = 3) -> AsyncIterator[Backend]:
         async def pause(rng: random.Random, h: History, hold: float) -> None:
             i = node(rng)
             # longer than 2 heartbeat intervals: the client must declare the peer dead
-            await _held(h, "pause", f"node{i}", max(hold, 2.5),
-                        lambda: cluster.pause_node(i), lambda: cluster.resume_node(i))
+            await _held(
+                h,
+                "pause",
+                f"node{i}",
+                max(hold, 2.5),
+                lambda: cluster.pause_node(i),
+                lambda: cluster.resume_node(i),
+            )
 
         async def lookupd_down(rng: random.Random, h: History, hold: float) -> None:
-            await _held(h, "lookupd_down", "lookupd", hold,
-                        lambda: cluster.lookupd_fail(500), lambda: cluster.lookupd_fail(None))
+            await _held(
+                h,
+                "lookupd_down",
+                "lookupd",
+                hold,
+                lambda: cluster.lookupd_fail(500),
+                lambda: cluster.lookupd_fail(None),
+            )
 
         async def stale_lookup(rng: random.Random, h: History, hold: float) -> None:
             topic, p = part(rng)
@@ -146,33 +158,60 @@ async def devcluster_backend(partitions: int = 3) -> AsyncIterator[Backend]:
                 cluster.lookupd_stale(True)
                 cluster.move_leader(topic, p)
 
-            await _held(h, "stale_lookup+leader_move", f"{topic}/{p}", hold,
-                        stale_then_move, lambda: cluster.lookupd_stale(False))
+            await _held(
+                h,
+                "stale_lookup+leader_move",
+                f"{topic}/{p}",
+                hold,
+                stale_then_move,
+                lambda: cluster.lookupd_stale(False),
+            )
 
         async def unwritable(rng: random.Random, h: History, hold: float) -> None:
             topic, p = part(rng)
-            await _held(h, "unwritable", f"{topic}/{p}", hold,
-                        lambda: cluster.set_writable(topic, p, False),
-                        lambda: cluster.set_writable(topic, p, True))
+            await _held(
+                h,
+                "unwritable",
+                f"{topic}/{p}",
+                hold,
+                lambda: cluster.set_writable(topic, p, False),
+                lambda: cluster.set_writable(topic, p, True),
+            )
 
         async def delay(rng: random.Random, h: History, hold: float) -> None:
             i = node(rng)
             seconds = rng.uniform(0.05, 0.5)
-            await _held(h, "delay_responses", f"node{i}", hold,
-                        lambda: cluster.delay_responses(i, seconds),
-                        lambda: cluster.delay_responses(i, 0.0))
+            await _held(
+                h,
+                "delay_responses",
+                f"node{i}",
+                hold,
+                lambda: cluster.delay_responses(i, seconds),
+                lambda: cluster.delay_responses(i, 0.0),
+            )
 
         async def drop(rng: random.Random, h: History, hold: float) -> None:
             i = node(rng)
-            await _held(h, "drop_response", f"node{i}", hold,
-                        lambda: cluster.drop_responses(i, 1),
-                        lambda: cluster.drop_responses(i, 0))
+            await _held(
+                h,
+                "drop_response",
+                f"node{i}",
+                hold,
+                lambda: cluster.drop_responses(i, 1),
+                lambda: cluster.drop_responses(i, 0),
+            )
 
         async def cut(rng: random.Random, h: History, hold: float) -> None:
             i = node(rng)
             nbytes = rng.randrange(1, 4096)
-            await _held(h, "cut_mid_frame", f"node{i}", min(hold, 0.5),
-                        lambda: cluster.cut_after(i, nbytes), lambda: cluster.cut_after(i, None))
+            await _held(
+                h,
+                "cut_mid_frame",
+                f"node{i}",
+                min(hold, 0.5),
+                lambda: cluster.cut_after(i, nbytes),
+                lambda: cluster.cut_after(i, None),
+            )
 
         async def heal_all() -> None:
             cluster.clear_faults()
@@ -240,8 +279,14 @@ async def vanilla_backend(cluster: VanillaCluster, rng: random.Random) -> AsyncI
     async def slow(rng: random.Random, h: History, hold: float) -> None:
         i = pick(rng)
         piece = rng.choice([1, 7, 64])
-        await _held(h, "proxy_slow_reads", f"nsqd{i}", hold,
-                    lambda: proxies[i].slow(piece=piece, pause=0.005), proxies[i].heal)
+        await _held(
+            h,
+            "proxy_slow_reads",
+            f"nsqd{i}",
+            hold,
+            lambda: proxies[i].slow(piece=piece, pause=0.005),
+            proxies[i].heal,
+        )
 
     async def heal_all() -> None:
         for proxy in proxies:
@@ -293,8 +338,13 @@ async def fork_backend(
         if topic not in cluster.topics:
             await asyncio.to_thread(
                 functools.partial(
-                    cluster.create_topic, topic, partitions, 3, ordered,
-                    durable=durable, timeout=180.0,
+                    cluster.create_topic,
+                    topic,
+                    partitions,
+                    3,
+                    ordered,
+                    durable=durable,
+                    timeout=180.0,
                 )
             )
     lookupd = cluster.lookupd_http
@@ -330,7 +380,6 @@ async def fork_backend(
         await asyncio.to_thread(cluster.start_node, i)
         event.healed = _now()
         await writable(event)
-
 
     async def pause(rng: random.Random, h: History, hold: float) -> None:
         i = pick(rng)

@@ -114,9 +114,7 @@ class History:
     acked: dict[str, dict[tuple[str, int], tuple[int | str | None, int | None]]] = field(
         default_factory=lambda: defaultdict(dict)
     )
-    failed: dict[str, dict[tuple[str, int], str]] = field(
-        default_factory=lambda: defaultdict(dict)
-    )
+    failed: dict[str, dict[tuple[str, int], str]] = field(default_factory=lambda: defaultdict(dict))
     attempted: Counter[str] = field(default_factory=Counter)
     #: topic -> (key, seq) -> when it was acknowledged
     acked_at: dict[str, dict[tuple[str, int], float]] = field(
@@ -269,8 +267,10 @@ class Report:
     @property
     def ok(self) -> bool:
         """Nothing acknowledged was lost, no order broken, no body corrupted."""
-        return self.lost == 0 and self.order_violations == 0 and not any(
-            t.garbage for t in self.topics
+        return (
+            self.lost == 0
+            and self.order_violations == 0
+            and not any(t.garbage for t in self.topics)
         )
 
     def render(self, backend: str = "") -> str:
@@ -296,13 +296,11 @@ class Report:
                 f"every partition): up to {self.max_server_failover:.3f}s; the client's recovery "
                 f"after that: up to {client}"
             )
-        slowest = sorted(
-            ((v, k) for k, v in self.recovery.items() if v is not None), reverse=True
-        )[:3]
+        slowest = sorted(((v, k) for k, v in self.recovery.items() if v is not None), reverse=True)[
+            :3
+        ]
         if slowest:
-            lines.append(
-                "  slowest recoveries: " + "; ".join(f"{k}: {v:.3f}s" for v, k in slowest)
-            )
+            lines.append("  slowest recoveries: " + "; ".join(f"{k}: {v:.3f}s" for v, k in slowest))
         if self.slowest_detail:
             lines.append("  around the slowest recovery (per partition):")
             lines += [f"    {d}" for d in self.slowest_detail]
@@ -349,9 +347,7 @@ class Report:
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
 
 
-def _order_violations(
-    deliveries: list[Delivery], acked: dict[tuple[str, int], Any]
-) -> list[str]:
+def _order_violations(deliveries: list[Delivery], acked: dict[tuple[str, int], Any]) -> list[str]:
     highest: dict[str, tuple[int, Delivery]] = {}
     seen: set[tuple[str, int]] = set()
     violations: list[str] = []
@@ -394,15 +390,10 @@ def _timelines(history: History) -> tuple[Timeline, Timeline]:
 def unrecovered_faults(history: History) -> list[Fault]:
     """The faults (nemesis errors aside) some partition has not recovered from yet."""
     acks, dels = _timelines(history)
-    return [
-        f for f in history.faults
-        if f.error is None and _recovery(f, acks, dels)[0] is None
-    ]
+    return [f for f in history.faults if f.error is None and _recovery(f, acks, dels)[0] is None]
 
 
-def _overwritten(
-    history: History, topic: str, lost: list[tuple[str, int]]
-) -> list[str]:
+def _overwritten(history: History, topic: str, lost: list[tuple[str, int]]) -> list[str]:
     """The lost messages whose acknowledged (partition, offset) was delivered with another
     body: nsqd gave that place in its log to another message."""
     held: dict[tuple[int | str | None, int], tuple[str, int]] = {}
@@ -430,8 +421,10 @@ def _recovery(
     and delivered, and which came last (``None`` when some partition never did again before
     the run ended).
     """
-    healed = since if since is not None else (
-        fault.healed if fault.healed is not None else fault.started
+    healed = (
+        since
+        if since is not None
+        else (fault.healed if fault.healed is not None else fault.started)
     )
     worst, what = 0.0, ""
     for kind, lines in (("ack", acks), ("delivery", dels)):
@@ -489,7 +482,8 @@ def _lost_context(history: History, topic: str, lost: list[tuple[str, int]]) -> 
                         f"+{d.at - t0:.3f}s (attempts {d.attempts})"
                     )
         near = [
-            f.describe(t0) for f in history.faults
+            f.describe(t0)
+            for f in history.faults
             if f.started - 5 <= at <= (f.healed or f.started) + 5
         ]
         if near:
@@ -563,7 +557,7 @@ def check(history: History, ended: float | None = None) -> Report:
         unrecovered=unrecovered,
         max_server_failover=max(failovers) if failovers else None,
         max_client_recovery=max(client) if client else None,
-        slowest_detail=[] if slowest is None else [
-            f"{slowest[1].describe(t0)}:", *_around(slowest[1], acks, dels, t0)
-        ],
+        slowest_detail=[]
+        if slowest is None
+        else [f"{slowest[1].describe(t0)}:", *_around(slowest[1], acks, dels, t0)],
     )

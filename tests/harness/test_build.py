@@ -253,8 +253,13 @@ def test_a_named_source_that_is_not_a_source_is_an_error(
 def test_how_to_get_names_every_way(clean_env: Path) -> None:
     text = how_to_get(FORK)
     assert FORK.archive is not None
-    for way in ("NSQ_HA_FORK_BIN_DIR", "NSQ_HA_FORK_SOURCE", FORK.archive.filename,
-                "the Go module proxy", "make servers"):
+    for way in (
+        "NSQ_HA_FORK_BIN_DIR",
+        "NSQ_HA_FORK_SOURCE",
+        FORK.archive.filename,
+        "the Go module proxy",
+        "make servers",
+    ):
         assert way in text
     assert str(clean_env.parent / "shared" / "servers") in text
     assert "pinned archive" not in how_to_get(VANILLA)
@@ -298,8 +303,7 @@ def test_build_from_a_source_folder_then_from_an_archive(
     stamp = json.loads((built.bin_dir / "build.json").read_text())
     assert stamp["source"]["kind"] == "folder"
     assert stamp["source"]["location"] == str(folder)
-    out = subprocess.run([str(built.nsqd), "--version"], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([str(built.nsqd), "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "nsqd v9.9.9-tiny"
 
     archive = _tar(folder, tmp_path / "tiny.tar.gz", "tinynsq-abc123")

@@ -247,7 +247,12 @@ def one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
 
 
 DURABLE_FLAGS = (
-    "--replicas", "2", "--durable", "--retention-days", "3", "--no-channel-auto-create"
+    "--replicas",
+    "2",
+    "--durable",
+    "--retention-days",
+    "3",
+    "--no-channel-auto-create",
 )
 
 
@@ -264,8 +269,9 @@ def test_topic_create_durable_is_stored_with_its_options(lookupd: str) -> None:
     assert f"{topic} (access=w): 1 partitions, replicas 2" in table
     assert create(lookupd, topic, *DURABLE_FLAGS)["partitions"] == created["partitions"]
     other = [f for f in DURABLE_FLAGS if f != "--durable"]
-    proc = nsq_ha("topic", "create", "--lookupd", lookupd, "--topic", topic, *other,
-                  "--sync-every", "100")
+    proc = nsq_ha(
+        "topic", "create", "--lookupd", lookupd, "--topic", topic, *other, "--sync-every", "100"
+    )
     assert "already exist" in one_line_error(proc, 1)
 
 
@@ -284,8 +290,17 @@ def test_bad_durability_options_are_refused_before_any_request(
 
 
 def test_durable_and_a_sync_interval_are_exclusive() -> None:
-    proc = nsq_ha("topic", "create", "--lookupd", "http://127.0.0.1:1", "--topic", "t",
-                  "--durable", "--sync-every", "5")
+    proc = nsq_ha(
+        "topic",
+        "create",
+        "--lookupd",
+        "http://127.0.0.1:1",
+        "--topic",
+        "t",
+        "--durable",
+        "--sync-every",
+        "5",
+    )
     assert proc.returncode == 2
     assert "argument --sync-every: not allowed with argument --durable" in proc.stderr
 

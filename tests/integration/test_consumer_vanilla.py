@@ -302,6 +302,61 @@ async def test_sync_iterator(vanilla_cluster: VanillaCluster) -> None:
     assert sorted(bodies) == sorted(b"s%d" % i for i in range(20))
 
 
+def test_sync_answers_are_posted_and_a_second_answer_is_refused_at_once(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    asyncio.run(publish(address, topic, [b"a", b"b"]))
+    with sync.Consumer(topic, "answers", nsqd=address, max_in_flight=2) as consumer:
+        first = consumer.get(timeout=10)
+        second = consumer.get(timeout=10)
+        assert first is not None
+        assert second is not None
+        first.finish()
+        assert first.responded  # at once, before the loop has written the FIN
+        with pytest.raises(MessageAlreadyRespondedError, match="already finished"):
+            first.requeue()
+        with pytest.raises(ConfigError):
+            second.requeue(delay=-1)  # a bad delay changes nothing: it can still be answered
+        second.requeue(0, backoff=False)
+        again = consumer.get(timeout=10)
+        assert again is not None
+        assert (again.body, again.attempts) == (second.body, 2)
+        again.finish()
+    assert consumer.stats["finished"] == 2
+    assert consumer.stats["requeued"] == 1
+
+
+def test_sync_close_requeues_what_was_fetched_and_not_handed_out(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    """The blocking consumer fetches what has arrived in one hand-over; closing gives back at
+    once what it fetched and did not hand out, without waiting for drain_timeout."""
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    bodies = [b"f%d" % i for i in range(50)]
+    asyncio.run(publish(address, topic, bodies))
+    consumer = sync.Consumer(topic, "fetched", nsqd=address, max_in_flight=50)
+    deadline = time.monotonic() + 30
+    while consumer.stats["received"] < 50:  # all arrived: the first get fetches them all
+        assert time.monotonic() < deadline, consumer.stats
+        time.sleep(0.05)
+    first = consumer.get(timeout=10)
+    assert first is not None
+    first.finish()
+    closer = threading.Thread(target=consumer.close, kwargs={"drain_timeout": 300})
+    closer.start()
+    closer.join(60)  # a deadline far below drain_timeout: nothing held was waited for
+    assert not closer.is_alive(), "close() waited for messages fetched but never handed out"
+
+    async def the_rest() -> list[bytes]:
+        async with Consumer(topic, "fetched", nsqd=address, max_in_flight=50) as again:
+            return [m.body for m in await collect(again, 49)]
+
+    assert sorted(asyncio.run(the_rest())) == sorted(b for b in bodies if b != first.body)
+
+
 def test_sync_consumer_close_from_another_thread_ends_the_iteration(
     vanilla_cluster: VanillaCluster,
 ) -> None:

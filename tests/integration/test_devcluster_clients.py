@@ -17,7 +17,7 @@ from nsq_ha import sync
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer import Consumer, Message
 from nsq_ha.devcluster import DevCluster, DevClusterThread, EventKind
-from nsq_ha.errors import NotLeaderError, NotWritableError, PublishError
+from nsq_ha.errors import ConfigError, NotLeaderError, NotWritableError, PublishError
 from nsq_ha.producer import Producer, RetryPolicy
 
 from .helpers import publish_keyed
@@ -98,8 +98,8 @@ async def test_producer_and_consumer_keep_order_through_faults(fault: str) -> No
     assert tally["lost"] == 0
     assert tally["order_violations"] == 0
     assert tally["leader_changes"] >= 1
-    assert ("leader_moved" in kinds)
-    assert (fault == "move" or "node_killed" in kinds)
+    assert "leader_moved" in kinds
+    assert fault == "move" or "node_killed" in kinds
 
 
 def test_sync_clients_with_the_devcluster_fixture(devcluster: DevClusterThread) -> None:
@@ -324,9 +324,7 @@ async def test_a_topic_with_no_writable_partition_is_looked_up_again_on_each_ret
         async with Producer(lookupd=cluster.lookupd_http, retry=retry) as producer:
             await producer.publish("allgone", b"before")
             await cluster.stop_node(1, kill=True)
-            async with Producer(
-                lookupd=cluster.lookupd_http, retry=RetryPolicy.no_retry()
-            ) as once:
+            async with Producer(lookupd=cluster.lookupd_http, retry=RetryPolicy.no_retry()) as once:
                 with pytest.raises(PublishError, match="none is writable now"):
                     await once.publish("allgone", b"x")
 
@@ -339,3 +337,31 @@ async def test_a_topic_with_no_writable_partition_is_looked_up_again_on_each_ret
             result = await producer.publish("allgone", b"after")
             await restart
             assert result.address == cluster.nodes[1].tcp_address
+
+
+async def test_get_many_hands_out_one_message_per_ordered_partition_until_answered() -> None:
+    """``get_many`` on an ordered topic: at most one message of each partition in a batch,
+    and a partition's next one only after the batch's message of it is answered."""
+    async with DevCluster(nodes=3) as cluster:
+        cluster.create_topic("seq", partitions=2, replicas=2, ordered=True)
+        cluster.create_channel("seq", "c")
+        async with Producer(lookupd=cluster.lookupd_http) as producer:
+            for partition in (0, 1):
+                await producer.publish_many(
+                    "seq", [b"%d-%d" % (partition, i) for i in range(3)], partition=partition
+                )
+        async with Consumer("seq", "c", lookupd=cluster.lookupd_http, max_in_flight=10) as c:
+            seen: list[bytes] = []
+            while len(seen) < 6:
+                batch = await c.get_many(10, timeout=10)
+                assert batch, f"nothing after {seen}"
+                partitions = [m.partition for m in batch]
+                assert len(partitions) == len(set(partitions)), batch  # one per partition
+                for message in batch:
+                    seen.append(message.body)
+                    await message.finish()
+            for partition in (0, 1):
+                own = [b for b in seen if b.startswith(b"%d-" % partition)]
+                assert own == [b"%d-%d" % (partition, i) for i in range(3)]
+            with pytest.raises(ConfigError, match="max_count"):
+                await c.get_many(0)

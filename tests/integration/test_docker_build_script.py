@@ -43,13 +43,21 @@ def test_build_fork_sh_builds_both_servers_from_the_archive(tmp_path: Path) -> N
     }
     proc = subprocess.run(
         ["/bin/sh", str(SCRIPT), "out"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"source: {archive} (sha256 {FORK.archive.sha256})" in proc.stderr
     for prog in ("nsqd", "nsqlookupd"):
         out = subprocess.run(
-            [str(tmp_path / "out" / prog), "--version"], capture_output=True, text=True,
-            timeout=30, check=False,
+            [str(tmp_path / "out" / prog), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
         assert FORK.expected_version in out.stdout + out.stderr

@@ -43,9 +43,7 @@ def _names() -> list[object]:
 def _needs(name: str) -> None:
     """Skip a scenario whose extra is not installed (make test installs it)."""
     if name.startswith("spark_"):
-        pytest.importorskip(
-            "pyspark", reason="pyspark is not installed: pip install -e '.[spark]'"
-        )
+        pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
 
 
 def run_scenario(name: str, timeout: float, *args: str) -> str:

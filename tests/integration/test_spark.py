@@ -115,9 +115,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[tuple[Backend, dict[str,
         yield Backend("fork", fork.lookupd_http), names
 
 
-async def _consume(
-    topic: str, channel: str, count: int, limit: float, **where: Any
-) -> list[Any]:
+async def _consume(topic: str, channel: str, count: int, limit: float, **where: Any) -> list[Any]:
     """Every stored message of ``topic`` on ``channel`` until ``count`` arrived and nothing
     more comes for a second (so duplicates written to the topic are seen too), finished one
     by one.
@@ -252,8 +250,10 @@ def _forget_last_commit(checkpoint: Path) -> int:
         return sorted(int(p.name) for p in (checkpoint / folder).iterdir() if p.name.isdigit())
 
     last = numbered("commits")[-1]
-    for folder, batches in (("offsets", [b for b in numbered("offsets") if b > last]),
-                            ("commits", [last])):
+    for folder, batches in (
+        ("offsets", [b for b in numbered("offsets") if b > last]),
+        ("commits", [last]),
+    ):
         for batch in batches:
             (checkpoint / folder / str(batch)).unlink()
             (checkpoint / folder / f".{batch}.crc").unlink(missing_ok=True)
@@ -332,11 +332,7 @@ def test_replayable_read_restarts_from_its_checkpoint_and_rereads_exact_ranges(
         end = _offsets_file(checkpoint, batch)["partitions"]
         # batch 0 starts at the earliest offsets: 0 on a new topic
         start = _offsets_file(checkpoint, batch - 1)["partitions"] if batch > 0 else {}
-        want = {
-            (p, o)
-            for (p, o) in published
-            if int(start.get(str(p), 0)) <= o < int(end[str(p)])
-        }
+        want = {(p, o) for (p, o) in published if int(start.get(str(p), 0)) <= o < int(end[str(p)])}
         got = {(r["partition"], r["offset"]) for r in rows}
         assert got == want, f"batch {batch}: {len(got)} rows, its range holds {len(want)}"
         counts.update(got)

@@ -387,7 +387,12 @@ def _build_script(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
     full.update(env)
     return subprocess.run(
         ["/bin/sh", str(BUILD_SCRIPT), str(tmp_path / "out")],
-        cwd=tmp_path, env=full, capture_output=True, text=True, timeout=60, check=False,
+        cwd=tmp_path,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 

@@ -22,8 +22,20 @@ def test_durations_that_are_accepted(value: object, zero: bool, expected: float)
 
 @pytest.mark.parametrize(
     "value",
-    [float("nan"), float("inf"), -float("inf"), -1, 0, 10**400, threading.TIMEOUT_MAX * 2,
-     True, "5", None, Decimal("1"), object()],
+    [
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        -1,
+        0,
+        10**400,
+        threading.TIMEOUT_MAX * 2,
+        True,
+        "5",
+        None,
+        Decimal("1"),
+        object(),
+    ],
 )
 def test_durations_that_are_refused(value: object) -> None:
     with pytest.raises(ConfigError, match=r"^x must be a (finite )?number of seconds"):

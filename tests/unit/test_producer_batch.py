@@ -193,9 +193,7 @@ def test_builder_stops_when_a_new_kind_would_push_a_message_over_max_msg_size() 
 
 
 @given(
-    st.lists(
-        st.tuples(st.integers(1, 60), st.booleans(), st.booleans()), min_size=1, max_size=40
-    ),
+    st.lists(st.tuples(st.integers(1, 60), st.booleans(), st.booleans()), min_size=1, max_size=40),
     st.integers(100, 600),
     st.booleans(),
 )
@@ -311,9 +309,7 @@ def _general_take(builder: BatchBuilder, queue: deque[Item]) -> list[Item]:
 def test_take_cuts_where_the_general_rule_does(
     bodies: list[int], traced_at: set[int], max_body: int, max_count: int
 ) -> None:
-    messages = [
-        msg(b"x" * n, trace_id=7 if i in traced_at else None) for i, n in enumerate(bodies)
-    ]
+    messages = [msg(b"x" * n, trace_id=7 if i in traced_at else None) for i, n in enumerate(bodies)]
     builder = BatchBuilder(max_msg_size=100, max_body_size=max_body, max_count=max_count)
     fast, slow = queue_of(*messages), queue_of(*messages)
     while fast:

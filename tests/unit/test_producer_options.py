@@ -122,7 +122,10 @@ def test_ext_headers_for_a_topic_lookup_describes_as_not_ext_are_refused() -> No
     ("text", "expected"),
     [
         ("http://alice:pw@h:4161", "http://***@h:4161"),
-        ("['http://a:b@h:1', 'https://tok@[::1]:2/x']", "['http://***@h:1', 'https://***@[::1]:2/x']"),
+        (
+            "['http://a:b@h:1', 'https://tok@[::1]:2/x']",
+            "['http://***@h:1', 'https://***@[::1]:2/x']",
+        ),
         ("nsqlookupd http://u:p@ss@h:1 unreachable", "nsqlookupd http://***@h:1 unreachable"),
         ("http://h:1/lookup?topic=a@b", "http://h:1/lookup?topic=a@b"),
         ("no url, a@b", "no url, a@b"),

@@ -179,8 +179,10 @@ def test_slot_for_keys_partitions_and_round_robin() -> None:
 
 
 def test_features_each_server_lacks_are_refused_before_sending() -> None:
-    plain, traced, ext = OutgoingMessage(b"x"), OutgoingMessage(b"x", 1), OutgoingMessage(
-        b"x", None, b"{}"
+    plain, traced, ext = (
+        OutgoingMessage(b"x"),
+        OutgoingMessage(b"x", 1),
+        OutgoingMessage(b"x", None, b"{}"),
     )
     with pytest.raises(UnsupportedByServer, match="DPUB"):
         check_features(True, "t", [plain], defer=1.0, partition=None)

@@ -198,9 +198,7 @@ def test_prepare_converts_a_row_and_stamps_it() -> None:
         ({"body": b"x", "k": 1.5}, "must be string, binary or integer, got float"),
     ],
 )
-def test_prepare_names_the_row_and_column_of_a_bad_value(
-    row: dict[str, Any], message: str
-) -> None:
+def test_prepare_names_the_row_and_column_of_a_bad_value(row: dict[str, Any], message: str) -> None:
     opts = parse_write_options({"lookupd": L, "topic": "t", "keyColumn": "k"})
     with pytest.raises(ConfigError, match=message):
         prepare(row, 4, opts, None)

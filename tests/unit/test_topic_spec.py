@@ -9,8 +9,9 @@ from nsq_ha.errors import ConfigError
 
 
 def test_a_durable_spec_asks_for_syncdisk_1() -> None:
-    spec = TopicSpec.with_durability("t", 2, 3, durable=True, retention_days=7,
-                                     channel_auto_create=False)
+    spec = TopicSpec.with_durability(
+        "t", 2, 3, durable=True, retention_days=7, channel_auto_create=False
+    )
     assert spec.durable
     assert spec.query() == {
         "topic": "t",
