@@ -329,11 +329,17 @@ class Message:
         """True once finished or requeued here (or answered otherwise: abandoned)."""
         return self._answered is not None or self._message.responded
 
-    def _answer(self, action: str) -> LoopThread:
+    def _live(self) -> LoopThread:
         if self._runner.stale:
             raise MessageConnectionGoneError(
                 f"{self._message!r} cannot be answered here: {_gone(self._runner)}"
             )
+        return self._runner
+
+    def _answer(self, action: str) -> LoopThread:
+        """The loop to post an answer to; refused at once when this handle (or the loop, or
+        the consumer) already answered the message."""
+        runner = self._live()
         if self._answered is not None:
             raise MessageAlreadyRespondedError(
                 f"cannot {action} {self._message!r}: it was already {self._answered}"
@@ -343,7 +349,7 @@ class Message:
             raise MessageAlreadyRespondedError(
                 f"cannot {action} {self._message!r}: it was already {outcome.value}"
             )
-        return self._runner
+        return runner
 
     def finish(self) -> None:
         """Acknowledge the message (FIN on the connection that delivered it)."""
@@ -362,11 +368,7 @@ class Message:
 
     def touch(self) -> None:
         """Reset the message's timeout on nsqd."""
-        if self._runner.stale:
-            raise MessageConnectionGoneError(
-                f"{self._message!r} cannot be answered here: {_gone(self._runner)}"
-            )
-        self._runner.run(self._message.touch())
+        self._live().run(self._message.touch())
 
 
 class Consumer:

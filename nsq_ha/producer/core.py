@@ -334,11 +334,7 @@ class Producer:
         routes = self._routes.ready(topic, keyed) or await self._look_up(
             topic, sharding_key, partition
         )
-        slot = (
-            None  # unkeyed, to a topic that takes every message kind: nothing to refuse
-            if keyed is False and defer is None and routes.unrestricted
-            else self._routes.place(routes, messages, sharding_key, partition, defer)
-        )
+        slot = self._routes.place(routes, messages, sharding_key, partition, defer)
         if defer is not None:  # DPUB carries one message: no batch to join
             with self._activity:
                 return (await self._sender.send(topic, messages, slot=None, defer=defer))[0]

@@ -194,13 +194,9 @@ class RouteTable:
         count is known. Marks the topic used."""
         if topic not in self._valid:
             return None
-        routes = self._static_routes.get(topic) if self.lookup is None else None
-        if routes is None:
-            if self.lookup is not None and topic not in self.watched:
-                return None
-            routes = self.cached(topic)
-            if routes is None:
-                return None
+        routes = self.cached(topic)
+        if routes is None or (self.lookup is not None and topic not in self.watched):
+            return None
         if keyed and routes.count < 1:
             return None
         self.last_used[topic] = time.monotonic()
