@@ -71,31 +71,60 @@ class FrameReader:
         return f"<FrameReader {self.address} {self._session!r}>"
 
     async def run(self) -> NoReturn:
-        """Read until the stream ends; raise the NsqError that ended it."""
+        """Read until the stream ends; raise the NsqError that ended it.
+
+        The dead-peer watchdog is one timer per window, not one per read: when it fires it
+        looks at when the last complete frame came and either sets itself again for that
+        frame's window or cancels this task, which then raises the dead-peer NsqTimeoutError
+        (an ``asyncio.timeout`` around every read cost a timer push and cancel per read: a
+        sizeable part of an ordered consumer's CPU, which reads once per message).
+        """
         session = self._session
         transport = self._transport
         negotiated = session.negotiated
         interval = None if negotiated is None else negotiated.heartbeat_interval
         window = None if interval is None else DEAD_PEER_INTERVALS * interval
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - a coroutine run by asyncio always has a task
+            raise RuntimeError("FrameReader.run must run in an asyncio task")
         last_frame = loop.time()  # liveness: a complete frame, not any byte
-        self.dispatch()  # frames that arrived with the handshake's last read
-        while True:
-            try:
-                async with asyncio.timeout_at(None if window is None else last_frame + window):
+        expired = False
+        watchdog: asyncio.TimerHandle | None = None
+
+        def check(window: float) -> None:
+            nonlocal watchdog, expired
+            due = last_frame + window
+            if loop.time() < due:
+                watchdog = loop.call_at(due, check, window)
+            else:
+                expired = True
+                task.cancel()
+
+        if window is not None:
+            watchdog = loop.call_at(last_frame + window, check, window)
+        try:
+            self.dispatch()  # frames that arrived with the handshake's last read
+            while True:
+                try:
                     data = await transport.read()
-            except TimeoutError as exc:
-                raise NsqTimeoutError(
-                    f"nsqd {self.address} sent no complete frame for {window} s "
-                    f"({DEAD_PEER_INTERVALS} heartbeat intervals): dead peer"
-                ) from exc
-            if not data:
-                session.receive_eof()
-                raise self.closed_error()
-            now = loop.time()
-            session.receive_data(data, now)
-            if self.dispatch():
-                last_frame = now
+                except asyncio.CancelledError:
+                    if expired and task.uncancel() == 0:
+                        raise NsqTimeoutError(
+                            f"nsqd {self.address} sent no complete frame for {window} s "
+                            f"({DEAD_PEER_INTERVALS} heartbeat intervals): dead peer"
+                        ) from None
+                    raise
+                if not data:
+                    session.receive_eof()
+                    raise self.closed_error()
+                now = loop.time()
+                session.receive_data(data, now)
+                if self.dispatch():
+                    last_frame = now
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
 
     def dispatch(self) -> bool:
         """Handle every event the buffered bytes make; True if there was any."""
