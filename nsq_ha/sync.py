@@ -344,11 +344,7 @@ class Message:
             raise MessageAlreadyRespondedError(
                 f"cannot {action} {self._message!r}: it was already {self._answered}"
             )
-        outcome = self._message.outcome
-        if outcome is not None:
-            raise MessageAlreadyRespondedError(
-                f"cannot {action} {self._message!r}: it was already {outcome.value}"
-            )
+        self._message.check_answerable(action)
         return runner
 
     def finish(self) -> None:

@@ -13,7 +13,11 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nsq_ha.consumer.checks import check_requeue_delay
-from nsq_ha.errors import MessageAlreadyRespondedError, RemoteProtocolError
+from nsq_ha.errors import (
+    MessageAlreadyRespondedError,
+    MessageConnectionGoneError,
+    RemoteProtocolError,
+)
 from nsq_ha.protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG, DecodedMessage
 
 if TYPE_CHECKING:
@@ -192,7 +196,14 @@ class Message:
 
     # -- answers ------------------------------------------------------------------------------
 
-    def _check(self, action: str) -> None:
+    def check_answerable(self, action: str) -> None:
+        """Raise what ``action`` (finish, requeue, touch) would meet now: MessageConnectionGoneError
+        once the delivering connection went away, MessageAlreadyRespondedError once answered."""
+        if self.outcome is Outcome.ABANDONED:  # nobody answered it: its connection went away
+            raise MessageConnectionGoneError(
+                f"cannot {action} {self!r}: the connection to {self.address} that delivered "
+                "it is gone; nsqd redelivers the message after its msg_timeout"
+            )
         if self.outcome is not None:
             raise MessageAlreadyRespondedError(
                 f"cannot {action} {self!r}: it was already {self.outcome.value}"
@@ -206,7 +217,7 @@ class Message:
         """:meth:`finish` from plain code on the consumer's loop (a callback, the blocking
         facade): the FIN is written before it returns, as with :meth:`finish`."""
         if self.outcome is not None:
-            self._check("finish")
+            self.check_answerable("finish")
         self._owner.finish(self)
 
     async def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
@@ -228,10 +239,10 @@ class Message:
         """:meth:`requeue` from plain code on the consumer's loop (see :meth:`finish_nowait`)."""
         if delay is not None:
             delay = check_requeue_delay(delay, "requeue delay")
-        self._check("requeue")
+        self.check_answerable("requeue")
         self._owner.requeue(self, delay, backoff)
 
     async def touch(self) -> None:
         """Reset the message's timeout on nsqd (keep it while a slow handler works)."""
-        self._check("touch")
+        self.check_answerable("touch")
         self._owner.touch(self)

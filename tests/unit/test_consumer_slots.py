@@ -154,3 +154,21 @@ async def test_an_answer_the_connection_refuses_abandons_the_message() -> None:
     slot.abandon_all()
     assert not slot.held
     assert tally.totals["abandoned"] == 2
+
+
+async def test_a_message_abandoned_with_its_connection_says_so_when_answered() -> None:
+    # the consumer noticed the close first (abandon_all) and the handler answers afterwards:
+    # the answer fails because the connection is gone, not because someone answered already
+    slot, conn, delivered, _, _ = make_slot()
+    slot.on_message(decoded(1))
+    conn.closed = True
+    slot.abandon_all()
+    message = delivered[0]
+    assert message.outcome is Outcome.ABANDONED
+    with pytest.raises(MessageConnectionGoneError, match=r"connection .* is gone"):
+        await message.finish()
+    with pytest.raises(MessageConnectionGoneError):
+        await message.requeue()
+    with pytest.raises(MessageConnectionGoneError):
+        await message.touch()
+    assert message.responded  # nothing more can be sent for it
