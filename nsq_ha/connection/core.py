@@ -470,8 +470,8 @@ class NsqdConnection:
             self._raise_if_closed()
             raise
         self._deliveries.answered()
-        if self._session.ordered:  # nsqd sends the next message only after this FIN
-            self._writer.flush()
+        if not self._session.in_flight:  # the last answer nsqd waits for: no turn to gather
+            self._writer.flush()  # more (an ordered channel sends its next message after it)
 
     def req(self, message_id: bytes, delay: float = 0.0) -> None:
         """Requeue a message after ``delay`` seconds (use 0 on ordered channels)."""
