@@ -1,8 +1,13 @@
 """The byte pipe under one nsqd connection: TCP, then optionally TLS, then optionally compression.
 
-:class:`StreamTransport` wraps asyncio's ``StreamReader``/``StreamWriter``. Upgrades happen in
-place, in the order nsqd performs them (§1.8): :meth:`StreamTransport.start_tls` replaces the
-socket layer with TLS, :meth:`StreamTransport.enable_compression` puts a codec from
+:class:`StreamTransport` is an asyncio transport with its own protocol (:class:`_Pipe`). It
+reads two ways: *pulled* (:meth:`~StreamTransport.read_exactly`, :meth:`~StreamTransport.read`)
+while the handshake may still upgrade the stream, then *pushed*
+(:meth:`~StreamTransport.receive`): every read goes straight from the socket callback to the
+session, with no task woken between them (one event-loop turn per read, where a
+``StreamReader`` costs two). Upgrades happen in place, in the order nsqd performs them (§1.8):
+:meth:`StreamTransport.start_tls` replaces the socket layer with TLS,
+:meth:`StreamTransport.enable_compression` puts a codec from
 :mod:`nsq_ha.protocol.compression` on top of whatever the socket layer is.
 
 This module is the boundary where OS, TLS and asyncio stream exceptions become
@@ -14,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import cast
 
 from nsq_ha.errors import (
     ConnectError,
@@ -54,18 +60,136 @@ def map_exceptions(what: str) -> Iterator[None]:
         raise ConnectionClosedError(f"{what}: {exc or type(exc).__name__}") from exc
 
 
+def _discard(data: bytes) -> None:
+    """The receiver after :meth:`StreamTransport.stop_receiving`: the stream is ending."""
+
+
+class _Pipe(asyncio.Protocol):
+    """The protocol under a :class:`StreamTransport`: keeps what arrives until it is pulled,
+    or hands it to the receiver at once; tracks EOF, loss and write flow control."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        #: bytes read and not pulled yet (pull mode only)
+        self.buffer = bytearray()
+        #: the peer closed its side, or the connection is lost
+        self.eof = False
+        #: why the connection was lost (``None``: closed cleanly)
+        self.error: Exception | None = None
+        #: the receiver of every read (push mode)
+        self.receiver: Callable[[bytes], None] | None = None
+        #: called once when the stream ends in push mode
+        self.on_end: Callable[[Exception | None], None] | None = None
+        self.reading_paused = False
+        self.writing_paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    # -- asyncio's callbacks ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        receiver = self.receiver
+        if receiver is not None:
+            receiver(data)
+            return
+        self.buffer += data
+        self._wake()
+        if len(self.buffer) > 2 * READ_SIZE and self.transport is not None:
+            self.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        self.end(None)
+        return False  # let asyncio close the socket
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        if exc is not None:
+            self.error = exc
+        self._wake()
+        self.end(exc)
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_exception(ConnectionResetError("connection lost"))
+        self._drain_waiters.clear()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drain_waiters.clear()
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def end(self, error: Exception | None) -> None:
+        """The stream ended: tell the receiver once (push mode)."""
+        on_end = self.on_end
+        if on_end is not None:
+            self.on_end = None
+            self.receiver = None
+            on_end(error)
+
+    def pause_reading(self) -> None:
+        if not self.reading_paused and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.reading_paused and self.transport is not None:
+            self.reading_paused = False
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+
+    async def wait_data(self) -> None:
+        """Wait until more bytes, EOF or loss arrive."""
+        self.resume_reading()
+        waiter = self._waiter = self.loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    async def wait_drained(self) -> None:
+        """Wait until the transport's write buffer is below its high-water mark."""
+        if self.closed.done():
+            raise ConnectionResetError("connection lost")
+        if self.writing_paused:
+            waiter = self.loop.create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+
 class StreamTransport:
     """One TCP connection as a byte pipe with in-place TLS and compression upgrades."""
 
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
-    ) -> None:
-        """Wrap an open stream pair; use :meth:`open` to make one."""
-        self._reader = reader
-        self._writer = writer
+    def __init__(self, transport: asyncio.Transport, pipe: _Pipe, address: str) -> None:
+        """Wrap an open transport and its pipe; use :meth:`open` to make one."""
+        self._transport = transport
+        self._pipe = pipe
         self.address = address
         self._codec: StreamCodec | None = None
         self._write_buffer_limit = 64 * 1024
+        self._slice_handle: asyncio.Handle | None = None
+        self._receiving = False
         self.tls = False
 
     def __repr__(self) -> str:
@@ -83,21 +207,22 @@ class StreamTransport:
     ) -> StreamTransport:
         """Open a TCP connection; failures raise ConnectError or NsqTimeoutError."""
         address = f"{host}:{port}"
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(connect_timeout):
-                reader, writer = await asyncio.open_connection(host, port, limit=READ_SIZE)
+                transport, pipe = await loop.create_connection(lambda: _Pipe(loop), host, port)
         except TimeoutError as exc:
             raise NsqTimeoutError(f"connecting to {address} took over {connect_timeout} s") from exc
         except OSError as exc:
             raise ConnectError(f"cannot connect to {address}: {exc}") from exc
-        transport = cls(reader, writer, address)
-        transport.set_write_buffer_limit(write_buffer_limit)
-        return transport
+        stream = cls(transport, pipe, address)
+        stream.set_write_buffer_limit(write_buffer_limit)
+        return stream
 
     def set_write_buffer_limit(self, limit: int) -> None:
         """Make :meth:`drain` wait while more than ``limit`` bytes are queued in the socket."""
         self._write_buffer_limit = limit
-        self._writer.transport.set_write_buffer_limits(high=limit)
+        self._transport.set_write_buffer_limits(high=limit)
 
     @property
     def compression(self) -> str | None:
@@ -107,7 +232,7 @@ class StreamTransport:
     @property
     def is_closing(self) -> bool:
         """True once the socket is closing or closed."""
-        return self._writer.is_closing()
+        return self._transport.is_closing()
 
     # -- upgrades ---------------------------------------------------------------------------
 
@@ -117,10 +242,21 @@ class StreamTransport:
         """Run the TLS handshake as the client, on the open socket (no bytes may be buffered)."""
         if self.tls or self._codec is not None:
             raise LocalProtocolError("TLS must be started once, before compression")
+        if self._pipe.buffer:
+            raise LocalProtocolError("TLS cannot start with plain bytes still unread")
+        loop = asyncio.get_running_loop()
         with map_exceptions(f"TLS handshake with {self.address}"):
-            await self._writer.start_tls(
-                context, server_hostname=server_hostname, ssl_handshake_timeout=handshake_timeout
+            await self.drain()
+            transport = await loop.start_tls(
+                self._transport,
+                self._pipe,
+                context,
+                server_hostname=server_hostname,
+                ssl_handshake_timeout=handshake_timeout,
             )
+        if transport is None:  # pragma: no cover - only for a transport closed meanwhile
+            raise ConnectionClosedError(f"TLS handshake with {self.address}: connection closed")
+        self._transport = self._pipe.transport = transport
         self.tls = True
         self.set_write_buffer_limit(self._write_buffer_limit)
 
@@ -130,14 +266,39 @@ class StreamTransport:
             raise LocalProtocolError("compression is already enabled")
         self._codec = codec
 
-    # -- reading ----------------------------------------------------------------------------
+    # -- reading, pulled (the handshake) --------------------------------------------------------
+
+    async def _pull(self) -> bytes:
+        """Take every raw byte buffered (waiting for some); ``b""`` at EOF."""
+        pipe = self._pipe
+        while not pipe.buffer:
+            if pipe.error is not None:
+                raise pipe.error
+            if pipe.eof:
+                return b""
+            await pipe.wait_data()
+        data = bytes(pipe.buffer)
+        pipe.buffer.clear()
+        pipe.resume_reading()
+        return data
 
     async def read_exactly(self, count: int) -> bytes:
         """Read exactly ``count`` plain bytes (only before compression: no over-read)."""
         if self._codec is not None:
             raise LocalProtocolError("read_exactly cannot be used on a compressed stream")
+        pipe = self._pipe
         with map_exceptions(f"reading from {self.address}"):
-            return await self._reader.readexactly(count)
+            while len(pipe.buffer) < count:
+                if pipe.error is not None:
+                    raise pipe.error
+                if pipe.eof:
+                    raise asyncio.IncompleteReadError(bytes(pipe.buffer), count)
+                await pipe.wait_data()
+        data = bytes(pipe.buffer[:count])
+        del pipe.buffer[:count]
+        if len(pipe.buffer) <= READ_SIZE:
+            pipe.resume_reading()
+        return data
 
     async def read(self) -> bytes:
         """Return the next plain bytes (never empty), or ``b""`` when the peer closed.
@@ -154,7 +315,7 @@ class StreamTransport:
                 return data
         while True:
             with map_exceptions(f"reading from {self.address}"):
-                raw = await self._reader.read(READ_SIZE)
+                raw = await self._pull()
             if not raw:
                 return b""
             if self._codec is None:
@@ -163,34 +324,136 @@ class StreamTransport:
             if data:
                 return data
 
+    # -- reading, pushed (after the handshake) --------------------------------------------------
+
+    def receive(
+        self, on_data: Callable[[bytes], None], on_end: Callable[[NsqError | None], None]
+    ) -> None:
+        """From now on hand every plain byte read to ``on_data``, called from the socket's
+        callback; when the stream ends call ``on_end`` once: ``None`` when the peer closed it,
+        else the NsqError that ended it. What was read and not pulled comes first.
+
+        With compression, one bounded slice is decoded per loop turn and the socket is not
+        read while slices wait (a compression bomb neither fills memory nor stalls the loop).
+        Nothing is handed on after ``on_end`` or :meth:`stop_receiving`.
+        """
+        pipe = self._pipe
+        if pipe.receiver is not None:
+            raise LocalProtocolError("the transport already has a receiver")
+        self._receiving = True
+        what = f"reading from {self.address}"
+
+        def ended(error: Exception | None) -> None:
+            self._receiving = False
+            self._cancel_slices()
+            if error is None or isinstance(error, NsqError):
+                on_end(error)
+                return
+            try:
+                with map_exceptions(what):
+                    raise error
+            except NsqError as mapped:
+                on_end(mapped)
+
+        def take(raw: bytes) -> None:
+            codec = self._codec
+            if codec is None:
+                on_data(raw)
+                return
+            try:
+                data = codec.decompress(raw)
+            except NsqError as exc:
+                self.stop_receiving()
+                on_end(exc)
+                return
+            if data:
+                on_data(data)
+            if codec.pending and self._slice_handle is None and self._receiving:
+                pipe.pause_reading()
+                self._slice_handle = pipe.loop.call_soon(self._slice, on_data, on_end)
+
+        pipe.receiver = take
+        pipe.on_end = ended
+        if pipe.buffer:
+            data = bytes(pipe.buffer)
+            pipe.buffer.clear()
+            take(data)
+        if pipe.eof and pipe.on_end is not None:
+            pipe.end(pipe.error)
+        else:
+            pipe.resume_reading()
+
+    def _slice(
+        self, on_data: Callable[[bytes], None], on_end: Callable[[NsqError | None], None]
+    ) -> None:
+        """Decode the next slice of compressed input already read (one per loop turn)."""
+        self._slice_handle = None
+        pipe = self._pipe
+        codec = self._codec
+        if not self._receiving or codec is None:
+            return
+        try:
+            data = codec.decompress(b"")
+        except NsqError as exc:
+            self.stop_receiving()
+            on_end(exc)
+            return
+        if data:
+            on_data(data)  # may stop the receiving
+        if self.stopped:
+            return
+        if codec.pending:
+            self._slice_handle = pipe.loop.call_soon(self._slice, on_data, on_end)
+        else:
+            pipe.resume_reading()
+
+    def _cancel_slices(self) -> None:
+        if self._slice_handle is not None:
+            self._slice_handle.cancel()
+            self._slice_handle = None
+
+    @property
+    def stopped(self) -> bool:
+        """True when nothing is handed to a receiver (none set, or it was stopped)."""
+        return not self._receiving
+
+    def stop_receiving(self) -> None:
+        """Hand nothing more to the receiver (bytes that arrive later are dropped)."""
+        pipe = self._pipe
+        self._receiving = False
+        self._cancel_slices()
+        if pipe.receiver is not None:
+            pipe.receiver = _discard
+        pipe.on_end = None
+
     # -- writing ----------------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
         """Queue ``data`` for sending (compressed first when compression is on)."""
-        if self._writer.is_closing():
+        if self._transport.is_closing():
             raise ConnectionClosedError(f"connection to {self.address} is closed")
         if self._codec is not None:
             data = self._codec.compress(data)
-        self._writer.write(data)
+        self._transport.write(data)
 
     def write_buffer_size(self) -> int:
         """Bytes queued in the socket layer, not yet handed to the kernel."""
-        return self._writer.transport.get_write_buffer_size()
+        return self._transport.get_write_buffer_size()
 
     async def drain(self) -> None:
         """Wait until the socket layer's buffer is below its high-water mark."""
         with map_exceptions(f"writing to {self.address}"):
-            await self._writer.drain()
+            await self._pipe.wait_drained()
 
     # -- closing ----------------------------------------------------------------------------
 
     async def close(self, grace: float = 2.0) -> None:
         """Close the socket and wait (up to ``grace`` s) until it is closed; never raises."""
-        writer = self._writer
-        if not writer.is_closing():
-            writer.close()
+        transport = self._transport
+        if not transport.is_closing():
+            transport.close()
         try:
             async with asyncio.timeout(grace):
-                await writer.wait_closed()
-        except (TimeoutError, OSError, ssl.SSLError):
-            writer.transport.abort()
+                await asyncio.shield(self._pipe.closed)
+        except TimeoutError:
+            transport.abort()

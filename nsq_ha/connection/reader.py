@@ -1,9 +1,10 @@
 """The receive side of one connection: bytes from the socket into the session, events out.
 
-:class:`FrameReader` reads the transport, feeds the
-:class:`~nsq_ha.protocol.session.ClientSession` and acts on its events: answers complete the
-oldest pending future, error frames fail it (or go to ``on_error`` when they answer no
-command), messages go to the message sink, heartbeats are answered with ``NOP``. Its
+:class:`FrameReader` feeds what the transport reads (pushed from its socket callback, no task
+between them) to the :class:`~nsq_ha.protocol.session.ClientSession` and acts on its events:
+answers complete the oldest pending future, error frames fail it (or go to ``on_error`` when
+they answer no command), messages go to the message sink, heartbeats are answered with
+``NOP``. Its
 :meth:`~FrameReader.run` ends only by raising the error that ended the stream: nsqd closed it,
 a fatal error frame, a protocol violation, or no complete frame for two heartbeat intervals (a
 dead peer; bytes that complete no frame, a trickle, do not count).
@@ -18,7 +19,7 @@ from typing import NoReturn
 
 from nsq_ha.connection.answers import PendingAnswers
 from nsq_ha.connection.writer import CommandWriter
-from nsq_ha.errors import BrokerError, ConnectionClosedError, NsqTimeoutError
+from nsq_ha.errors import BrokerError, ConnectionClosedError, NsqError, NsqTimeoutError
 from nsq_ha.protocol.events import NEED_DATA, Answer, CloseWait, Delivered, Failed, Heartbeat
 from nsq_ha.protocol.frames import CLOSE_WAIT
 from nsq_ha.protocol.message import DecodedMessage
@@ -73,11 +74,11 @@ class FrameReader:
     async def run(self) -> NoReturn:
         """Read until the stream ends; raise the NsqError that ended it.
 
-        The dead-peer watchdog is one timer per window, not one per read: when it fires it
-        looks at when the last complete frame came and either sets itself again for that
-        frame's window or cancels this task, which then raises the dead-peer NsqTimeoutError
-        (an ``asyncio.timeout`` around every read cost a timer push and cancel per read: a
-        sizeable part of an ordered consumer's CPU, which reads once per message).
+        The transport pushes every read into :meth:`_received` from its socket callback (no
+        task woken per read). The dead-peer watchdog is one timer per window, not one per
+        read: when it fires it looks at when the last complete frame came and either sets
+        itself again for that frame's window or ends the read with the dead-peer
+        NsqTimeoutError.
         """
         session = self._session
         transport = self._transport
@@ -85,44 +86,55 @@ class FrameReader:
         interval = None if negotiated is None else negotiated.heartbeat_interval
         window = None if interval is None else DEAD_PEER_INTERVALS * interval
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        if task is None:  # pragma: no cover - a coroutine run by asyncio always has a task
-            raise RuntimeError("FrameReader.run must run in an asyncio task")
+        ended: asyncio.Future[NoReturn] = loop.create_future()
         last_frame = loop.time()  # liveness: a complete frame, not any byte
-        expired = False
         watchdog: asyncio.TimerHandle | None = None
 
+        def end(exc: BaseException) -> None:
+            transport.stop_receiving()
+            if not ended.done():
+                ended.set_exception(exc)
+
+        def received(data: bytes) -> None:
+            nonlocal last_frame
+            now = loop.time()
+            try:
+                session.receive_data(data, now)
+                if self.dispatch():
+                    last_frame = now
+            except Exception as exc:  # run() raises it
+                end(exc)
+
+        def closed(error: NsqError | None) -> None:
+            try:
+                if error is not None:
+                    raise error
+                session.receive_eof()
+                raise self.closed_error()
+            except Exception as exc:  # run() raises it
+                end(exc)
+
         def check(window: float) -> None:
-            nonlocal watchdog, expired
+            nonlocal watchdog
             due = last_frame + window
             if loop.time() < due:
                 watchdog = loop.call_at(due, check, window)
             else:
-                expired = True
-                task.cancel()
+                end(
+                    NsqTimeoutError(
+                        f"nsqd {self.address} sent no complete frame for {window} s "
+                        f"({DEAD_PEER_INTERVALS} heartbeat intervals): dead peer"
+                    )
+                )
 
+        self.dispatch()  # frames that arrived with the handshake's last read
         if window is not None:
             watchdog = loop.call_at(last_frame + window, check, window)
         try:
-            self.dispatch()  # frames that arrived with the handshake's last read
-            while True:
-                try:
-                    data = await transport.read()
-                except asyncio.CancelledError:
-                    if expired and task.uncancel() == 0:
-                        raise NsqTimeoutError(
-                            f"nsqd {self.address} sent no complete frame for {window} s "
-                            f"({DEAD_PEER_INTERVALS} heartbeat intervals): dead peer"
-                        ) from None
-                    raise
-                if not data:
-                    session.receive_eof()
-                    raise self.closed_error()
-                now = loop.time()
-                session.receive_data(data, now)
-                if self.dispatch():
-                    last_frame = now
+            transport.receive(received, closed)
+            await ended
         finally:
+            transport.stop_receiving()
             if watchdog is not None:
                 watchdog.cancel()
 
