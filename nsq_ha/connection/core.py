@@ -465,13 +465,12 @@ class NsqdConnection:
     def fin(self, message_id: bytes) -> None:
         """Finish a message."""
         try:
-            self._writer.enqueue(self._session.fin(message_id))
+            data = self._session.fin(message_id)
         except LocalProtocolError:
             self._raise_if_closed()
             raise
+        self._writer.answer(data, last=not self._session.in_flight)
         self._deliveries.answered()
-        if not self._session.in_flight:  # the last answer nsqd waits for: no turn to gather
-            self._writer.flush()  # more (an ordered channel sends its next message after it)
 
     def req(self, message_id: bytes, delay: float = 0.0) -> None:
         """Requeue a message after ``delay`` seconds (use 0 on ordered channels)."""

@@ -50,6 +50,17 @@ class CommandWriter:
         elif self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_soon(self.flush)
 
+    def answer(self, data: bytes, *, last: bool) -> None:
+        """Queue a message's answer. The ``last`` one nsqd waits for (nothing else is in
+        flight: an ordered channel sends its next message only after it) leaves now, with
+        what is queued, instead of a loop turn later."""
+        if not last:
+            self.enqueue(data)
+            return
+        self._out.append(data)
+        self._out_size += len(data)
+        self.flush()
+
     def flush(self) -> None:
         """Hand the queued bytes to the socket layer as one write."""
         if self._flush_handle is not None:
