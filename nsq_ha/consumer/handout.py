@@ -175,14 +175,20 @@ class Intake:
         item = self._pop()
         if not isinstance(item, _Empty):
             return item
+        if timeout is None:  # no timer to set and cancel per message
+            return await self._wait()
         try:
             async with asyncio.timeout(timeout):
-                while True:
-                    message = await self._queue.get()
-                    if self._usable(message):
-                        return message
+                return await self._wait()
         except TimeoutError:
             return None
+
+    async def _wait(self) -> Message | None:
+        """Wait for the next usable item (``None``: closing)."""
+        while True:
+            message = await self._queue.get()
+            if self._usable(message):
+                return message
 
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """:meth:`take`, for ``get()``/``async for``: an ordered message handed out stays
