@@ -6,7 +6,8 @@ run so that CPU and memory figures belong to that run alone.
 
 Clients (``spec["client"]``): ``nsq_ha`` (asyncio), ``nsq_ha-batch`` (``run_batches``),
 ``nsq_ha-sync`` (the blocking facade) and ``raw`` (a blocking socket that does the least a
-client can: the bound for ordered consumption).
+client can: the bound for ordered consumption). The asyncio drivers run on uvloop's event loop
+when the spec says ``"loop": "uvloop"`` (the bench's ``nsq_ha-uvloop`` client).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import cProfile
 import os
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from nsq_ha.bench.measure import (
@@ -284,6 +286,15 @@ _BLOCKING = {
 }
 
 
+def _loop_factory(spec: dict[str, Any]) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop the spec asks for: asyncio's own, or uvloop's (``"loop": "uvloop"``)."""
+    if spec.get("loop") != "uvloop":
+        return None
+    import uvloop
+
+    return uvloop.new_event_loop
+
+
 def main() -> None:
     """Run the spec's workload; with ``NSQ_HA_BENCH_PROFILE=<dir>`` under cProfile, the stats
     written to ``<dir>/<client>-<workload>-<pid>.prof`` (read them with ``pstats``)."""
@@ -295,7 +306,11 @@ def main() -> None:
     profiler = cProfile.Profile() if profile_dir else None
     if profiler is not None:
         profiler.enable()
-    result = asyncio.run(_ASYNC[key](spec)) if key in _ASYNC else _BLOCKING[key](spec)
+    if key in _ASYNC:
+        with asyncio.Runner(loop_factory=_loop_factory(spec)) as runner:
+            result = runner.run(_ASYNC[key](spec))
+    else:
+        result = _BLOCKING[key](spec)
     if profiler is not None and profile_dir:
         profiler.disable()
         name = f"{key[0]}-{key[1]}-{os.getpid()}.prof"

@@ -14,6 +14,7 @@ _LABELS = {
     "nsq_ha-direct": "nsq_ha, nsqd= (no lookup)",
     "nsq_ha-batch": "nsq_ha, batch handler",
     "nsq_ha-sync": "nsq_ha, sync iterator",
+    "nsq_ha-uvloop": "nsq_ha on uvloop",
     "raw": "raw socket",
 }
 _METRIC = {"latency": "p99_ms", "hold": "rss_mb"}
@@ -179,6 +180,11 @@ class Report:
             Target("ordered consume, CPU / raw socket's CPU",
                    _ratio(v("fork-ordered", "nsq_ha", cpu), v("fork-ordered", "raw", cpu)),
                    2.0, down, x, fork_why),
+            Target("ordered consume on uvloop / one-round-trip bound",
+                   _ratio(v("fork-ordered", "nsq_ha-uvloop"), v("fork-ordered", "raw")),
+                   None, up, x, fork_why),
+            Target("consume, async for on uvloop / on asyncio",
+                   _ratio(v("consume", "nsq_ha-uvloop"), v("consume", "nsq_ha")), None, up, x),
             Target("publish_many, vanilla / best peer",
                    _ratio(v("pubmany", "nsq_ha"), peer("pubmany")), 1.1, up, x),
             Target("publish_many, fork replica 1 / best peer",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import logging
 import shutil
@@ -120,6 +121,10 @@ class Bench:
     machine: dict[str, str] = field(default_factory=lambda: machine())
     _http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=30.0))
 
+    def __post_init__(self) -> None:
+        if importlib.util.find_spec("uvloop") is None:
+            self.unavailable["nsq_ha-uvloop"] = "uvloop is not installed (the uvloop extra)"
+
     # -- set-up -----------------------------------------------------------------------------
 
     def workloads(self) -> list[Workload]:
@@ -131,7 +136,7 @@ class Bench:
         return chosen
 
     def clients(self, workload: Workload) -> list[str]:
-        names = [c for c in workload.clients if c in NSQ_HA_CLIENTS or c not in self.unavailable]
+        names = [c for c in workload.clients if c not in self.unavailable]
         if workload.go and "go" not in self.unavailable:
             names.append("go")
         return names

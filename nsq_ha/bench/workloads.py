@@ -92,7 +92,7 @@ VANILLA_WORKLOADS = (
         "consume, FIN each (RDY 2500)",
         "vanilla",
         "consume",
-        ("nsq_ha", "nsq_ha-batch", "nsq_ha-sync", "pynsq", "gnsq", "ansq"),
+        ("nsq_ha", "nsq_ha-batch", "nsq_ha-sync", "nsq_ha-uvloop", "pynsq", "gnsq", "ansq"),
         go="reader",
     ),
     Workload(
@@ -193,14 +193,18 @@ FORK_WORKLOADS = (
         "fork: ordered consume of one partition (SUB_ORDERED)",
         "ord",
         "consume",
-        ("nsq_ha", "raw"),
+        ("nsq_ha", "nsq_ha-uvloop", "raw"),
         ordered=True,
         slow=True,
     ),
 )
 
 #: the clients whose runs are nsq_ha's own drivers (``python -m nsq_ha.bench.drivers``)
-NSQ_HA_CLIENTS = frozenset({"nsq_ha", "nsq_ha-direct", "nsq_ha-batch", "nsq_ha-sync", "raw"})
+NSQ_HA_CLIENTS = frozenset(
+    {"nsq_ha", "nsq_ha-direct", "nsq_ha-batch", "nsq_ha-sync", "nsq_ha-uvloop", "raw"}
+)
+#: the clients that run nsq_ha's asyncio driver (``nsq_ha-uvloop`` on uvloop's event loop)
+_ASYNC_NSQ_HA = ("nsq_ha", "nsq_ha-direct", "nsq_ha-uvloop")
 
 
 def base_spec(profile: Profile, workload: Workload, client: str) -> dict[str, Any]:
@@ -210,7 +214,8 @@ def base_spec(profile: Profile, workload: Workload, client: str) -> dict[str, An
         n = profile.hold
     return {
         "workload": workload.kind,
-        "client": "nsq_ha" if client in ("nsq_ha", "nsq_ha-direct") else client,
+        "client": "nsq_ha" if client in _ASYNC_NSQ_HA else client,
+        "loop": "uvloop" if client == "nsq_ha-uvloop" else "asyncio",
         "n": n,
         "size": 100,
         "concurrency": workload.concurrency,
