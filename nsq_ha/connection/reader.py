@@ -74,8 +74,8 @@ class FrameReader:
     async def run(self) -> NoReturn:
         """Read until the stream ends; raise the NsqError that ended it.
 
-        The transport pushes every read into :meth:`_received` from its socket callback (no
-        task woken per read). The dead-peer watchdog is one timer per window, not one per
+        The transport pushes every read from its socket callback into the session (no task
+        woken per read). The dead-peer watchdog is one timer per window, not one per
         read: when it fires it looks at when the last complete frame came and either sets
         itself again for that frame's window or ends the read with the dead-peer
         NsqTimeoutError.
