@@ -24,9 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
-
-import httpx
+from typing import TYPE_CHECKING, Any, Self
 
 from nsq_ha.durations import seconds
 from nsq_ha.errors import (
@@ -46,6 +44,9 @@ from nsq_ha.lookup.wire import (
     unwrap,
 )
 from nsq_ha.protocol.names import validate_channel, validate_topic
+
+if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
+    import httpx
 
 __all__ = [
     "MAX_RETENTION_DAYS",
@@ -109,6 +110,8 @@ class NsqdAdmin:
         self, http_url: str, *, http: httpx.AsyncClient | None = None, timeout: float = 10.0
     ) -> None:
         """Admin calls to the nsqd at ``http_url``."""
+        import httpx
+
         self.http_url = http_url.rstrip("/")
         self._owns_http = http is None
         self._http = http if http is not None else httpx.AsyncClient(timeout=timeout)
@@ -145,6 +148,8 @@ class NsqdAdmin:
     async def topic_stats(self, topic: str, partition: int | None = None) -> list[dict[str, Any]]:
         """``GET /stats?format=json&topic=T[&partition=P]`` (v1, unwrapped: §5.1): the entries of
         ``topics`` (one per partition this nsqd holds; an empty list when it holds none)."""
+        import httpx
+
         params = {"format": "json", "topic": topic}
         if partition is not None:
             params["partition"] = str(partition)
@@ -170,6 +175,8 @@ class NsqdAdmin:
     async def _post(
         self, path: str, topic: str, channel: str, partition: int | None, body: str = ""
     ) -> None:
+        import httpx
+
         params = {"topic": topic, "channel": channel}
         if partition is not None:
             params["partition"] = str(partition)
@@ -302,6 +309,8 @@ class LookupdAdmin:
     """Admin requests to an nsqlookupd cluster (``lookupd``: one or more HTTP addresses)."""
 
     def __init__(self, lookupd: str | Sequence[str], *, timeout: float = 10.0) -> None:
+        import httpx
+
         seeds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
         if not seeds:
             raise ConfigError("LookupdAdmin needs at least one nsqlookupd address")
@@ -339,6 +348,8 @@ class LookupdAdmin:
     async def _request(
         self, method: str, base: str, path: str, params: dict[str, str] | None = None
     ) -> object:
+        import httpx
+
         endpoint = self._endpoints.get(base)
         auth = endpoint.auth if endpoint is not None else None
         shown = self._shown(base)

@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 from typing import Final
 
-import httpx
-
 __all__ = ["REDACTED", "redact_text", "redact_url", "split_credentials"]
 
 REDACTED: Final = "***"
@@ -52,6 +50,8 @@ def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
 
     Raises :class:`httpx.InvalidURL` if ``url`` cannot be parsed.
     """
+    import httpx
+
     parsed = httpx.URL(url)
     if not parsed.userinfo:
         return url, None

@@ -30,9 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from nsq_ha.durations import seconds
 from nsq_ha.errors import (
@@ -54,6 +52,9 @@ from nsq_ha.lookup.wire import (
     parse_lookup,
     unwrap,
 )
+
+if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
+    import httpx
 
 __all__ = ["ANSWER_GRACE", "DEFAULT_MAX_ANSWER_BYTES", "LookupClient", "normalize_lookupd"]
 
@@ -112,6 +113,8 @@ class LookupClient:
         longest a failing lookupd is skipped. ``max_answer_bytes``: the largest answer read
         from a lookupd (512 KiB by default, at most 64 MiB).
         """
+        import httpx
+
         try:
             seed_list = [seeds] if isinstance(seeds, str) else list(seeds)
         except TypeError:
@@ -232,6 +235,8 @@ class LookupClient:
         A lookupd that cannot be reached, misses the deadline or sends an answer we refuse is
         marked failed (backoff); an error status is not (it answered).
         """
+        import httpx
+
         self.requests_sent[path] = self.requests_sent.get(path, 0) + 1
         try:
             async with asyncio.timeout_at(deadline):

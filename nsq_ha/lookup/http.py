@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-import httpx
+from typing import TYPE_CHECKING
 
 from nsq_ha.errors import ConfigError, RemoteProtocolError
 from nsq_ha.lookup.wire import V1_ACCEPT
 from nsq_ha.redact import redact_url, split_credentials
+
+if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
+    import httpx
 
 __all__ = ["Answer", "Endpoint", "get_answer", "normalize_lookupd"]
 
@@ -28,6 +30,8 @@ def normalize_lookupd(address: str) -> str:
 
     A refused address is quoted redacted in the :class:`ConfigError`.
     """
+    import httpx
+
     if not isinstance(address, str):
         raise ConfigError(f"nsqlookupd address must be a string, got {type(address).__name__}")
     addr = address.strip().rstrip("/")
@@ -57,6 +61,8 @@ class Endpoint:
     @classmethod
     def parse(cls, address: str) -> Endpoint:
         """Split ``http://user:secret@host:port`` into the bare URL and basic auth."""
+        import httpx
+
         bare, credentials = split_credentials(address)
         if credentials is None:
             return cls(bare, bare)
@@ -84,6 +90,8 @@ async def get_answer(
 
     httpx errors (connect, read, protocol) propagate as they are.
     """
+    import httpx
+
     where = f"nsqlookupd {endpoint.shown}{path}"
     auth = endpoint.auth if endpoint.auth is not None else httpx.USE_CLIENT_DEFAULT
     request = http.build_request("GET", endpoint.url + path, params=params, headers=_HEADERS)
