@@ -74,17 +74,22 @@ class DeliveryLedger:
             self._max_rdy = count
 
     def delivered(self, message_id: bytes, now: float) -> None:
-        """Record a message received at ``now``; raise RemoteProtocolError beyond the limit."""
+        """Record a message received at ``now``; raise RemoteProtocolError beyond the limit.
+
+        Expired deliveries are dropped only when the count reaches the limit: the decision is
+        the same, and the common case costs no scan (a dict that entries leave from the front
+        makes ``next(iter())`` walk every freed slot until the dict is resized)."""
         live = self._live
-        self._expire(now)
         if message_id in live:  # nsqd timed it out and sent it again: still one message
             del live[message_id]
         elif len(live) >= self.limit:
-            raise RemoteProtocolError(
-                f"nsqd sent a message beyond the RDY given: {len(live)} messages already in "
-                f"flight unanswered within {self.expiry:g} s, allowed {self.limit} "
-                f"({self.slack} x the largest RDY sent, {self._max_rdy})"
-            )
+            self._expire(now)
+            if len(live) >= self.limit:
+                raise RemoteProtocolError(
+                    f"nsqd sent a message beyond the RDY given: {len(live)} messages already in "
+                    f"flight unanswered within {self.expiry:g} s, allowed {self.limit} "
+                    f"({self.slack} x the largest RDY sent, {self._max_rdy})"
+                )
         live[message_id] = now
 
     def settled(self, message_id: bytes) -> None:
@@ -92,10 +97,11 @@ class DeliveryLedger:
         self._live.pop(message_id, None)
 
     def touched(self, message_id: bytes, now: float) -> None:
-        """Renew a message answered with TOUCH (nsqd restarts its timeout)."""
+        """Renew a message answered with TOUCH (nsqd restarts its timeout); one already expired
+        is forgotten instead (nsqd has timed it out: the TOUCH fails there)."""
         live = self._live
-        if message_id in live:
-            del live[message_id]
+        received = live.pop(message_id, None)
+        if received is not None and received > now - self.expiry:
             live[message_id] = now
 
     def _expire(self, now: float) -> None:

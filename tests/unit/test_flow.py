@@ -69,6 +69,17 @@ def test_touch_renews_a_delivery() -> None:
         ledger.delivered(_id(3), 11.5)
 
 
+def test_a_touch_after_the_expiry_does_not_bring_a_delivery_back() -> None:
+    """Expiry is applied when it matters (at the limit): a TOUCH in between of a message nsqd
+    has already timed out must not renew it."""
+    ledger = DeliveryLedger(expiry=10)
+    ledger.rdy(1)
+    ledger.delivered(_id(0), 0.0)
+    ledger.delivered(_id(1), 5.0)
+    ledger.touched(_id(0), 12.0)  # expired at 10.0: nsqd answers E_TOUCH_FAILED
+    ledger.delivered(_id(2), 12.0)
+    assert ledger.live(12.0) == 2
+
 def test_a_redelivery_of_a_held_message_is_still_one_message() -> None:
     ledger = DeliveryLedger(expiry=60)
     ledger.rdy(1)
