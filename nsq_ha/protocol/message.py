@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 
@@ -106,13 +107,15 @@ class MessageFormat:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DecodedMessage:
-    """One delivered message, as read from a message frame.
+class DecodedMessage(NamedTuple):
+    """One delivered message, as read from a message frame (immutable; build it with keywords).
 
     ``internal_id``/``trace_id`` are set for fork ids; ``offset``/``raw_size`` when the
     format has the detail part; ``ext_version``/``ext_data`` when it has the ext part
     (``ext_data`` is ``b""`` for version 0).
+
+    A named tuple rather than a frozen dataclass: one is made per message received, and a
+    frozen dataclass's ``__init__`` (``object.__setattr__`` per field) costs 2.5x as much.
     """
 
     timestamp: int

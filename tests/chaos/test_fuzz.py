@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import math
@@ -356,7 +355,7 @@ messages = st.builds(
 
 def _encode_in(message: DecodedMessage, fmt: MessageFormat) -> bytes:
     if message.ext_version == EXT_VERSION_NONE:
-        message = dataclasses.replace(message, ext_data=b"")  # version 0 carries no ext data
+        message = message._replace(ext_data=b"")  # version 0 carries no ext data
     return encode_message(message, fmt)
 
 
@@ -621,7 +620,7 @@ def test_a_truncated_message_fails_typed_inside_its_parts_and_keeps_a_body_prefi
     message: DecodedMessage, fmt: MessageFormat, data: st.DataObject
 ) -> None:
     if message.ext_version == EXT_VERSION_NONE:
-        message = dataclasses.replace(message, ext_data=b"")
+        message = message._replace(ext_data=b"")
     wire = _encode_in(message, fmt)
     cut = data.draw(st.integers(0, len(wire)), label="cut")
     head = _parts_size(fmt, message)
