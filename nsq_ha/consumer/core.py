@@ -165,7 +165,7 @@ class Consumer:
         return (
             f"<Consumer {self.topic}/{self.channel} {mode} {state} "
             f"connections={len(self._discovery.slots)} in_flight={self._in_flight()} "
-            f"received={self._tally.totals['received']}>"
+            f"received={self._tally.total('received')}>"
         )
 
     # -- options ------------------------------------------------------------------------------
@@ -279,9 +279,8 @@ class Consumer:
         """Counters: received, finished, requeued, timed_out, given_up, abandoned (connection
         lost while held), in_flight, connections, backoff_level, and the same per partition
         (``partitions``; key -1 on vanilla), with ``leader_changes`` there."""
-        counts = self._tally.totals
         totals: dict[str, Any] = {
-            name: counts[name]
+            name: self._tally.total(name)
             for name in ("received", "finished", "requeued", "timed_out", "given_up", "abandoned")
         }
         slots = self._discovery.slots.values()
@@ -483,7 +482,7 @@ class Consumer:
                     intake=self._intake,
                     background=self._background,
                     held_changed=self._held_changed,
-                    totals=self._tally.totals,
+                    tally=self._tally,
                     timeout=timeout,
                 )
             )

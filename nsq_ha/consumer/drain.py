@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 
 from nsq_ha.consumer.discovery import Discovery
 from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.handout import Intake
-from nsq_ha.consumer.slots import Slot, wait_answered
+from nsq_ha.consumer.slots import Slot, Tally, wait_answered
 from nsq_ha.consumer.tasks import Background
 
 __all__ = ["drain"]
@@ -34,7 +33,7 @@ async def drain(
     intake: Intake,
     background: Background,
     held_changed: asyncio.Event,
-    totals: Counter[str],
+    tally: Tally,
     timeout: float,  # noqa: ASYNC109 - the drain limit
 ) -> None:
     """Stop ``discovery``, pause ``flow``, requeue what ``intake`` still has, let handlers
@@ -61,7 +60,7 @@ async def drain(
         for message in list(slot.held.values()):
             log.warning("closing: %r still held after %.1f s: requeueing it", message, timeout)
             slot.requeue_now(message)
-    await _sync(slots, totals)
+    await _sync(slots, tally)
     await asyncio.gather(
         *(s.conn.close() for s in slots if s.conn is not None), return_exceptions=True
     )
@@ -70,15 +69,15 @@ async def drain(
     await discovery.close()
 
 
-async def _sync(slots: list[Slot], totals: Counter[str]) -> None:
+async def _sync(slots: list[Slot], tally: Tally) -> None:
     """Round trips until no message raced in: then nsqd has processed every answer."""
     for _ in range(SYNC_ROUNDS):
-        before = totals["received"]
+        before = tally.total("received")
         live = [s.conn for s in slots if s.conn is not None and not s.conn.closed]
         results = await asyncio.gather(*(c.sync() for c in live), return_exceptions=True)
         for conn, result in zip(live, results, strict=True):
             if isinstance(result, BaseException):
                 log.warning("closing: sync with %s failed: %s", conn.address, result)
-        if totals["received"] == before:
+        if tally.total("received") == before:
             return
     log.warning("closing: messages kept arriving after CLS; some may stay in flight")

@@ -59,14 +59,20 @@ _ACTION = {Outcome.FINISHED: "finish", Outcome.REQUEUED: "requeue"}
 
 
 class Tally:
-    """The consumer's counters: totals, and the same per partition (-1: vanilla)."""
+    """The consumer's counters per partition (-1: vanilla); totals are summed when asked.
 
-    __slots__ = ("partitions", "totals")
+    A message counts once, in its partition's counter: keeping a second, total counter too
+    cost as much as decoding the message's header."""
+
+    __slots__ = ("partitions",)
 
     def __init__(self) -> None:
         """Empty counters."""
-        self.totals: Counter[str] = Counter()
         self.partitions: dict[int, Counter[str]] = {}
+
+    def total(self, name: str) -> int:
+        """Counter ``name`` over every partition."""
+        return sum(counter[name] for counter in self.partitions.values())
 
     def of(self, partition: int | None) -> Counter[str]:
         """The counters of ``partition`` (made on first use)."""
@@ -162,8 +168,7 @@ class Slot:
         return bool(self.held) and self.conn is not None and not self.conn.closed
 
     def count(self, name: str) -> None:
-        """Add one to counter ``name``, in the totals and the partition's."""
-        self.ctx.tally.totals[name] += 1
+        """Add one to counter ``name`` of the partition."""
         self.counts[name] += 1
 
     # -- from the connection's read loop (never blocks) ---------------------------------------
@@ -256,7 +261,7 @@ class Slot:
 
     def _hold(self, message: Message) -> None:
         self.held[message.id] = message
-        self.count("received")
+        self.counts["received"] += 1
         self.ctx.flow.message(self.key)
 
     def _release(self, message: Message, *, success: bool | None) -> None:
@@ -265,7 +270,7 @@ class Slot:
 
     def _settle(self, message: Message, outcome: Outcome) -> None:
         message.outcome = outcome
-        self.count(_COUNTER[outcome])
+        self.counts[_COUNTER[outcome]] += 1
         self.ctx.held_changed.set()
 
     def abandon_all(self) -> None:

@@ -88,7 +88,7 @@ async def test_finish_goes_through_the_slot_to_its_connection() -> None:
     assert conn.sent[-1] == "FIN 01"
     assert message.outcome is Outcome.FINISHED
     assert not slot.held
-    assert (tally.totals["received"], tally.totals["finished"]) == (1, 1)
+    assert (tally.total("received"), tally.total("finished")) == (1, 1)
     assert tally.of(0)["finished"] == 1
     with pytest.raises(MessageAlreadyRespondedError):
         await message.finish()
@@ -105,7 +105,7 @@ async def test_requeue_uses_the_policy_delay_and_touch_keeps_it_held() -> None:
     await first.requeue()
     await second.requeue()
     assert conn.sent[-2:] == ["REQ 01 4", "REQ 02 5"]  # attempts x 2 s, at most 5 s
-    assert tally.totals["requeued"] == 2
+    assert tally.total("requeued") == 2
     assert not slot.held
 
 
@@ -131,7 +131,7 @@ async def test_a_copy_delivered_again_replaces_the_held_one() -> None:
     first, copy = delivered
     assert first.outcome is Outcome.TIMED_OUT
     assert slot.held == {copy.id: copy}
-    assert tally.totals["timed_out"] == 1
+    assert tally.total("timed_out") == 1
     assert settled == []  # a timed-out copy does not end the first handler's turn
     with pytest.raises(MessageAlreadyRespondedError):
         await first.finish()
@@ -153,7 +153,7 @@ async def test_an_answer_the_connection_refuses_abandons_the_message() -> None:
         await delivered[1].finish()
     slot.abandon_all()
     assert not slot.held
-    assert tally.totals["abandoned"] == 2
+    assert tally.total("abandoned") == 2
 
 
 async def test_a_message_abandoned_with_its_connection_says_so_when_answered() -> None:
