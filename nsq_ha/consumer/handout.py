@@ -193,17 +193,18 @@ class Intake:
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """:meth:`take`, for ``get()``/``async for``: an ordered message handed out stays
         claimed by the calling task until answered, the task asks again, or it ends."""
-        task = asyncio.current_task()
-        if self._claims and task is not None:
-            self._claims.drop(task)  # this task is done with what it got before
+        # asyncio.current_task() only when there is a claim to drop or make: on Python 3.11
+        # it asks for the running loop, which makes a getpid() system call
+        claims = self._claims
+        task = asyncio.current_task() if claims else None
+        if task is not None:
+            claims.drop(task)  # this task is done with what it got before
         message = await self.take(timeout)
-        if (
-            message is not None
-            and message.ordered
-            and task is not None
-            and self._gate.holds(message)
-        ):
-            self._claims.add(task, message)
+        if message is not None and message.ordered and self._gate.holds(message):
+            if task is None:
+                task = asyncio.current_task()
+            if task is not None:
+                claims.add(task, message)
         return message
 
     async def get_many(
@@ -223,11 +224,11 @@ class Intake:
             if item is None or isinstance(item, _Empty):
                 break
             batch.append(item)
-        task = asyncio.current_task()
+        held = [m for m in batch[1:] if m.ordered and self._gate.holds(m)]
+        task = asyncio.current_task() if held else None
         if task is not None:
-            for message in batch[1:]:
-                if message.ordered and self._gate.holds(message):
-                    self._claims.add(task, message)
+            for message in held:
+                self._claims.add(task, message)
         return batch
 
     # -- closing ------------------------------------------------------------------------------
