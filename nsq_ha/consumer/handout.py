@@ -17,7 +17,8 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from typing import Final
+from collections import deque
+from typing import Final, Generic, TypeVar
 
 from nsq_ha.consumer.config import GiveUp
 from nsq_ha.consumer.message import Message
@@ -36,6 +37,73 @@ class _Empty:
 
 
 _EMPTY: Final = _Empty()
+
+_Item = TypeVar("_Item")
+
+
+class HandoutQueue(Generic[_Item]):
+    """An unbounded FIFO that readers await, with :class:`asyncio.Queue`'s ``get()``,
+    ``get_nowait()``, ``put_nowait()``, ``empty()`` and ``qsize()``.
+
+    A waiting reader's future comes from the loop of the first wait. asyncio.Queue asks for
+    the running loop on every wait, and on Python 3.11 that is a ``getpid()`` system call:
+    one per message for a reader that keeps up (strace: 5060 for 5000 messages at RDY 1).
+    """
+
+    __slots__ = ("_getters", "_items", "_loop")
+
+    def __init__(self) -> None:
+        """Empty, with no reader waiting."""
+        self._items: deque[_Item] = deque()
+        self._getters: deque[asyncio.Future[None]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def qsize(self) -> int:
+        """Items queued."""
+        return len(self._items)
+
+    def empty(self) -> bool:
+        """True when nothing is queued."""
+        return not self._items
+
+    def put_nowait(self, item: _Item) -> None:
+        """Queue ``item`` and wake the longest-waiting reader."""
+        self._items.append(item)
+        self._wake_next()
+
+    def get_nowait(self) -> _Item:
+        """The oldest item; :class:`asyncio.QueueEmpty` when there is none."""
+        if not self._items:
+            raise asyncio.QueueEmpty
+        return self._items.popleft()
+
+    async def get(self) -> _Item:
+        """The oldest item, waiting for one (readers are served in the order they came)."""
+        items = self._items
+        while not items:
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            getter = loop.create_future()
+            self._getters.append(getter)
+            try:
+                await getter
+            except BaseException:
+                getter.cancel()
+                with contextlib.suppress(ValueError):
+                    self._getters.remove(getter)
+                if items and not getter.cancelled():
+                    self._wake_next()  # it was woken, then cancelled: the next one takes it
+                raise
+        return items.popleft()
+
+    def _wake_next(self) -> None:
+        getters = self._getters
+        while getters:
+            getter = getters.popleft()
+            if not getter.done():
+                getter.set_result(None)
+                return
 
 
 class Intake:
@@ -59,7 +127,7 @@ class Intake:
         self.max_attempts = max_attempts
         self.on_give_up = on_give_up
         self._background = background
-        self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
+        self._queue: HandoutQueue[Message | None] = HandoutQueue()
         #: ordered subscriptions: one message per partition handed out at a time
         self._gate = PartitionGate()
         #: ordered messages handed out by get(), by the task that asked for them
