@@ -237,6 +237,12 @@ class StreamTransport:
         self._transport.set_write_buffer_limits(high=limit)
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the connection was opened on (asking for it is cheaper than asking
+        for the running loop, a ``getpid()`` system call on Python 3.11)."""
+        return self._pipe.loop
+
+    @property
     def compression(self) -> str | None:
         """Name of the compression codec in use, or ``None``."""
         return None if self._codec is None else self._codec.name

@@ -36,15 +36,15 @@ class PendingAnswers:
         """Answers still expected."""
         return len(self._answers)
 
-    def expect(self) -> asyncio.Future[bytes]:
-        """Return the future the answer to the command just sent completes."""
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+    def expect(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[bytes]:
+        """Return the future (of ``loop``) the answer to the command just sent completes."""
+        future: asyncio.Future[bytes] = loop.create_future()
         self._answers.append(future)
         return future
 
-    def expect_sync(self) -> asyncio.Future[None]:
-        """Return the future the sync just sent completes."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def expect_sync(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """Return the future (of ``loop``) the sync just sent completes."""
+        future: asyncio.Future[None] = loop.create_future()
         self._syncs.append(future)
         return future
 
@@ -53,39 +53,41 @@ class PendingAnswers:
         future: asyncio.Future[bytes],
         limit: float,
         *,
+        backlogged: Callable[[], bool],
         flushed: Callable[[], Awaitable[None]],
         command: bytes,
         address: str,
     ) -> bytes:
-        """Wait for ``flushed()`` (the command left the socket buffer), then for the answer,
-        both within ``limit`` seconds; the NsqTimeoutError names ``command`` and ``address``.
+        """Wait for the answer within ``limit`` seconds, and first for ``flushed()`` (the
+        command left the socket buffer) when ``backlogged()``; the NsqTimeoutError names
+        ``command`` and ``address``.
 
-        A caller that gives up (timeout or cancellation) cancels its future: it keeps its
-        place in the FIFO, and the late answer is discarded.
+        The answer's deadline is a timer that fails the future: no ``asyncio.timeout`` per
+        command, which asks for the current task and the running loop (two ``getpid()``
+        system calls on Python 3.11). A caller that gives up (timeout or cancellation) leaves
+        its future done: it keeps its place in the FIFO, and the late answer is discarded.
         """
-        sent = False
+        loop = future.get_loop()
+        deadline = loop.time() + limit
         try:
-            async with asyncio.timeout(limit):
-                await flushed()
-                sent = True
-                return await future
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        except TimeoutError as exc:
-            if not future.done() or future.cancelled():
-                future.cancel()
-                name = command_name(command).decode(errors="replace")
-                if not sent:
+            if backlogged():  # rare: nsqd is not reading what was sent
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await flushed()
+                except TimeoutError as exc:
+                    name = command_name(command).decode(errors="replace")
                     raise NsqTimeoutError(
                         f"{name} could not be written to {address} within {limit} s: nsqd is "
                         "not reading (socket buffer full)"
                     ) from exc
-                raise NsqTimeoutError(
-                    f"no answer to {name} from {address} within {limit} s"
-                ) from exc
-        # the answer (or its error, possibly a TimeoutError itself) came as the time ran out
-        return future.result()
+            timer = loop.call_at(deadline, _no_answer, future, command, address, limit)
+            try:
+                return await future
+            finally:
+                timer.cancel()
+        except BaseException:
+            future.cancel()
+            raise
 
     def answer(self, data: bytes) -> None:
         """The oldest command got its answer (a caller that gave up no longer waits)."""
@@ -119,3 +121,11 @@ class PendingAnswers:
             sync = self._syncs.popleft()
             if not sync.done():
                 sync.set_exception(error)
+
+
+def _no_answer(future: asyncio.Future[bytes], command: bytes, address: str, limit: float) -> None:
+    """The deadline of a command's answer passed."""
+    if not future.done():
+        name = command_name(command).decode(errors="replace")
+        error = NsqTimeoutError(f"no answer to {name} from {address} within {limit} s")
+        future.set_exception(error)

@@ -310,7 +310,7 @@ class NsqdConnection:
         Their failures arrive later through ``on_error`` (FIN/REQ/TOUCH) or close the
         connection (fatal ones).
         """
-        now = asyncio.get_running_loop().time()
+        now = self._loop().time()
         try:
             data = self._session.send_nowait(data, now=now)
         except LocalProtocolError:
@@ -333,12 +333,19 @@ class NsqdConnection:
             raise
         self._writer.enqueue(bytes(data))
         return await self._answers.wait(
-            self._answers.expect(),
+            self._answers.expect(self._loop()),
             self.config.command_timeout if response_timeout is None else response_timeout,
+            backlogged=self._writer.backlogged,
             flushed=self._writer.backpressure,
             command=data,
             address=self.address,
         )
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The connection's event loop, without asking for the running loop once the socket is
+        open (on Python 3.11 that asks the kernel for the process id, per command)."""
+        transport = self._transport
+        return transport.loop if transport is not None else asyncio.get_running_loop()
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -446,7 +453,7 @@ class NsqdConnection:
         except LocalProtocolError:
             self._raise_if_closed()
             raise
-        future = self._answers.expect_sync()
+        future = self._answers.expect_sync(self._loop())
         limit = self.config.command_timeout if timeout is None else timeout
         try:
             async with asyncio.timeout(limit):

@@ -48,7 +48,9 @@ class CommandWriter:
         if self._out_size >= self.limit:
             self.flush()
         elif self._flush_handle is None:
-            self._flush_handle = asyncio.get_running_loop().call_soon(self.flush)
+            transport = self.transport
+            loop = transport.loop if transport is not None else asyncio.get_running_loop()
+            self._flush_handle = loop.call_soon(self.flush)
 
     def answer(self, data: bytes, *, last: bool) -> None:
         """Queue a message's answer. The ``last`` one nsqd waits for (nothing else is in
@@ -96,13 +98,18 @@ class CommandWriter:
         self._nop_queued = True
         self.enqueue(encode_nop())
 
+    def backlogged(self) -> bool:
+        """True while the socket layer and the queue hold more than ``limit`` bytes."""
+        transport = self.transport
+        return transport is not None and transport.write_buffer_size() + self._out_size > self.limit
+
     async def backpressure(self) -> None:
         """Wait while the socket layer holds more than ``limit`` bytes (unbounded here: the
         caller puts a timeout around it)."""
         transport = self.transport
         if transport is None:
             return
-        if transport.write_buffer_size() + self._out_size > self.limit:
+        if self.backlogged():
             self.flush()
             with contextlib.suppress(NsqConnectionError):  # waiters learn it from the reader
                 await transport.drain()

@@ -242,7 +242,7 @@ class Lanes:
         finally:
             # now, not in a done callback: a submit before that callback ran would count
             # this sender as busy and leave its messages with no sender at all
-            lane.senders.discard(cast("asyncio.Task[None]", asyncio.current_task()))
+            lane.senders.discard(cast("asyncio.Task[None]", asyncio.current_task(lane.loop)))
 
     def _start_sender(self, lane: Lane) -> None:
         """Start a sender for ``lane`` unless one is about to take the next batch anyway: a

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import TypeVar
 
@@ -130,8 +131,7 @@ class Sender:
     async def retried(self, what: str, attempt: Callable[[int], Awaitable[_T]]) -> _T:
         """``await attempt(n)`` for n = 1, 2, ... until it succeeds, the error is not worth
         another try, or the policy gives up (PublishError, ``__cause__`` the last error)."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = time.monotonic()  # the loop's clock, without asking for the running loop
         number = 1
         while True:
             try:
@@ -145,7 +145,7 @@ class Sender:
                         attempts=number,
                         last_error=exc,
                     ) from None
-                if self.policy.exhausted(number, loop.time() - started):
+                if self.policy.exhausted(number, time.monotonic() - started):
                     raise PublishError(
                         f"{what} failed after {number} attempts: {redact(str(exc))}",
                         attempts=number,

@@ -13,6 +13,7 @@ class Socket:
 
     def __init__(self) -> None:
         self.writes: list[bytes] = []
+        self.loop = asyncio.get_running_loop()
 
     def write(self, data: bytes) -> None:
         self.writes.append(data)
