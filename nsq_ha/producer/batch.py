@@ -30,7 +30,7 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Final, NamedTuple, Protocol, TypeVar, cast
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.protocol.commands import as_bytes, check_size, check_uint, compact_json
@@ -56,6 +56,7 @@ __all__ = [
     "batch_body_size",
     "batch_command",
     "encode_batch",
+    "prepare_batch",
     "prepare_message",
     "prepare_messages",
     "prepare_one",
@@ -150,25 +151,44 @@ def prepare_messages(
     max_msg_size: int | None = None,
 ) -> list[OutgoingMessage]:
     """:func:`prepare_message` of each body with its trace id and ext header (``None``: none
-    for any message; else one per body): what every publish, of one message or many, sends.
+    for any message; else one per body): what every publish, of one message or many, sends."""
+    return prepare_batch(bodies, trace_ids, exts, max_msg_size=max_msg_size)[0]
+
+
+def prepare_batch(
+    bodies: Sequence[object],
+    trace_ids: Sequence[int | None] | None = None,
+    exts: Sequence[ExtHeader | None] | None = None,
+    *,
+    max_msg_size: int | None = None,
+) -> tuple[list[OutgoingMessage], int | None]:
+    """:func:`prepare_messages`, and what the messages add to an ``MPUB`` body (a length and
+    the body each) when none has a trace id or an ext header (else ``None``).
 
     Bodies that are all non-empty ``bytes`` within ``max_msg_size``, with no trace ids and no
-    headers, are ready as they are: that is checked for all at once (the common case, one
-    pass); anything else goes through :func:`prepare_message` one by one.
+    headers, are ready as they are: that is checked for all at once (the common case, in
+    C-level passes); anything else goes through :func:`prepare_message` one by one.
     """
+    count = len(bodies)
     if trace_ids is None and exts is None:
         limit = max_msg_size if max_msg_size is not None else _NO_LIMIT
-        for body in bodies:
-            if type(body) is not bytes or not 0 < len(body) <= limit:
-                break
-        else:
-            plain = zip(bodies, itertools.repeat(None), itertools.repeat(None))
-            return list(map(_new_message, plain))
-    count = len(bodies)
-    return [
+        if count and set(map(type, bodies)) == _ONLY_BYTES:
+            lengths = list(map(len, cast("Sequence[bytes]", bodies)))
+            if min(lengths) > 0 and max(lengths) <= limit:
+                plain = zip(bodies, itertools.repeat(None), itertools.repeat(None))
+                return list(map(_new_message, plain)), 4 * count + sum(lengths)
+        messages = [prepare_message(b, max_msg_size=max_msg_size) for b in bodies]
+        return messages, 4 * count + sum(len(m.body) for m in messages)
+    messages = [
         prepare_message(b, trace_id=t, ext=h, max_msg_size=max_msg_size)
         for b, t, h in zip(bodies, trace_ids or [None] * count, exts or [None] * count, strict=True)
     ]
+    if all(m.trace_id is None and m.ext is None for m in messages):
+        return messages, 4 * count + sum(len(m.body) for m in messages)
+    return messages, None
+
+
+_ONLY_BYTES: Final = {bytes}
 
 
 def _with_trace_id(header: bytes, trace_id: int) -> bytes:

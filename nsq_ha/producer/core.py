@@ -55,7 +55,7 @@ from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, ProducerClosedError, PublishError
 from nsq_ha.lookup import LookupClient
 from nsq_ha.producer.args import per_message, sequence_of
-from nsq_ha.producer.batch import prepare_messages, prepare_one
+from nsq_ha.producer.batch import prepare_batch, prepare_one
 from nsq_ha.producer.config import ProducerConfig
 from nsq_ha.producer.idle import IdleTopics
 from nsq_ha.producer.lanes import Lanes, Outcome
@@ -379,13 +379,15 @@ class Producer:
             headers = [ext] * count
         if exts is not None:
             headers = per_message(exts, count, "exts")
-        messages = prepare_messages(bodies, traces, headers, max_msg_size=self._max_msg_size)
+        messages, plain_bytes = prepare_batch(
+            bodies, traces, headers, max_msg_size=self._max_msg_size
+        )
         keyed = sharding_key is not None or partition is not None
         routes = self._routes.ready(topic, keyed) or await self._look_up(
             topic, sharding_key, partition
         )
         slot = self._routes.place(routes, messages, sharding_key, partition)
-        outcomes = await self._lanes.submit(topic, slot, messages)
+        outcomes = await self._lanes.submit(topic, slot, messages, plain_bytes)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise _failure(topic, outcomes)

@@ -20,7 +20,7 @@ import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple, cast
+from typing import Final, NamedTuple, cast
 
 from nsq_ha.errors import NsqError, PublishError
 from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage
@@ -74,6 +74,13 @@ class Window:
 Outcomes = list[Outcome]
 
 
+class _Unknown:
+    """Not given (a Call sums its plain bytes itself)."""
+
+
+UNKNOWN: Final = _Unknown()
+
+
 class Call:
     """One publish call waiting in a lane: its messages, how many of them batches have taken
     so far (``taken``), and the future its caller waits on for their outcomes.
@@ -85,16 +92,26 @@ class Call:
 
     __slots__ = ("future", "messages", "outcomes", "pending", "plain_bytes", "taken")
 
-    def __init__(self, messages: list[OutgoingMessage], future: asyncio.Future[Outcomes]) -> None:
+    def __init__(
+        self,
+        messages: list[OutgoingMessage],
+        future: asyncio.Future[Outcomes],
+        plain_bytes: int | _Unknown | None = UNKNOWN,
+    ) -> None:
+        """``plain_bytes`` when the caller knows it (:func:`~nsq_ha.producer.batch.prepare_batch`
+        does), else it is summed here."""
         self.messages = messages
         self.future = future
         self.taken = 0
         self.pending = len(messages)
         self.outcomes: list[Outcome | None] | None = None
-        if len(messages) == 1:  # the same sums, without four iterator objects
+        self.plain_bytes: int | None
+        if not isinstance(plain_bytes, _Unknown):
+            self.plain_bytes = plain_bytes
+        elif len(messages) == 1:  # the same sums, without four iterator objects
             body, trace_id, ext = messages[0]
             plain = trace_id is None and ext is None
-            self.plain_bytes: int | None = 4 + len(body) if plain else None
+            self.plain_bytes = 4 + len(body) if plain else None
         elif all(map(_IS_NONE, map(_TRACE_ID, messages))) and all(
             map(_IS_NONE, map(_EXT, messages))
         ):
@@ -168,7 +185,11 @@ class Lanes:
         self._splits: set[Call] = set()
 
     def submit(
-        self, topic: str, slot: int | None, messages: list[OutgoingMessage]
+        self,
+        topic: str,
+        slot: int | None,
+        messages: list[OutgoingMessage],
+        plain_bytes: int | _Unknown | None = UNKNOWN,
     ) -> asyncio.Future[Outcomes]:
         """Queue ``messages`` (in order) on the lane of (topic, slot); the future gets their
         outcomes (a PublishResult, or the exception that stopped that message), in order,
@@ -177,7 +198,7 @@ class Lanes:
         if lane is None:
             lane = self._lanes[(topic, slot)] = Lane(topic, slot, asyncio.get_running_loop())
         future: asyncio.Future[Outcomes] = lane.loop.create_future()
-        lane.queue.append(Call(messages, future))
+        lane.queue.append(Call(messages, future, plain_bytes))
         lane.waiting += len(messages)
         if not lane.senders or (slot is None and lane.sending >= len(lane.senders)):
             self._start_sender(lane)  # no sender will take these with its next batch

@@ -5,6 +5,7 @@ Sizes and offsets are PROTOCOL.md's numbers measured on nsqd 0.3.7-HA.1.13.0 (§
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 from collections import deque
@@ -22,11 +23,13 @@ from nsq_ha.producer.batch import (
     batch_body_size,
     batch_command,
     encode_batch,
+    prepare_batch,
     prepare_message,
     prepare_messages,
     receipts_from_answer,
     record_size,
 )
+from nsq_ha.producer.lanes import Call
 from nsq_ha.protocol import (
     ClientCommand,
     CommandDecoder,
@@ -343,3 +346,13 @@ def test_prepare_messages_is_prepare_message_of_each(
             prepare_messages(bodies, traces, None, max_msg_size=limit)
         return
     assert prepare_messages(bodies, traces, None, max_msg_size=limit) == expected
+    # and what the plain ones add to an MPUB body, as a lane's Call would sum it
+    messages, plain_bytes = prepare_batch(bodies, traces, None, max_msg_size=limit)
+    assert messages == expected
+    loop = asyncio.new_event_loop()
+    try:
+        summed = Call(messages, loop.create_future()).plain_bytes
+    finally:
+        loop.close()
+    plain = None if traced else sum(4 + len(m.body) for m in messages)
+    assert plain_bytes == summed == plain
