@@ -32,7 +32,7 @@ from nsq_ha.errors import (
 )
 from nsq_ha.protocol.compression import StreamCodec
 
-__all__ = ["READ_SIZE", "StreamTransport", "map_exceptions"]
+__all__ = ["READ_SIZE", "StreamTransport", "loop_of", "map_exceptions"]
 
 #: Bytes asked from the socket per read.
 READ_SIZE = 64 * 1024
@@ -58,6 +58,12 @@ def map_exceptions(what: str) -> Iterator[None]:
         ) from exc
     except (ConnectionError, OSError) as exc:
         raise ConnectionClosedError(f"{what}: {exc or type(exc).__name__}") from exc
+
+
+def loop_of(transport: StreamTransport | None) -> asyncio.AbstractEventLoop:
+    """``transport``'s event loop, or the running one before there is a transport (asking the
+    transport spares a ``getpid()`` system call on Python 3.11, per command)."""
+    return transport.loop if transport is not None else asyncio.get_running_loop()
 
 
 def _discard(data: bytes) -> None:

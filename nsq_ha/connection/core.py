@@ -61,7 +61,7 @@ from nsq_ha.protocol.publish import encode_pub_trace as _encode_pub_trace
 from nsq_ha.protocol.session import ClientSession
 from nsq_ha.protocol.state import ConnState
 from nsq_ha.protocol.trace import TracedResponse, is_traced_response, parse_traced_response
-from nsq_ha.transport import StreamTransport
+from nsq_ha.transport import StreamTransport, loop_of
 
 __all__ = ["ErrorHandler", "MessageHandler", "NsqdConnection"]
 
@@ -310,7 +310,7 @@ class NsqdConnection:
         Their failures arrive later through ``on_error`` (FIN/REQ/TOUCH) or close the
         connection (fatal ones).
         """
-        now = self._loop().time()
+        now = loop_of(self._transport).time()
         try:
             data = self._session.send_nowait(data, now=now)
         except LocalProtocolError:
@@ -333,19 +333,13 @@ class NsqdConnection:
             raise
         self._writer.enqueue(bytes(data))
         return await self._answers.wait(
-            self._answers.expect(self._loop()),
+            self._answers.expect(loop_of(self._transport)),
             self.config.command_timeout if response_timeout is None else response_timeout,
             backlogged=self._writer.backlogged,
             flushed=self._writer.backpressure,
             command=data,
             address=self.address,
         )
-
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        """The connection's event loop, without asking for the running loop once the socket is
-        open (on Python 3.11 that asks the kernel for the process id, per command)."""
-        transport = self._transport
-        return transport.loop if transport is not None else asyncio.get_running_loop()
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -453,7 +447,7 @@ class NsqdConnection:
         except LocalProtocolError:
             self._raise_if_closed()
             raise
-        future = self._answers.expect_sync(self._loop())
+        future = self._answers.expect_sync(loop_of(self._transport))
         limit = self.config.command_timeout if timeout is None else timeout
         try:
             async with asyncio.timeout(limit):

@@ -14,7 +14,7 @@ import logging
 
 from nsq_ha.errors import NsqConnectionError
 from nsq_ha.protocol.commands import encode_nop
-from nsq_ha.transport import StreamTransport
+from nsq_ha.transport import StreamTransport, loop_of
 
 __all__ = ["CommandWriter"]
 
@@ -48,9 +48,7 @@ class CommandWriter:
         if self._out_size >= self.limit:
             self.flush()
         elif self._flush_handle is None:
-            transport = self.transport
-            loop = transport.loop if transport is not None else asyncio.get_running_loop()
-            self._flush_handle = loop.call_soon(self.flush)
+            self._flush_handle = loop_of(self.transport).call_soon(self.flush)
 
     def answer(self, data: bytes, *, last: bool) -> None:
         """Queue a message's answer. The ``last`` one nsqd waits for (nothing else is in
