@@ -26,6 +26,7 @@ import functools
 import itertools
 import json
 import logging
+import operator
 import struct
 from collections import deque
 from collections.abc import Sequence
@@ -189,6 +190,7 @@ def prepare_batch(
 
 
 _ONLY_BYTES: Final = {bytes}
+_BODY_OF = operator.itemgetter(0)
 
 
 def _with_trace_id(header: bytes, trace_id: int) -> bytes:
@@ -339,7 +341,7 @@ def batch_command(messages: Sequence[OutgoingMessage], *, tracing: bool = False)
     if not messages:
         raise InvalidArgumentError("a publish needs at least one message")
     has_ext, traced = False, tracing
-    for m in messages:  # one pass (this runs twice for every batch sent)
+    for m in messages:  # one pass (this runs for every batch sent)
         if m.ext is not None:
             has_ext = True  # an ext batch is PUB_EXT/MPUB_EXT, traced or not
             break
@@ -378,7 +380,7 @@ def encode_batch(
         return encode_pub_ext(topic, first.body, first.ext, partition, **limits)
     if name == b"MPUB":  # the bodies were checked when the messages were made
         return frame_batch(
-            b"MPUB", topic, partition, [m.body for m in messages], max_msg_size, max_body_size
+            b"MPUB", topic, partition, list(map(_BODY_OF, messages)), max_msg_size, max_body_size
         )
     if name == b"MPUB_TRACE":
         return encode_mpub_trace(
