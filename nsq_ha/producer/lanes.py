@@ -12,7 +12,6 @@ connects.
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import operator
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple, cast
 
 from nsq_ha.errors import NsqError, PublishError
-from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage
+from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage, plain_size
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import Routes
 
@@ -105,19 +104,9 @@ class Call:
         self.taken = 0
         self.pending = len(messages)
         self.outcomes: list[Outcome | None] | None = None
-        self.plain_bytes: int | None
-        if not isinstance(plain_bytes, _Unknown):
-            self.plain_bytes = plain_bytes
-        elif len(messages) == 1:  # the same sums, without four iterator objects
-            body, trace_id, ext = messages[0]
-            plain = trace_id is None and ext is None
-            self.plain_bytes = 4 + len(body) if plain else None
-        elif all(map(_IS_NONE, map(_TRACE_ID, messages))) and all(
-            map(_IS_NONE, map(_EXT, messages))
-        ):
-            self.plain_bytes = 4 * len(messages) + sum(map(len, map(_BODY, messages)))
-        else:
-            self.plain_bytes = None
+        self.plain_bytes = (
+            plain_size(messages) if isinstance(plain_bytes, _Unknown) else plain_bytes
+        )
 
 
 #: messages ``start:end`` of a call, in one batch: ``(call, start, end)`` (a plain tuple: one
@@ -313,12 +302,6 @@ class Lanes:
         names = set(topics)
         for key in [k for k in self._lanes if k[0] in names]:
             del self._lanes[key]
-
-
-_BODY = operator.itemgetter(0)
-_TRACE_ID = operator.itemgetter(1)
-_EXT = operator.itemgetter(2)
-_IS_NONE = functools.partial(operator.is_, None)
 
 
 def _take(lane: Lane, builder: BatchBuilder, share: int | None) -> list[Run]:
