@@ -18,7 +18,7 @@ import contextlib
 import inspect
 import logging
 from collections import deque
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from nsq_ha.consumer.config import GiveUp
 from nsq_ha.consumer.message import Message
@@ -113,6 +113,7 @@ class Intake:
         "_background",
         "_claims",
         "_gate",
+        "_loop",
         "_queue",
         "_stopped",
         "closing",
@@ -132,6 +133,8 @@ class Intake:
         self._gate = PartitionGate()
         #: ordered messages handed out by get(), by the task that asked for them
         self._claims = Claims(self.release)
+        #: the loop the readers run on (set by the first claim)
+        self._loop: asyncio.AbstractEventLoop | None = None
         #: set when the consumer starts closing: what arrives from then on is requeued
         self.closing = False
         self._stopped = False
@@ -261,19 +264,25 @@ class Intake:
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """:meth:`take`, for ``get()``/``async for``: an ordered message handed out stays
         claimed by the calling task until answered, the task asks again, or it ends."""
-        # asyncio.current_task() only when there is a claim to drop or make: on Python 3.11
-        # it asks for the running loop, which makes a getpid() system call
         claims = self._claims
-        task = asyncio.current_task() if claims else None
+        task = self._current_task() if claims else None
         if task is not None:
             claims.drop(task)  # this task is done with what it got before
         message = await self.take(timeout)
         if message is not None and message.ordered and self._gate.holds(message):
             if task is None:
-                task = asyncio.current_task()
+                task = self._current_task()
             if task is not None:
                 claims.add(task, message)
         return message
+
+    def _current_task(self) -> asyncio.Task[Any] | None:
+        """The calling task. ``asyncio.current_task()`` without a loop asks for the running
+        loop, which on Python 3.11 makes a getpid() system call: one per ordered message."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return asyncio.current_task(loop)
 
     async def get_many(
         self,
@@ -293,7 +302,7 @@ class Intake:
                 break
             batch.append(item)
         held = [m for m in batch[1:] if m.ordered and self._gate.holds(m)]
-        task = asyncio.current_task() if held else None
+        task = self._current_task() if held else None
         if task is not None:
             for message in held:
                 self._claims.add(task, message)
