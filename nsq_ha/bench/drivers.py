@@ -5,9 +5,10 @@ one result line (:func:`nsq_ha.bench.measure.emit`). The runner starts a fresh p
 run so that CPU and memory figures belong to that run alone.
 
 Clients (``spec["client"]``): ``nsq_ha`` (asyncio), ``nsq_ha-batch`` (``run_batches``),
-``nsq_ha-sync`` (the blocking facade) and ``raw`` (a blocking socket that does the least a
-client can: the bound for ordered consumption). The asyncio drivers run on uvloop's event loop
-when the spec says ``"loop": "uvloop"`` (the bench's ``nsq_ha-uvloop`` client).
+``nsq_ha-sync`` (the blocking facade), ``raw`` (a blocking socket that does the least a
+client can: the bound for ordered consumption) and ``floor`` (the least an event-loop client
+can do per ordered message). The asyncio drivers run on uvloop's event loop when the spec says
+``"loop": "uvloop"`` (the bench's ``nsq_ha-uvloop`` and ``floor-uvloop`` clients).
 """
 
 from __future__ import annotations
@@ -272,6 +273,96 @@ def raw_ordered(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+_SIZE_TYPE = struct.Struct(">ii")
+
+
+class _FloorProtocol(asyncio.BufferedProtocol):
+    """The read side of :func:`asyncio_floor`: frames parsed in place, messages queued, the
+    waiting task woken."""
+
+    def __init__(self, on_error: Callable[[bytes], None]) -> None:
+        self.buffer = bytearray(1 << 16)
+        self.filled = 0
+        self.messages: list[bytes] = []
+        self.waiter: asyncio.Future[None] | None = None
+        self.transport: asyncio.Transport | None = None
+        self.on_error = on_error
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a TCP transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self.buffer)[self.filled :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.filled += nbytes
+        view, start = memoryview(self.buffer), 0
+        while self.filled - start >= 8:
+            size, kind = _SIZE_TYPE.unpack_from(self.buffer, start)
+            if self.filled - start < size + 4:
+                break
+            data = bytes(view[start + 8 : start + 4 + size])
+            start += 4 + size
+            if kind == FrameType.MESSAGE:
+                self.messages.append(data)
+            elif kind == FrameType.ERROR:
+                self.on_error(data)
+            elif data == HEARTBEAT and self.transport is not None:
+                self.transport.write(encode_nop())
+        view.release()
+        if start:
+            self.buffer[: self.filled - start] = self.buffer[start : self.filled]
+            self.filled -= start
+        waiter = self.waiter
+        if self.messages and waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc or ConnectionError("nsqd closed the connection"))
+
+
+async def asyncio_floor(spec: dict[str, Any]) -> dict[str, Any]:
+    """The least an ``async for`` client does per ordered message, on an event loop: the read
+    callback parses the frame and wakes a waiting task, which sends the FIN (SUB_ORDERED,
+    RDY 1, as :func:`raw_ordered`). No decoding, bookkeeping or checks: what nsq_ha's ordered
+    ``async for`` costs beyond this is nsq_ha's; what this costs beyond :func:`raw_ordered`
+    is the event loop's (the bench's ``floor`` and ``floor-uvloop`` clients)."""
+    loop = asyncio.get_running_loop()
+    host, _, port = spec["nsqd"].rpartition(":")
+    n = spec["n"]
+
+    def on_error(data: bytes) -> None:
+        if type(parse_error_frame(data)) is not FinFailedError:  # as in raw_ordered
+            raise RuntimeError(f"nsqd error: {data!r}")
+
+    transport, proto = await loop.create_connection(
+        lambda: _FloorProtocol(on_error), host, int(port)
+    )
+    identify = {"client_id": "floor", "hostname": "floor", "feature_negotiation": False}
+    transport.write(MAGIC_V2 + encode_identify(identify))
+    transport.write(
+        encode_sub_ordered(spec["topic"], spec["channel"], spec.get("partition", 0)) + encode_rdy(1)
+    )
+    span = Span()
+    got = 0
+    messages = proto.messages
+    try:
+        while got < n:
+            while not messages:
+                proto.waiter = loop.create_future()
+                await proto.waiter
+            data = messages.pop(0)
+            if got == 0:
+                span.start()
+            transport.write(encode_fin(data[10:26]))
+            got += 1
+        return span.stop(got - 1)
+    finally:
+        transport.close()
+
+
 _ASYNC = {
     ("nsq_ha", "pub1"): publish_one,
     ("nsq_ha", "pubmany"): publish_many,
@@ -279,6 +370,7 @@ _ASYNC = {
     ("nsq_ha-batch", "consume"): consume_batches,
     ("nsq_ha", "latency"): latency,
     ("nsq_ha", "hold"): hold,
+    ("floor", "consume"): asyncio_floor,
 }
 _BLOCKING = {
     ("nsq_ha-sync", "consume"): consume_sync,

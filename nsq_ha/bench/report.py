@@ -16,6 +16,8 @@ _LABELS = {
     "nsq_ha-sync": "nsq_ha, sync iterator",
     "nsq_ha-uvloop": "nsq_ha on uvloop",
     "raw": "raw socket",
+    "floor": "asyncio floor (a task woken per message)",
+    "floor-uvloop": "uvloop floor (a task woken per message)",
 }
 _METRIC = {"latency": "p99_ms", "hold": "rss_mb"}
 _UNIT = {"rate": "msgs/s", "p99_ms": "p99 ms", "rss_mb": "RSS MiB"}
@@ -182,6 +184,18 @@ class Report:
                    2.0, down, x, fork_why),
             Target("ordered consume on uvloop / one-round-trip bound",
                    _ratio(v("fork-ordered", "nsq_ha-uvloop"), v("fork-ordered", "raw")),
+                   None, up, x, fork_why),
+            Target("ordered: asyncio floor / one-round-trip bound",
+                   _ratio(v("fork-ordered", "floor"), v("fork-ordered", "raw")),
+                   None, up, x, fork_why),
+            Target("ordered: uvloop floor / one-round-trip bound",
+                   _ratio(v("fork-ordered", "floor-uvloop"), v("fork-ordered", "raw")),
+                   None, up, x, fork_why),
+            Target("ordered consume / asyncio floor",
+                   _ratio(v("fork-ordered", "nsq_ha"), v("fork-ordered", "floor")),
+                   None, up, x, fork_why),
+            Target("ordered consume on uvloop / uvloop floor",
+                   _ratio(v("fork-ordered", "nsq_ha-uvloop"), v("fork-ordered", "floor-uvloop")),
                    None, up, x, fork_why),
             Target("consume, async for on uvloop / on asyncio",
                    _ratio(v("consume", "nsq_ha-uvloop"), v("consume", "nsq_ha")), None, up, x),

@@ -124,6 +124,7 @@ class Bench:
     def __post_init__(self) -> None:
         if importlib.util.find_spec("uvloop") is None:
             self.unavailable["nsq_ha-uvloop"] = "uvloop is not installed (the uvloop extra)"
+            self.unavailable["floor-uvloop"] = "uvloop is not installed (the uvloop extra)"
 
     # -- set-up -----------------------------------------------------------------------------
 

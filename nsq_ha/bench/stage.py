@@ -93,7 +93,7 @@ class Stage:
         topic = self.fork_topics[workload.server]
         leader = fork.leader_of(topic, 0)
         spec.update(topic=topic, nsqd=leader.tcp_address, partition=0)
-        if client not in ("nsq_ha-direct", "raw") and client in NSQ_HA_CLIENTS:
+        if client in NSQ_HA_CLIENTS and client not in _DIRECT:
             spec["lookupd"] = fork.lookupd_http
         if workload.kind == "consume":  # a channel of its own, created before the prefill
             channel = self._fresh_name(workload, client)
@@ -136,6 +136,10 @@ class Stage:
                 if c.get("channel_name") == channel:
                     return int(c.get("depth", 0))
         return 0
+
+
+#: nsq_ha clients that go straight to the partition's leader, not through lookupd
+_DIRECT = frozenset({"nsq_ha-direct", "raw", "floor", "floor-uvloop"})
 
 
 @contextlib.contextmanager

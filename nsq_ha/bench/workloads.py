@@ -193,7 +193,7 @@ FORK_WORKLOADS = (
         "fork: ordered consume of one partition (SUB_ORDERED)",
         "ord",
         "consume",
-        ("nsq_ha", "nsq_ha-uvloop", "raw"),
+        ("nsq_ha", "nsq_ha-uvloop", "floor", "floor-uvloop", "raw"),
         ordered=True,
         slow=True,
     ),
@@ -201,7 +201,16 @@ FORK_WORKLOADS = (
 
 #: the clients whose runs are nsq_ha's own drivers (``python -m nsq_ha.bench.drivers``)
 NSQ_HA_CLIENTS = frozenset(
-    {"nsq_ha", "nsq_ha-direct", "nsq_ha-batch", "nsq_ha-sync", "nsq_ha-uvloop", "raw"}
+    {
+        "nsq_ha",
+        "nsq_ha-direct",
+        "nsq_ha-batch",
+        "nsq_ha-sync",
+        "nsq_ha-uvloop",
+        "raw",
+        "floor",
+        "floor-uvloop",
+    }
 )
 #: the clients that run nsq_ha's asyncio driver (``nsq_ha-uvloop`` on uvloop's event loop)
 _ASYNC_NSQ_HA = ("nsq_ha", "nsq_ha-direct", "nsq_ha-uvloop")
@@ -214,8 +223,8 @@ def base_spec(profile: Profile, workload: Workload, client: str) -> dict[str, An
         n = profile.hold
     return {
         "workload": workload.kind,
-        "client": "nsq_ha" if client in _ASYNC_NSQ_HA else client,
-        "loop": "uvloop" if client == "nsq_ha-uvloop" else "asyncio",
+        "client": "nsq_ha" if client in _ASYNC_NSQ_HA else client.removesuffix("-uvloop"),
+        "loop": "uvloop" if client.endswith("-uvloop") else "asyncio",
         "n": n,
         "size": 100,
         "concurrency": workload.concurrency,
