@@ -382,7 +382,8 @@ class Consumer:
         """Call ``handler(message)`` for every message until :meth:`close`.
 
         A return finishes the message (unless the handler answered it), an exception requeues
-        it (with backoff). ``concurrency`` handlers run at once (default ``max_in_flight``, at
+        it (with backoff), cancelling ``run()`` requeues it at once (no backoff).
+        ``concurrency`` handlers run at once (default ``max_in_flight``, at
         most 256).
 
         On an ordered subscription each partition's messages go through ``handler`` one at a
@@ -410,7 +411,9 @@ class Consumer:
         :meth:`is_starved` (nsqd will send no more until some are answered).
 
         A return finishes every message the handler did not answer; an exception requeues them
-        (with backoff).
+        (with backoff); cancelling ``run_batches()`` requeues at once (no backoff) what its
+        workers took and did not answer, whether a batch was still being gathered or in the
+        handler.
 
         On an ordered subscription a batch holds at most one message per partition, and the
         partition's next message (or a copy nsqd delivers again) waits until the handler call

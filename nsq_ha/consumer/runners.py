@@ -16,6 +16,7 @@ from typing import Any
 
 from nsq_ha.consumer.handout import Intake
 from nsq_ha.consumer.message import Message
+from nsq_ha.consumer.slots import slot_of
 from nsq_ha.errors import MessageResponseError
 
 __all__ = ["BatchHandler", "Handler", "call_handler", "run", "run_batches"]
@@ -51,6 +52,14 @@ async def call_handler(
                 await (message.requeue() if failed else message.finish())
 
 
+def give_back(messages: list[Message]) -> None:
+    """A worker was cancelled: requeue at once (no backoff) what it took and nobody answered,
+    instead of leaving it held until the consumer's drain timeout or nsqd's msg_timeout."""
+    for message in messages:
+        if not message.responded:
+            slot_of(message).requeue_now(message)
+
+
 async def run(intake: Intake, handler: Handler, *, concurrency: int) -> None:
     """``concurrency`` workers calling ``handler(message)`` until the intake closes."""
 
@@ -58,6 +67,9 @@ async def run(intake: Intake, handler: Handler, *, concurrency: int) -> None:
         while (message := await intake.take()) is not None:
             try:
                 await call_handler(handler, message, [message])
+            except asyncio.CancelledError:
+                give_back([message])
+                raise
             finally:
                 if message.ordered:
                     intake.release(message)
@@ -93,6 +105,9 @@ async def run_batches(
                             break
                     batch.append(message)
                 await call_handler(handler, batch, batch)
+            except asyncio.CancelledError:  # gathering, or in the handler
+                give_back(batch)
+                raise
             finally:
                 for message in batch:
                     if message.ordered:

@@ -460,3 +460,46 @@ async def test_close_cuts_off_a_stuck_on_give_up_and_requeues_its_message(
         assert cut_off.is_set()  # close cancelled the stuck on_give_up instead of waiting
     after = channel_stats(vanilla_cluster, topic, "stuck")
     assert (after["in_flight_count"], after["depth"]) == (0, 1)  # requeued, not lost
+
+
+async def test_cancelled_runners_give_back_what_they_took_at_once(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    """A run_batches worker cancelled while it gathers a batch, and a run worker cancelled in
+    its handler, requeue the messages they took at once: closing does not wait the drain
+    timeout for messages no handler will ever answer (the bench's batch consumer waited 30 s)."""
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    await publish(address, topic, [b"b%d" % i for i in range(5)])
+    consumer = Consumer(topic, "gather", nsqd=address, max_in_flight=100, drain_timeout=600)
+    handled: list[int] = []
+    # 5 messages, batches of 50 or after 600 s: the worker holds 5 and waits for more
+    runner = asyncio.create_task(
+        consumer.run_batches(lambda batch: handled.append(len(batch)), max_size=50, max_wait=600)
+    )
+    await wait_for_count(consumer, "received", 5)
+    await asyncio.sleep(0.2)  # the worker has taken them and waits for the rest of its batch
+    runner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runner
+    assert handled == []
+    assert consumer.stats["requeued"] == 5  # given back now, not at close
+    async with asyncio.timeout(60):  # nothing held: the drain does not wait its 600 s
+        await consumer.close()
+
+    started = asyncio.Event()
+
+    async def stuck(message: Message) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    consumer = Consumer(topic, "gather", nsqd=address, max_in_flight=1, drain_timeout=600)
+    runner = asyncio.create_task(consumer.run(stuck))
+    async with asyncio.timeout(60):
+        await started.wait()
+    runner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runner
+    assert consumer.stats["requeued"] == 1
+    async with asyncio.timeout(60):
+        await consumer.close()
