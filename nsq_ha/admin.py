@@ -34,7 +34,7 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import LookupClient
-from nsq_ha.lookup.http import Endpoint, normalize_lookupd
+from nsq_ha.lookup.http import Endpoint, normalize_lookupd, tls_context
 from nsq_ha.lookup.wire import (
     V1_ACCEPT,
     LookupdError,
@@ -114,7 +114,9 @@ class NsqdAdmin:
 
         self.http_url = http_url.rstrip("/")
         self._owns_http = http is None
-        self._http = http if http is not None else httpx.AsyncClient(timeout=timeout)
+        self._http = (
+            http if http is not None else httpx.AsyncClient(timeout=timeout, verify=tls_context())
+        )
 
     def __repr__(self) -> str:
         return f"<NsqdAdmin {self.http_url}>"
@@ -318,7 +320,7 @@ class LookupdAdmin:
         #: bare base URL -> endpoint (a seed's credentials travel as basic auth, never in a URL)
         self._endpoints = {e.url: e for e in map(Endpoint.parse, normalized)}
         self._seeds = list(self._endpoints)
-        self._http = httpx.AsyncClient(timeout=timeout)
+        self._http = httpx.AsyncClient(timeout=timeout, verify=tls_context())
         self.lookup = LookupClient(normalized, http=self._http, timeout=timeout)
         self._leader: str | None = None
         self._vanilla = False

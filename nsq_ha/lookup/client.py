@@ -42,7 +42,7 @@ from nsq_ha.errors import (
     TopicNotFoundError,
     TopicNotWritableError,
 )
-from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd
+from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd, tls_context
 from nsq_ha.lookup.wire import (
     Access,
     LookupdError,
@@ -149,7 +149,7 @@ class LookupClient:
         self._seed_endpoints = endpoints
         self._lookupds = {u: _LookupdState(e) for u, e in endpoints.items()}
         self._owns_http = http is None
-        self._http = http or httpx.AsyncClient(timeout=self._timeout)
+        self._http = http or httpx.AsyncClient(timeout=self._timeout, verify=tls_context())
         self._maps: dict[tuple[str, Access], PartitionMap] = {}
         self._inflight: dict[tuple[str, Access], asyncio.Task[PartitionMap]] = {}
         #: keys unwatched while their fetch was under way: that answer is not cached

@@ -49,6 +49,7 @@ from ..errors import (
     UnsupportedByServerError,
 )
 from ..lookup import LookupClient
+from ..lookup.http import tls_context
 from ..lookup.wire import NodeInfo
 from ..sync import Consumer, Message, shared_loop
 from .options import Endpoint, ReadOptions
@@ -159,7 +160,7 @@ async def _leaders_and_extents(
             "partition offsets (use mode=driver)"
         )
     result: dict[int, Extent] = {}
-    async with httpx.AsyncClient(timeout=10.0) as http:
+    async with httpx.AsyncClient(timeout=10.0, verify=tls_context()) as http:
         for partition, node in sorted(leaders.items()):
             entries = await NsqdAdmin(node.http_url, http=http).topic_stats(topic, partition)
             for entry in entries:
