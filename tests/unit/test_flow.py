@@ -80,6 +80,7 @@ def test_a_touch_after_the_expiry_does_not_bring_a_delivery_back() -> None:
     ledger.delivered(_id(2), 12.0)
     assert ledger.live(12.0) == 2
 
+
 def test_a_redelivery_of_a_held_message_is_still_one_message() -> None:
     ledger = DeliveryLedger(expiry=60)
     ledger.rdy(1)
