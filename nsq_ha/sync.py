@@ -387,6 +387,7 @@ class Consumer:
         nsqd: str | Sequence[str] | None = None,
         max_in_flight: int = 100,
         ordered: bool | None = None,
+        with_offsets: bool = False,
         partitions: Iterable[int] | None = None,
         member: tuple[int, int] | None = None,
         desired_tag: str | None = None,

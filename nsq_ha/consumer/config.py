@@ -64,6 +64,7 @@ class ConsumerConfig:
     nsqd: str | Sequence[str] | None = None
     max_in_flight: int = 100
     ordered: bool | None = None
+    with_offsets: bool = False
     partitions: Iterable[int] | None = None
     member: tuple[int, int] | None = None
     desired_tag: str | None = None
@@ -96,6 +97,8 @@ class ConsumerConfig:
             raise ConfigError("ordered consumption needs sample_rate 0 (nsqd refuses otherwise)")
         if self.ordered is not None and not isinstance(self.ordered, bool):
             raise ConfigError(f"ordered must be None, True or False, got {self.ordered!r}")
+        if not isinstance(self.with_offsets, bool):
+            raise ConfigError(f"with_offsets must be True or False, got {self.with_offsets!r}")
         check_count(self.max_in_flight, "max_in_flight", 0)
         check_count(self.max_attempts, "max_attempts", 0)
         if self.backoff is not None and not isinstance(self.backoff, BackoffStrategy):

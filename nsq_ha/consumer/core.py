@@ -58,6 +58,9 @@ class Consumer:
     * ``ordered``: ``None`` follows the topic (lookup ``meta.ordered`` / nsqd's answer), ``True``
       forces ``SUB_ORDERED`` (fork only; it marks the channel ordered on nsqd), ``False`` never
       subscribes ordered (an ordered topic then refuses the subscription).
+    * ``with_offsets``: on plain topics of the fork, subscribe with ``SUB_ADVANCED`` so every
+      message carries its queue ``offset`` and ``raw_size`` (as ordered subscriptions' do)
+      while delivery stays unordered, at full ``max_in_flight``; vanilla nsqd refuses it.
     * ``partitions``: consume only these; ``member=(i, n)``: only partitions ``p % n == i``.
     * ``desired_tag``, ``ext_filter``, ``msg_timeout`` (s), ``sample_rate``: sent in IDENTIFY.
     * ``max_attempts`` (0 = unlimited): a message delivered more often goes to ``on_give_up``
@@ -99,6 +102,7 @@ class Consumer:
         nsqd: str | Sequence[str] | None = None,
         max_in_flight: int = 100,
         ordered: bool | None = None,
+        with_offsets: bool = False,
         partitions: Iterable[int] | None = None,
         member: tuple[int, int] | None = None,
         desired_tag: str | None = None,

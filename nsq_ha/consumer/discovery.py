@@ -285,11 +285,15 @@ class Discovery:
             slot.conn = conn
             try:
                 await conn.connect()
-                if ordered and not conn.is_fork:
+                advanced = self._config.with_offsets and not ordered
+                if (ordered or advanced) and not conn.is_fork:
+                    what = "ordered consumption" if ordered else "with_offsets (SUB_ADVANCED)"
                     raise UnsupportedByServerError(
-                        f"ordered consumption needs the fork; nsqd {conn.address} is vanilla"
+                        f"{what} needs the fork; nsqd {conn.address} is vanilla"
                     )
-                await conn.subscribe(self.topic, self.channel, partition, ordered=ordered)
+                await conn.subscribe(
+                    self.topic, self.channel, partition, ordered=ordered, advanced=advanced
+                )
             except SubOrderRequiredError:
                 await conn.close()
                 if self._config.ordered is False:
@@ -325,7 +329,9 @@ class Discovery:
             self.channel,
             "-" if slot.partition is None else slot.partition,
             conn.address,
-            "SUB_ORDERED" if slot.ordered else "SUB",
+            "SUB_ORDERED"
+            if slot.ordered
+            else ("SUB_ADVANCED" if self._config.with_offsets else "SUB"),
         )
         self._flow.add(slot.key, conn, max_rdy=conn.negotiated.max_rdy_count, ordered=slot.ordered)
         self._background.spawn(self._watch(slot, conn), f"nsq_ha-watch-{slot.key}")

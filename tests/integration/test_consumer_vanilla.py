@@ -503,3 +503,15 @@ async def test_cancelled_runners_give_back_what_they_took_at_once(
     assert consumer.stats["requeued"] == 1
     async with asyncio.timeout(60):
         await consumer.close()
+
+
+async def test_with_offsets_needs_the_fork(vanilla_cluster: VanillaCluster) -> None:
+    """SUB_ADVANCED (offsets on every message) is the fork's: vanilla nsqd is refused before a
+    subscription is tried, with an error that says so."""
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    await publish(address, topic, [b"x"])
+    consumer = Consumer(topic, "offsets", nsqd=address, with_offsets=True)
+    with pytest.raises(UnsupportedByServerError, match="with_offsets"):
+        await consumer.start()
+    await consumer.close()

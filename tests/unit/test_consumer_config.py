@@ -83,6 +83,7 @@ def test_config_normalizes_what_it_is_given() -> None:
         ({"nsqd": NSQD, "max_attempts": 1.5}, ConfigError, "max_attempts"),
         ({"nsqd": NSQD, "ordered": True, "sample_rate": 5}, ConfigError, "sample_rate"),
         ({"nsqd": NSQD, "ordered": "yes"}, ConfigError, "ordered"),
+        ({"nsqd": NSQD, "with_offsets": 1}, ConfigError, "with_offsets"),
         ({"nsqd": NSQD, "backoff": 3}, ConfigError, "backoff"),
         ({"nsqd": NSQD, "on_give_up": 3}, ConfigError, "on_give_up"),
         ({"nsqd": NSQD, "member": (0, 2)}, ConfigError, "member"),
