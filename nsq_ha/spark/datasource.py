@@ -32,6 +32,7 @@ from pyspark.sql.types import StructType
 
 from ..errors import ConfigError
 from ..lookup import LookupClient
+from .arrow import arrow_schema, record_batch
 from .options import ReadOptions, WriteOptions, parse_read_options, parse_write_options
 from .sink import BatchStamp, TaskOutcome, publish_rows
 from .source import (
@@ -46,7 +47,7 @@ from .source import (
     fetch_extents,
     is_fork,
     new_channel_name,
-    read_range,
+    read_chunks,
     resolve_timestamp,
 )
 
@@ -372,10 +373,13 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if begin[p] < stop[p]
         ]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """The task's range as Arrow record batches, one per chunk the event loop hands over."""
         if not isinstance(partition, _Range):
             raise TypeError(f"not a partition of the nsq source: {partition!r}")
-        return read_range(partition.task)
+        schema = arrow_schema()
+        topic = partition.task.topic
+        return (record_batch(topic, chunk, schema) for chunk in read_chunks(partition.task))
 
     def commit(self, end: dict[str, Any]) -> None:
         log.debug("committed %s", end)

@@ -33,13 +33,15 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from ..admin import NsqdAdmin, seek_position
+from ..consumer import Consumer as AsyncConsumer
+from ..consumer import Message as AsyncMessage
 from ..errors import (
     ConfigError,
     DiscoveryError,
@@ -63,6 +65,7 @@ __all__ = [
     "apply_byte_limit",
     "fetch_extents",
     "message_row",
+    "read_chunks",
     "read_range",
 ]
 
@@ -85,24 +88,33 @@ def _run(coro: Any, timeout: float | None = None) -> Any:
     return asyncio.run_coroutine_threadsafe(coro, shared_loop()).result(timeout)
 
 
-def _signed64(value: int | None) -> int | None:
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def signed64(value: int | None) -> int | None:
     """A u64 trace id as Java's long (the fork's Java SDK shows it so)."""
     if value is None:
         return None
     return value - 2**64 if value >= 2**63 else value
 
 
+def ext_and_key(ext_data: bytes | None) -> tuple[str | None, str | None]:
+    """The ext header as text, and the key a sink stored in it under :data:`KEY_HEADER`
+    (``None`` where absent)."""
+    if not ext_data:
+        return None, None
+    text = ext_data.decode("utf-8", "replace")
+    key = None
+    with contextlib.suppress(ValueError):
+        parsed = json.loads(text)
+        if isinstance(parsed, dict) and isinstance(parsed.get(KEY_HEADER), str):
+            key = parsed[KEY_HEADER]
+    return text, key
+
+
 def message_row(topic: str, message: Any) -> tuple[Any, ...]:
     """One consumed message as a row of :data:`SCHEMA`."""
-    ext_data: bytes | None = message.ext_data
-    ext_text = None
-    key = None
-    if ext_data:
-        ext_text = ext_data.decode("utf-8", "replace")
-        with contextlib.suppress(ValueError):
-            parsed = json.loads(ext_text)
-            if isinstance(parsed, dict) and isinstance(parsed.get(KEY_HEADER), str):
-                key = parsed[KEY_HEADER]
+    ext_text, key = ext_and_key(message.ext_data)
     ts_ns: int = message.timestamp
     return (
         topic,
@@ -110,9 +122,9 @@ def message_row(topic: str, message: Any) -> tuple[Any, ...]:
         message.offset,
         message.raw_size,
         bytes(message.id).hex(),
-        _signed64(message.trace_id),
+        signed64(message.trace_id),
         message.attempts,
-        datetime.fromtimestamp(ts_ns / 1e9, tz=UTC),
+        _EPOCH + timedelta(microseconds=ts_ns // 1000),  # Spark keeps microseconds
         ext_text,
         key,
         bytes(message.body),
@@ -150,9 +162,10 @@ async def _extents(lookupd: Sequence[str], topic: str) -> dict[int, Extent]:
 
 
 async def _leaders_and_extents(
-    lookupd: Sequence[str], topic: str
+    lookupd: Sequence[str], topic: str, only: int | None = None
 ) -> tuple[dict[int, NodeInfo], dict[int, Extent]]:
-    """Each partition's leader (one lookup) and retained range (its leader's ``/stats``)."""
+    """Each partition's leader (one lookup) and retained range (its leader's ``/stats``, one
+    request per partition); with ``only``, that partition's range alone (one request)."""
     fork, leaders = await _leaders(lookupd, topic)
     if not fork:
         raise UnsupportedByServerError(
@@ -160,8 +173,15 @@ async def _leaders_and_extents(
             "partition offsets (use mode=driver)"
         )
     result: dict[int, Extent] = {}
+    wanted = (
+        sorted(leaders.items())
+        if only is None
+        else [(only, leaders[only])]
+        if only in leaders
+        else []
+    )
     async with httpx.AsyncClient(timeout=10.0, verify=tls_context()) as http:
-        for partition, node in sorted(leaders.items()):
+        for partition, node in wanted:
             entries = await NsqdAdmin(node.http_url, http=http).topic_stats(topic, partition)
             for entry in entries:
                 if entry.get("topic_name") == topic and entry.get("topic_partition") == str(
@@ -256,7 +276,7 @@ async def _position(task: RangeTask, position: str) -> tuple[NodeInfo, int]:
     """Create ``task.channel`` on the partition's leader and move it to ``position`` (see
     :func:`~nsq_ha.admin.seek_position`); return the leader and the partition's write end just
     before the channel was made."""
-    leaders, extents = await _leaders_and_extents(task.lookupd, task.topic)
+    leaders, extents = await _leaders_and_extents(task.lookupd, task.topic, task.partition)
     node = leaders.get(task.partition)
     extent = extents.get(task.partition)
     if node is None or extent is None:
@@ -275,7 +295,16 @@ async def _drop_channel(node: NodeInfo, task: RangeTask) -> None:
         log.warning("could not delete the read channel %s: %s", task.channel, exc)
 
 
+#: messages a range read lets nsqd send ahead of its answers (plain topics; an ordered topic
+#: has one message out at a time whatever this says)
+READ_WINDOW = 2000
+#: messages handed from the event loop to the Spark task at once (one Arrow batch each)
+CHUNK = 4096
+
+
 def _subscribe(task: RangeTask) -> Consumer:
+    """A blocking consumer of the task's partition, ordered (one message at a time): used to
+    find the first message at a timestamp."""
     return Consumer(
         task.topic,
         task.channel,
@@ -289,20 +318,47 @@ def _subscribe(task: RangeTask) -> Consumer:
     )
 
 
-def _finish_quietly(message: Message) -> None:
-    """FIN, for the channel's sake only: the range, not the channel's cursor, says what is read.
-
-    Right after ``setoffset`` the fork may deliver a message twice (what it had in flight or
-    read ahead, then the same message again from the new position, with the same id); the
-    second delivery makes the first one unanswerable, which is harmless here."""
+async def _open_range(task: RangeTask) -> AsyncConsumer:
+    """The consumer of a range read: ``SUB_ADVANCED`` with ``READ_WINDOW`` in flight on a plain
+    topic (every message carries its offset, delivery stays in queue order since nothing is
+    requeued), ``SUB_ORDERED`` on an ordered topic (which refuses anything else)."""
+    consumer = AsyncConsumer(
+        task.topic,
+        task.channel,
+        lookupd=list(task.lookupd),
+        partitions=[task.partition],
+        with_offsets=True,
+        max_in_flight=READ_WINDOW,
+        max_attempts=0,
+        backoff=None,
+        drain_timeout=1.0,
+    )
     try:
-        message.finish()
-    except NsqError as exc:
-        log.debug("not finished (harmless for a replayable read): %s", exc)
+        await consumer.start()
+    except BaseException:
+        await consumer.close(drain_timeout=0)
+        raise
+    return consumer
 
 
-def read_range(task: RangeTask) -> Iterator[tuple[Any, ...]]:
-    """The rows of ``[task.start, task.end)`` of one partition, in offset order.
+async def _take(consumer: AsyncConsumer, wait: float) -> list[AsyncMessage]:
+    """What has arrived, up to :data:`CHUNK` messages (waiting up to ``wait`` s for the first),
+    each finished at once: for the channel's sake only, since the range, not the channel's
+    cursor, says what is read. Right after ``setoffset`` the fork may deliver a message twice
+    (what it had read ahead, then the same message from the new position, with the same id);
+    the second delivery makes the first one unanswerable, which is harmless here."""
+    batch = await consumer.get_many(CHUNK, wait)
+    for message in batch:
+        try:
+            message.finish_nowait()
+        except NsqError as exc:
+            log.debug("not finished (harmless for a replayable read): %s", exc)
+    return batch
+
+
+def read_chunks(task: RangeTask) -> Iterator[list[AsyncMessage]]:
+    """The messages of ``[task.start, task.end)`` of one partition, in offset order, in chunks
+    of up to :data:`CHUNK` (one hand-over from the event loop each).
 
     The read uses a channel of its own (``<query channel>_<partition>_<random>``), created at
     the partition's write end ``W``, moved to ``start``, deleted afterwards: no other reader's
@@ -325,7 +381,7 @@ def read_range(task: RangeTask) -> Iterator[tuple[Any, ...]]:
     count = 0
     read_ahead: set[int] = set()
     try:
-        consumer = _subscribe(fresh)
+        consumer: AsyncConsumer = _run(_open_range(fresh), 60.0)
         try:
             deadline = time.monotonic() + task.read_timeout
             while next_offset < task.end:
@@ -336,41 +392,54 @@ def read_range(task: RangeTask) -> Iterator[tuple[Any, ...]]:
                         f" s at offset {next_offset} (reading {task.start}..{task.end}, {count} "
                         "rows so far); raise readTimeout if nsqd is slow"
                     )
-                message = consumer.get(timeout=min(wait, 1.0))
-                if message is None:
-                    continue
-                offset, size = message.offset, message.raw_size
-                if offset is None or size is None:
-                    raise ProtocolError(
-                        f"{task.topic}/{task.partition}: an ordered delivery without offset"
-                    )
-                _finish_quietly(message)
-                if offset >= task.end:
-                    if offset < write_end or offset in read_ahead or offset == next_offset:
-                        break  # no message starts in [next_offset, end)
-                    read_ahead.add(offset)
-                    continue
-                if offset < next_offset:
-                    continue  # a second delivery of what was read
-                if count and offset != next_offset:
-                    log.warning(
-                        "%s/%d: a gap in the queue between %d and %d",
-                        task.topic,
-                        task.partition,
-                        next_offset,
-                        offset,
-                    )
-                count += 1
-                next_offset = offset + size
-                deadline = time.monotonic() + task.read_timeout
-                yield message_row(task.topic, message)
+                batch = _run(_take(consumer, min(wait, 1.0)), min(wait, 1.0) + 30.0)
+                rows: list[AsyncMessage] = []
+                for message in batch:
+                    offset, size = message.offset, message.raw_size
+                    if offset is None or size is None:
+                        raise ProtocolError(
+                            f"{task.topic}/{task.partition}: a delivery without its offset"
+                        )
+                    if offset >= task.end:
+                        if offset < write_end or offset in read_ahead or offset == next_offset:
+                            next_offset = task.end  # no message starts in [next_offset, end)
+                            break
+                        read_ahead.add(offset)
+                        continue
+                    if offset < next_offset:
+                        continue  # a second delivery of what was read
+                    if count and offset != next_offset:
+                        log.warning(
+                            "%s/%d: a gap in the queue between %d and %d",
+                            task.topic,
+                            task.partition,
+                            next_offset,
+                            offset,
+                        )
+                    count += 1
+                    next_offset = offset + size
+                    rows.append(message)
+                    if next_offset >= task.end:
+                        break
+                if rows:
+                    deadline = time.monotonic() + task.read_timeout
+                    yield rows
         finally:
-            consumer.close(drain_timeout=1.0)
+            _run(consumer.close(drain_timeout=1.0), 30.0)
     finally:
         _run(_drop_channel(node, fresh), 30.0)
     log.info(
         "%s/%d: read %d rows of %d..%d", task.topic, task.partition, count, task.start, task.end
     )
+
+
+def read_range(task: RangeTask) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``[task.start, task.end)`` of one partition, in offset order (the tuples of
+    :data:`SCHEMA`; :func:`read_chunks` says how the range is read)."""
+    topic = task.topic
+    for chunk in read_chunks(task):
+        for message in chunk:
+            yield message_row(topic, message)
 
 
 def resolve_timestamp(

@@ -228,6 +228,23 @@ def test_message_row_matches_the_schema_order() -> None:
     assert row[:5] == ("t", 2, 4096, 48, bytes(range(16)).hex())
     assert row[5] == -1  # u64 max as Java's long
     assert row[6] == 1
-    assert row[7] == datetime.fromtimestamp(1_700_000_000.123456789, tz=UTC)
+    assert row[7] == datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=UTC)  # us, truncated
     assert json.loads(row[8]) == {"nsq_key": "u7", "a": "b"}
     assert row[9:] == ("u7", b"payload")
+
+
+def test_the_arrow_rows_are_the_schema_and_the_values_of_message_row() -> None:
+    pytest.importorskip("pyarrow", reason="the spark extra is not installed")
+    from nsq_ha.spark.arrow import arrow_schema, record_batch, row_type
+    from nsq_ha.spark.source import SCHEMA
+
+    ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in row_type().fields)
+    assert ddl == SCHEMA.replace("long", "bigint")
+    plain = _Msg()
+    plain.ext_data = b""  # type: ignore[assignment]  # a message of a non-ext topic
+    batch = record_batch("t", [_Msg(), plain], arrow_schema())
+    assert batch.schema == arrow_schema()
+    assert [tuple(r.values()) for r in batch.to_pylist()] == [
+        message_row("t", _Msg()),
+        message_row("t", plain),
+    ]
