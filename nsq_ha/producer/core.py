@@ -55,7 +55,7 @@ from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, ProducerClosedError, PublishError
 from nsq_ha.lookup import LookupClient
 from nsq_ha.producer.args import per_message, sequence_of
-from nsq_ha.producer.batch import prepare_batch, prepare_one
+from nsq_ha.producer.batch import OutgoingMessage, plain_size, prepare_batch, prepare_one
 from nsq_ha.producer.config import ProducerConfig
 from nsq_ha.producer.idle import IdleTopics
 from nsq_ha.producer.lanes import Lanes, Outcome
@@ -349,6 +349,7 @@ class Producer:
         bodies: Sequence[bytes],
         *,
         sharding_key: ShardingKey | None = None,
+        sharding_keys: Sequence[ShardingKey] | None = None,
         partition: int | None = None,
         trace_ids: Sequence[int | None] | None = None,
         ext: ExtHeader | None = None,
@@ -357,10 +358,12 @@ class Producer:
         """Publish several messages, batched into as few ``MPUB*`` commands as the limits allow.
 
         Returns one result per body, in order. With a ``sharding_key`` or ``partition`` they
-        all go to that partition in order; otherwise each batch goes to the next partition.
-        ``trace_ids`` and ``exts`` give per-message values; ``ext`` one header for all. If some
-        batches fail, PublishError is raised after all have settled, with ``.results`` holding a
-        PublishResult or the exception per message.
+        all go to that partition in order; with ``sharding_keys`` (one key per body) each goes
+        to its key's partition, the messages of a partition in the order given (as that many
+        :meth:`publish` calls with those keys would, in one call per partition); otherwise each
+        batch goes to the next partition. ``trace_ids`` and ``exts`` give per-message values;
+        ``ext`` one header for all. If some batches fail, PublishError is raised after all have
+        settled, with ``.results`` holding a PublishResult or the exception per message.
         """
         if self._closing:
             raise ProducerClosedError("the producer is closed")
@@ -382,6 +385,10 @@ class Producer:
         messages, plain_bytes = prepare_batch(
             bodies, traces, headers, max_msg_size=self._max_msg_size
         )
+        if sharding_keys is not None:
+            if sharding_key is not None or partition is not None:
+                raise ConfigError("give sharding_keys= alone, without sharding_key= or partition=")
+            return await self._publish_by_key(topic, messages, sharding_keys)
         keyed = sharding_key is not None or partition is not None
         routes = self._routes.ready(topic, keyed) or await self._look_up(
             topic, sharding_key, partition
@@ -392,6 +399,38 @@ class Producer:
             if isinstance(outcome, BaseException):
                 raise _failure(topic, outcomes)
         return outcomes  # type: ignore[return-value]  # no exception among them: all results
+
+    async def _publish_by_key(
+        self, topic: str, messages: list[OutgoingMessage], sharding_keys: Sequence[ShardingKey]
+    ) -> list[PublishResult]:
+        """:meth:`publish_many` with a key per message: one lane submission per partition."""
+        keys = sequence_of(sharding_keys, "sharding_keys")
+        if len(keys) != len(messages):
+            raise ConfigError(f"sharding_keys has {len(keys)} entries for {len(messages)} bodies")
+        for key in keys:
+            if key is None:
+                raise ConfigError("sharding_keys has a None entry: every message needs a key")
+            self._routes.check(topic, key, None)
+        routes = self._routes.ready(topic, True) or await self._look_up(topic, keys[0], None)
+        self._routes.place(routes, messages, keys[0], None)  # the feature checks, once
+        by_slot: dict[int | None, list[int]] = {}
+        for index, key in enumerate(keys):
+            by_slot.setdefault(self._routes.slot_for(routes, key, None), []).append(index)
+        groups = list(by_slot.items())
+        parts = [[messages[i] for i in indexes] for _, indexes in groups]
+        settled = await asyncio.gather(
+            *(
+                self._lanes.submit(topic, slot, part, plain_size(part))
+                for (slot, _), part in zip(groups, parts, strict=True)
+            )
+        )
+        outcomes: list[Outcome | None] = [None] * len(messages)
+        for (_, indexes), results in zip(groups, settled, strict=True):
+            for index, outcome in zip(indexes, results, strict=True):
+                outcomes[index] = outcome
+        if not all(isinstance(o, PublishResult) for o in outcomes):
+            raise _failure(topic, outcomes)
+        return outcomes  # type: ignore[return-value]  # every one a PublishResult
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit
         """Stop accepting publishes, wait for the in-flight ones, then close the connections.

@@ -247,3 +247,28 @@ def test_sync_producer_from_plain_threads(cluster: Backend) -> None:
     assert offsets == sorted(offsets)  # one key: written in call order
     with pytest.raises(ProducerClosedError, match="closed"):
         producer.publish(T4, b"late")
+
+
+async def test_publish_many_with_a_key_per_message(cluster: Backend) -> None:
+    """``sharding_keys=``: each message on its key's partition, each partition's messages
+    stored in the order given, one result per body in body order; bad keys refused first."""
+    tag = uuid.uuid4().hex[:8]
+    conns = await subscribe_all(cluster, T4, f"bykey{tag}", 4)
+    strategy = get_strategy("murmur3")
+    keys = [f"k{i % 37}" for i in range(600)]
+    bodies = [f"{tag}|{key}|{i:04d}".encode() for i, key in enumerate(keys)]
+    async with Producer(lookupd=cluster.lookupd_http) as producer:
+        with pytest.raises(ConfigError, match="sharding_keys"):
+            await producer.publish_many(T4, bodies[:2], sharding_keys=keys[:1])
+        with pytest.raises(ConfigError, match="sharding_keys"):
+            await producer.publish_many(T4, bodies[:1], sharding_keys=keys[:1], sharding_key="x")
+        with pytest.raises(ConfigError):
+            await producer.publish_many(T4, bodies[:1], sharding_keys=[1.5])  # type: ignore[list-item]
+        results = await producer.publish_many(T4, bodies, sharding_keys=keys)
+    assert [r.partition for r in results] == [strategy.partition(k, 4) for k in keys]
+    stored = await read_all(conns, tag, len(bodies))
+    for partition, messages in stored.items():
+        mine = [m.body for m in messages if m.body.startswith(tag.encode())]
+        assert mine == [
+            b for b, k in zip(bodies, keys, strict=True) if strategy.partition(k, 4) == partition
+        ]
