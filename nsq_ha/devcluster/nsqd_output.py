@@ -1,7 +1,8 @@
 """One emulated nsqd connection's output side: compression and the node's write faults.
 
-:class:`FrameWriter` writes frames as the connection hands them over (the emulator does no
-output buffering), compressed once the connection negotiated snappy or deflate, and applies the
+:class:`FrameWriter` writes frames in the order the connection hands them over, the frames of
+one event-loop turn in one socket write (nsqd buffers its output too; the emulator never holds
+a frame past the turn), compressed once the connection negotiated snappy or deflate, and applies the
 node's :class:`~nsq_ha.devcluster.model.NodeFaults`: responses and errors held (``delay``) or
 swallowed (``drop``), and the connection cut after a byte budget (``cut_after``), possibly in
 the middle of a frame.
@@ -48,6 +49,10 @@ class FrameWriter:
         self._on_cut = on_cut
         self._cut_budget: int | None = None
         self._cut_epoch = -1
+        #: frames (final bytes) written this loop turn, sent together at its end
+        self._pending: list[bytes] = []
+        self._push_handle: asyncio.Handle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.arm_cut()
 
     def __repr__(self) -> str:
@@ -61,13 +66,15 @@ class FrameWriter:
             self._cut_budget = faults.cut_after
 
     def write(self, frame: bytes) -> None:
-        """Write one encoded frame now (or the part of it the cut budget leaves)."""
+        """Write one encoded frame (or the part of it the cut budget leaves) at the end of this
+        loop turn, with the turn's other frames."""
         if self.closed:
             return
         data = self.codec.compress(frame) if self.codec is not None else frame
         if self._cut_budget is not None:
             if len(data) >= self._cut_budget:
-                self.writer.write(data[: self._cut_budget])
+                self._pending.append(data[: self._cut_budget])
+                self._push()
                 self._record(
                     EventKind.CONNECTION_CUT,
                     node=self.node.index,
@@ -78,7 +85,24 @@ class FrameWriter:
                 self._on_cut()
                 return
             self._cut_budget -= len(data)
-        self.writer.write(data)
+        self._pending.append(data)
+        if self._push_handle is None:
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            self._push_handle = loop.call_soon(self._push)
+
+    def _push(self) -> None:
+        """Hand the frames written so far to the transport, as one write."""
+        if self._push_handle is not None:
+            self._push_handle.cancel()
+            self._push_handle = None
+        if not self._pending:
+            return
+        data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending.clear()
+        if not self.writer.transport.is_closing():
+            self.writer.write(data)
 
     async def respond(self, command: bytes, data: bytes, frame_type: FrameType) -> None:
         """Write a response or error frame, through the delay/drop faults."""
@@ -98,16 +122,21 @@ class FrameWriter:
 
     async def flush(self) -> None:
         """Wait until what was written is handed to the socket (errors ignored)."""
+        self._push()
         with contextlib.suppress(Exception):
             await self.writer.drain()
 
     async def start_tls(self, context: ssl.SSLContext) -> None:
         """Upgrade the connection to TLS (after the IDENTIFY answer went out)."""
+        self._push()
         await self.writer.drain()
         await self.writer.start_tls(context)
 
     def close(self, *, abort: bool) -> None:
         """Close the transport (``abort``: reset it, nothing flushed)."""
+        if abort:
+            self._pending.clear()
+        self._push()
         self.closed = True
         transport = self.writer.transport
         if abort:
