@@ -15,6 +15,7 @@ from pyspark import TaskContext
 from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceReader,
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
@@ -92,6 +93,9 @@ class NsqDataSource(DataSource):
 
     def schema(self) -> str:
         return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return NsqBatchReader(parse_read_options(self.options, batch=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return NsqWriter(_write_options(self.options, schema))
@@ -374,15 +378,96 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """The task's range as Arrow record batches, one per chunk the event loop hands over."""
-        if not isinstance(partition, _Range):
-            raise TypeError(f"not a partition of the nsq source: {partition!r}")
-        schema = arrow_schema()
-        topic = partition.task.topic
-        return (record_batch(topic, chunk, schema) for chunk in read_chunks(partition.task))
+        return _read_range_batches(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         log.debug("committed %s", end)
+
+
+def _read_range_batches(partition: InputPartition) -> Iterator[Any]:
+    """A task's range as Arrow record batches, one per chunk the event loop hands over."""
+    if not isinstance(partition, _Range):
+        raise TypeError(f"not a partition of the nsq source: {partition!r}")
+    schema = arrow_schema()
+    topic = partition.task.topic
+    return (record_batch(topic, chunk, schema) for chunk in read_chunks(partition.task))
+
+
+class NsqBatchReader(DataSourceReader):
+    """``spark.read.format("nsq")``: the fork's partitions between two positions, one Spark
+    task per partition. The ranges are fixed when Spark plans the read (``latest`` is the write
+    end then), so reading the same explicit offsets again gives the same rows while nsqd
+    retains them."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+
+    def _positions(
+        self,
+        wanted: str | dict[int, int],
+        timestamp_ms: int | None,
+        extents: dict[int, Extent],
+        channel: str,
+        *,
+        default: int,
+    ) -> dict[int, int]:
+        """Each partition's offset for an option's value: a timestamp, ``earliest`` (-2),
+        ``latest`` (-1) or a JSON object (a partition it leaves out takes ``default``)."""
+        opts = self.opts
+        result: dict[int, int] = {}
+        for p, extent in sorted(extents.items()):
+            if timestamp_ms is not None:
+                seconds = timestamp_ms // 1000
+                wait = min(opts.read_timeout, 5.0)
+                result[p] = resolve_timestamp(opts.endpoint, channel, p, seconds, extent, wait)
+                continue
+            if isinstance(wanted, dict):
+                value = wanted.get(p, default)
+            else:
+                value = -2 if wanted == "earliest" else -1
+            result[p] = {-2: extent.start, -1: extent.end}.get(value, value)
+        return result
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self.opts
+        if _read_mode(opts) != "replayable":
+            raise ConfigError(
+                f"{opts.endpoint.topic!r}: a batch read needs partition offsets (the fork in "
+                "cluster mode, through 'lookupd')"
+            )
+        channel = opts.channel or new_channel_name()
+        extents = fetch_extents(opts.endpoint)
+        begin = self._positions(
+            opts.starting, opts.starting_timestamp_ms, extents, channel, default=-2
+        )
+        stop = self._positions(opts.ending, opts.ending_timestamp_ms, extents, channel, default=-1)
+        begin = check_retained(
+            begin, extents, fail=opts.fail_on_data_loss, topic=opts.endpoint.topic
+        )
+        ranges = [
+            _Range(
+                RangeTask(
+                    lookupd=opts.endpoint.lookupd,
+                    topic=opts.endpoint.topic,
+                    channel=channel,
+                    partition=p,
+                    start=begin[p],
+                    end=min(stop[p], extents[p].end),
+                    read_timeout=opts.read_timeout,
+                )
+            )
+            for p in sorted(extents)
+            if begin[p] < min(stop[p], extents[p].end)
+        ]
+        log.info(
+            "%s: batch read of %s",
+            opts.endpoint.topic,
+            {r.task.partition: (r.task.start, r.task.end) for r in ranges},
+        )
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _read_range_batches(partition)
 
 
 class NsqDriverReader(SimpleDataSourceStreamReader):

@@ -20,7 +20,10 @@ Write options
 Read options
     ``mode`` ``auto`` | ``replayable`` | ``driver``; ``channel``; ``startingOffsets``
     (``latest`` | ``earliest`` | JSON ``{"0": 123, "1": 0}``); ``startingTimestamp``
-    (milliseconds since the epoch, like Kafka's); ``maxBytesPerTrigger``;
+    (milliseconds since the epoch, like Kafka's); batch reads (``spark.read``) also take
+    ``endingOffsets`` (``latest``, the default, or JSON) or ``endingTimestamp`` (ms: the range
+    ends before the first message at or after it), and start at ``earliest`` by default; a
+    partition a JSON object leaves out takes the default; ``maxBytesPerTrigger``;
     ``maxMessagesPerTrigger`` (driver mode); ``failOnDataLoss`` (``true``); ``readTimeout``
     (60 s); ``walPath`` (driver mode: where batches are kept until Spark commits them);
     ``msgTimeout`` (driver mode, s); ``pollTimeout`` (driver mode, s to wait for a first message)
@@ -71,6 +74,8 @@ _READ_KEYS = {
     "channel",
     "startingoffsets",
     "startingtimestamp",
+    "endingoffsets",
+    "endingtimestamp",
     "maxbytespertrigger",
     "maxmessagespertrigger",
     "failondataloss",
@@ -122,6 +127,8 @@ class ReadOptions:
     channel: str | None = None
     starting: str | dict[int, int] = "latest"
     starting_timestamp_ms: int | None = None
+    ending: str | dict[int, int] = "latest"
+    ending_timestamp_ms: int | None = None
     max_bytes_per_trigger: int | None = None
     max_messages_per_trigger: int = 10_000
     fail_on_data_loss: bool = True
@@ -238,6 +245,8 @@ def _spell(low: str) -> str:
         "stampBatch",
         "startingOffsets",
         "startingTimestamp",
+        "endingOffsets",
+        "endingTimestamp",
         "maxBytesPerTrigger",
         "maxMessagesPerTrigger",
         "failOnDataLoss",
@@ -295,10 +304,11 @@ def parse_write_options(raw: Mapping[str, Any]) -> WriteOptions:
     )
 
 
-def parse_read_options(raw: Mapping[str, Any]) -> ReadOptions:
-    """Check and convert the options of an ``nsq`` streaming source; raises
-    :class:`OptionError`."""
-    opts = _Options(raw, _READ_KEYS, "spark.readStream.format('nsq')")
+def parse_read_options(raw: Mapping[str, Any], *, batch: bool = False) -> ReadOptions:
+    """Check and convert the options of an ``nsq`` source (``batch``: of ``spark.read``, which
+    starts at ``earliest`` by default and may end); raises :class:`OptionError`."""
+    what = "spark.read.format('nsq')" if batch else "spark.readStream.format('nsq')"
+    opts = _Options(raw, _READ_KEYS, what)
     endpoint = opts.endpoint()
     mode = (opts.text("mode") or "auto").lower()
     if mode not in ("auto", "replayable", "driver"):
@@ -313,13 +323,19 @@ def parse_read_options(raw: Mapping[str, Any]) -> ReadOptions:
             validate_channel(channel)
         except ConfigError as exc:
             raise OptionError(f"option 'channel': {exc}") from None
-    starting = _starting(opts)
-    timestamp = opts.text("startingtimestamp")
-    timestamp_ms: int | None = None
-    if timestamp is not None:
-        if opts.text("startingoffsets") is not None:
-            raise OptionError("give 'startingOffsets' or 'startingTimestamp', not both")
-        timestamp_ms = opts.integer("startingtimestamp", 0, 0)
+    starting = _offsets(opts, "startingoffsets", "earliest" if batch else "latest")
+    timestamp_ms = _timestamp(opts, "startingtimestamp", "startingoffsets")
+    ending = _offsets(opts, "endingoffsets", "latest")
+    ending_ms = _timestamp(opts, "endingtimestamp", "endingoffsets")
+    if not batch:
+        for key in ("endingoffsets", "endingtimestamp"):
+            if opts.text(key) is not None:
+                raise OptionError(
+                    f"option {opts.name(key)!r} is for batch reads (spark.read); a stream has "
+                    "no end"
+                )
+    if batch and mode == "driver":
+        raise OptionError("a batch read needs offsets: mode must be auto or replayable")
     max_bytes_raw = opts.text("maxbytespertrigger")
     max_bytes = None if max_bytes_raw is None else opts.integer("maxbytespertrigger", 0, 1)
     return ReadOptions(
@@ -328,6 +344,8 @@ def parse_read_options(raw: Mapping[str, Any]) -> ReadOptions:
         channel=channel,
         starting=starting,
         starting_timestamp_ms=timestamp_ms,
+        ending=ending,
+        ending_timestamp_ms=ending_ms,
         max_bytes_per_trigger=max_bytes,
         max_messages_per_trigger=opts.integer("maxmessagespertrigger", 10_000, 1),
         fail_on_data_loss=opts.boolean("failondataloss", True),
@@ -338,13 +356,24 @@ def parse_read_options(raw: Mapping[str, Any]) -> ReadOptions:
     )
 
 
-def _starting(opts: _Options) -> str | dict[int, int]:
-    raw = opts.text("startingoffsets")
+def _timestamp(opts: _Options, key: str, offsets_key: str) -> int | None:
+    """A timestamp option in ms (``None`` when absent), refused beside its offsets option."""
+    if opts.text(key) is None:
+        return None
+    if opts.text(offsets_key) is not None:
+        raise OptionError(f"give {opts.name(offsets_key)!r} or {opts.name(key)!r}, not both")
+    return opts.integer(key, 0, 0)
+
+
+def _offsets(opts: _Options, key: str, default: str) -> str | dict[int, int]:
+    raw = opts.text(key)
     if raw is None:
-        return "latest"
+        return default
     if raw.lower() in ("latest", "earliest"):
+        if key == "endingoffsets" and raw.lower() == "earliest":
+            raise OptionError(f"option {opts.name(key)!r} cannot be earliest (nothing to read)")
         return raw.lower()
-    name = opts.name("startingoffsets")
+    name = opts.name(key)
     try:
         data = json.loads(raw)
     except ValueError:

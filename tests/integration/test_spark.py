@@ -41,6 +41,8 @@ from nsq_ha.admin import LookupdAdmin  # noqa: E402
 from nsq_ha.devcluster import DevClusterThread  # noqa: E402
 from nsq_ha.routing import partition_for_key  # noqa: E402
 from nsq_ha.spark import STAMP_KEYS, co_partition, register  # noqa: E402
+from nsq_ha.spark.options import parse_read_options  # noqa: E402
+from nsq_ha.spark.source import fetch_extents  # noqa: E402
 from nsq_ha.sync import Producer  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -345,6 +347,52 @@ def test_replayable_read_restarts_from_its_checkpoint_and_rereads_exact_ranges(
         f"{replayed} re-read after the restart with the same {len(again['a'])} rows; every "
         "offset in exactly one checkpointed range"
     )
+
+
+def test_batch_read_gives_the_offset_range_asked_for_and_the_same_rows_again(
+    spark: SparkSession, backend: tuple[Backend, dict[str, str]]
+) -> None:
+    """``spark.read.format("nsq")``: from recorded positions to ``latest``, then a JSON range
+    of each partition's middle, read twice: exactly the published messages of each range, the
+    same rows both times."""
+    where, names = backend
+    topic = names["events"]
+    endpoint = parse_read_options({"lookupd": where.lookupd, "topic": topic}).endpoint
+    before = {p: e.end for p, e in fetch_extents(endpoint).items()}
+    with Producer(lookupd=where.lookupd, trace=True) as producer:
+        futures = [
+            producer.publish_async(topic, f"b{i:04d}".encode(), sharding_key=f"k{i % 12}")
+            for i in range(800)
+        ]
+        published = {(r.partition, r.offset): r for r in (f.result(60) for f in futures)}
+    bodies = {(p, o): f"b{i:04d}" for i, (p, o) in enumerate(published)}
+
+    def read(**options: str) -> list[tuple[int, int, str]]:
+        reader = spark.read.format("nsq").option("lookupd", where.lookupd).option("topic", topic)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return sorted(
+            (r["partition"], r["offset"], bytes(r["body"]).decode())
+            for r in reader.load().select("partition", "offset", "body").collect()
+        )
+
+    everything = read(startingOffsets=json.dumps({str(p): o for p, o in before.items()}))
+    assert everything == sorted((p, o, b) for (p, o), b in bodies.items())
+    middle: dict[str, tuple[int, int]] = {}
+    for p in sorted(before):
+        offsets = sorted(o for (q, o) in published if q == p)
+        middle[str(p)] = (offsets[len(offsets) // 4], offsets[3 * len(offsets) // 4])
+    ranged = {
+        "startingOffsets": json.dumps({p: lo for p, (lo, _) in middle.items()}),
+        "endingOffsets": json.dumps({p: hi for p, (_, hi) in middle.items()}),
+    }
+    first, second = read(**ranged), read(**ranged)
+    want = sorted(
+        (p, o, b) for (p, o), b in bodies.items() if middle[str(p)][0] <= o < middle[str(p)][1]
+    )
+    assert first == want
+    assert second == first
+    print(f"\n{where.name}: batch read {len(everything)} rows, then {len(first)} twice")
 
 
 def test_driver_source_on_vanilla_is_at_least_once_across_a_restart(

@@ -248,3 +248,27 @@ def test_the_arrow_rows_are_the_schema_and_the_values_of_message_row() -> None:
         message_row("t", _Msg()),
         message_row("t", plain),
     ]
+
+
+def test_batch_read_options_start_at_earliest_and_may_end() -> None:
+    base = {"lookupd": L, "topic": "t"}
+    batch = parse_read_options(base, batch=True)
+    assert (batch.starting, batch.ending) == ("earliest", "latest")
+    assert parse_read_options(base).starting == "latest"  # a stream starts at the end
+    ranged = parse_read_options(
+        {**base, "startingOffsets": '{"0": 10}', "endingOffsets": '{"0": 99, "1": -1}'},
+        batch=True,
+    )
+    assert (ranged.starting, ranged.ending) == ({0: 10}, {0: 99, 1: -1})
+    assert (
+        parse_read_options({**base, "endingTimestamp": "1700"}, batch=True).ending_timestamp_ms
+        == 1700
+    )
+    with pytest.raises(OptionError, match="for batch reads"):
+        parse_read_options({**base, "endingOffsets": "latest"})
+    with pytest.raises(OptionError, match="cannot be earliest"):
+        parse_read_options({**base, "endingOffsets": "earliest"}, batch=True)
+    with pytest.raises(OptionError, match="not both"):
+        parse_read_options({**base, "endingOffsets": "latest", "endingTimestamp": "1"}, batch=True)
+    with pytest.raises(OptionError, match="batch read needs offsets"):
+        parse_read_options({**base, "mode": "driver", "channel": "c"}, batch=True)
