@@ -48,6 +48,10 @@ publishes the same rows concurrently.
   it: at-least-once (a crash redelivers unfinished messages), a replayed batch is identical.
   Options ``channel`` (required), ``walPath`` (required), ``maxMessagesPerTrigger``.
 
+**Batch reads** (``spark.read.format("nsq")``) read the replayable source's ranges between
+``startingOffsets`` (default ``earliest``) and ``endingOffsets`` (default ``latest``, fixed when
+Spark plans the read), or ``startingTimestamp`` / ``endingTimestamp``.
+
 Row schema: ``topic, partition, offset, raw_size, id, trace_id, attempts, timestamp, ext, key,
 body``. ``trace_id`` is a signed long (a u64 above 2**63 shows negative, as in the Java SDK).
 """
