@@ -372,10 +372,19 @@ _ASYNC = {
     ("nsq_ha", "hold"): hold,
     ("floor", "consume"): asyncio_floor,
 }
-_BLOCKING = {
+_BLOCKING: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("nsq_ha-sync", "consume"): consume_sync,
     ("raw", "consume"): raw_ordered,
+    ("nsq_ha", "spark-read"): lambda spec: _spark(spec, write=False),
+    ("nsq_ha", "spark-write"): lambda spec: _spark(spec, write=True),
 }
+
+
+def _spark(spec: dict[str, Any], *, write: bool) -> dict[str, Any]:
+    """A Spark workload (:mod:`nsq_ha.bench.spark_drivers`, imported only for these)."""
+    from nsq_ha.bench import spark_drivers
+
+    return spark_drivers.spark_write(spec) if write else spark_drivers.spark_read(spec)
 
 
 def _loop_factory(spec: dict[str, Any]) -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -170,6 +170,12 @@ class Report:
             return best[1] if best else None
 
         fork_why = f"no fork: {fork_missing}" if fork_missing else ""
+        spark_missing = self.bench.unavailable.get("spark", "")
+        spark_why = f"no spark: {spark_missing}" if spark_missing else ""
+
+        def thousands(value: float | None) -> float | None:
+            return None if value is None else value / 1000
+
         x, up, down = "x", True, False
         cpu = "cpu_per_100k"
         # issue 22's table, row by row, with its goals; then what must keep holding
@@ -235,6 +241,17 @@ class Report:
             Target("fork replica 3, durable / default topic (publish_many)",
                    _ratio(v("fork-pubmany-r3d", "nsq_ha"), v("fork-pubmany-r3", "nsq_ha")),
                    None, up, x, fork_why),
+            # issue 23: Spark local[2] on the embedded 3-node cluster, 4 partitions
+            Target("Spark stream read, plain topic",
+                   thousands(v("spark-read", "nsq_ha")), 100.0, up, "k rows/s", spark_why),
+            Target("Spark stream read / async for",
+                   _ratio(v("spark-read", "nsq_ha"), v("consume", "nsq_ha")),
+                   0.5, up, x, spark_why),
+            Target("Spark keyed batch write",
+                   thousands(v("spark-write", "nsq_ha")), 150.0, up, "k rows/s", spark_why),
+            Target("Spark keyed batch write / publish_many",
+                   _ratio(v("spark-write", "nsq_ha"), v("pubmany", "nsq_ha")),
+                   0.5, up, x, spark_why),
         ]  # fmt: skip
 
     def targets_markdown(self) -> str:

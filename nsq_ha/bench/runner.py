@@ -40,6 +40,7 @@ from nsq_ha.bench.workloads import (
     NSQ_HA_CLIENTS,
     PEERS,
     PROFILES,
+    SPARK_WORKLOADS,
     VANILLA_WORKLOADS,
     Profile,
     Workload,
@@ -125,6 +126,12 @@ class Bench:
         if importlib.util.find_spec("uvloop") is None:
             self.unavailable["nsq_ha-uvloop"] = "uvloop is not installed (the uvloop extra)"
             self.unavailable["floor-uvloop"] = "uvloop is not installed (the uvloop extra)"
+        if not self.profile.n_spark:
+            self.unavailable["spark"] = f"not in the {self.profile.name} profile"
+        elif importlib.util.find_spec("pyspark") is None:
+            self.unavailable["spark"] = "pyspark is not installed (the spark extra)"
+        elif shutil.which("java") is None:
+            self.unavailable["spark"] = "java is not on PATH (Spark needs a JVM)"
 
     # -- set-up -----------------------------------------------------------------------------
 
@@ -132,6 +139,8 @@ class Bench:
         chosen = list(VANILLA_WORKLOADS)
         if self.stage is not None and self.stage.fork is not None:
             chosen += FORK_WORKLOADS
+        if "spark" not in self.unavailable:
+            chosen += SPARK_WORKLOADS
         if self.only:
             chosen = [w for w in chosen if any(w.id.startswith(o) for o in self.only)]
         return chosen

@@ -79,7 +79,10 @@ class Stage:
         return f"b{self._seq}_{workload.id.replace('-', '_')}_{client.replace('-', '_')}"
 
     def place(self, workload: Workload, client: str, spec: dict[str, Any]) -> None:
-        """Where: a vanilla topic per run, or the fork topic of the workload (in ``spec``)."""
+        """Where: a vanilla topic per run, or the fork topic of the workload (in ``spec``); a
+        ``dev`` workload's driver starts its own embedded cluster."""
+        if workload.server == "dev":
+            return
         if workload.server == "vanilla":
             topic = self._fresh_name(workload, client)
             self.post(f"{self.vanilla_http}/topic/create", {"topic": topic})

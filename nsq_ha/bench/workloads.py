@@ -17,6 +17,7 @@ __all__ = [
     "NSQ_HA_CLIENTS",
     "PEERS",
     "PROFILES",
+    "SPARK_WORKLOADS",
     "VANILLA_WORKLOADS",
     "Profile",
     "Workload",
@@ -41,12 +42,13 @@ class Profile:
     rounds: int
     latency_seconds: float
     go_seconds: float  # bench_writer/bench_reader --runfor
+    n_spark: int = 0  # rows per Spark run (0: no Spark workloads)
 
 
 PROFILES = {
     "smoke": Profile("smoke", 2000, 500, 300, 1000, 1, 0.5, 0.3),
-    "quick": Profile("quick", 20000, 5000, 2000, 10000, 3, 1.5, 1.0),
-    "full": Profile("full", 100000, 20000, 10000, 10000, 5, 5.0, 3.0),
+    "quick": Profile("quick", 20000, 5000, 2000, 10000, 3, 1.5, 1.0, n_spark=100_000),
+    "full": Profile("full", 100000, 20000, 10000, 10000, 5, 5.0, 3.0, n_spark=300_000),
 }
 
 
@@ -56,7 +58,7 @@ class Workload:
 
     id: str
     title: str
-    server: str  # "vanilla" or a fork topic id
+    server: str  # "vanilla", a fork topic id, or "dev" (the driver starts an embedded cluster)
     kind: str  # the drivers' workload: pub1, pubmany, consume, latency, hold
     clients: tuple[str, ...]
     go: str | None = None  # "writer:<batch>" or "reader"
@@ -199,6 +201,24 @@ FORK_WORKLOADS = (
     ),
 )
 
+#: Spark local[2] against the embedded 3-node cluster (issue 23's setup)
+SPARK_WORKLOADS = (
+    Workload(
+        "spark-read",
+        "Spark local[2], embedded cluster: stream read of 4 partitions (availableNow, noop)",
+        "dev",
+        "spark-read",
+        ("nsq_ha",),
+    ),
+    Workload(
+        "spark-write",
+        "Spark local[2], embedded cluster: keyed batch write to 4 partitions",
+        "dev",
+        "spark-write",
+        ("nsq_ha",),
+    ),
+)
+
 #: the clients whose runs are nsq_ha's own drivers (``python -m nsq_ha.bench.drivers``)
 NSQ_HA_CLIENTS = frozenset(
     {
@@ -221,6 +241,8 @@ def base_spec(profile: Profile, workload: Workload, client: str) -> dict[str, An
     n = profile.n_ordered if workload.ordered else (profile.n_slow if workload.slow else profile.n)
     if workload.kind == "hold":
         n = profile.hold
+    if workload.kind.startswith("spark-"):
+        n = profile.n_spark
     return {
         "workload": workload.kind,
         "client": "nsq_ha" if client in _ASYNC_NSQ_HA else client.removesuffix("-uvloop"),

@@ -99,3 +99,30 @@ def test_a_result_line_becomes_the_workloads_figures() -> None:
     assert slow.note == "kept only 0.5k of 10k msgs/s"
     assert slow.describe() == "500 msgs/s p50 1.00 ms p99 3.00 ms (kept only 0.5k of 10k msgs/s)"
     assert Sample(error="boom").describe() == "ERROR boom"
+
+
+def test_the_spark_workloads_and_their_targets() -> None:
+    from nsq_ha.bench.workloads import SPARK_WORKLOADS
+
+    quick = PROFILES["quick"]
+    read, write = SPARK_WORKLOADS
+    assert base_spec(quick, read, "nsq_ha")["n"] == quick.n_spark == 100_000
+    assert base_spec(quick, write, "nsq_ha")["workload"] == "spark-write"
+    smoke = Bench(PROFILES["smoke"], use_fork=False)  # too heavy for the smoke run
+    assert smoke.unavailable["spark"] == "not in the smoke profile"
+    assert not {w.id for w in smoke.workloads()} & {"spark-read", "spark-write"}
+    bench = Bench(quick, use_fork=False)
+    bench.unavailable.pop("spark", None)
+    bench.cells = {
+        ("spark-read", "nsq_ha"): Cell([Sample(rate=60_000.0)]),
+        ("consume", "nsq_ha"): Cell([Sample(rate=120_000.0)]),
+        ("spark-write", "nsq_ha"): Cell([Sample(rate=160_000.0)]),
+        ("pubmany", "nsq_ha"): Cell([Sample(rate=400_000.0)]),
+    }
+    targets = {t.name: t for t in Report(bench).targets()}
+    read_rate = targets["Spark stream read, plain topic"]
+    assert (read_rate.value, read_rate.holds) == (60.0, False)  # k rows/s against 100k
+    assert targets["Spark stream read / async for"].value == pytest.approx(0.5)
+    assert targets["Spark keyed batch write"].holds is True
+    assert targets["Spark keyed batch write / publish_many"].value == pytest.approx(0.4)
+    assert targets["Spark keyed batch write / publish_many"].holds is False

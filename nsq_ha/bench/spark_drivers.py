@@ -1,0 +1,153 @@
+"""The Spark workloads of the bench, as issue 23 measures them: Spark ``local[2]`` against the
+embedded 3-node cluster (started in the driver process), a 4-partition plain topic, 100-byte
+bodies.
+
+* ``spark-read``: ``n`` messages published, then ``readStream.format("nsq")`` from the offsets
+  before them with ``trigger(availableNow=True)`` into the ``noop`` sink, timed from the
+  query's start to its end. The same query runs once untimed before (JVM warm-up, Python
+  workers started): the figure is a warm session's.
+* ``spark-write``: ``df.write.format("nsq")`` of ``n`` keyed rows (500 keys), timed around
+  ``save()``, after an untimed write of 2000 rows.
+
+Both give ``count`` and ``seconds`` (rows per second); no CPU figure: the work is in the JVM and
+in Spark's Python workers, not in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+from nsq_ha.admin import LookupdAdmin
+from nsq_ha.bench.measure import body
+from nsq_ha.producer import Producer
+
+__all__ = ["spark_read", "spark_write"]
+
+#: partitions of the topic, as in the issue
+PARTITIONS = 4
+#: distinct keys of the keyed write
+KEYS = 500
+
+
+def _topic() -> str:
+    return f"bench_spark_{os.getpid()}_{int(time.time() * 1000) % 10**6}"
+
+
+async def _create(lookupd: str, topic: str) -> None:
+    async with LookupdAdmin(lookupd) as admin:
+        await admin.create_topic(topic, partitions=PARTITIONS, replicas=1, multi_part=True)
+        await admin.create_channel(topic, "bench", rewind=True)  # lookups need a channel
+
+
+async def _publish(lookupd: str, topic: str, count: int, size: int) -> None:
+    async with Producer(lookupd=lookupd) as producer:
+        bodies = [body(size)] * 500
+        left = count
+        while left > 0:
+            await producer.publish_many(topic, bodies[: min(500, left)])
+            left -= min(500, left)
+
+
+def _session() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from nsq_ha.spark import register
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("nsq_ha-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(PARTITIONS))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def _read_once(spark: Any, lookupd: str, topic: str, start: dict[int, int]) -> tuple[int, float]:
+    starting = json.dumps({str(p): o for p, o in start.items()})
+    with tempfile.TemporaryDirectory() as checkpoint:
+        began = time.perf_counter()
+        query = (
+            spark.readStream.format("nsq")
+            .option("lookupd", lookupd)
+            .option("topic", topic)
+            .option("startingOffsets", starting)
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        seconds = time.perf_counter() - began
+        rows = sum(int(p["numInputRows"]) for p in query.recentProgress)
+    return rows, seconds
+
+
+def spark_read(spec: dict[str, Any]) -> dict[str, Any]:
+    """The ``spark-read`` workload (see the module)."""
+    from nsq_ha.devcluster import DevClusterThread
+    from nsq_ha.spark.options import parse_read_options
+    from nsq_ha.spark.source import fetch_extents
+
+    n = spec["n"]
+    with DevClusterThread(nodes=3) as dev:
+        lookupd, topic = dev.lookupd_http, _topic()
+        asyncio.run(_create(lookupd, topic))
+        endpoint = parse_read_options({"lookupd": lookupd, "topic": topic}).endpoint
+        start = {p: e.end for p, e in fetch_extents(endpoint).items()}
+        asyncio.run(_publish(lookupd, topic, n, spec["size"]))
+        spark = _session()
+        try:
+            _read_once(spark, lookupd, topic, start)  # warm-up
+            rows, seconds = _read_once(spark, lookupd, topic, start)
+        finally:
+            spark.stop()
+    if rows != n:
+        raise RuntimeError(f"the stream read {rows} rows of the {n} published")
+    return {"count": rows, "seconds": seconds}
+
+
+def spark_write(spec: dict[str, Any]) -> dict[str, Any]:
+    """The ``spark-write`` workload (see the module)."""
+    from nsq_ha.devcluster import DevClusterThread
+
+    n = spec["n"]
+    with DevClusterThread(nodes=3) as dev:
+        lookupd, topic = dev.lookupd_http, _topic()
+        asyncio.run(_create(lookupd, topic))
+        spark = _session()
+        try:
+            from pyspark.sql import functions as F
+
+            def write(rows: int) -> float:
+                frame = spark.range(rows, numPartitions=PARTITIONS).select(
+                    F.lit(body(spec["size"])).alias("body"),
+                    (F.col("id") % KEYS).cast("string").alias("key"),
+                )
+                began = time.perf_counter()
+                (
+                    frame.write.format("nsq")
+                    .mode("append")
+                    .option("lookupd", lookupd)
+                    .option("topic", topic)
+                    .option("keyColumn", "key")
+                    .option("bodyColumn", "body")
+                    .save()
+                )
+                return time.perf_counter() - began
+
+            write(2000)  # warm-up
+            seconds = write(n)
+        finally:
+            spark.stop()
+    return {"count": n, "seconds": seconds}
