@@ -236,6 +236,13 @@ async def hold(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _ordered_opening(spec: dict[str, Any], name: str) -> bytes:
+    """What the raw and floor clients send first: magic, IDENTIFY, SUB_ORDERED, RDY 1."""
+    identify = {"client_id": name, "hostname": name, "feature_negotiation": False}
+    sub = encode_sub_ordered(spec["topic"], spec["channel"], spec.get("partition", 0))
+    return MAGIC_V2 + encode_identify(identify) + sub + encode_rdy(1)
+
+
 def raw_ordered(spec: dict[str, Any]) -> dict[str, Any]:
     """The one-round-trip-per-message bound: a blocking socket, SUB_ORDERED, RDY 1, FIN each.
 
@@ -248,11 +255,7 @@ def raw_ordered(spec: dict[str, Any]) -> dict[str, Any]:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     stream = sock.makefile("rb")
     size_type = struct.Struct(">ii")
-    identify = {"client_id": "raw", "hostname": "raw", "feature_negotiation": False}
-    sock.sendall(MAGIC_V2 + encode_identify(identify))
-    sock.sendall(
-        encode_sub_ordered(spec["topic"], spec["channel"], spec.get("partition", 0)) + encode_rdy(1)
-    )
+    sock.sendall(_ordered_opening(spec, "raw"))
     span = Span()
     got = 0
     while got < n:
@@ -340,11 +343,7 @@ async def asyncio_floor(spec: dict[str, Any]) -> dict[str, Any]:
     transport, proto = await loop.create_connection(
         lambda: _FloorProtocol(on_error), host, int(port)
     )
-    identify = {"client_id": "floor", "hostname": "floor", "feature_negotiation": False}
-    transport.write(MAGIC_V2 + encode_identify(identify))
-    transport.write(
-        encode_sub_ordered(spec["topic"], spec["channel"], spec.get("partition", 0)) + encode_rdy(1)
-    )
+    transport.write(_ordered_opening(spec, "floor"))
     span = Span()
     got = 0
     messages = proto.messages
