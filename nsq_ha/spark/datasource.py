@@ -35,21 +35,19 @@ from ..errors import ConfigError
 from ..lookup import LookupClient
 from .arrow import arrow_schema, record_batch
 from .options import ReadOptions, WriteOptions, parse_read_options, parse_write_options
+from .ranges import RangeTask, read_chunks, resolve_timestamp
 from .sink import BatchStamp, TaskOutcome, publish_rows
 from .source import (
     KEY_HEADER,
     SCHEMA,
     DriverReader,
     Extent,
-    RangeTask,
     _run,
     apply_byte_limit,
     check_retained,
     fetch_extents,
     is_fork,
     new_channel_name,
-    read_chunks,
-    resolve_timestamp,
 )
 
 __all__ = ["NsqCommitMessage", "NsqDataSource"]

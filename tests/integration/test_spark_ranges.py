@@ -9,7 +9,8 @@ import pytest
 
 from nsq_ha.admin import TopicSpec
 from nsq_ha.spark.options import parse_read_options
-from nsq_ha.spark.source import RangeTask, fetch_extents, read_chunks, read_range
+from nsq_ha.spark.ranges import RangeTask, read_chunks, read_range
+from nsq_ha.spark.source import fetch_extents
 from nsq_ha.sync import Producer
 
 from .backend import Backend
