@@ -8,10 +8,12 @@ order to another topic.
 3. Spark ``local[2]`` streams ``payments`` with ``readStream.format("nsq")`` from the earliest
    offset (the replayable source on the fork: one Spark task per partition and batches of at most
    ``maxBytesPerTrigger``), ``trigger(availableNow=True)``, into Parquet with a checkpoint;
+   then ``spark.read.format("nsq")`` (a batch read, earliest to latest) reads it again;
 4. a batch job reads the Parquet, sums per user, places each user on the partition the producer
    would choose (``co_partition``), sorts by user and writes the totals with
    ``write.format("nsq")`` keyed by user;
-5. check: every payment was read (by partition and offset, once), every user's total arrived
+5. check: every payment was read (by partition and offset, once), the batch read gave the same
+   rows as the stream, every user's total arrived
    exactly once (one message per user; a redelivery of the same message is counted apart) with
    the right amount, on the user's partition, and each partition's totals came in ascending
    user order.
@@ -31,6 +33,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from _common import Report, parse_args, print_table, unique
 
@@ -162,6 +165,20 @@ def story(args: argparse.Namespace, report: Report) -> None:
                 f"published, {batches} micro-batches in {streamed:.1f}s",
             )
 
+            def keyed(frame: Any) -> list[tuple[int, int, bytes]]:
+                picked = frame.select("partition", "offset", "body").collect()
+                return sorted((r["partition"], r["offset"], bytes(r["body"])) for r in picked)
+
+            batch = (
+                spark.read.format("nsq").option("lookupd", lookupd).option("topic", payments).load()
+            )
+            batch_rows, stream_rows = keyed(batch), keyed(rows)
+            report.check(
+                "a batch read gives the stream's rows",
+                batch_rows == stream_rows,
+                f"{len(batch_rows)} rows from spark.read, {len(stream_rows)} streamed",
+            )
+
             schema = "user string, cents long, n long"
             parsed = rows.select(F.from_json(F.col("body").cast("string"), schema).alias("p"))
             sums = parsed.groupBy("p.user").agg(F.sum("p.cents").alias("cents"))
@@ -188,9 +205,7 @@ def story(args: argparse.Namespace, report: Report) -> None:
             f"({again} redelivered)",
         )
         misplaced = [u for p, u, _ in got if p != partition_for_key(u, PARTITIONS)]
-        report.check(
-            "each user on its partition", not misplaced, f"{len(misplaced)} elsewhere"
-        )
+        report.check("each user on its partition", not misplaced, f"{len(misplaced)} elsewhere")
         per_partition: dict[int, list[str]] = defaultdict(list)
         for partition, user, _ in got:
             per_partition[partition].append(user)
@@ -203,10 +218,7 @@ def story(args: argparse.Namespace, report: Report) -> None:
         print_table(
             "totals per partition",
             ["partition", "users", "first", "last"],
-            [
-                [p, len(users), users[0], users[-1]]
-                for p, users in sorted(per_partition.items())
-            ],
+            [[p, len(users), users[0], users[-1]] for p, users in sorted(per_partition.items())],
         )
 
 
