@@ -15,10 +15,10 @@ and message encoders.  What it reproduces (PROTOCOL.md §1-§4, checklist §9):
 * message frames with the ext and detail parts exactly per subscription (§4.2), sample rate and
   ``ext_filter`` (:mod:`.ext_filter`; non-matching messages are acknowledged for the channel).
 
-Deliberately not reproduced: nsqd's output buffering (frames are written at once, so the
-emulator has no 50 ms round trip), AUTH (there is no auth server: ``E_AUTH_DISABLED``),
-``desired_tag`` dispatch (the tag is echoed in IDENTIFY but every subscriber gets every message),
-the connection-count limit and the idle-consumer reaper of §1.4.
+Deliberately not reproduced: nsqd's output buffering timeout (the frames of one loop turn are
+written together at its end, so the emulator has no 50 ms round trip), AUTH (there is no auth
+server: ``E_AUTH_DISABLED``), ``desired_tag`` dispatch (the tag is echoed in IDENTIFY but every
+subscriber gets every message), the connection-count limit and the idle-consumer reaper of §1.4.
 
 The server sees its cluster only as a :class:`~nsq_ha.devcluster.view.ClusterView`; its
 connections join channels as :class:`~nsq_ha.devcluster.model.Subscriber` objects.

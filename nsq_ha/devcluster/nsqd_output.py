@@ -2,10 +2,10 @@
 
 :class:`FrameWriter` writes frames in the order the connection hands them over, the frames of
 one event-loop turn in one socket write (nsqd buffers its output too; the emulator never holds
-a frame past the turn), compressed once the connection negotiated snappy or deflate, and applies the
-node's :class:`~nsq_ha.devcluster.model.NodeFaults`: responses and errors held (``delay``) or
-swallowed (``drop``), and the connection cut after a byte budget (``cut_after``), possibly in
-the middle of a frame.
+a frame past the turn), compressed once the connection negotiated snappy or deflate, and
+applies the node's :class:`~nsq_ha.devcluster.model.NodeFaults`: responses and errors held
+(``delay``) or swallowed (``drop``), and the connection cut after a byte budget
+(``cut_after``), possibly in the middle of a frame.
 """
 
 from __future__ import annotations
