@@ -300,6 +300,8 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self._target: dict[int, int] | None = None
+        #: the write ends the last latestOffset() found (what reportLatestOffset() reports)
+        self._latest: dict[str, Any] | None = None
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {p: e.end for p, e in self._extents().items()}
@@ -334,6 +336,9 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         extents = self._extents()
+        self._latest = _offset(
+            start["topic"], start["channel"], {p: e.end for p, e in extents.items()}
+        )
         begin = _positions(start)
         for p, extent in extents.items():
             begin.setdefault(p, extent.start)  # a new partition is read from its start
@@ -348,7 +353,9 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _offset(start["topic"], start["channel"], apply_byte_limit(begin, ends, max_bytes))
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        return None
+        """Each partition's write end as the last :meth:`latestOffset` found it (no request of
+        its own): with the batch's end offset, query progress shows how far behind it is."""
+        return self._latest
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin = _positions(start)

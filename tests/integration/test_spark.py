@@ -395,6 +395,42 @@ def test_batch_read_gives_the_offset_range_asked_for_and_the_same_rows_again(
     print(f"\n{where.name}: batch read {len(everything)} rows, then {len(first)} twice")
 
 
+def test_query_progress_shows_the_latest_offsets_beside_the_batch_end(
+    spark: SparkSession, backend: tuple[Backend, dict[str, str]], tmp_path: Path
+) -> None:
+    """``reportLatestOffset``: each micro-batch's progress carries the partitions' write ends,
+    so a query held back by ``maxBytesPerTrigger`` shows how far behind it is."""
+    where, names = backend
+    topic = names["events"]
+    with Producer(lookupd=where.lookupd) as producer:
+        producer.publish_many(topic, [b"p%04d" % i for i in range(400)])
+    endpoint = parse_read_options({"lookupd": where.lookupd, "topic": topic}).endpoint
+    before = {str(p): e.end for p, e in fetch_extents(endpoint).items()}
+    (tmp_path / "out").mkdir()
+    query = _stream(
+        spark,
+        {
+            "lookupd": where.lookupd,
+            "topic": topic,
+            "startingOffsets": "earliest",
+            "maxBytesPerTrigger": "2048",
+        },
+        tmp_path / "out",
+        tmp_path / "checkpoint",
+        "a",
+    )
+    _run_until(query, lambda: len(query.recentProgress) >= 1, timeout=300)
+    after = {str(p): e.end for p, e in fetch_extents(endpoint).items()}
+    source = query.recentProgress[0]["sources"][0]
+    latest = json.loads(source["latestOffset"])["partitions"]
+    end = json.loads(source["endOffset"])["partitions"]
+    # the write ends when the batch was planned (the fork's /stats may trail a little)
+    assert set(latest) == set(before)
+    assert all(before[p] <= latest[p] <= after[p] for p in latest)
+    assert sum(end.values()) < sum(latest.values())  # 2 KiB read of far more
+    print(f"\n{where.name}: batch 0 ended at {end}, the partitions at {latest}")
+
+
 def test_driver_source_on_vanilla_is_at_least_once_across_a_restart(
     spark: SparkSession, vanilla_cluster: Any, tmp_path: Path
 ) -> None:
