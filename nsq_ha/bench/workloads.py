@@ -68,6 +68,8 @@ class Workload:
     keyed: bool = False
     ordered: bool = False
     slow: bool = False
+    #: at most this many rounds (None: the profile's), for workloads that start a JVM per run
+    max_rounds: int | None = None
 
 
 VANILLA_WORKLOADS = (
@@ -209,6 +211,7 @@ SPARK_WORKLOADS = (
         "dev",
         "spark-read",
         ("nsq_ha",),
+        max_rounds=2,
     ),
     Workload(
         "spark-write",
@@ -216,6 +219,7 @@ SPARK_WORKLOADS = (
         "dev",
         "spark-write",
         ("nsq_ha",),
+        max_rounds=2,
     ),
 )
 

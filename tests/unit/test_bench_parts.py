@@ -108,6 +108,7 @@ def test_the_spark_workloads_and_their_targets() -> None:
     read, write = SPARK_WORKLOADS
     assert base_spec(quick, read, "nsq_ha")["n"] == quick.n_spark == 100_000
     assert base_spec(quick, write, "nsq_ha")["workload"] == "spark-write"
+    assert read.max_rounds == write.max_rounds == 2  # a JVM per run: --quick stays < 5 min
     smoke = Bench(PROFILES["smoke"], use_fork=False)  # too heavy for the smoke run
     assert smoke.unavailable["spark"] == "not in the smoke profile"
     assert not {w.id for w in smoke.workloads()} & {"spark-read", "spark-write"}
@@ -126,3 +127,18 @@ def test_the_spark_workloads_and_their_targets() -> None:
     assert targets["Spark keyed batch write"].holds is True
     assert targets["Spark keyed batch write / publish_many"].value == pytest.approx(0.4)
     assert targets["Spark keyed batch write / publish_many"].holds is False
+
+
+def test_a_workload_with_max_rounds_runs_only_that_many() -> None:
+    from nsq_ha.bench.workloads import SPARK_WORKLOADS
+
+    bench = Bench(PROFILES["quick"], use_fork=False)  # 3 rounds
+    read = SPARK_WORKLOADS[0]
+    pub1 = next(w for w in VANILLA_WORKLOADS if w.id == "pub1")
+    bench.workloads = lambda: [pub1, read]  # type: ignore[method-assign]
+    bench.clients = lambda workload: ["nsq_ha"]  # type: ignore[method-assign]
+    bench.run_one = lambda workload, client: Sample(rate=1.0)  # type: ignore[method-assign]
+    bench.progress = lambda line: None  # type: ignore[method-assign]
+    bench.run_rounds()
+    assert len(bench.cells[("pub1", "nsq_ha")].samples) == 3
+    assert len(bench.cells[("spark-read", "nsq_ha")].samples) == 2
