@@ -46,9 +46,9 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self, TypeVar, cast
 
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.durations import seconds
@@ -58,7 +58,8 @@ from nsq_ha.producer.args import per_message, sequence_of
 from nsq_ha.producer.batch import OutgoingMessage, plain_size, prepare_batch, prepare_one
 from nsq_ha.producer.config import ProducerConfig
 from nsq_ha.producer.idle import IdleTopics
-from nsq_ha.producer.lanes import Lanes, Outcome
+from nsq_ha.producer.lanes import UNKNOWN, Lanes, Outcome, Outcomes, PlainBytes
+from nsq_ha.producer.order import ArrivalOrder
 from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.result import PublishResult
@@ -73,6 +74,7 @@ from nsq_ha.routing import ShardingKey, ShardingStrategy
 __all__ = ["Producer", "PublishResult"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class _Activity:
@@ -209,6 +211,7 @@ class Producer:
             linger=options.linger,
             max_batch=options.max_batch,
         )
+        self._order = ArrivalOrder()
         self._activity = _Activity()
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
@@ -330,15 +333,11 @@ class Producer:
             seconds_to_ms(defer, "defer")
             if sharding_key is not None or partition is not None:
                 raise ConfigError("defer= cannot be combined with sharding_key= or partition=")
-        keyed = sharding_key is not None or partition is not None
-        routes = self._routes.ready(topic, keyed) or await self._look_up(
-            topic, sharding_key, partition
-        )
-        slot = self._routes.place(routes, messages, sharding_key, partition, defer)
-        if defer is not None:  # DPUB carries one message: no batch to join
-            with self._activity:
+            routes = self._routes.ready(topic, False) or await self._look_up(topic, None, None)
+            self._routes.place(routes, messages, None, None, defer)
+            with self._activity:  # DPUB carries one message: no batch to join
                 return (await self._sender.send(topic, messages, slot=None, defer=defer))[0]
-        (outcome,) = await self._lanes.submit(topic, slot, messages)
+        (outcome,) = await self._queue(topic, messages, sharding_key, partition)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
@@ -389,12 +388,7 @@ class Producer:
             if sharding_key is not None or partition is not None:
                 raise ConfigError("give sharding_keys= alone, without sharding_key= or partition=")
             return await self._publish_by_key(topic, messages, sharding_keys)
-        keyed = sharding_key is not None or partition is not None
-        routes = self._routes.ready(topic, keyed) or await self._look_up(
-            topic, sharding_key, partition
-        )
-        slot = self._routes.place(routes, messages, sharding_key, partition)
-        outcomes = await self._lanes.submit(topic, slot, messages, plain_bytes)
+        outcomes = await self._queue(topic, messages, sharding_key, partition, plain_bytes)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise _failure(topic, outcomes)
@@ -411,19 +405,21 @@ class Producer:
             if key is None:
                 raise ConfigError("sharding_keys has a None entry: every message needs a key")
             self._routes.check(topic, key, None)
-        routes = self._routes.ready(topic, True) or await self._look_up(topic, keys[0], None)
-        self._routes.place(routes, messages, keys[0], None)  # the feature checks, once
-        by_slot: dict[int | None, list[int]] = {}
-        for index, key in enumerate(keys):
-            by_slot.setdefault(self._routes.slot_for(routes, key, None), []).append(index)
-        groups = list(by_slot.items())
-        parts = [[messages[i] for i in indexes] for _, indexes in groups]
-        settled = await asyncio.gather(
-            *(
-                self._lanes.submit(topic, slot, part, plain_size(part))
-                for (slot, _), part in zip(groups, parts, strict=True)
-            )
-        )
+        groups: list[tuple[int | None, list[int]]] = []
+
+        def submit(routes: Routes) -> asyncio.Future[list[Outcomes]]:
+            self._routes.place(routes, messages, keys[0], None)  # the feature checks, once
+            by_slot: dict[int | None, list[int]] = {}
+            for index, key in enumerate(keys):
+                by_slot.setdefault(self._routes.slot_for(routes, key, None), []).append(index)
+            groups.extend(by_slot.items())
+            futures = []
+            for slot, indexes in groups:
+                part = [messages[i] for i in indexes]
+                futures.append(self._lanes.submit(topic, slot, part, plain_size(part)))
+            return asyncio.gather(*futures)
+
+        settled = await self._in_turn(topic, keys[0], None, submit)
         outcomes: list[Outcome | None] = [None] * len(messages)
         for (_, indexes), results in zip(groups, settled, strict=True):
             for index, outcome in zip(indexes, results, strict=True):
@@ -431,6 +427,44 @@ class Producer:
         if not all(isinstance(o, PublishResult) for o in outcomes):
             raise _failure(topic, outcomes)
         return outcomes  # type: ignore[return-value]  # every one a PublishResult
+
+    async def _queue(
+        self,
+        topic: str,
+        messages: list[OutgoingMessage],
+        key: ShardingKey | None,
+        partition: int | None,
+        plain_bytes: PlainBytes = UNKNOWN,
+    ) -> Outcomes:
+        """Route ``messages`` and queue them on their lane; their outcomes once settled."""
+
+        def submit(routes: Routes) -> asyncio.Future[Outcomes]:
+            slot = self._routes.place(routes, messages, key, partition)
+            return self._lanes.submit(topic, slot, messages, plain_bytes)
+
+        return await self._in_turn(topic, key, partition, submit)
+
+    async def _in_turn(
+        self,
+        topic: str,
+        key: ShardingKey | None,
+        partition: int | None,
+        submit: Callable[[Routes], asyncio.Future[_T]],
+    ) -> _T:
+        """``submit`` a call with the topic's routes and wait for what it queued. A keyed call
+        queues at once when the routes are cached and no earlier keyed call is still waiting;
+        otherwise it takes its turn (:class:`ArrivalOrder`): keyed calls queue in call order."""
+        keyed = key is not None or partition is not None
+        if not (keyed and self._order.waiting(topic)):
+            routes = self._routes.ready(topic, keyed)
+            if routes is not None:
+                return await submit(routes)
+            if not keyed:
+                return await submit(await self._look_up(topic, key, partition))
+        async with self._order.turn(topic):
+            routes = self._routes.ready(topic, True) or await self._look_up(topic, key, partition)
+            future = submit(routes)
+        return await future
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit
         """Stop accepting publishes, wait for the in-flight ones, then close the connections.

@@ -26,7 +26,7 @@ from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage, plain_size
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import Routes
 
-__all__ = ["Call", "Lane", "Lanes", "Outcome", "Outcomes", "Run", "Window"]
+__all__ = ["UNKNOWN", "Call", "Lane", "Lanes", "Outcome", "Outcomes", "PlainBytes", "Run", "Window"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,8 @@ class _Unknown:
 
 
 UNKNOWN: Final = _Unknown()
+#: a call's plain (uncompressed body) bytes, None when they cannot be known, or UNKNOWN
+PlainBytes = int | _Unknown | None
 
 
 class Call:

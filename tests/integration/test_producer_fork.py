@@ -272,3 +272,52 @@ async def test_publish_many_with_a_key_per_message(cluster: Backend) -> None:
         assert mine == [
             b for b, k in zip(bodies, keys, strict=True) if strategy.partition(k, 4) == partition
         ]
+
+
+@pytest.mark.parametrize("how", ["publish", "publish_many"])
+async def test_keyed_calls_keep_call_order_while_the_first_waits_for_routes(
+    cluster: Backend, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keyed calls reach the partitions in the order they were made, even when a later call
+    finds the routes cached while an earlier one is still on its way back from the lookup.
+
+    The first lookup is made to finish slowly (its routes are cached at once, its caller
+    resumes 0.2 s later: what a retry's backoff or a busy loop does), and later calls start in
+    that window."""
+    tag = uuid.uuid4().hex[:8]
+    conns = await subscribe_all(cluster, T4, f"order{tag}", 4)
+    strategy = get_strategy("murmur3")
+    keys = [f"k{i % 5}" for i in range(40)]
+    bodies = [f"{tag}|{key}|{i:04d}".encode() for i, key in enumerate(keys)]
+    look_up = Producer._look_up
+    slow = [True]
+
+    async def slow_first(self: Producer, *args: object) -> object:
+        routes = await look_up(self, *args)  # type: ignore[arg-type]
+        if slow.pop() if slow else False:
+            await asyncio.sleep(0.2)
+        return routes
+
+    monkeypatch.setattr(Producer, "_look_up", slow_first)
+    async with Producer(lookupd=cluster.lookupd_http) as producer:
+
+        async def send(chunk: range) -> None:
+            if how == "publish_many":
+                await producer.publish_many(
+                    T4, [bodies[i] for i in chunk], sharding_keys=[keys[i] for i in chunk]
+                )
+            else:  # the calls are made in index order (gather starts them in order)
+                await asyncio.gather(
+                    *(producer.publish(T4, bodies[i], sharding_key=keys[i]) for i in chunk)
+                )
+
+        first = asyncio.create_task(send(range(0, 10)))
+        await asyncio.sleep(0.1)  # the lookup is done, the first call is still held
+        rest = [asyncio.create_task(send(range(start, start + 10))) for start in (10, 20, 30)]
+        await asyncio.gather(first, *rest)
+    stored = await read_all(conns, tag, len(bodies))
+    for partition, messages in stored.items():
+        mine = [m.body for m in messages if m.body.startswith(tag.encode())]
+        assert mine == [
+            b for b, k in zip(bodies, keys, strict=True) if strategy.partition(k, 4) == partition
+        ]
