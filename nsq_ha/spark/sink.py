@@ -154,24 +154,13 @@ def prepare(row: _RowLike, seq: int, opts: WriteOptions, stamp: BatchStamp | Non
 async def _publish_chunk(
     producer: AsyncProducer, topic: str, chunk: list[_Prepared], keyed: bool
 ) -> list[PublishResult | BaseException]:
-    """Publish one chunk on the producer's loop; keyed rows go through the partition lanes
-    (created here in row order), unkeyed ones as one publish_many."""
-    if keyed:
-        return list(
-            await asyncio.gather(
-                *(
-                    producer.publish(
-                        topic, m.body, sharding_key=m.key, trace_id=m.trace_id, ext=m.ext
-                    )
-                    for m in chunk
-                ),
-                return_exceptions=True,
-            )
-        )
+    """Publish one chunk on the producer's loop as one publish_many: keyed rows by their keys
+    (each partition's rows in row order, through its lane), unkeyed ones round-robin."""
     try:
         results = await producer.publish_many(
             topic,
             [m.body for m in chunk],
+            sharding_keys=[m.key for m in chunk if m.key is not None] if keyed else None,
             trace_ids=[m.trace_id for m in chunk],
             exts=[m.ext for m in chunk] if any(m.ext is not None for m in chunk) else None,
         )
