@@ -376,6 +376,7 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     start=begin[p],
                     end=stop[p],
                     read_timeout=self.opts.read_timeout,
+                    security=self.opts.endpoint.security,
                 )
             )
             for p in sorted(stop)
@@ -459,6 +460,7 @@ class NsqBatchReader(DataSourceReader):
                     start=begin[p],
                     end=min(stop[p], extents[p].end),
                     read_timeout=opts.read_timeout,
+                    security=opts.endpoint.security,
                 )
             )
             for p in sorted(extents)

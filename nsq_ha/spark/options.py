@@ -11,6 +11,14 @@ Common options
     ``topic``    the topic (required)
     ``strategy`` sharding strategy for keys: ``murmur3`` (Go SDK, default), ``java``, ``jump``
 
+Security and compression (source and sink; see :class:`nsq_ha.connection.Security`)
+    ``tls`` (``true`` when a ``tls*`` file is given), ``tlsCaFile``, ``tlsCertFile`` and
+    ``tlsKeyFile`` (paths that must exist where the connection is made: every executor),
+    ``tlsServerHostname``; ``authSecret`` or ``authSecretFile`` (its first line; Spark redacts
+    options named like ``secret`` in its UI and logs); ``allowPlaintextAuth`` (``false``: the
+    secret goes over TLS only); ``compression`` ``none`` | ``snappy`` | ``deflate``;
+    ``deflateLevel`` (1-9, 6)
+
 Write options
     ``bodyColumn`` (``body``), ``keyColumn``, ``traceColumn``, ``extColumns`` (comma list),
     ``trace`` (``false``: publish traced so each result has its offset), ``maxBatch`` (500),
@@ -34,9 +42,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..connection.security import Security
 from ..errors import ConfigError
 from ..protocol import validate_channel, validate_topic
 from ..routing import get_strategy
@@ -51,7 +60,20 @@ __all__ = [
 
 ReadMode = Literal["auto", "replayable", "driver"]
 
-_WRITE_KEYS = {
+#: how connections to nsqd are secured and compressed (source and sink alike)
+_SECURITY_KEYS = {
+    "tls",
+    "tlscafile",
+    "tlscertfile",
+    "tlskeyfile",
+    "tlsserverhostname",
+    "authsecret",
+    "authsecretfile",
+    "allowplaintextauth",
+    "compression",
+    "deflatelevel",
+}
+_WRITE_KEYS = _SECURITY_KEYS | {
     "lookupd",
     "nsqd",
     "topic",
@@ -66,7 +88,7 @@ _WRITE_KEYS = {
     "publishtimeout",
     "stampbatch",
 }
-_READ_KEYS = {
+_READ_KEYS = _SECURITY_KEYS | {
     "lookupd",
     "nsqd",
     "topic",
@@ -94,11 +116,14 @@ class OptionError(ConfigError):
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where the topic is: lookupd URLs (fork or vanilla) or nsqd TCP addresses (vanilla)."""
+    """Where the topic is: lookupd URLs (fork or vanilla) or nsqd TCP addresses (vanilla), and
+    how nsqd's connections are secured."""
 
     topic: str
     lookupd: tuple[str, ...] = ()
     nsqd: tuple[str, ...] = ()
+    #: TLS, AUTH and compression of the nsqd connections
+    security: Security = field(default_factory=Security)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,12 +254,58 @@ class _Options:
                 raise OptionError(
                     f"option 'lookupd': {url!r} is not an address such as http://host:4161"
                 )
-        return Endpoint(topic=topic, lookupd=lookupd, nsqd=nsqd)
+        return Endpoint(topic=topic, lookupd=lookupd, nsqd=nsqd, security=self.security())
+
+    def security(self) -> Security:
+        """TLS, AUTH and compression (see :class:`~nsq_ha.connection.Security`)."""
+        compression = (self.text("compression") or "none").lower()
+        if compression not in ("none", "snappy", "deflate"):
+            raise OptionError(
+                f"option {self.name('compression')!r} must be none, snappy or deflate, "
+                f"got {compression!r}"
+            )
+        level = self.integer("deflatelevel", 6, 1)
+        if level > 9:
+            raise OptionError(
+                f"option {self.name('deflatelevel')!r} must be from 1 to 9, got {level}"
+            )
+        if self.text("deflatelevel") is not None and compression != "deflate":
+            raise OptionError("option 'deflateLevel' needs compression=deflate")
+        files = ("tlscafile", "tlscertfile", "tlskeyfile", "tlsserverhostname")
+        given = [self.name(k) for k in files if self.text(k) is not None]
+        tls = self.boolean("tls", bool(given))
+        if given and not tls:
+            raise OptionError(f"option(s) {', '.join(given)} need tls=true")
+        try:
+            return Security(
+                tls=tls,
+                tls_ca_file=self.text("tlscafile"),
+                tls_cert_file=self.text("tlscertfile"),
+                tls_key_file=self.text("tlskeyfile"),
+                tls_server_hostname=self.text("tlsserverhostname"),
+                auth_secret=self.values.get("authsecret") or None,
+                auth_secret_file=self.text("authsecretfile"),
+                allow_plaintext_auth=self.boolean("allowplaintextauth", False),
+                compression=compression,  # type: ignore[arg-type]  # checked above
+                deflate_level=level,
+            )
+        except ConfigError as exc:  # the pairs: certificate and key, secret or its file
+            raise OptionError(
+                f"{exc} (options tlsCertFile/tlsKeyFile, authSecret/authSecretFile)"
+            ) from None
 
 
 def _spell(low: str) -> str:
     """The documented camelCase spelling of a lower-cased option key."""
     for name in (
+        "tlsCaFile",
+        "tlsCertFile",
+        "tlsKeyFile",
+        "tlsServerHostname",
+        "authSecret",
+        "authSecretFile",
+        "allowPlaintextAuth",
+        "deflateLevel",
         "bodyColumn",
         "keyColumn",
         "traceColumn",

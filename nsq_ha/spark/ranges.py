@@ -10,10 +10,11 @@ import logging
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..admin import NsqdAdmin, seek_position
+from ..connection.security import Security
 from ..consumer import Consumer as AsyncConsumer
 from ..consumer import Message as AsyncMessage
 from ..errors import DiscoveryError, NsqError, NsqTimeoutError, ProtocolError
@@ -38,6 +39,8 @@ class RangeTask:
     start: int
     end: int
     read_timeout: float
+    #: TLS, AUTH and compression of the partition's connection
+    security: Security = field(default_factory=Security)
 
 
 async def _position(task: RangeTask, position: str) -> tuple[NodeInfo, int]:
@@ -83,6 +86,7 @@ def _subscribe(task: RangeTask) -> Consumer:
         max_attempts=0,
         backoff=None,
         drain_timeout=1.0,
+        config=task.security.apply(),
     )
 
 
@@ -100,6 +104,7 @@ async def _open_range(task: RangeTask) -> AsyncConsumer:
         max_attempts=0,
         backoff=None,
         drain_timeout=1.0,
+        config=task.security.apply(),
     )
     try:
         await consumer.start()
@@ -226,6 +231,7 @@ def resolve_timestamp(
         0,
         0,
         wait,
+        endpoint.security,
     )
     node, write_end = _run(_position(task, seek_position(timestamp=seconds)), 60.0)
     write_end = int(write_end)
