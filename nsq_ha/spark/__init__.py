@@ -47,6 +47,11 @@ publishes the same rows concurrently.
   under ``walPath`` before Spark gets it and its messages are finished only when Spark commits
   it: at-least-once (a crash redelivers unfinished messages), a replayed batch is identical.
   Options ``channel`` (required), ``walPath`` (required), ``maxMessagesPerTrigger``.
+  ``walPath`` is a directory beside the checkpoint, on the checkpoint's file system: a local
+  path or a ``pyarrow.fs`` URI (``file:///…``, ``hdfs://namenode:8020/…``, ``s3://bucket/…``,
+  ``gs://…``, ``abfs://…``; credentials from the URI or that file system's environment, never
+  shown in logs). A location pyarrow cannot open fails the query when it starts. See
+  :mod:`nsq_ha.spark.wal`.
 
 **Batch reads** (``spark.read.format("nsq")``) read the replayable source's ranges between
 ``startingOffsets`` (default ``earliest``) and ``endingOffsets`` (default ``latest``, fixed when

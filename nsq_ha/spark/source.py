@@ -13,25 +13,23 @@ while the data is retained.
 
 **Driver** (vanilla NSQ, or ``mode=driver``). One consumer on the driver pulls up to
 ``maxMessagesPerTrigger`` messages per micro-batch, writes them to a write-ahead file under
-``walPath`` before handing them to Spark (a replayed batch is read from there, identical), keeps
-them in flight (touching them) and finishes them only when Spark commits the batch. If the
-driver dies, nsqd redelivers what was not finished: at-least-once.
+``walPath`` (a local path or a URI of HDFS or an object store, see :mod:`.wal`) before handing
+them to Spark (a replayed batch is read from there, identical), keeps them in flight (touching
+them) and finishes them only when Spark commits the batch. If the driver dies, nsqd redelivers
+what was not finished: at-least-once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -47,7 +45,8 @@ from ..lookup import LookupClient
 from ..lookup.http import tls_context
 from ..lookup.wire import NodeInfo
 from ..sync import Consumer, Message, shared_loop
-from .options import Endpoint, ReadOptions
+from .options import Endpoint, OptionError, ReadOptions
+from .wal import WriteAheadLog, redact_location
 
 __all__ = [
     "SCHEMA",
@@ -257,10 +256,11 @@ def new_channel_name() -> str:
 class DriverReader:
     """The at-least-once source's state on the driver (one per query run).
 
-    ``read(seq)`` pulls the next batch, writes it to ``<walPath>/<seq>.jsonl`` (then renames it
-    into place) before returning it, and holds the messages; ``commit(seq)`` finishes every
+    ``read(seq)`` pulls the next batch, writes it to ``<walPath>/<seq>.jsonl`` (atomically, see
+    :mod:`.wal`) before returning it, and holds the messages; ``commit(seq)`` finishes every
     held message of batches up to ``seq`` and deletes the files before ``seq``; ``replay(a,
-    b)`` reads batches ``a..b`` back from the files.
+    b)`` reads batches ``a..b`` back from the files. A ``walPath`` that cannot be opened raises
+    :class:`~.options.OptionError` here, before any message is consumed.
     """
 
     def __init__(self, opts: ReadOptions, channel: str) -> None:
@@ -271,7 +271,10 @@ class DriverReader:
             )
         self.opts = opts
         self.channel = channel
-        self.wal = Path(opts.wal_path)
+        try:
+            self.wal = WriteAheadLog(opts.wal_path)
+        except ConfigError as exc:
+            raise OptionError(f"option 'walPath': {exc}") from None
         self._consumer: Consumer | None = None
         self._held: dict[int, list[Message]] = {}
         self._lock = threading.Lock()
@@ -286,7 +289,7 @@ class DriverReader:
                 if endpoint.lookupd
                 else {"nsqd": list(endpoint.nsqd)}
             )
-            self.wal.mkdir(parents=True, exist_ok=True)
+            self.wal.create()
             self._consumer = Consumer(
                 endpoint.topic,
                 self.channel,
@@ -314,9 +317,6 @@ class DriverReader:
                     with contextlib.suppress(NsqError):
                         message.touch()
 
-    def _path(self, seq: int) -> Path:
-        return self.wal / f"{seq}.jsonl"
-
     def read(self, seq: int) -> list[tuple[Any, ...]]:
         """Pull batch ``seq`` (may be empty: nothing arrived within ``pollTimeout``)."""
         consumer = self._ensure()
@@ -332,29 +332,16 @@ class DriverReader:
             rows.append(message_row(self.opts.endpoint.topic, message))
         if not rows:
             return rows
-        self._persist(seq, rows)
+        self.wal.write(seq, rows)
         with self._lock:
             self._held[seq] = messages
         return rows
 
-    def _persist(self, seq: int, rows: list[tuple[Any, ...]]) -> None:
-        path = self._path(seq)
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as out:
-            for row in rows:
-                record = list(row)
-                record[7] = row[7].isoformat()
-                record[10] = base64.b64encode(row[10]).decode("ascii")
-                out.write(json.dumps(record) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-
     def replay(self, first: int, last: int) -> Iterator[tuple[Any, ...]]:
         """Batches ``first..last`` from the write-ahead files, exactly as handed out."""
         for seq in range(first, last + 1):
-            path = self._path(seq)
-            if not path.exists():
+            rows = self.wal.read(seq)
+            if rows is None:
                 if self.opts.fail_on_data_loss:
                     raise DataLossError(
                         f"batch {seq} of {self.opts.endpoint.topic!r} is not in {self.wal}: it "
@@ -362,12 +349,7 @@ class DriverReader:
                     )
                 log.warning("batch %d is not in %s; skipped", seq, self.wal)
                 continue
-            with open(path, encoding="utf-8") as lines:
-                for line in lines:
-                    record = json.loads(line)
-                    record[7] = datetime.fromisoformat(record[7])
-                    record[10] = base64.b64decode(record[10])
-                    yield tuple(record)
+            yield from rows
 
     def commit(self, seq: int) -> None:
         """Finish the messages of every batch up to ``seq``; drop the files before it."""
@@ -385,10 +367,10 @@ class DriverReader:
                         log.warning("could not finish %r: %s", message, exc)
         # the newest committed batch stays on disk: if the checkpoint lost its commit (a
         # crash while Spark wrote it), Spark asks for that batch again
-        for path in self.wal.glob("*.jsonl"):
-            with contextlib.suppress(ValueError, OSError):
-                if int(path.stem) < seq:
-                    path.unlink()
+        try:
+            self.wal.drop_before(seq)
+        except OSError as exc:  # kept for now: the next commit drops them
+            log.warning("could not list the batches in %s: %s", self.wal, redact_location(str(exc)))
         if finished:
             log.info("committed batches up to %d: finished %d messages", seq, finished)
 
