@@ -299,6 +299,7 @@ class DriverReader:
                 max_attempts=0,
                 backoff=None,
                 drain_timeout=1.0,
+                config=endpoint.security.apply(),
             )
             self._toucher = threading.Thread(
                 target=self._touch_loop, name="nsq_ha-spark-touch", daemon=True

@@ -18,6 +18,7 @@ import shutil
 import ssl
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,10 +34,12 @@ pyspark = pytest.importorskip(
 
 from pyspark.sql import SparkSession  # noqa: E402
 
+from nsq_ha.connection import Security  # noqa: E402
 from nsq_ha.devcluster import DevClusterThread  # noqa: E402
 from nsq_ha.spark import register  # noqa: E402
+from nsq_ha.sync import Producer  # noqa: E402
 from nsq_ha.testing.build import ServerBinaries  # noqa: E402
-from nsq_ha.testing.servers import ForkCluster  # noqa: E402
+from nsq_ha.testing.servers import ForkCluster, VanillaCluster  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -213,3 +216,56 @@ def test_the_fork_refuses_a_write_without_tls_and_the_secret_stays_home(
         _write(spark, secured, "plain", **plain)
     assert SECRET not in str(caught.value)
     assert len(secured.auth.queries) == queries_before  # the secret was never sent
+
+
+def test_the_driver_source_reads_vanilla_over_tls_and_auth(
+    spark: SparkSession,
+    vanilla_binaries: ServerBinaries,
+    pki: dict[str, str],
+    auth_server: AuthServer,
+    tmp_path: Path,
+) -> None:
+    """``mode=driver`` (vanilla nsqd with TLS and AUTH): the driver's own consumer uses the
+    options too."""
+    flags = [
+        f"--tls-cert={pki['server.pem']}",
+        f"--tls-key={pki['server.key']}",
+        f"--auth-http-address={auth_server.address}",
+    ]
+    security = {"tlsCaFile": pki["ca.pem"], "authSecretFile": pki["secret"]}
+    total = 500
+    with VanillaCluster(vanilla_binaries, nsqd_args=flags, node_count=1) as cluster:
+        nsqd = cluster.nodes[0].tcp_address
+        config = Security(tls=True, tls_ca_file=pki["ca.pem"], auth_secret=SECRET).apply()
+        with Producer(nsqd=nsqd, config=config) as producer:
+            producer.publish_many("sp_secure_v", [f"v{i:04d}".encode() for i in range(total)])
+        reader = spark.readStream.format("nsq")
+        options = {
+            "nsqd": nsqd,
+            "topic": "sp_secure_v",
+            "channel": "spark",
+            "walPath": str(tmp_path / "wal"),
+            "compression": "snappy",
+            **security,
+        }
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        query = (
+            reader.load()
+            .writeStream.format("memory")
+            .queryName("secure_driver")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .start()
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                seen = spark.sql("SELECT count(DISTINCT body) AS n FROM secure_driver").first()
+                if seen is not None and seen["n"] >= total:
+                    break
+                assert query.exception() is None, query.exception()
+                time.sleep(0.5)
+        finally:
+            query.stop()
+        rows = spark.sql("SELECT DISTINCT CAST(body AS STRING) AS b FROM secure_driver").collect()
+        assert sorted(r["b"] for r in rows) == [f"v{i:04d}" for i in range(total)]
