@@ -391,8 +391,13 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _read_range_batches(partition: InputPartition) -> Iterator[Any]:
-    """A task's range as Arrow record batches, one per chunk the event loop hands over."""
+    """A task's range as Arrow record batches, one per chunk the event loop hands over.
+
+    Nothing for ``InputPartition(None)``: what Spark plans in place of an empty list of
+    partitions (a batch read of an empty range)."""
     if not isinstance(partition, _Range):
+        if type(partition) is InputPartition and partition.value is None:
+            return iter(())
         raise TypeError(f"not a partition of the nsq source: {partition!r}")
     schema = arrow_schema()
     topic = partition.task.topic
