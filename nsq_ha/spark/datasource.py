@@ -34,6 +34,7 @@ from pyspark.sql.types import StructType
 from ..errors import ConfigError
 from ..lookup import LookupClient
 from .arrow import arrow_schema, record_batch
+from .channels import SWEEPER
 from .options import ReadOptions, WriteOptions, parse_read_options, parse_write_options
 from .ranges import RangeTask, read_chunks, resolve_timestamp
 from .sink import BatchStamp, TaskOutcome, publish_rows
@@ -388,6 +389,8 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         log.debug("committed %s", end)
+        opts = self.opts
+        SWEEPER.maybe_sweep(opts.endpoint.lookupd, opts.endpoint.topic, opts.stale_channel_timeout)
 
 
 def _read_range_batches(partition: InputPartition) -> Iterator[Any]:
@@ -446,6 +449,7 @@ class NsqBatchReader(DataSourceReader):
                 f"{opts.endpoint.topic!r}: a batch read needs partition offsets (the fork in "
                 "cluster mode, through 'lookupd')"
             )
+        SWEEPER.maybe_sweep(opts.endpoint.lookupd, opts.endpoint.topic, opts.stale_channel_timeout)
         channel = opts.channel or new_channel_name()
         extents = fetch_extents(opts.endpoint)
         begin = self._positions(

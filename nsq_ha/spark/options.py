@@ -34,7 +34,9 @@ Read options
     partition a JSON object leaves out takes the default; ``maxBytesPerTrigger``;
     ``maxMessagesPerTrigger`` (driver mode); ``failOnDataLoss`` (``true``); ``readTimeout``
     (60 s); ``walPath`` (driver mode: where batches are kept until Spark commits them);
-    ``msgTimeout`` (driver mode, s); ``pollTimeout`` (driver mode, s to wait for a first message)
+    ``msgTimeout`` (driver mode, s); ``pollTimeout`` (driver mode, s to wait for a first message);
+    ``staleChannelTimeout`` (600 s: the driver deletes a range read's channel older than this
+    that no consumer holds, left by a killed task; see :mod:`nsq_ha.spark.channels`)
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ _READ_KEYS = _SECURITY_KEYS | {
     "walpath",
     "msgtimeout",
     "polltimeout",
+    "stalechanneltimeout",
 }
 # options Spark itself adds or that users commonly pass along to every source and sink
 _SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
@@ -161,6 +164,7 @@ class ReadOptions:
     wal_path: str | None = None
     msg_timeout: float = 60.0
     poll_timeout: float = 1.0
+    stale_channel_timeout: float = 600.0
 
 
 class _Options:
@@ -325,6 +329,7 @@ def _spell(low: str) -> str:
         "walPath",
         "msgTimeout",
         "pollTimeout",
+        "staleChannelTimeout",
     ):
         if name.lower() == low:
             return name
@@ -424,6 +429,7 @@ def parse_read_options(raw: Mapping[str, Any], *, batch: bool = False) -> ReadOp
         wal_path=opts.text("walpath"),
         msg_timeout=opts.seconds("msgtimeout", 60.0),
         poll_timeout=opts.seconds("polltimeout", 1.0),
+        stale_channel_timeout=opts.seconds("stalechanneltimeout", 600.0),
     )
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from ..consumer import Message as AsyncMessage
 from ..errors import DiscoveryError, NsqError, NsqTimeoutError, ProtocolError
 from ..lookup.wire import NodeInfo
 from ..sync import Consumer
+from .channels import range_channel
 from .options import Endpoint
 from .source import Extent, _leaders_and_extents, _run, message_row
 
@@ -133,11 +133,12 @@ def read_chunks(task: RangeTask) -> Iterator[list[AsyncMessage]]:
     """The messages of ``[task.start, task.end)`` of one partition, in offset order, in chunks
     of up to :data:`CHUNK` (one hand-over from the event loop each).
 
-    The read uses a channel of its own (``<query channel>_<partition>_<random>``), created at
-    the partition's write end ``W``, moved to ``start``, deleted afterwards: no other reader's
-    state can reach it. Right after ``setoffset`` the fork may first deliver what the channel
-    had read ahead, which on a fresh channel lies at ``W`` or later; the positioned messages
-    follow, contiguous from the first message at or after ``start``. So a message at or past
+    The read uses a channel of its own (:func:`~nsq_ha.spark.channels.range_channel`; one a
+    killed task leaves behind is swept by the driver), created at the partition's write end
+    ``W``, moved to ``start``, deleted afterwards: no other reader's state can reach it.
+    Right after ``setoffset`` the fork may first deliver what the channel had read ahead,
+    which on a fresh channel lies at ``W`` or later; the positioned messages follow,
+    contiguous from the first message at or after ``start``. So a message at or past
     ``end`` ends the range if it lies before ``W``, or comes a second time, or continues the
     chain of what was read; otherwise it was read ahead and is skipped.
 
@@ -146,9 +147,7 @@ def read_chunks(task: RangeTask) -> Iterator[list[AsyncMessage]]:
     """
     if task.start >= task.end:
         return
-    fresh = dataclasses.replace(
-        task, channel=f"{task.channel[:40]}_{task.partition}_{secrets.token_hex(4)}"
-    )
+    fresh = dataclasses.replace(task, channel=range_channel(task.channel, task.partition))
     node, write_end = _run(_position(fresh, seek_position(offset=task.start)), 60.0)
     next_offset = task.start
     count = 0
@@ -226,7 +225,7 @@ def resolve_timestamp(
     task = RangeTask(
         endpoint.lookupd,
         endpoint.topic,
-        f"{channel[:40]}_{partition}_{secrets.token_hex(4)}",
+        range_channel(channel, partition),
         partition,
         0,
         0,
