@@ -33,7 +33,8 @@ Read options
     ends before the first message at or after it), and start at ``earliest`` by default; a
     partition a JSON object leaves out takes the default; ``maxBytesPerTrigger``;
     ``maxMessagesPerTrigger`` (driver mode); ``failOnDataLoss`` (``true``); ``readTimeout``
-    (60 s); ``walPath`` (driver mode: where batches are kept until Spark commits them);
+    (60 s); ``walPath`` (driver mode: where batches are kept until Spark commits them, a local
+    path or a ``pyarrow.fs`` URI such as ``hdfs://`` or ``s3://``, see :mod:`nsq_ha.spark.wal`);
     ``msgTimeout`` (driver mode, s); ``pollTimeout`` (driver mode, s to wait for a first message);
     ``staleChannelTimeout`` (600 s: the driver deletes a range read's channel older than this
     that no consumer holds, left by a killed task; see :mod:`nsq_ha.spark.channels`)
