@@ -1,4 +1,5 @@
-"""PySpark data source and sink for NSQ topics (Spark 4.2+, Python Data Source API).
+"""PySpark data source and sink for NSQ topics (PySpark 4.0+, Python Data Source API; the
+replayable streaming source needs 4.2+, see :mod:`nsq_ha.spark.compat`).
 
 ::
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .compat import to_arrow_schema
 from .source import ext_and_key, signed64
 
 if TYPE_CHECKING:
@@ -47,10 +48,8 @@ def row_type() -> StructType:
 
 def arrow_schema() -> pa.Schema:
     """The Arrow schema Spark expects for the source's rows from a Python data source (UTC
-    timestamps), as PySpark itself derives it."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(row_type(), timezone="UTC")
+    timestamps), as PySpark itself derives it (the keyword differs between versions)."""
+    return to_arrow_schema(row_type())
 
 
 def record_batch(topic: str, messages: Sequence[Any], schema: pa.Schema) -> pa.RecordBatch:

@@ -23,18 +23,20 @@ from pyspark.sql.datasource import (
     SimpleDataSourceStreamReader,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 from ..errors import ConfigError
 from ..lookup import LookupClient
 from .arrow import arrow_schema, record_batch
 from .channels import SWEEPER
+from .compat import (
+    REPLAYABLE_STREAM_READ,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    SupportsTriggerAvailableNow,
+    require,
+)
 from .options import ReadOptions, WriteOptions, parse_read_options, parse_write_options
 from .ranges import RangeTask, read_chunks, resolve_timestamp
 from .sink import BatchStamp, TaskOutcome, publish_rows
@@ -108,6 +110,7 @@ class NsqDataSource(DataSource):
             raise PySparkNotImplementedError(
                 errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
             )
+        require(REPLAYABLE_STREAM_READ)  # PySpark 4.2+ (nsq_ha.spark.compat)
         return NsqReplayableReader(opts)
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
@@ -397,9 +400,9 @@ def _read_range_batches(partition: InputPartition) -> Iterator[Any]:
     """A task's range as Arrow record batches, one per chunk the event loop hands over.
 
     Nothing for ``InputPartition(None)``: what Spark plans in place of an empty list of
-    partitions (a batch read of an empty range)."""
+    partitions (a batch read of an empty range); PySpark 4.0/4.1 plan ``None`` there."""
     if not isinstance(partition, _Range):
-        if type(partition) is InputPartition and partition.value is None:
+        if partition is None or (type(partition) is InputPartition and partition.value is None):
             return iter(())
         raise TypeError(f"not a partition of the nsq source: {partition!r}")
     schema = arrow_schema()

@@ -41,11 +41,17 @@ from nsq_ha.admin import LookupdAdmin  # noqa: E402
 from nsq_ha.devcluster import DevClusterThread  # noqa: E402
 from nsq_ha.routing import partition_for_key  # noqa: E402
 from nsq_ha.spark import STAMP_KEYS, co_partition, register  # noqa: E402
+from nsq_ha.spark.compat import REPLAYABLE_STREAM_READ, pyspark_version, supports  # noqa: E402
 from nsq_ha.spark.options import parse_read_options  # noqa: E402
 from nsq_ha.spark.source import fetch_extents  # noqa: E402
 from nsq_ha.sync import Producer  # noqa: E402
 
 pytestmark = pytest.mark.spark
+#: the replayable streaming source needs PySpark 4.2+ (test_spark_versions.py checks the refusal)
+needs_replayable_stream = pytest.mark.skipif(
+    not supports(REPLAYABLE_STREAM_READ),
+    reason=f"PySpark {pyspark_version()}: the replayable streaming source needs PySpark 4.2+",
+)
 
 ROWS = 100_000
 KEYS = 500
@@ -282,6 +288,7 @@ def _stream(
     )
 
 
+@needs_replayable_stream
 def test_replayable_read_restarts_from_its_checkpoint_and_rereads_exact_ranges(
     spark: SparkSession, backend: tuple[Backend, dict[str, str]], tmp_path: Path
 ) -> None:
@@ -396,6 +403,7 @@ def test_batch_read_gives_the_offset_range_asked_for_and_the_same_rows_again(
     print(f"\n{where.name}: batch read {len(everything)} rows, then {len(first)} twice")
 
 
+@needs_replayable_stream
 def test_query_progress_shows_the_latest_offsets_beside_the_batch_end(
     spark: SparkSession, backend: tuple[Backend, dict[str, str]], tmp_path: Path
 ) -> None:
