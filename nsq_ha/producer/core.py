@@ -413,10 +413,8 @@ class Producer:
             for index, key in enumerate(keys):
                 by_slot.setdefault(self._routes.slot_for(routes, key, None), []).append(index)
             groups.extend(by_slot.items())
-            futures = []
-            for slot, indexes in groups:
-                part = [messages[i] for i in indexes]
-                futures.append(self._lanes.submit(topic, slot, part, plain_size(part)))
+            parts = [(slot, [messages[i] for i in indexes]) for slot, indexes in groups]
+            futures = [self._lanes.submit(topic, s, p, plain_size(p)) for s, p in parts]
             return asyncio.gather(*futures)
 
         settled = await self._in_turn(topic, keys[0], None, submit)
@@ -461,9 +459,12 @@ class Producer:
                 return await submit(routes)
             if not keyed:
                 return await submit(await self._look_up(topic, key, partition))
-        async with self._order.turn(topic):
-            routes = self._routes.ready(topic, True) or await self._look_up(topic, key, partition)
-            future = submit(routes)
+        with self._activity:  # close() waits for a call waiting for its turn too
+            async with self._order.turn(topic):
+                routes = self._routes.ready(topic, True) or await self._look_up(
+                    topic, key, partition
+                )
+                future = submit(routes)
         return await future
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit

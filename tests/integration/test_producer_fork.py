@@ -321,3 +321,31 @@ async def test_keyed_calls_keep_call_order_while_the_first_waits_for_routes(
         assert mine == [
             b for b, k in zip(bodies, keys, strict=True) if strategy.partition(k, 4) == partition
         ]
+
+
+async def test_close_waits_for_a_keyed_call_waiting_for_its_turn(
+    cluster: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyed call queued behind another one's lookup is still the producer's work: close()
+    returns only once it has settled (here: published), even if the first call failed."""
+    look_up = Producer._look_up
+    calls = [0]
+
+    async def first_fails_slowly(self: Producer, *args: object) -> object:
+        calls[0] += 1
+        if calls[0] == 1:
+            await asyncio.sleep(0.3)
+            raise TopicNotFoundError("the first lookup failed (made up by the test)")
+        return await look_up(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Producer, "_look_up", first_fails_slowly)
+    producer = Producer(lookupd=cluster.lookupd_http)
+    first = asyncio.create_task(producer.publish(T4, b"first", sharding_key="k"))
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(producer.publish(T4, b"second", sharding_key="k"))
+    await asyncio.sleep(0.05)  # the second waits for the first's turn
+    await producer.close(timeout=30)
+    assert second.done(), "close() returned while a publish was still waiting"
+    with pytest.raises(TopicNotFoundError):
+        await first
+    assert isinstance(second.result(), PublishResult)
