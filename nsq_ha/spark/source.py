@@ -318,9 +318,20 @@ class DriverReader:
                     with contextlib.suppress(NsqError):
                         message.touch()
 
+    def _size_budget(self, consumer: Consumer) -> None:
+        """Give every connection room for two batches: the one Spark holds uncommitted (it
+        commits a batch only when it plans the next, and plans one only when a read returns
+        rows) and the next. nsqd's RDY budget is shared among the connections, so with a
+        fixed budget a partition holding all the messages could stop the query for good."""
+        batch = self.opts.max_messages_per_trigger
+        wanted = 2 * batch * max(1, len(consumer.aio.connections))
+        if consumer.aio.max_in_flight != wanted:
+            shared_loop().call_soon_threadsafe(consumer.aio.set_max_in_flight, wanted)
+
     def read(self, seq: int) -> list[tuple[Any, ...]]:
         """Pull batch ``seq`` (may be empty: nothing arrived within ``pollTimeout``)."""
         consumer = self._ensure()
+        self._size_budget(consumer)
         rows: list[tuple[Any, ...]] = []
         messages: list[Message] = []
         wait = self.opts.poll_timeout
