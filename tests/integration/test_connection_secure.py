@@ -9,14 +9,9 @@ upgrade is proven by a PUB/SUB round trip through it.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import ssl
-import threading
-import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -28,70 +23,17 @@ from nsq_ha.protocol.state import ConnState
 from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
 
+from .auth_server import IDENTITY, IDENTITY_URL, AuthServer, running_auth_server
 from .helpers import take
 
 GOOD_SECRET = "let-me-in"  # noqa: S105 - the test auth server's secret
 TOPIC = "cs_secure"
 
 
-@dataclass
-class AuthServer:
-    """nsqd's auth protocol: GET /auth?remote_ip&tls&secret -> JSON or 403."""
-
-    queries: list[dict[str, str]] = field(default_factory=list)
-    server: ThreadingHTTPServer | None = None
-
-    @property
-    def address(self) -> str:
-        assert self.server is not None
-        host, port = self.server.server_address[:2]
-        return f"{host!s}:{port}"
-
-
-def _handler(auth: AuthServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            query = dict(urllib.parse.parse_qsl(url.query))
-            auth.queries.append(query)
-            if url.path != "/auth" or query.get("secret") != GOOD_SECRET:
-                self.send_response(403)
-                self.end_headers()
-                return
-            body = json.dumps(
-                {
-                    "ttl": 3600,
-                    "identity": "test-user",
-                    "identity_url": "https://example.invalid/test-user",
-                    "authorizations": [
-                        {"permissions": ["subscribe", "publish"], "topic": ".*", "channels": [".*"]}
-                    ],
-                }
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            """Quiet."""
-
-    return Handler
-
-
 @pytest.fixture(scope="module")
 def auth_server() -> Iterator[AuthServer]:
-    auth = AuthServer()
-    auth.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(auth))
-    thread = threading.Thread(target=auth.server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with running_auth_server(GOOD_SECRET) as auth:
         yield auth
-    finally:
-        auth.server.shutdown()
-        auth.server.server_close()
-        thread.join(5)
 
 
 @pytest.fixture(scope="module")
@@ -185,8 +127,8 @@ async def test_upgrade_round_trip(
             assert negotiated.deflate_level == UPGRADES[upgrade].get("deflate_level", 6)
         assert negotiated.auth_required is True
         assert pub.auth == {
-            "identity": "test-user",
-            "identity_url": "https://example.invalid/test-user",
+            "identity": IDENTITY,
+            "identity_url": IDENTITY_URL,
             "permission_count": 1,
         }
         partition = 0 if pub.is_fork else None

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
 import shutil
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -40,11 +38,13 @@ from nsq_ha import Consumer  # noqa: E402
 from nsq_ha.admin import LookupdAdmin  # noqa: E402
 from nsq_ha.devcluster import DevClusterThread  # noqa: E402
 from nsq_ha.routing import partition_for_key  # noqa: E402
-from nsq_ha.spark import STAMP_KEYS, co_partition, register  # noqa: E402
+from nsq_ha.spark import STAMP_KEYS, co_partition  # noqa: E402
 from nsq_ha.spark.compat import REPLAYABLE_STREAM_READ, pyspark_version, supports  # noqa: E402
 from nsq_ha.spark.options import parse_read_options  # noqa: E402
 from nsq_ha.spark.source import fetch_extents  # noqa: E402
 from nsq_ha.sync import Producer  # noqa: E402
+
+from .spark_session import local_spark, run_until  # noqa: E402
 
 pytestmark = pytest.mark.spark
 #: the replayable streaming source needs PySpark 4.2+ (test_spark_versions.py checks the refusal)
@@ -61,19 +61,12 @@ KEYS = 500
 def spark() -> Iterator[SparkSession]:
     """One local Spark for the module: 2 cores, up to 4 attempts per task (local mode would
     otherwise never retry a failed task)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("nsq_ha-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
+    conf = {
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+    }
+    with local_spark("nsq_ha-tests", "local[2,4]", conf) as session:
+        yield session
 
 
 @dataclass
@@ -237,18 +230,6 @@ def _batches(out: Path) -> dict[tuple[int, str], list[dict[str, Any]]]:
     return result
 
 
-def _run_until(query: Any, done: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    try:
-        while not done():
-            if query.exception() is not None:
-                raise AssertionError(f"the query failed: {query.exception()}")
-            assert time.monotonic() < deadline, "the query did not get there in time"
-            time.sleep(0.2)
-    finally:
-        query.stop()
-
-
 def _forget_last_commit(checkpoint: Path) -> int:
     """Make the restarted query run its last committed batch N again, as after a crash between
     processing and committing it: delete ``commits/N`` and any later, uncommitted ``offsets/``
@@ -319,11 +300,11 @@ def test_replayable_read_restarts_from_its_checkpoint_and_rereads_exact_ranges(
         return {(r["partition"], r["offset"]) for rows in _batches(out).values() for r in rows}
 
     first = _stream(spark, options, out, checkpoint, "a")
-    _run_until(first, lambda: len(_batches(out)) >= 2, timeout=300)
+    run_until(first, lambda: len(_batches(out)) >= 2, timeout=300)
     assert len(seen()) < total, "the first run was meant to stop mid-way"
     replayed = _forget_last_commit(checkpoint)
     second = _stream(spark, options, out, checkpoint, "b")
-    _run_until(second, lambda: len(seen()) >= total, timeout=300)
+    run_until(second, lambda: len(seen()) >= total, timeout=300)
 
     batches = _batches(out)
     assert seen() == set(published), "a published message is missing (or a stranger came)"
@@ -428,7 +409,7 @@ def test_query_progress_shows_the_latest_offsets_beside_the_batch_end(
         tmp_path / "checkpoint",
         "a",
     )
-    _run_until(query, lambda: len(query.recentProgress) >= 1, timeout=300)
+    run_until(query, lambda: len(query.recentProgress) >= 1, timeout=300)
     after = {str(p): e.end for p, e in fetch_extents(endpoint).items()}
     source = query.recentProgress[0]["sources"][0]
     latest = json.loads(source["latestOffset"])["partitions"]
@@ -468,11 +449,11 @@ def test_driver_source_on_vanilla_is_at_least_once_across_a_restart(
         return Counter(r["body"] for rows in _batches(out).values() for r in rows)
 
     first = _stream(spark, options, out, checkpoint, "a")
-    _run_until(first, lambda: len(_batches(out)) >= 3, timeout=300)
+    run_until(first, lambda: len(_batches(out)) >= 3, timeout=300)
     assert len(bodies()) < total
     replayed = _forget_last_commit(checkpoint)
     second = _stream(spark, options, out, checkpoint, "b")
-    _run_until(second, lambda: len(bodies()) >= total, timeout=300)
+    run_until(second, lambda: len(bodies()) >= total, timeout=300)
     batches = _batches(out)
     again = {run: rows for (b, run), rows in batches.items() if b == replayed}
     assert set(again) == {"a", "b"}, f"batch {replayed} was not replayed: {sorted(batches)}"

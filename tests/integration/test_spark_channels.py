@@ -33,9 +33,10 @@ from nsq_ha.admin import LookupdAdmin
 from nsq_ha.devcluster import DevClusterThread
 from nsq_ha.lookup import LookupClient
 from nsq_ha.lookup.wire import V1_ACCEPT
-from nsq_ha.spark import register
 from nsq_ha.spark.channels import range_channel, range_channel_created
 from nsq_ha.sync import Consumer, Producer
+
+from .spark_session import local_spark
 
 pytestmark = pytest.mark.spark
 
@@ -115,17 +116,8 @@ def _wait(check: object, what: str, within: float) -> None:
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
     """The driver that sweeps: a Spark session in this process."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("nsq_ha-sweep-tests")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
+    with local_spark("nsq_ha-sweep-tests") as session:
+        yield session
 
 
 def test_a_killed_read_leaves_channels_that_the_driver_sweeps(

@@ -12,17 +12,12 @@ server saw the secret over TLS. Marked ``spark``.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import ssl
-import sys
-import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -36,53 +31,17 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 from nsq_ha.connection import Security  # noqa: E402
 from nsq_ha.devcluster import DevClusterThread  # noqa: E402
-from nsq_ha.spark import register  # noqa: E402
 from nsq_ha.sync import Producer  # noqa: E402
 from nsq_ha.testing.build import ServerBinaries  # noqa: E402
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster  # noqa: E402
+
+from .auth_server import AuthServer, running_auth_server  # noqa: E402
+from .spark_session import local_spark  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
 SECRET = "spark-may-pass"  # noqa: S105 - the test auth server's secret
 ROWS = 3000
-
-
-@dataclass
-class AuthServer:
-    """nsqd's auth protocol: ``GET /auth?remote_ip&tls&secret`` -> JSON, or 403."""
-
-    queries: list[dict[str, str]] = field(default_factory=list)
-    server: ThreadingHTTPServer | None = None
-
-    @property
-    def address(self) -> str:
-        assert self.server is not None
-        host, port = self.server.server_address[:2]
-        return f"{host!s}:{port}"
-
-
-def _auth_handler(auth: AuthServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            query = dict(urllib.parse.parse_qsl(url.query))
-            auth.queries.append(query)
-            if url.path != "/auth" or query.get("secret") != SECRET:
-                self.send_response(403)
-                self.end_headers()
-                return
-            grant = {"permissions": ["subscribe", "publish"], "topic": ".*", "channels": [".*"]}
-            body = json.dumps({"ttl": 3600, "identity": "spark", "authorizations": [grant]})
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body.encode())
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            """Quiet."""
-
-    return Handler
 
 
 @dataclass
@@ -114,31 +73,14 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("nsq_ha-secure-tests")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
+    with local_spark("nsq_ha-secure-tests") as session:
+        yield session
 
 
 @pytest.fixture(scope="module")
 def auth_server() -> Iterator[AuthServer]:
-    auth = AuthServer()
-    auth.server = ThreadingHTTPServer(("127.0.0.1", 0), _auth_handler(auth))
-    thread = threading.Thread(target=auth.server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with running_auth_server(SECRET) as auth:
         yield auth
-    finally:
-        auth.server.shutdown()
-        auth.server.server_close()
-        thread.join(5)
 
 
 @pytest.fixture(scope="module", params=["devcluster", "fork"])

@@ -17,10 +17,7 @@ warning filter turns into an error in whichever test the garbage collector finds
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,27 +35,18 @@ from pyspark.sql import functions as F  # noqa: E402
 from nsq_ha import Consumer  # noqa: E402
 from nsq_ha.admin import LookupdAdmin  # noqa: E402
 from nsq_ha.devcluster import DevClusterThread  # noqa: E402
-from nsq_ha.spark import register  # noqa: E402
 from nsq_ha.spark.compat import REPLAYABLE_STREAM_READ, pyspark_version, supports  # noqa: E402
 from nsq_ha.sync import Producer  # noqa: E402
+
+from .spark_session import local_spark, run_until  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("nsq_ha-versions")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
+    with local_spark("nsq_ha-versions", conf={"spark.sql.shuffle.partitions": "2"}) as session:
+        yield session
 
 
 @pytest.fixture(scope="module")
@@ -152,18 +140,6 @@ def _batches(out: Path) -> dict[tuple[int, str], list[str]]:
     return result
 
 
-def _run_until(query: Any, done: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    try:
-        while not done():
-            if query.exception() is not None:
-                raise AssertionError(f"the query failed: {query.exception()}")
-            assert time.monotonic() < deadline, "the query did not get there in time"
-            time.sleep(0.2)
-    finally:
-        query.stop()
-
-
 def _numbered(checkpoint: Path, folder: str) -> list[int]:
     path = checkpoint / folder
     return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit()) if path.is_dir() else []
@@ -227,9 +203,9 @@ def test_the_driver_source_replays_a_batch_and_goes_on_after_a_clean_restart(
         done = [b for (b, _) in _batches(out)]
         return bool(done) and _numbered(checkpoint, "commits")[-1:] == [max(done)]
 
-    _run_until(start("a"), lambda: set(seen()) >= set(first) and all_committed(), timeout=300)
+    run_until(start("a"), lambda: set(seen()) >= set(first) and all_committed(), timeout=300)
     replayed = _forget_last_commit(checkpoint)
-    _run_until(start("b"), lambda: (replayed, "b") in _batches(out) and all_committed(), 300)
+    run_until(start("b"), lambda: (replayed, "b") in _batches(out) and all_committed(), 300)
     batches = _batches(out)
     assert batches[(replayed, "a")] == batches[(replayed, "b")], "the replay differs"
     last_b = max(b for (b, run) in batches if run == "b")
@@ -237,7 +213,7 @@ def test_the_driver_source_replays_a_batch_and_goes_on_after_a_clean_restart(
     more = [f"e{i:05d}" for i in range(300)]
     with Producer(nsqd=nsqd) as producer:
         producer.publish_many(topic, [b.encode() for b in more])
-    _run_until(start("c"), lambda: set(seen("c")) >= set(more) and all_committed(), timeout=300)
+    run_until(start("c"), lambda: set(seen("c")) >= set(more) and all_committed(), timeout=300)
     batches = _batches(out)
     in_c = sorted(b for (b, run) in batches if run == "c")
     assert in_c[0] == last_b + 1, f"run c's batches {in_c} do not follow b's last, {last_b}"
