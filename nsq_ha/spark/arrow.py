@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .compat import to_arrow_schema
-from .source import ext_and_key, signed64
+from .rows import ext_and_key, signed64
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -17,7 +17,7 @@ __all__ = ["arrow_schema", "record_batch", "row_type"]
 
 
 def row_type() -> StructType:
-    """The source's row schema (:data:`~nsq_ha.spark.source.SCHEMA`) as a StructType, built
+    """The source's row schema (:data:`~nsq_ha.spark.rows.SCHEMA`) as a StructType, built
     without a JVM (executors have none to parse DDL with)."""
     from pyspark.sql.types import (
         BinaryType,

@@ -21,7 +21,8 @@ from ..lookup.wire import NodeInfo
 from ..sync import Consumer
 from .channels import range_channel
 from .options import Endpoint
-from .source import Extent, _leaders_and_extents, _run, message_row
+from .rows import message_row
+from .source import Extent, _leaders_and_extents, _run
 
 __all__ = ["CHUNK", "READ_WINDOW", "RangeTask", "read_chunks", "read_range", "resolve_timestamp"]
 

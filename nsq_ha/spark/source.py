@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -46,29 +44,18 @@ from ..lookup.http import tls_context
 from ..lookup.wire import NodeInfo
 from ..sync import Consumer, Message, shared_loop
 from .options import Endpoint, OptionError, ReadOptions
+from .rows import message_row
 from .wal import WriteAheadLog, redact_location
 
 __all__ = [
-    "SCHEMA",
     "DataLossError",
     "DriverReader",
     "Extent",
     "apply_byte_limit",
-    "ext_and_key",
     "fetch_extents",
-    "message_row",
-    "signed64",
 ]
 
 log = logging.getLogger("nsq_ha.spark")
-
-#: the rows of the streaming source (Kafka's, with NSQ's fields)
-SCHEMA = (
-    "topic string, partition int, offset long, raw_size long, id string, trace_id long, "
-    "attempts int, timestamp timestamp, ext string, key string, body binary"
-)
-#: the ext header key a sink row's key is written under (ext topics), read back as ``key``
-KEY_HEADER = "nsq_key"
 
 
 class DataLossError(NsqError):
@@ -77,49 +64,6 @@ class DataLossError(NsqError):
 
 def _run(coro: Any, timeout: float | None = None) -> Any:
     return asyncio.run_coroutine_threadsafe(coro, shared_loop()).result(timeout)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def signed64(value: int | None) -> int | None:
-    """A u64 trace id as Java's long (the fork's Java SDK shows it so)."""
-    if value is None:
-        return None
-    return value - 2**64 if value >= 2**63 else value
-
-
-def ext_and_key(ext_data: bytes | None) -> tuple[str | None, str | None]:
-    """The ext header as text, and the key a sink stored in it under :data:`KEY_HEADER`
-    (``None`` where absent)."""
-    if not ext_data:
-        return None, None
-    text = ext_data.decode("utf-8", "replace")
-    key = None
-    with contextlib.suppress(ValueError):
-        parsed = json.loads(text)
-        if isinstance(parsed, dict) and isinstance(parsed.get(KEY_HEADER), str):
-            key = parsed[KEY_HEADER]
-    return text, key
-
-
-def message_row(topic: str, message: Any) -> tuple[Any, ...]:
-    """One consumed message as a row of :data:`SCHEMA`."""
-    ext_text, key = ext_and_key(message.ext_data)
-    ts_ns: int = message.timestamp
-    return (
-        topic,
-        message.partition,
-        message.offset,
-        message.raw_size,
-        bytes(message.id).hex(),
-        signed64(message.trace_id),
-        message.attempts,
-        _EPOCH + timedelta(microseconds=ts_ns // 1000),  # Spark keeps microseconds
-        ext_text,
-        key,
-        bytes(message.body),
-    )
 
 
 # -- replayable source: extents, limits, ranges ----------------------------------------------

@@ -1,7 +1,7 @@
 """The driver source's write-ahead log: one JSON-lines file per batch, on any file system.
 
 ``<location>/<seq>.jsonl`` holds batch ``seq`` of the driver source (see
-:class:`nsq_ha.spark.source.DriverReader`), one row of :data:`~nsq_ha.spark.source.SCHEMA` per
+:class:`nsq_ha.spark.source.DriverReader`), one row of :data:`~nsq_ha.spark.rows.SCHEMA` per
 line as a JSON array, with the ``timestamp`` (field 7) in ISO 8601 and the ``body`` (field 10)
 in base64. That is the format of the first versions, which kept the log on a local path only:
 their files stay readable.

@@ -170,7 +170,7 @@ def test_the_source_refuses_a_replayable_stream_before_4_2_by_version(
     """The data source's own check, before any reader (or Spark session) exists."""
     pytest.importorskip("pyspark", reason="the spark extra is not installed")
     from nsq_ha.spark.datasource import NsqDataSource
-    from nsq_ha.spark.source import SCHEMA
+    from nsq_ha.spark.rows import SCHEMA
 
     monkeypatch.setattr(compat, "pyspark_version", lambda: version)
     source = NsqDataSource({"lookupd": "http://127.0.0.1:9", "topic": "t", "mode": "replayable"})

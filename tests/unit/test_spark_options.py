@@ -12,13 +12,13 @@ import pytest
 
 from nsq_ha.errors import ConfigError
 from nsq_ha.spark.options import OptionError, parse_read_options, parse_write_options
+from nsq_ha.spark.rows import message_row
 from nsq_ha.spark.sink import STAMP_KEYS, BatchStamp, prepare
 from nsq_ha.spark.source import (
     DataLossError,
     Extent,
     apply_byte_limit,
     check_retained,
-    message_row,
 )
 
 L = "http://127.0.0.1:4161"
@@ -236,7 +236,7 @@ def test_message_row_matches_the_schema_order() -> None:
 def test_the_arrow_rows_are_the_schema_and_the_values_of_message_row() -> None:
     pytest.importorskip("pyarrow", reason="the spark extra is not installed")
     from nsq_ha.spark.arrow import arrow_schema, record_batch, row_type
-    from nsq_ha.spark.source import SCHEMA
+    from nsq_ha.spark.rows import SCHEMA
 
     ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in row_type().fields)
     assert ddl == SCHEMA.replace("long", "bigint")
