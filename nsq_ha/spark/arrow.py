@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .compat import to_arrow_schema
-from .rows import ext_and_key, signed64
+from .rows import RowFormat, ext_and_key, signed64
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,15 +52,18 @@ def arrow_schema() -> pa.Schema:
     return to_arrow_schema(row_type())
 
 
-def record_batch(topic: str, messages: Sequence[Any], schema: pa.Schema) -> pa.RecordBatch:
+def record_batch(
+    topic: str, messages: Sequence[Any], schema: pa.Schema, fmt: RowFormat | None = None
+) -> pa.RecordBatch:
     """``messages`` of ``topic`` as one record batch of the source's row schema (``topic,
     partition, offset, raw_size, id, trace_id, attempts, timestamp, ext, key, body``)."""
     import pyarrow as pa
 
+    key_header = (fmt or RowFormat()).key_header
     exts: list[str | None] = []
     keys: list[str | None] = []
     for message in messages:
-        ext, key = ext_and_key(message.ext_data)
+        ext, key = ext_and_key(message.ext_data, key_header)
         exts.append(ext)
         keys.append(key)
     columns = [

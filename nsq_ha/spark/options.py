@@ -52,6 +52,7 @@ from ..connection.security import Security
 from ..errors import ConfigError
 from ..protocol import validate_channel, validate_topic
 from ..routing import get_strategy
+from .rows import RowFormat
 
 __all__ = [
     "OptionError",
@@ -166,6 +167,8 @@ class ReadOptions:
     msg_timeout: float = 60.0
     poll_timeout: float = 1.0
     stale_channel_timeout: float = 600.0
+    #: where a row's ``key`` comes from
+    row_format: RowFormat = field(default_factory=RowFormat)
 
 
 class _Options:

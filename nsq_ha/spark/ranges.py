@@ -21,7 +21,7 @@ from ..lookup.wire import NodeInfo
 from ..sync import Consumer
 from .channels import range_channel
 from .options import Endpoint
-from .rows import message_row
+from .rows import RowFormat, message_row
 from .source import Extent, _leaders_and_extents, _run
 
 __all__ = ["CHUNK", "READ_WINDOW", "RangeTask", "read_chunks", "read_range", "resolve_timestamp"]
@@ -42,6 +42,8 @@ class RangeTask:
     read_timeout: float
     #: TLS, AUTH and compression of the partition's connection
     security: Security = field(default_factory=Security)
+    #: where a row's ``key`` comes from
+    row_format: RowFormat = field(default_factory=RowFormat)
 
 
 async def _position(task: RangeTask, position: str) -> tuple[NodeInfo, int]:
@@ -212,7 +214,7 @@ def read_range(task: RangeTask) -> Iterator[tuple[Any, ...]]:
     topic = task.topic
     for chunk in read_chunks(task):
         for message in chunk:
-            yield message_row(topic, message)
+            yield message_row(topic, message, task.row_format)
 
 
 def resolve_timestamp(

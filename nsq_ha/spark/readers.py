@@ -145,6 +145,7 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     end=stop[p],
                     read_timeout=self.opts.read_timeout,
                     security=self.opts.endpoint.security,
+                    row_format=self.opts.row_format,
                 )
             )
             for p in sorted(stop)
@@ -171,7 +172,8 @@ def _read_range_batches(partition: InputPartition) -> Iterator[Any]:
         raise TypeError(f"not a partition of the nsq source: {partition!r}")
     schema = arrow_schema()
     topic = partition.task.topic
-    return (record_batch(topic, chunk, schema) for chunk in read_chunks(partition.task))
+    fmt = partition.task.row_format
+    return (record_batch(topic, chunk, schema, fmt) for chunk in read_chunks(partition.task))
 
 
 class NsqBatchReader(DataSourceReader):
@@ -237,6 +239,7 @@ class NsqBatchReader(DataSourceReader):
                     end=min(stop[p], extents[p].end),
                     read_timeout=opts.read_timeout,
                     security=opts.endpoint.security,
+                    row_format=opts.row_format,
                 )
             )
             for p in sorted(extents)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = ["KEY_HEADER", "SCHEMA", "ext_and_key", "message_row", "signed64"]
+__all__ = ["KEY_HEADER", "SCHEMA", "RowFormat", "ext_and_key", "message_row", "signed64"]
 
 #: the rows of the streaming source (Kafka's, with NSQ's fields)
 SCHEMA = (
@@ -19,7 +20,18 @@ SCHEMA = (
 KEY_HEADER = "nsq_key"
 
 
+@dataclass(frozen=True, slots=True)
+class RowFormat:
+    """Where a source row's ``key`` comes from (options ``keyHeader``, ``keyBodyField``)."""
+
+    #: the ext header field holding the key (ext topics)
+    key_header: str = KEY_HEADER
+    #: a field of a JSON object body holding the key (messages without one in the ext header)
+    key_body_field: str | None = None
+
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_PLAIN = RowFormat()
 
 
 def signed64(value: int | None) -> int | None:
@@ -29,23 +41,25 @@ def signed64(value: int | None) -> int | None:
     return value - 2**64 if value >= 2**63 else value
 
 
-def ext_and_key(ext_data: bytes | None) -> tuple[str | None, str | None]:
-    """The ext header as text, and the key a sink stored in it under :data:`KEY_HEADER`
-    (``None`` where absent)."""
+def ext_and_key(
+    ext_data: bytes | None, key_header: str = KEY_HEADER
+) -> tuple[str | None, str | None]:
+    """The ext header as text, and the key stored in it under ``key_header`` (a sink stores
+    it under :data:`KEY_HEADER`; ``None`` where absent)."""
     if not ext_data:
         return None, None
     text = ext_data.decode("utf-8", "replace")
     key = None
     with contextlib.suppress(ValueError):
         parsed = json.loads(text)
-        if isinstance(parsed, dict) and isinstance(parsed.get(KEY_HEADER), str):
-            key = parsed[KEY_HEADER]
+        if isinstance(parsed, dict) and isinstance(parsed.get(key_header), str):
+            key = parsed[key_header]
     return text, key
 
 
-def message_row(topic: str, message: Any) -> tuple[Any, ...]:
+def message_row(topic: str, message: Any, fmt: RowFormat | None = None) -> tuple[Any, ...]:
     """One consumed message as a row of :data:`SCHEMA`."""
-    ext_text, key = ext_and_key(message.ext_data)
+    ext_text, key = ext_and_key(message.ext_data, (fmt or _PLAIN).key_header)
     ts_ns: int = message.timestamp
     return (
         topic,

@@ -285,7 +285,7 @@ class DriverReader:
                 break
             wait = 0.05  # after the first message, take what is already here
             messages.append(message)
-            rows.append(message_row(self.opts.endpoint.topic, message))
+            rows.append(message_row(self.opts.endpoint.topic, message, self.opts.row_format))
         if not rows:
             return rows
         self.wal.write(seq, rows)
