@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .compat import to_arrow_schema
-from .rows import RowFormat, ext_and_key, signed64
+from .rows import RowFormat, ext_fields, signed64
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -23,6 +23,7 @@ def row_type() -> StructType:
         BinaryType,
         IntegerType,
         LongType,
+        MapType,
         StringType,
         StructField,
         StructType,
@@ -42,6 +43,7 @@ def row_type() -> StructType:
         ("ext", string),
         ("key", string),
         ("body", BinaryType()),
+        ("headers", MapType(string, string)),  # as the DDL says: values may be null
     ]
     return StructType([StructField(name, kind, True) for name, kind in columns])
 
@@ -56,16 +58,20 @@ def record_batch(
     topic: str, messages: Sequence[Any], schema: pa.Schema, fmt: RowFormat | None = None
 ) -> pa.RecordBatch:
     """``messages`` of ``topic`` as one record batch of the source's row schema (``topic,
-    partition, offset, raw_size, id, trace_id, attempts, timestamp, ext, key, body``)."""
+    partition, offset, raw_size, id, trace_id, attempts, timestamp, ext, key, body,
+    headers``)."""
     import pyarrow as pa
 
-    key_header = (fmt or RowFormat()).key_header
+    fmt = fmt or RowFormat()
     exts: list[str | None] = []
     keys: list[str | None] = []
-    for message in messages:
-        ext, key = ext_and_key(message.ext_data, key_header)
+    headers: list[list[tuple[str, str]] | None] = []
+    bodies = [bytes(m.body) for m in messages]
+    for message, body in zip(messages, bodies, strict=True):
+        ext, key, header = ext_fields(message.ext_data, body, fmt)
         exts.append(ext)
         keys.append(key)
+        headers.append(None if header is None else list(header.items()))
     columns = [
         [topic] * len(messages),
         [m.partition for m in messages],
@@ -77,7 +83,8 @@ def record_batch(
         [m.timestamp // 1000 for m in messages],  # ns -> us
         exts,
         keys,
-        [bytes(m.body) for m in messages],
+        bodies,
+        headers,
     ]
     arrays = [
         pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)

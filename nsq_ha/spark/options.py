@@ -37,7 +37,10 @@ Read options
     path or a ``pyarrow.fs`` URI such as ``hdfs://`` or ``s3://``, see :mod:`nsq_ha.spark.wal`);
     ``msgTimeout`` (driver mode, s); ``pollTimeout`` (driver mode, s to wait for a first message);
     ``staleChannelTimeout`` (600 s: the driver deletes a range read's channel older than this
-    that no consumer holds, left by a killed task; see :mod:`nsq_ha.spark.channels`)
+    that no consumer holds, left by a killed task; see :mod:`nsq_ha.spark.channels`);
+    ``keyHeader`` (``nsq_key``: the ext header field a row's ``key`` is read from);
+    ``keyBodyField`` (a field of a JSON object body to take the ``key`` from when the ext
+    header has none, e.g. on a topic without ext headers; not set: no body is parsed)
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from ..connection.security import Security
 from ..errors import ConfigError
 from ..protocol import validate_channel, validate_topic
 from ..routing import get_strategy
-from .rows import RowFormat
+from .rows import KEY_HEADER, RowFormat
 
 __all__ = [
     "OptionError",
@@ -110,6 +113,8 @@ _READ_KEYS = _SECURITY_KEYS | {
     "msgtimeout",
     "polltimeout",
     "stalechanneltimeout",
+    "keyheader",
+    "keybodyfield",
 }
 # options Spark itself adds or that users commonly pass along to every source and sink
 _SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
@@ -334,6 +339,8 @@ def _spell(low: str) -> str:
         "msgTimeout",
         "pollTimeout",
         "staleChannelTimeout",
+        "keyHeader",
+        "keyBodyField",
     ):
         if name.lower() == low:
             return name
@@ -434,6 +441,10 @@ def parse_read_options(raw: Mapping[str, Any], *, batch: bool = False) -> ReadOp
         msg_timeout=opts.seconds("msgtimeout", 60.0),
         poll_timeout=opts.seconds("polltimeout", 1.0),
         stale_channel_timeout=opts.seconds("stalechanneltimeout", 600.0),
+        row_format=RowFormat(
+            key_header=opts.text("keyheader") or KEY_HEADER,
+            key_body_field=opts.text("keybodyfield"),
+        ),
     )
 
 

@@ -47,6 +47,7 @@ from typing import Any, Final
 
 from ..errors import ConfigError
 from ..redact import REDACTED, redact_text
+from .rows import RowFormat, ext_fields
 
 __all__ = [
     "WriteAheadLog",
@@ -75,6 +76,10 @@ _SECRET_PARAM: Final = re.compile(
 )
 
 
+#: a row's length before the ``headers`` column was added (its lines are still read)
+_COLUMNS_BEFORE_HEADERS: Final = 11
+
+
 def encode_rows(rows: Sequence[Sequence[Any]]) -> bytes:
     """``rows`` as the log's JSON lines (``timestamp`` in ISO 8601, ``body`` in base64)."""
     lines = []
@@ -91,6 +96,9 @@ def decode_row(line: str | bytes) -> tuple[Any, ...]:
     record = json.loads(line)
     record[7] = datetime.fromisoformat(record[7])
     record[10] = base64.b64decode(record[10])
+    if len(record) == _COLUMNS_BEFORE_HEADERS:  # written before rows had ``headers``
+        ext = record[8]
+        record.append(ext_fields(None if ext is None else ext.encode(), b"", RowFormat())[2])
     return tuple(record)
 
 

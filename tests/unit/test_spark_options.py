@@ -4,15 +4,12 @@ data-loss policy, row preparation and the ext stamp."""
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from nsq_ha.errors import ConfigError
 from nsq_ha.spark.options import OptionError, parse_read_options, parse_write_options
-from nsq_ha.spark.rows import message_row
 from nsq_ha.spark.sink import STAMP_KEYS, BatchStamp, prepare
 from nsq_ha.spark.source import (
     DataLossError,
@@ -209,45 +206,6 @@ def test_bad_trace_values_are_refused() -> None:
     for value in (-1, 2**64, "7", True):
         with pytest.raises(ConfigError, match="must be a u64"):
             prepare({"body": b"x", "tr": value}, 0, opts, None)
-
-
-class _Msg:
-    partition = 2
-    offset = 4096
-    raw_size = 48
-    id = bytes(range(16))
-    trace_id = 2**64 - 1
-    attempts = 1
-    timestamp = 1_700_000_000_123_456_789
-    ext_data = json.dumps({"nsq_key": "u7", "a": "b"}).encode()
-    body = b"payload"
-
-
-def test_message_row_matches_the_schema_order() -> None:
-    row = message_row("t", _Msg())
-    assert row[:5] == ("t", 2, 4096, 48, bytes(range(16)).hex())
-    assert row[5] == -1  # u64 max as Java's long
-    assert row[6] == 1
-    assert row[7] == datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=UTC)  # us, truncated
-    assert json.loads(row[8]) == {"nsq_key": "u7", "a": "b"}
-    assert row[9:] == ("u7", b"payload")
-
-
-def test_the_arrow_rows_are_the_schema_and_the_values_of_message_row() -> None:
-    pytest.importorskip("pyarrow", reason="the spark extra is not installed")
-    from nsq_ha.spark.arrow import arrow_schema, record_batch, row_type
-    from nsq_ha.spark.rows import SCHEMA
-
-    ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in row_type().fields)
-    assert ddl == SCHEMA.replace("long", "bigint")
-    plain = _Msg()
-    plain.ext_data = b""  # type: ignore[assignment]  # a message of a non-ext topic
-    batch = record_batch("t", [_Msg(), plain], arrow_schema())
-    assert batch.schema == arrow_schema()
-    assert [tuple(r.values()) for r in batch.to_pylist()] == [
-        message_row("t", _Msg()),
-        message_row("t", plain),
-    ]
 
 
 def test_batch_read_options_start_at_earliest_and_may_end() -> None:

@@ -41,6 +41,7 @@ ROWS = [
         '{"nsq_key":"ü7"}',
         "ü7",
         b"\x00\xff\n{binary}\r\n",
+        {"nsq_key": "ü7"},
     ),
     (
         "orders",
@@ -54,9 +55,11 @@ ROWS = [
         None,
         None,
         b"",
+        None,
     ),
 ]
-# the line the first versions (a local path only, open/fsync/os.replace) wrote for ROWS[0]
+# the line the first versions (a local path only, open/fsync/os.replace) wrote for ROWS[0],
+# before rows had ``headers``
 OLD_LINE = (
     '["orders", 3, 4096, 48, "0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a", -1, 2, '
     '"2024-02-29T23:59:58.123456+00:00", "{\\"nsq_key\\":\\"\\u00fc7\\"}", "\\u00fc7", '
@@ -71,8 +74,9 @@ def _names(directory: Path) -> set[str]:
 # -- the format ------------------------------------------------------------------------------
 
 
-def test_the_encoding_is_the_first_versions_json_lines() -> None:
-    assert encode_rows(ROWS[:1]) == OLD_LINE.encode()
+def test_the_encoding_is_the_first_versions_json_lines_with_the_headers_appended() -> None:
+    assert encode_rows(ROWS[:1]) == OLD_LINE[:-2].encode() + b', {"nsq_key": "\\u00fc7"}]\n'
+    # a line written before rows had headers reads as a row with the ext header's map
     assert decode_row(OLD_LINE) == ROWS[0]
     assert decode_row(OLD_LINE.encode()) == ROWS[0]
     assert [decode_row(line) for line in encode_rows(ROWS).splitlines()] == ROWS
@@ -381,4 +385,4 @@ def test_the_driver_reader_replays_and_drops_batches_of_a_uri_location(tmp_path:
 
 def test_rows_are_json_arrays_one_a_line() -> None:
     lines = encode_rows(ROWS).decode().splitlines()
-    assert [len(json.loads(line)) for line in lines] == [11, 11]
+    assert [len(json.loads(line)) for line in lines] == [12, 12]
