@@ -23,7 +23,12 @@ Write options
     ``bodyColumn`` (``body``), ``keyColumn``, ``traceColumn``, ``extColumns`` (comma list),
     ``trace`` (``false``: publish traced so each result has its offset), ``maxBatch`` (500),
     ``maxPending`` (10000 rows in flight per task), ``publishTimeout`` (60 s),
-    ``stampBatch`` (``true``: streaming writes to ext topics stamp query, batch, task and row)
+    ``stampBatch`` (``true``: streaming writes to ext topics stamp query, batch, task and row);
+    ``topicColumn`` (``topic``: each row's topic when the option ``topic`` is not given),
+    ``partitionColumn`` (``partition``: a non-null value is the row's partition),
+    ``headersColumn`` (``headers``: a ``map<string,string>`` merged into the ext header); these
+    three are used when the DataFrame has the column; ``''`` or ``none`` ignores such a column
+    (see :func:`parse_write_options`)
 
 Read options
     ``mode`` ``auto`` | ``replayable`` | ``driver``; ``channel``; ``startingOffsets``
@@ -47,7 +52,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,6 +61,7 @@ from ..errors import ConfigError
 from ..protocol import validate_channel, validate_topic
 from ..routing import get_strategy
 from .rows import KEY_HEADER, RowFormat
+from .sink_columns import routing_columns
 
 __all__ = [
     "OptionError",
@@ -94,6 +100,9 @@ _WRITE_KEYS = _SECURITY_KEYS | {
     "maxpending",
     "publishtimeout",
     "stampbatch",
+    "topiccolumn",
+    "partitioncolumn",
+    "headerscolumn",
 }
 _READ_KEYS = _SECURITY_KEYS | {
     "lookupd",
@@ -138,7 +147,11 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
-    """Typed options of ``df.write.format("nsq")`` and ``df.writeStream.format("nsq")``."""
+    """Typed options of ``df.write.format("nsq")`` and ``df.writeStream.format("nsq")``.
+
+    ``endpoint.topic`` is the option ``topic``, or ``""`` when each row names its topic in
+    ``topic_column``. ``topic_column``, ``partition_column`` and ``headers_column`` are the
+    columns in use (``None``: not used), as :func:`parse_write_options` resolved them."""
 
     endpoint: Endpoint
     strategy: str = "murmur3"
@@ -151,6 +164,17 @@ class WriteOptions:
     max_pending: int = 10_000
     publish_timeout: float = 60.0
     stamp_batch: bool = True
+    #: each row's topic (only without the option ``topic``, which wins, as in Kafka's sink)
+    topic_column: str | None = None
+    #: a row's partition when not null (overrides its key's, as in Kafka's sink)
+    partition_column: str | None = None
+    #: a ``map<string,string>`` merged into the ext header (ext topics only)
+    headers_column: str | None = None
+
+    @property
+    def topic(self) -> str | None:
+        """The option ``topic``; ``None`` when the topic comes from ``topic_column``."""
+        return self.endpoint.topic or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +351,9 @@ def _spell(low: str) -> str:
         "maxPending",
         "publishTimeout",
         "stampBatch",
+        "topicColumn",
+        "partitionColumn",
+        "headersColumn",
         "startingOffsets",
         "startingTimestamp",
         "endingOffsets",
@@ -353,10 +380,28 @@ def _split(value: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
 
 
-def parse_write_options(raw: Mapping[str, Any]) -> WriteOptions:
-    """Check and convert the options of an ``nsq`` sink; raises :class:`OptionError`."""
-    opts = _Options(raw, _WRITE_KEYS, "df.write.format('nsq')")
-    endpoint = opts.endpoint()
+def parse_write_options(
+    raw: Mapping[str, Any], columns: Collection[str] | None = None
+) -> WriteOptions:
+    """Check and convert the options of an ``nsq`` sink; raises :class:`OptionError`.
+
+    ``columns``: the DataFrame's column names. The topic, partition and headers columns
+    (options ``topicColumn``, ``partitionColumn``, ``headersColumn``; defaults ``topic``,
+    ``partition``, ``headers``) are used when the DataFrame has them; a name given explicitly
+    must exist; ``''`` or ``none`` ignores such a column. A default name that is already the
+    body, key or trace column is not used for the second role (an explicit one is refused).
+    Without ``columns``, only explicitly named columns are used. The option ``topic`` wins over
+    the topic column (as in Kafka's sink); without either the write is refused."""
+    what = "df.write.format('nsq')"
+    opts = _Options(raw, _WRITE_KEYS, what)
+    if opts.text("topic") is not None:
+        endpoint = opts.endpoint()
+    else:  # each row names its topic: the endpoint's other checks still apply
+        others = {k: v for k, v in raw.items() if k.lower() != "topic"}
+        found = _Options({**others, "topic": "_"}, _WRITE_KEYS, what).endpoint()
+        endpoint = Endpoint(
+            topic="", lookupd=found.lookupd, nsqd=found.nsqd, security=found.security
+        )
     strategy = opts.text("strategy") or "murmur3"
     try:
         get_strategy(strategy)
@@ -376,7 +421,16 @@ def parse_write_options(raw: Mapping[str, Any]) -> WriteOptions:
         raise OptionError(
             "trace ids and ext headers exist only on the fork: use 'lookupd', not 'nsqd'"
         )
+    try:
+        routing = routing_columns(
+            opts.values, opts.name, columns, taken=named, topic_given=bool(endpoint.topic)
+        )
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from None
     return WriteOptions(
+        topic_column=routing["topiccolumn"],
+        partition_column=routing["partitioncolumn"],
+        headers_column=routing["headerscolumn"],
         endpoint=endpoint,
         strategy=strategy,
         body_column=body,

@@ -3,10 +3,17 @@
 :func:`publish_rows` turns rows into messages and publishes them with the blocking
 :class:`nsq_ha.sync.Producer`:
 
+* each row goes to its topic: the option ``topic``, or the row's topic column; a row whose
+  partition column is not null goes to that partition (see :mod:`.columns`);
 * rows with a key go to the key's partition through the producer's per-partition lane, which
   keeps call order and has at most one unacknowledged batch out per partition (a batch that
   fails is retried, after a re-lookup, before anything behind it is sent);
 * rows without a key are published in ``MPUB`` batches of ``maxBatch``;
+* a chunk of ``maxBatch`` rows is one publish call per topic (:func:`.columns.split`; rows
+  with partitions are cut into runs that keep each (topic, key)'s rows in order);
+* on the fork's ext topics the ext header holds, from lowest to highest precedence on a clash:
+  the headers column's map, ``extColumns``, the key as ``nsq_key`` (keyed writes), and a
+  stream's ``nsq_spark_*`` stamp;
 * at most ``maxPending`` rows are in flight, so a task's memory does not grow with its input;
 * the first publish that fails for good stops the task: what is in flight settles, then
   :class:`SparkPublishError` says how many rows were published before (Spark retries the task,
@@ -32,9 +39,18 @@ from ..producer import PublishResult
 from ..protocol.publish import ExtHeader
 from ..routing import ShardingKey
 from ..sync import Producer, shared_loop
+from .columns import Batch, TopicInfo, Topics, headers_of, partition_of, split, topic_info
 from .options import WriteOptions
+from .rows import KEY_HEADER
 
-__all__ = ["BatchStamp", "SparkPublishError", "TaskOutcome", "publish_rows"]
+__all__ = [
+    "BatchStamp",
+    "SparkPublishError",
+    "TaskOutcome",
+    "prepare",
+    "prepare_row",
+    "publish_rows",
+]
 
 log = logging.getLogger("nsq_ha.spark")
 
@@ -71,21 +87,31 @@ class BatchStamp:
 @dataclass(slots=True)
 class TaskOutcome:
     """What one task published: rows seen, messages acknowledged, per partition counts and,
-    for traced publishes, the first and last queue offset per partition."""
+    for traced publishes, the first and last queue offset per partition. ``partitions`` and
+    ``offsets`` add up every topic written (a write to one topic: that topic's);
+    ``topics`` and ``topic_offsets`` hold the same per topic (-1: vanilla, no partition)."""
 
     rows: int = 0
     published: int = 0
     partitions: Counter[int] = field(default_factory=Counter)
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
     seconds: float = 0.0
+    topics: dict[str, Counter[int]] = field(default_factory=dict)
+    topic_offsets: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
 
     def add(self, result: PublishResult) -> None:
         self.published += 1
         part = -1 if result.partition is None else result.partition
         self.partitions[part] += 1
+        self.topics.setdefault(result.topic, Counter())[part] += 1
         if result.offset is not None:
-            first, last = self.offsets.get(part, (result.offset, result.offset))
-            self.offsets[part] = (min(first, result.offset), max(last, result.offset))
+            for offsets in (self.offsets, self.topic_offsets.setdefault(result.topic, {})):
+                first, last = offsets.get(part, (result.offset, result.offset))
+                offsets[part] = (min(first, result.offset), max(last, result.offset))
+
+    def per_topic(self) -> dict[str, dict[int, int]]:
+        """Messages acknowledged per topic and partition, sorted."""
+        return {t: dict(sorted(c.items())) for t, c in sorted(self.topics.items())}
 
 
 @dataclass(slots=True)
@@ -94,6 +120,9 @@ class _Prepared:
     key: ShardingKey | None
     trace_id: int | None
     ext: ExtHeader | None
+    topic: str = ""
+    #: the partition column's value (None: by key, or round-robin)
+    partition: int | None = None
 
 
 def _body(value: object, seq: int, column: str) -> bytes:
@@ -111,6 +140,10 @@ def _body(value: object, seq: int, column: str) -> bytes:
     if not data:
         raise ConfigError(f"row {seq}: the body column {column!r} is empty (nsqd refuses it)")
     return data
+
+
+def _key_text(key: ShardingKey) -> str:
+    return key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
 
 
 def _key(value: object, seq: int, column: str) -> ShardingKey:
@@ -132,35 +165,81 @@ def _trace(value: object, seq: int, column: str) -> int:
     return value
 
 
-def prepare(row: _RowLike, seq: int, opts: WriteOptions, stamp: BatchStamp | None) -> _Prepared:
-    """One row as a message to publish (raises ConfigError naming the row and column)."""
+def prepare(
+    row: _RowLike,
+    seq: int,
+    opts: WriteOptions,
+    stamp: BatchStamp | None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    key_header: bool = False,
+    key_required: bool = True,
+) -> _Prepared:
+    """One row as a message to publish (raises ConfigError naming the row and column).
+
+    The ext header: ``headers``, then ``extColumns``, then (``key_header``) the key as
+    ``nsq_key`` unless an ext column has that name, then the ``stamp``: a later one wins a
+    clash. ``key_required`` False (the row names its partition): a null key is no key."""
     body = _body(row[opts.body_column], seq, opts.body_column)
-    key = None if opts.key_column is None else _key(row[opts.key_column], seq, opts.key_column)
+    key = None
+    if opts.key_column is not None:
+        value = row[opts.key_column]
+        if value is not None or key_required:
+            key = _key(value, seq, opts.key_column)
     trace = None
     if opts.trace_column is not None:
         trace = _trace(row[opts.trace_column], seq, opts.trace_column)
     ext: dict[str, str] | None = None
-    if opts.ext_columns or stamp is not None:
-        ext = {}
+    with_key = key_header and key is not None
+    if headers or opts.ext_columns or stamp is not None or with_key:
+        ext = dict(headers or {})
         for column in opts.ext_columns:
             value = row[column]
             if value is not None:
                 ext[column] = value if isinstance(value, str) else str(value)
+        if with_key and key is not None and KEY_HEADER not in opts.ext_columns:
+            ext[KEY_HEADER] = _key_text(key)
         if stamp is not None:
             ext.update(stamp.header(seq))
     return _Prepared(body, key, trace, ext)
 
 
+def prepare_row(
+    row: _RowLike, seq: int, opts: WriteOptions, stamp: BatchStamp | None, topics: Topics
+) -> _Prepared:
+    """:func:`prepare` with the row's topic and partition; on ext topics with its headers,
+    its key as ``nsq_key`` and the ``stamp`` (other topics get neither)."""
+    topic, info = topics.of(row, seq)
+    partition = partition_of(row, seq, opts, topic, info)
+    headers = headers_of(row, seq, opts, topic, info)
+    message = prepare(
+        row,
+        seq,
+        opts,
+        stamp if info.ext else None,
+        headers=headers,
+        key_header=info.ext,
+        key_required=partition is None,
+    )
+    message.topic = topic
+    message.partition = partition
+    return message
+
+
 async def _publish_chunk(
-    producer: AsyncProducer, topic: str, chunk: list[_Prepared], keyed: bool
+    producer: AsyncProducer, batch: Batch[_Prepared]
 ) -> list[PublishResult | BaseException]:
-    """Publish one chunk on the producer's loop as one publish_many: keyed rows by their keys
-    (each partition's rows in row order, through its lane), unkeyed ones round-robin."""
+    """Publish one batch on the producer's loop as one publish_many: to its partition when it
+    has one, else keyed rows by their keys (each partition's rows in row order, through its
+    lane), unkeyed ones round-robin."""
+    chunk = batch.messages
+    by_key = batch.keyed and batch.partition is None
     try:
         results = await producer.publish_many(
-            topic,
+            batch.topic,
             [m.body for m in chunk],
-            sharding_keys=[m.key for m in chunk if m.key is not None] if keyed else None,
+            sharding_keys=[m.key for m in chunk if m.key is not None] if by_key else None,
+            partition=batch.partition,
             trace_ids=[m.trace_id for m in chunk],
             exts=[m.ext for m in chunk] if any(m.ext is not None for m in chunk) else None,
         )
@@ -174,11 +253,15 @@ async def _publish_chunk(
 
 
 def _chunks(
-    rows: Iterable[_RowLike], opts: WriteOptions, stamp: BatchStamp | None, outcome: TaskOutcome
+    rows: Iterable[_RowLike],
+    opts: WriteOptions,
+    stamp: BatchStamp | None,
+    outcome: TaskOutcome,
+    topics: Topics,
 ) -> Iterator[list[_Prepared]]:
     chunk: list[_Prepared] = []
     for row in rows:
-        chunk.append(prepare(row, outcome.rows, opts, stamp))
+        chunk.append(prepare_row(row, outcome.rows, opts, stamp, topics))
         outcome.rows += 1
         if len(chunk) >= opts.max_batch:
             yield chunk
@@ -194,11 +277,14 @@ def publish_rows(
     stamp: BatchStamp | None = None,
     where: str = "task",
     producer_args: Mapping[str, Any] | None = None,
+    known_topics: Mapping[str, TopicInfo] | None = None,
 ) -> TaskOutcome:
     """Publish ``rows`` as :mod:`nsq_ha.spark.options` describes; return what was published.
 
-    Raises :class:`SparkPublishError` when a publish failed for good (after in-flight ones
-    settled), and re-raises an error of the row iterator after the same settling.
+    ``known_topics``: what the driver already looked up (the option's topic); any other topic
+    is looked up here, once. Raises :class:`SparkPublishError` when a publish failed for good
+    (after in-flight ones settled), and re-raises an error of the row iterator after the same
+    settling.
     """
     started = time.monotonic()
     outcome = TaskOutcome()
@@ -214,14 +300,25 @@ def publish_rows(
     )
     loop = shared_loop()
     keyed = opts.key_column is not None
-    pending: deque[tuple[concurrent.futures.Future[list[PublishResult | BaseException]], int]]
-    pending = deque()
+
+    def look_up(topic: str) -> TopicInfo:
+        info: TopicInfo = asyncio.run_coroutine_threadsafe(
+            topic_info(endpoint, topic), loop
+        ).result(opts.publish_timeout)
+        log.debug("%s: topic %r: %s", where, topic, info)
+        return info
+
+    topics = Topics(opts, look_up, known_topics)
+    pending: deque[
+        tuple[concurrent.futures.Future[list[PublishResult | BaseException]], int, str]
+    ] = deque()
     in_flight = 0
     first_error: BaseException | None = None
+    failed_topic = ""
 
     def settle_one() -> None:
-        nonlocal in_flight, first_error
-        future, size = pending.popleft()
+        nonlocal in_flight, first_error, failed_topic
+        future, size, topic = pending.popleft()
         in_flight -= size
         try:
             results = future.result(opts.publish_timeout)
@@ -234,15 +331,17 @@ def publish_rows(
             if isinstance(result, PublishResult):
                 outcome.add(result)
             elif first_error is None:
-                first_error = result
+                first_error, failed_topic = result, topic
 
     try:
-        for chunk in _chunks(rows, opts, stamp, outcome):
-            coro = _publish_chunk(producer.aio, endpoint.topic, chunk, keyed)
-            pending.append((asyncio.run_coroutine_threadsafe(coro, loop), len(chunk)))
-            in_flight += len(chunk)
-            while in_flight > opts.max_pending or (pending and pending[0][0].done()):
-                settle_one()
+        for chunk in _chunks(rows, opts, stamp, outcome, topics):
+            for batch in split(chunk, keyed):
+                coro = _publish_chunk(producer.aio, batch)
+                size = len(batch.messages)
+                pending.append((asyncio.run_coroutine_threadsafe(coro, loop), size, batch.topic))
+                in_flight += size
+                while in_flight > opts.max_pending or (pending and pending[0][0].done()):
+                    settle_one()
             if first_error is not None:
                 break
         while pending:
@@ -260,17 +359,16 @@ def publish_rows(
     outcome.seconds = time.monotonic() - started
     if first_error is not None:
         raise SparkPublishError(
-            f"{where}: publishing to {endpoint.topic!r} failed after {outcome.published} of "
+            f"{where}: publishing to {failed_topic!r} failed after {outcome.published} of "
             f"{outcome.rows} rows were acknowledged: {first_error}",
             outcome,
         ) from first_error
     log.info(
-        "%s: published %d rows to %r in %.2f s (per partition %s)",
+        "%s: published %d rows in %.2f s (per topic and partition %s)",
         where,
         outcome.published,
-        endpoint.topic,
         outcome.seconds,
-        dict(sorted(outcome.partitions.items())),
+        outcome.per_topic(),
     )
     return outcome
 

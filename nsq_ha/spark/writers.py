@@ -4,21 +4,28 @@ task opens its producer inside ``write``."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+)
 
 from ..errors import ConfigError
-from ..lookup import LookupClient
-from .options import WriteOptions, parse_write_options
-from .rows import KEY_HEADER
+from .columns import TopicInfo, topic_info
+from .options import OptionError, WriteOptions, parse_write_options
 from .sink import BatchStamp, TaskOutcome, publish_rows
 from .source import _run
 
@@ -29,7 +36,9 @@ log = logging.getLogger("nsq_ha.spark")
 
 @dataclass
 class NsqCommitMessage(WriterCommitMessage):
-    """What one write task published (sent to the driver's ``commit``)."""
+    """What one write task published (sent to the driver's ``commit``). ``partitions`` and
+    ``offsets`` add up every topic written (one topic: that topic's); ``topics`` and
+    ``topic_offsets`` hold the same per topic."""
 
     task: int
     attempt: int
@@ -39,23 +48,43 @@ class NsqCommitMessage(WriterCommitMessage):
     partitions: dict[int, int] = field(default_factory=dict)
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
     seconds: float = 0.0
+    topics: dict[str, dict[int, int]] = field(default_factory=dict)
+    topic_offsets: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
 
 
-def _summary(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, dict[int, int], int]:
-    totals: Counter[int] = Counter()
-    published = 0
-    missing = 0
+@dataclass
+class _Summary:
+    """The tasks' commit messages added up, for the driver's log."""
+
+    published: int = 0
+    missing: int = 0
+    topics: dict[str, Counter[int]] = field(default_factory=dict)
+
+    def where(self, topic: str | None) -> str:
+        """``to 'orders', per partition {...}``, or per topic and partition for several."""
+        per_topic = {t: dict(sorted(c.items())) for t, c in sorted(self.topics.items())}
+        if len(per_topic) > 1 or (topic is None and per_topic):
+            return f"to {len(per_topic)} topic(s), per topic and partition {per_topic}"
+        name = topic if topic is not None else "the topic column's topics"
+        return f"to {name!r}, per partition {next(iter(per_topic.values()), {})}"
+
+
+def _summary(messages: Sequence[WriterCommitMessage | None]) -> _Summary:
+    summary = _Summary()
     for message in messages:
         if isinstance(message, NsqCommitMessage):
-            published += message.published
-            totals.update(message.partitions)
+            summary.published += message.published
+            for topic, counts in message.topics.items():
+                summary.topics.setdefault(topic, Counter()).update(counts)
         else:
-            missing += 1
-    return published, dict(sorted(totals.items())), missing
+            summary.missing += 1
+    return summary
 
 
 def write_options(options: Any, schema: StructType) -> WriteOptions:
-    opts = parse_write_options(options)
+    """The sink's options checked against the DataFrame's schema: every named column exists,
+    and the topic, partition and headers columns in use have types the sink takes."""
+    opts = parse_write_options(options, schema.fieldNames())
     names = set(schema.fieldNames())
     wanted = [opts.body_column, opts.key_column, opts.trace_column, *opts.ext_columns]
     missing = [c for c in wanted if c is not None and c not in names]
@@ -64,43 +93,68 @@ def write_options(options: Any, schema: StructType) -> WriteOptions:
             f"the DataFrame has no column {', '.join(map(repr, missing))} (columns: "
             f"{', '.join(sorted(names))}); set bodyColumn/keyColumn/traceColumn/extColumns"
         )
+    types = {f.name: f.dataType for f in schema.fields}
+    _check_type(opts.topic_column, types, "topicColumn", "string", _is_string)
+    _check_type(opts.partition_column, types, "partitionColumn", "an integer", _is_integer)
+    _check_type(opts.headers_column, types, "headersColumn", "map<string,string>", _is_map)
     return opts
 
 
-async def _topic_is_ext(opts: WriteOptions) -> bool:
-    if not opts.endpoint.lookupd:
-        return False
-    async with LookupClient(list(opts.endpoint.lookupd)) as lookup:
-        pmap = await lookup.lookup(opts.endpoint.topic, "w", force=True)
-    return pmap.fork and pmap.extend_support
+def _is_string(kind: DataType) -> bool:
+    return isinstance(kind, StringType)
+
+
+def _is_integer(kind: DataType) -> bool:
+    return isinstance(kind, ByteType | ShortType | IntegerType | LongType)
+
+
+def _is_map(kind: DataType) -> bool:
+    return (
+        isinstance(kind, MapType)
+        and isinstance(kind.keyType, StringType)
+        and isinstance(kind.valueType, StringType)
+    )
+
+
+def _check_type(
+    column: str | None,
+    types: dict[str, DataType],
+    option: str,
+    wanted: str,
+    fits: Callable[[DataType], bool],
+) -> None:
+    if column is not None and not fits(types[column]):
+        raise OptionError(
+            f"the column {column!r} (option {option!r}) must be {wanted}, not "
+            f"{types[column].simpleString()}: cast it, or set {option} to none to ignore it"
+        )
 
 
 class _WriterBase:
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
-        # looked up once on the driver: ext topics get the key (and, streaming, the stamp)
-        self.ext_topic = bool(_run(_topic_is_ext(opts), 30.0))
         if (opts.ext_columns or opts.trace_column) and not opts.endpoint.lookupd:
             raise ConfigError("trace ids and ext headers need the fork (option 'lookupd')")
+        # the option's topic is looked up once, here on the driver (an ext topic gets the key
+        # and, streaming, the stamp); each task looks up the topic column's topics itself
+        self.known: dict[str, TopicInfo] = {}
+        if opts.topic is not None:
+            self.known[opts.topic] = _run(topic_info(opts.endpoint, opts.topic), 30.0)
 
     def _write(self, rows: Iterator[Any], batch_id: int | None) -> NsqCommitMessage:
         context = TaskContext.get()
         task = context.partitionId() if context else 0
         attempt = context.attemptNumber() if context else 0
-        stamp = None
-        if batch_id is not None and self.opts.stamp_batch and self.ext_topic:
+        stamp = None  # the sink stamps the rows of ext topics only
+        if batch_id is not None and self.opts.stamp_batch:
             query = (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
             stamp = BatchStamp(query=query, batch=batch_id, task=task)
         where = f"task {task} attempt {attempt}" + (
             "" if batch_id is None else f" of batch {batch_id}"
         )
-        rows_in = rows
-        if self.ext_topic and self.opts.key_column is not None:
-            rows_in = _with_key_header(rows, self.opts.key_column)
-            opts = _add_ext_column(self.opts, KEY_HEADER)
-        else:
-            opts = self.opts
-        outcome: TaskOutcome = publish_rows(rows_in, opts, stamp=stamp, where=where)
+        outcome: TaskOutcome = publish_rows(
+            rows, self.opts, stamp=stamp, where=where, known_topics=self.known
+        )
         return NsqCommitMessage(
             task=task,
             attempt=attempt,
@@ -110,34 +164,9 @@ class _WriterBase:
             partitions=dict(outcome.partitions),
             offsets=dict(outcome.offsets),
             seconds=outcome.seconds,
+            topics=outcome.per_topic(),
+            topic_offsets={t: dict(o) for t, o in outcome.topic_offsets.items()},
         )
-
-
-class _KeyedRow:
-    """A row seen with one more column: the key again, under the ext header's key name."""
-
-    __slots__ = ("_key_column", "_row")
-
-    def __init__(self, row: Any, key_column: str) -> None:
-        self._row = row
-        self._key_column = key_column
-
-    def __getitem__(self, name: str) -> Any:
-        if name == KEY_HEADER:
-            value = self._row[self._key_column]
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        return self._row[name]
-
-
-def _with_key_header(rows: Iterator[Any], key_column: str) -> Iterator[Any]:
-    for row in rows:
-        yield _KeyedRow(row, key_column)
-
-
-def _add_ext_column(opts: WriteOptions, column: str) -> WriteOptions:
-    if column in opts.ext_columns:
-        return opts
-    return dataclasses.replace(opts, ext_columns=(*opts.ext_columns, column))
 
 
 class NsqWriter(_WriterBase, DataSourceWriter):
@@ -147,23 +176,17 @@ class NsqWriter(_WriterBase, DataSourceWriter):
         return self._write(iterator, None)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        published, partitions, _ = _summary(messages)
-        log.info(
-            "wrote %d messages to %r, per partition %s",
-            published,
-            self.opts.endpoint.topic,
-            partitions,
-        )
+        summary = _summary(messages)
+        log.info("wrote %d messages %s", summary.published, summary.where(self.opts.topic))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        published, partitions, missing = _summary(messages)
+        summary = _summary(messages)
         log.error(
-            "the write to %r failed (%d tasks failed); %d messages were published and stay "
-            "published (NSQ has no transactions), per partition %s",
-            self.opts.endpoint.topic,
-            missing,
-            published,
-            partitions,
+            "the write failed (%d tasks failed); %d messages were published and stay "
+            "published (NSQ has no transactions), %s",
+            summary.missing,
+            summary.published,
+            summary.where(self.opts.topic),
         )
 
 
@@ -178,22 +201,21 @@ class NsqStreamWriter(_WriterBase, DataSourceStreamWriter):
         return self._write(iterator, batch_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        published, partitions, _ = _summary(messages)
+        summary = _summary(messages)
         log.info(
-            "batch %d: wrote %d messages to %r, per partition %s",
+            "batch %d: wrote %d messages %s",
             batchId,
-            published,
-            self.opts.endpoint.topic,
-            partitions,
+            summary.published,
+            summary.where(self.opts.topic),
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        published, _, missing = _summary(messages)
+        summary = _summary(messages)
         log.error(
-            "batch %d to %r failed (%d tasks failed); %d messages stay published; the batch "
+            "batch %d failed (%d tasks failed); %d messages stay published (%s); the batch "
             "will be written again (deduplicate on the nsq_spark_* ext headers)",
             batchId,
-            self.opts.endpoint.topic,
-            missing,
-            published,
+            summary.missing,
+            summary.published,
+            summary.where(self.opts.topic),
         )

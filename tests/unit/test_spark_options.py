@@ -66,6 +66,10 @@ def test_write_options_defaults_and_case_insensitive_keys() -> None:
         ({"topic": "t", "lookupd": L, "extColumns": "body"}, "already the body"),
         ({"topic": "t", "nsqd": "h:4150", "traceColumn": "x"}, "exist only on the fork"),
         ({"topic": "t", "lookupd": L, "bodyColum": "x"}, "unknown option 'bodyColum'"),
+        ({"topic": "t", "lookupd": L, "partitionColumn": "body"}, "already the body/key/trace"),
+        ({"lookupd": L, "topicColumn": "none"}, "option 'topic' is required, or a column"),
+        ({"lookupd": L, "topicColumn": "t", "headersColumn": "t"}, "must differ"),
+        ({"nsqd": "nohost", "topicColumn": "t"}, "is not host:port"),
     ],
 )
 def test_bad_write_options_are_refused_with_what_is_wrong(
