@@ -11,17 +11,19 @@ except while it reconnects, so a channel is deleted only when two sweeps at leas
 :data:`CONFIRM_AFTER` seconds apart (or ``staleChannelTimeout``, if shorter) both found it
 idle. Sweeping costs one ``/stats`` request per node holding a leader, at most once per
 confirmation interval per topic and driver process, and never fails a query (a failed sweep
-is logged and tried again later).
+is logged and tried again later). A source reading several topics sweeps each of them
+(:meth:`ChannelSweeper.maybe_sweep_topics`, the topics due swept at once).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -145,6 +147,36 @@ class ChannelSweeper:
             _run(self.sweep(lookupd, topic, timeout), 60.0)
         except (NsqError, TimeoutError) as exc:
             log.warning("sweeping the read channels of %r failed (tried later): %s", topic, exc)
+
+    def maybe_sweep_topics(
+        self, lookupd: Sequence[str], topics: Iterable[str], timeout: float
+    ) -> None:
+        """:meth:`maybe_sweep` for each of ``topics``, those due at once (16 at a time); never
+        raises for a failed sweep (logs instead)."""
+        if not lookupd:
+            return
+        now = time.time()
+        due = [t for t in dict.fromkeys(topics) if self.due(lookupd, t, timeout, now)]
+        if not due:
+            return
+        gate = asyncio.Semaphore(16)
+
+        async def one(topic: str) -> None:
+            async with gate:
+                try:
+                    await asyncio.wait_for(self.sweep(lookupd, topic, timeout), 60.0)
+                except (NsqError, TimeoutError) as exc:
+                    log.warning(
+                        "sweeping the read channels of %r failed (tried later): %s", topic, exc
+                    )
+
+        async def every() -> None:
+            await asyncio.gather(*(one(t) for t in due))
+
+        try:
+            _run(every(), 70.0 + 60.0 * (len(due) // 16))
+        except TimeoutError as exc:
+            log.warning("sweeping the read channels of %d topics timed out: %r", len(due), exc)
 
 
 def _partition(entry: dict[str, object]) -> int:

@@ -31,8 +31,11 @@ Write options
     (see :func:`parse_write_options`)
 
 Read options
+    exactly one of ``topic``, ``topics`` (comma separated), ``topicPattern`` (a regular
+    expression) or ``assign`` (JSON ``{"a": [0, 1]}``), see :mod:`nsq_ha.spark.topics`;
     ``mode`` ``auto`` | ``replayable`` | ``driver``; ``channel``; ``startingOffsets``
-    (``latest`` | ``earliest`` | JSON ``{"0": 123, "1": 0}``); ``startingTimestamp``
+    (``latest`` | ``earliest`` | JSON ``{"0": 123, "1": 0}`` for one topic, or per topic as in
+    Kafka ``{"a": {"0": 123}, "b": {"0": -2}}``); ``startingTimestamp``
     (milliseconds since the epoch, like Kafka's); batch reads (``spark.read``) also take
     ``endingOffsets`` (``latest``, the default, or JSON) or ``endingTimestamp`` (ms: the range
     ends before the first message at or after it), and start at ``earliest`` by default; a
@@ -50,6 +53,8 @@ Read options
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import math
 from collections.abc import Collection, Mapping
@@ -62,6 +67,7 @@ from ..protocol import validate_channel, validate_topic
 from ..routing import get_strategy
 from .rows import KEY_HEADER, RowFormat
 from .sink_columns import routing_columns
+from .topics import TOPIC_OPTIONS, TopicOffsets, TopicSet, parse_json_offsets, parse_topic_set
 
 __all__ = [
     "OptionError",
@@ -108,6 +114,9 @@ _READ_KEYS = _SECURITY_KEYS | {
     "lookupd",
     "nsqd",
     "topic",
+    "topics",
+    "topicpattern",
+    "assign",
     "mode",
     "channel",
     "startingoffsets",
@@ -184,9 +193,9 @@ class ReadOptions:
     endpoint: Endpoint
     mode: ReadMode = "auto"
     channel: str | None = None
-    starting: str | dict[int, int] = "latest"
+    starting: str | dict[int, int] | TopicOffsets = "latest"
     starting_timestamp_ms: int | None = None
-    ending: str | dict[int, int] = "latest"
+    ending: str | dict[int, int] | TopicOffsets = "latest"
     ending_timestamp_ms: int | None = None
     max_bytes_per_trigger: int | None = None
     max_messages_per_trigger: int = 10_000
@@ -198,6 +207,10 @@ class ReadOptions:
     stale_channel_timeout: float = 600.0
     #: where a row's ``key`` comes from
     row_format: RowFormat = field(default_factory=RowFormat)
+    #: the topics read (``topic``, ``topics``, ``topicPattern`` or ``assign``; see
+    #: :mod:`.topics`); empty: ``endpoint.topic``, which is the first named topic ("" for a
+    #: pattern)
+    topic_set: TopicSet = field(default_factory=TopicSet)
 
 
 class _Options:
@@ -368,6 +381,7 @@ def _spell(low: str) -> str:
         "staleChannelTimeout",
         "keyHeader",
         "keyBodyField",
+        "topicPattern",
     ):
         if name.lower() == low:
             return name
@@ -450,10 +464,17 @@ def parse_read_options(raw: Mapping[str, Any], *, batch: bool = False) -> ReadOp
     starts at ``earliest`` by default and may end); raises :class:`OptionError`."""
     what = "spark.read.format('nsq')" if batch else "spark.readStream.format('nsq')"
     opts = _Options(raw, _READ_KEYS, what)
-    endpoint = opts.endpoint()
+    given = {k: v for k in TOPIC_OPTIONS if (v := opts.text(k)) is not None}
+    # the endpoint's checks want a topic; the topic options are checked below
+    endpoint = (opts if "topic" in given else _with_topic(opts, "_")).endpoint()
     mode = (opts.text("mode") or "auto").lower()
     if mode not in ("auto", "replayable", "driver"):
         raise OptionError(f"option 'mode' must be auto, replayable or driver, got {mode!r}")
+    try:
+        topic_set = parse_topic_set(given, lookupd=bool(endpoint.lookupd), driver=mode == "driver")
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from None
+    endpoint = dataclasses.replace(endpoint, topic=next(iter(topic_set.names), ""))
     if mode == "replayable" and endpoint.nsqd:
         raise OptionError(
             "mode 'replayable' needs the fork in cluster mode, found through 'lookupd'"
@@ -468,6 +489,8 @@ def parse_read_options(raw: Mapping[str, Any], *, batch: bool = False) -> ReadOp
     timestamp_ms = _timestamp(opts, "startingtimestamp", "startingoffsets")
     ending = _offsets(opts, "endingoffsets", "latest")
     ending_ms = _timestamp(opts, "endingtimestamp", "endingoffsets")
+    _check_topic_offsets(opts, "startingoffsets", starting, topic_set)
+    _check_topic_offsets(opts, "endingoffsets", ending, topic_set)
     if not batch:
         for key in ("endingoffsets", "endingtimestamp"):
             if opts.text(key) is not None:
@@ -499,7 +522,37 @@ def parse_read_options(raw: Mapping[str, Any], *, batch: bool = False) -> ReadOp
             key_header=opts.text("keyheader") or KEY_HEADER,
             key_body_field=opts.text("keybodyfield"),
         ),
+        topic_set=topic_set,
     )
+
+
+def _with_topic(opts: _Options, topic: str) -> _Options:
+    view = copy.copy(opts)
+    view.values = {**opts.values, "topic": topic}
+    return view
+
+
+def _check_topic_offsets(
+    opts: _Options, key: str, spec: str | dict[int, int] | TopicOffsets, topics: TopicSet
+) -> None:
+    """The partition form of an offsets option is for one named topic; the per-topic form
+    names only topics (and assigned partitions) that are read."""
+    if isinstance(spec, dict) and (not topics.fixed or len(topics.names) > 1):
+        raise OptionError(
+            f"option {opts.name(key)!r}: with several topics, give each topic its partitions "
+            'as in Kafka: {"topicA": {"0": 12}, "topicB": {"0": -2}}'
+        )
+    if not isinstance(spec, TopicOffsets) or not topics.fixed:
+        return
+    for topic, offsets in spec.by_topic.items():
+        if topic not in topics.names:
+            raise OptionError(f"option {opts.name(key)!r}: topic {topic!r} is not read")
+        assigned = topics.partitions(topic)
+        stray = sorted(set(offsets) - set(assigned)) if assigned is not None else []
+        if stray:
+            raise OptionError(
+                f"option {opts.name(key)!r}: partitions {stray} of {topic!r} are not assigned"
+            )
 
 
 def _timestamp(opts: _Options, key: str, offsets_key: str) -> int | None:
@@ -511,7 +564,7 @@ def _timestamp(opts: _Options, key: str, offsets_key: str) -> int | None:
     return opts.integer(key, 0, 0)
 
 
-def _offsets(opts: _Options, key: str, default: str) -> str | dict[int, int]:
+def _offsets(opts: _Options, key: str, default: str) -> str | dict[int, int] | TopicOffsets:
     raw = opts.text(key)
     if raw is None:
         return default
@@ -527,18 +580,10 @@ def _offsets(opts: _Options, key: str, default: str) -> str | dict[int, int]:
     if not isinstance(data, dict) or not data:
         raise OptionError(
             f"option {name!r} must be latest, earliest or a JSON object of partition to byte "
-            f'offset such as {{"0": 0, "1": 2048}}, got {raw!r}'
+            f'offset such as {{"0": 0, "1": 2048}} (or, per topic, {{"a": {{"0": 0}}}}), got '
+            f"{raw!r}"
         )
-    result: dict[int, int] = {}
-    for key, value in data.items():
-        if not str(key).isdigit() or isinstance(value, bool) or not isinstance(value, int):
-            raise OptionError(
-                f"option {name!r}: {key!r}: {value!r} is not partition (digits): offset (int)"
-            )
-        if value < 0 and value not in (-1, -2):
-            raise OptionError(
-                f"option {name!r}: partition {key} offset {value} must be >= 0, or -2 for "
-                "earliest, -1 for latest (as in Kafka)"
-            )
-        result[int(key)] = value
-    return result
+    try:
+        return parse_json_offsets(name, data)
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from None

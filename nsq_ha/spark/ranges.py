@@ -218,16 +218,24 @@ def read_range(task: RangeTask) -> Iterator[tuple[Any, ...]]:
 
 
 def resolve_timestamp(
-    endpoint: Endpoint, channel: str, partition: int, seconds: int, extent: Extent, wait: float
+    endpoint: Endpoint,
+    channel: str,
+    partition: int,
+    seconds: int,
+    extent: Extent,
+    wait: float,
+    *,
+    topic: str | None = None,
 ) -> int:
-    """The offset of the first message at or after ``seconds`` (Unix) in one partition, found
-    by moving a fresh channel there and reading one message; the write end if none arrives
-    (a message read ahead at the write end or later says the same)."""
+    """The offset of the first message at or after ``seconds`` (Unix) in one partition of
+    ``topic`` (default: the endpoint's), found by moving a fresh channel there and reading one
+    message; the write end if none arrives (a message read ahead at the write end or later
+    says the same)."""
     if extent.start >= extent.end:
         return extent.end
     task = RangeTask(
         endpoint.lookupd,
-        endpoint.topic,
+        endpoint.topic if topic is None else topic,
         range_channel(channel, partition),
         partition,
         0,

@@ -1,6 +1,7 @@
-"""The ``nsq`` source's replayable stream and batch read: ranges of the fork's partitions, read
-by executor tasks (see :mod:`.ranges`); the driver source is in :mod:`.driver`. Created on the
-driver; what reaches the executors holds only options and plain values."""
+"""The ``nsq`` source's replayable stream and batch read: ranges of the fork's partitions (of
+one topic or several, see :mod:`.topics`), read by executor tasks (see :mod:`.ranges`); the
+driver source is in :mod:`.driver`. Created on the driver; what reaches the executors holds
+only options and plain values."""
 
 from __future__ import annotations
 
@@ -19,15 +20,25 @@ from .compat import (
     ReadMaxBytes,
     SupportsTriggerAvailableNow,
 )
-from .options import ReadOptions
+from .options import OptionError, ReadOptions
 from .ranges import RangeTask, read_chunks, resolve_timestamp
 from .source import (
     Extent,
     apply_byte_limit,
     check_retained,
-    fetch_extents,
+    fetch_topic_extents,
     is_fork,
     new_channel_name,
+    resolve_topics,
+)
+from .topics import (
+    TopicOffsets,
+    TopicPartition,
+    TopicSet,
+    decode_offset,
+    encode_offset,
+    nest,
+    wanted_offsets,
 )
 
 __all__ = ["NsqBatchReader", "NsqReplayableReader", "read_mode"]
@@ -36,9 +47,22 @@ log = logging.getLogger("nsq_ha.spark")
 
 
 def read_mode(opts: ReadOptions) -> str:
+    """``replayable`` or ``driver``: as asked, or (``auto``) by the first topic read: on the
+    fork in cluster mode or not (a pattern that matches nothing yet: ``replayable``)."""
     if opts.mode != "auto":
         return opts.mode
-    return "replayable" if is_fork(opts.endpoint) else "driver"
+    if not opts.endpoint.lookupd:
+        return "driver"
+    topics = opts.topic_set.or_topic(opts.endpoint.topic)
+    names = resolve_topics(opts.endpoint, topics)
+    if not names:
+        log.warning(
+            "%s: no topic matches now; reading as the fork's replayable source (give "
+            "mode=driver for vanilla nsqd)",
+            topics.describe(),
+        )
+        return "replayable"
+    return "replayable" if is_fork(opts.endpoint, names[0]) else "driver"
 
 
 class _Range(InputPartition):
@@ -47,55 +71,119 @@ class _Range(InputPartition):
         self.task = task
 
 
-def _offset(topic: str, channel: str, partitions: dict[int, int]) -> dict[str, Any]:
-    return {
-        "topic": topic,
-        "channel": channel,
-        "partitions": {str(p): o for p, o in sorted(partitions.items())},
-    }
+def _read_extents(opts: ReadOptions, topics: TopicSet) -> dict[TopicPartition, Extent]:
+    """Each partition read now, of each topic read now (a pattern is listed again), and what
+    it retains; with ``assign``, the assigned partitions only (one the topic lacks is an
+    :class:`OptionError`)."""
+    names = resolve_topics(opts.endpoint, topics)
+    found = fetch_topic_extents(opts.endpoint, names, skip_missing=not topics.fixed)
+    result: dict[TopicPartition, Extent] = {}
+    for topic, extents in found.items():
+        wanted = topics.partitions(topic)
+        if wanted is not None:
+            missing = sorted(set(wanted) - set(extents))
+            if missing:
+                raise OptionError(
+                    f"option 'assign': topic {topic!r} has no partition {missing} (it has "
+                    f"{sorted(extents)})"
+                )
+        for p, extent in extents.items():
+            if wanted is None or p in wanted:
+                result[(topic, p)] = extent
+    return result
 
 
-def _positions(offset: dict[str, Any]) -> dict[int, int]:
-    return {int(p): int(o) for p, o in offset["partitions"].items()}
+def _retained(
+    begin: dict[TopicPartition, int], extents: dict[TopicPartition, Extent], *, fail: bool
+) -> dict[TopicPartition, int]:
+    """:func:`~.source.check_retained`, topic by topic."""
+    result = dict(begin)
+    parts = nest({tp: e.start for tp, e in extents.items()})
+    for topic, offsets in nest(begin).items():
+        mine = {p: extents[(topic, p)] for p in parts.get(topic, {})}
+        for p, offset in check_retained(offsets, mine, fail=fail, topic=topic).items():
+            result[(topic, p)] = offset
+    return result
+
+
+def _positions(
+    opts: ReadOptions,
+    wanted: str | dict[int, int] | TopicOffsets,
+    timestamp_ms: int | None,
+    extents: dict[TopicPartition, Extent],
+    channel: str,
+    *,
+    default: int,
+) -> dict[TopicPartition, int]:
+    """Each partition's offset for an option's value: a timestamp, ``earliest`` (-2),
+    ``latest`` (-1) or a JSON object (a topic or partition it leaves out takes ``default``)."""
+    result: dict[TopicPartition, int] = {}
+    for (topic, p), extent in sorted(extents.items()):
+        if timestamp_ms is not None:
+            seconds = timestamp_ms // 1000
+            wait = min(opts.read_timeout, 5.0)
+            result[(topic, p)] = resolve_timestamp(
+                opts.endpoint, channel, p, seconds, extent, wait, topic=topic
+            )
+            continue
+        asked = wanted_offsets(wanted, topic)
+        if isinstance(asked, dict):
+            value = asked.get(p, default)
+        else:
+            value = -2 if asked == "earliest" else -1
+        result[(topic, p)] = {-2: extent.start, -1: extent.end}.get(value, value)
+    return result
+
+
+def _task(opts: ReadOptions, channel: str, tp: TopicPartition, start: int, end: int) -> _Range:
+    return _Range(
+        RangeTask(
+            lookupd=opts.endpoint.lookupd,
+            topic=tp[0],
+            channel=channel,
+            partition=tp[1],
+            start=start,
+            end=end,
+            read_timeout=opts.read_timeout,
+            security=opts.endpoint.security,
+            row_format=opts.row_format,
+        )
+    )
 
 
 class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The replayable source (the fork in cluster mode): offsets are per-partition queue
-    positions; each Spark task reads one partition's range on the query's own channel.
-    With ``trigger(availableNow=True)`` it reads up to the ends it found at the start (in
-    batches of ``maxBytesPerTrigger``), then the query stops."""
+    positions of each topic (see :mod:`.topics`); each Spark task reads one partition's range
+    on the query's own channel. A ``topicPattern`` is listed again at each
+    :meth:`latestOffset`: a topic made later is read from its start. With
+    ``trigger(availableNow=True)`` it reads up to the ends it found at the start (in batches
+    of ``maxBytesPerTrigger``), then the query stops."""
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        self._target: dict[int, int] | None = None
+        self.topics = opts.topic_set.or_topic(opts.endpoint.topic)
+        self._target: dict[TopicPartition, int] | None = None
         #: the write ends the last latestOffset() found (what reportLatestOffset() reports)
         self._latest: dict[str, Any] | None = None
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {p: e.end for p, e in self._extents().items()}
-        log.info("%s: available now up to %s", self.opts.endpoint.topic, self._target)
+        self._target = {tp: e.end for tp, e in self._extents().items()}
+        log.info("%s: available now up to %s", self.topics.describe(), nest(self._target))
 
-    def _extents(self) -> dict[int, Extent]:
-        return fetch_extents(self.opts.endpoint)
+    def _extents(self) -> dict[TopicPartition, Extent]:
+        return _read_extents(self.opts, self.topics)
 
     def initialOffset(self) -> dict[str, Any]:
         opts = self.opts
         channel = opts.channel or new_channel_name()
         extents = self._extents()
-        start: dict[int, int] = {}
-        for p, extent in extents.items():
-            if opts.starting_timestamp_ms is not None:
-                seconds = opts.starting_timestamp_ms // 1000
-                start[p] = resolve_timestamp(
-                    opts.endpoint, channel, p, seconds, extent, wait=min(opts.read_timeout, 5.0)
-                )
-            elif isinstance(opts.starting, dict):
-                wanted = opts.starting.get(p, -1)
-                start[p] = {-2: extent.start, -1: extent.end}.get(wanted, wanted)
-            else:
-                start[p] = extent.start if opts.starting == "earliest" else extent.end
-        log.info("%s: starting at %s on channel %s", opts.endpoint.topic, start, channel)
-        return _offset(opts.endpoint.topic, channel, start)
+        start = _positions(
+            opts, opts.starting, opts.starting_timestamp_ms, extents, channel, default=-1
+        )
+        if not start:
+            log.info("%s: nothing to read yet (waiting for a topic)", self.topics.describe())
+        log.info("%s: starting at %s on channel %s", self.topics.describe(), nest(start), channel)
+        return encode_offset(channel, start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_bytes_per_trigger is None:
@@ -103,22 +191,22 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxBytes(self.opts.max_bytes_per_trigger)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        channel, known = decode_offset(start)
         extents = self._extents()
-        self._latest = _offset(
-            start["topic"], start["channel"], {p: e.end for p, e in extents.items()}
-        )
-        begin = _positions(start)
-        for p, extent in extents.items():
-            begin.setdefault(p, extent.start)  # a new partition is read from its start
-        begin = check_retained(
-            begin, extents, fail=self.opts.fail_on_data_loss, topic=self.opts.endpoint.topic
-        )
-        ends = {p: max(begin.get(p, 0), e.end) for p, e in extents.items()}
+        self._latest = encode_offset(channel, {tp: e.end for tp, e in extents.items()})
+        begin = dict(known)
+        for tp, extent in extents.items():
+            begin.setdefault(tp, extent.start)  # a new partition or topic is read from its start
+        begin = _retained(begin, extents, fail=self.opts.fail_on_data_loss)
+        ends = {tp: max(begin[tp], e.end) for tp, e in extents.items()}
         if self._target is not None:  # availableNow: nothing past what was there at the start
             target = self._target
-            ends = {p: max(begin.get(p, 0), min(e, target.get(p, 0))) for p, e in ends.items()}
+            ends = {tp: max(begin[tp], min(e, target.get(tp, 0))) for tp, e in ends.items()}
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
-        return _offset(start["topic"], start["channel"], apply_byte_limit(begin, ends, max_bytes))
+        ends = apply_byte_limit(begin, ends, max_bytes)
+        for tp, offset in known.items():  # a partition not read now (its topic deleted) stays
+            ends.setdefault(tp, offset)
+        return encode_offset(channel, ends)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """Each partition's write end as the last :meth:`latestOffset` found it (no request of
@@ -126,30 +214,26 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        begin = _positions(start)
-        stop = _positions(end)
-        extents = self._extents()
-        for p in stop:
-            begin.setdefault(p, extents[p].start if p in extents else stop[p])
-        begin = check_retained(
-            begin, extents, fail=self.opts.fail_on_data_loss, topic=self.opts.endpoint.topic
-        )
-        return [
-            _Range(
-                RangeTask(
-                    lookupd=self.opts.endpoint.lookupd,
-                    topic=end["topic"],
-                    channel=end["channel"],
-                    partition=p,
-                    start=begin[p],
-                    end=stop[p],
-                    read_timeout=self.opts.read_timeout,
-                    security=self.opts.endpoint.security,
-                    row_format=self.opts.row_format,
-                )
+        _, begin = decode_offset(start)
+        channel, stop = decode_offset(end)
+        todo = sorted(tp for tp, offset in stop.items() if begin.get(tp, -1) < offset)
+        topics = sorted({t for t, _ in todo})
+        found = fetch_topic_extents(self.opts.endpoint, topics, skip_missing=not self.topics.fixed)
+        extents = {(t, p): e for t, parts in found.items() for p, e in parts.items()}
+        gone = [tp for tp in todo if tp[0] not in found]
+        if gone:
+            log.warning(
+                "%s are no longer listed: their ranges are not read",
+                nest({tp: stop[tp] for tp in gone}),
             )
-            for p in sorted(stop)
-            if begin[p] < stop[p]
+        todo = [tp for tp in todo if tp[0] in found]
+        for tp in todo:
+            begin.setdefault(tp, extents[tp].start if tp in extents else stop[tp])
+        begin = _retained({tp: begin[tp] for tp in todo}, extents, fail=self.opts.fail_on_data_loss)
+        return [
+            _task(self.opts, channel, tp, begin[tp], stop[tp])
+            for tp in todo
+            if begin[tp] < stop[tp]
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -158,7 +242,9 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         log.debug("committed %s", end)
         opts = self.opts
-        SWEEPER.maybe_sweep(opts.endpoint.lookupd, opts.endpoint.topic, opts.stale_channel_timeout)
+        _, positions = decode_offset(self._latest or end)
+        topics = sorted({t for t, _ in positions})
+        SWEEPER.maybe_sweep_topics(opts.endpoint.lookupd, topics, opts.stale_channel_timeout)
 
 
 def _read_range_batches(partition: InputPartition) -> Iterator[Any]:
@@ -178,77 +264,43 @@ def _read_range_batches(partition: InputPartition) -> Iterator[Any]:
 
 class NsqBatchReader(DataSourceReader):
     """``spark.read.format("nsq")``: the fork's partitions between two positions, one Spark
-    task per partition. The ranges are fixed when Spark plans the read (``latest`` is the write
-    end then), so reading the same explicit offsets again gives the same rows while nsqd
-    retains them."""
+    task per partition of each topic. The topics (a ``topicPattern`` is listed once) and the
+    ranges are fixed when Spark plans the read (``latest`` is the write end then), so reading
+    the same explicit offsets again gives the same rows while nsqd retains them."""
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-
-    def _positions(
-        self,
-        wanted: str | dict[int, int],
-        timestamp_ms: int | None,
-        extents: dict[int, Extent],
-        channel: str,
-        *,
-        default: int,
-    ) -> dict[int, int]:
-        """Each partition's offset for an option's value: a timestamp, ``earliest`` (-2),
-        ``latest`` (-1) or a JSON object (a partition it leaves out takes ``default``)."""
-        opts = self.opts
-        result: dict[int, int] = {}
-        for p, extent in sorted(extents.items()):
-            if timestamp_ms is not None:
-                seconds = timestamp_ms // 1000
-                wait = min(opts.read_timeout, 5.0)
-                result[p] = resolve_timestamp(opts.endpoint, channel, p, seconds, extent, wait)
-                continue
-            if isinstance(wanted, dict):
-                value = wanted.get(p, default)
-            else:
-                value = -2 if wanted == "earliest" else -1
-            result[p] = {-2: extent.start, -1: extent.end}.get(value, value)
-        return result
+        self.topics = opts.topic_set.or_topic(opts.endpoint.topic)
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
+        what = self.topics.describe()
         if read_mode(opts) != "replayable":
             raise ConfigError(
-                f"{opts.endpoint.topic!r}: a batch read needs partition offsets (the fork in "
-                "cluster mode, through 'lookupd')"
+                f"{what}: a batch read needs partition offsets (the fork in cluster mode, "
+                "through 'lookupd')"
             )
-        SWEEPER.maybe_sweep(opts.endpoint.lookupd, opts.endpoint.topic, opts.stale_channel_timeout)
         channel = opts.channel or new_channel_name()
-        extents = fetch_extents(opts.endpoint)
-        begin = self._positions(
-            opts.starting, opts.starting_timestamp_ms, extents, channel, default=-2
+        extents = _read_extents(opts, self.topics)
+        if not extents:
+            log.info("%s: nothing to read (no topic matches)", what)
+            return []
+        topics = sorted({t for t, _ in extents})
+        SWEEPER.maybe_sweep_topics(opts.endpoint.lookupd, topics, opts.stale_channel_timeout)
+        begin = _positions(
+            opts, opts.starting, opts.starting_timestamp_ms, extents, channel, default=-2
         )
-        stop = self._positions(opts.ending, opts.ending_timestamp_ms, extents, channel, default=-1)
-        begin = check_retained(
-            begin, extents, fail=opts.fail_on_data_loss, topic=opts.endpoint.topic
-        )
+        stop = _positions(opts, opts.ending, opts.ending_timestamp_ms, extents, channel, default=-1)
+        begin = _retained(begin, extents, fail=opts.fail_on_data_loss)
         ranges = [
-            _Range(
-                RangeTask(
-                    lookupd=opts.endpoint.lookupd,
-                    topic=opts.endpoint.topic,
-                    channel=channel,
-                    partition=p,
-                    start=begin[p],
-                    end=min(stop[p], extents[p].end),
-                    read_timeout=opts.read_timeout,
-                    security=opts.endpoint.security,
-                    row_format=opts.row_format,
-                )
-            )
-            for p in sorted(extents)
-            if begin[p] < min(stop[p], extents[p].end)
+            _task(opts, channel, tp, begin[tp], min(stop[tp], extents[tp].end))
+            for tp in sorted(extents)
+            if begin[tp] < min(stop[tp], extents[tp].end)
         ]
         log.info(
             "%s: batch read of %s",
-            opts.endpoint.topic,
-            {r.task.partition: (r.task.start, r.task.end) for r in ranges},
+            what,
+            {f"{r.task.topic}/{r.task.partition}": (r.task.start, r.task.end) for r in ranges},
         )
         return ranges
 

@@ -3,20 +3,21 @@
 Two kinds of source (see :mod:`nsq_ha.spark`):
 
 **Replayable** (the fork in cluster mode). An offset is the byte position in each partition's
-queue, ``{"topic": T, "channel": C, "partitions": {"0": 1234, ...}}``; the channel is the
-query's own, so its cursor is nobody else's. A Spark task reads ``[start, end)`` of one
+queue of each topic, ``{"channel": C, "topics": {"a": {"0": 1234, ...}, ...}}`` (see
+:mod:`.topics`, which also reads the single-topic form of older checkpoints); the channel is
+the query's own, so its cursor is nobody else's. A Spark task reads ``[start, end)`` of one
 partition: it creates the channel on the partition's leader, moves it to ``start`` with
 ``POST /channel/setoffset virtual_queue:<start>``, subscribes ordered (every message then
 carries its offset and raw size), keeps the messages whose offset is in the range, and stops at
 the first one that ends at or past ``end``. Reading the same range again gives the same rows
 while the data is retained.
 
-**Driver** (vanilla NSQ, or ``mode=driver``). One consumer on the driver pulls up to
-``maxMessagesPerTrigger`` messages per micro-batch, writes them to a write-ahead file under
-``walPath`` (a local path or a URI of HDFS or an object store, see :mod:`.wal`) before handing
-them to Spark (a replayed batch is read from there, identical), keeps them in flight (touching
-them) and finishes them only when Spark commits the batch. If the driver dies, nsqd redelivers
-what was not finished: at-least-once.
+**Driver** (vanilla NSQ, or ``mode=driver``). One consumer per topic on the driver (the same
+channel name on each) pulls up to ``maxMessagesPerTrigger`` messages per micro-batch in all,
+writes them to a write-ahead file under ``walPath`` (a local path or a URI of HDFS or an
+object store, see :mod:`.wal`) before handing them to Spark (a replayed batch is read from
+there, identical), keeps them in flight (touching them) and finishes them only when Spark
+commits the batch. If the driver dies, nsqd redelivers what was not finished: at-least-once.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -36,6 +38,7 @@ from ..admin import NsqdAdmin
 from ..errors import (
     ConfigError,
     DiscoveryError,
+    LookupdUnavailableError,
     NsqError,
     UnsupportedByServerError,
 )
@@ -45,6 +48,7 @@ from ..lookup.wire import NodeInfo
 from ..sync import Consumer, Message, shared_loop
 from .options import Endpoint, OptionError, ReadOptions
 from .rows import message_row
+from .topics import TopicSet, list_topics
 from .wal import WriteAheadLog, redact_location
 
 __all__ = [
@@ -53,6 +57,8 @@ __all__ = [
     "Extent",
     "apply_byte_limit",
     "fetch_extents",
+    "fetch_topic_extents",
+    "resolve_topics",
 ]
 
 log = logging.getLogger("nsq_ha.spark")
@@ -84,12 +90,22 @@ async def _leaders(lookupd: Sequence[str], topic: str) -> tuple[bool, dict[int, 
     return pmap.fork, dict(pmap.partitions)
 
 
-def is_fork(endpoint: Endpoint) -> bool:
-    """Whether the topic is on the fork in cluster mode (found through lookupd)."""
+def is_fork(endpoint: Endpoint, topic: str | None = None) -> bool:
+    """Whether ``topic`` (default: the endpoint's) is on the fork in cluster mode (found
+    through lookupd)."""
     if not endpoint.lookupd:
         return False
-    fork, _ = _run(_leaders(endpoint.lookupd, endpoint.topic), 30.0)
+    fork, _ = _run(_leaders(endpoint.lookupd, endpoint.topic if topic is None else topic), 30.0)
     return bool(fork)
+
+
+def resolve_topics(endpoint: Endpoint, topics: TopicSet, timeout: float = 30.0) -> list[str]:
+    """The topics ``topics`` names now: its names, or those nsqlookupd lists that match its
+    pattern (one ``GET /topics`` per nsqlookupd)."""
+    if topics.fixed:
+        return list(topics.names)
+    listed = _run(list_topics(endpoint.lookupd, timeout), timeout + 5.0)
+    return [t for t in listed if topics.matches(t)]
 
 
 async def _extents(lookupd: Sequence[str], topic: str) -> dict[int, Extent]:
@@ -139,9 +155,47 @@ def fetch_extents(endpoint: Endpoint) -> dict[int, Extent]:
     return dict(_run(_extents(endpoint.lookupd, endpoint.topic), 60.0))
 
 
+def fetch_topic_extents(
+    endpoint: Endpoint, topics: Sequence[str], *, skip_missing: bool = False
+) -> dict[str, dict[int, Extent]]:
+    """Each partition's retained range of each topic (the topics asked at once). A topic
+    that is not there, not yet writable, or not on the fork raises, or with ``skip_missing``
+    (topics a pattern found: one may be deleted or still being made) is left out and logged;
+    nsqlookupd not answering raises either way."""
+
+    async def one(topic: str) -> dict[int, Extent] | None:
+        try:
+            return await _extents(endpoint.lookupd, topic)
+        except LookupdUnavailableError:
+            raise
+        except (DiscoveryError, UnsupportedByServerError) as exc:
+            if not skip_missing:
+                raise
+            log.info("%s: left out for now: %s", topic, exc)
+            return None
+
+    async def every() -> list[dict[int, Extent] | None]:
+        gate = asyncio.Semaphore(16)  # a pattern may match many topics: 16 at a time
+
+        async def gated(topic: str) -> dict[int, Extent] | None:
+            async with gate:
+                return await one(topic)
+
+        return await asyncio.gather(*(gated(t) for t in topics))
+
+    if not topics:
+        return {}
+    found = _run(every(), 60.0 + 10.0 * (len(topics) // 16))
+    return {t: e for t, e in zip(topics, found, strict=True) if e is not None}
+
+
+#: a partition of the byte limit: a partition number, or a (topic, partition)
+K = TypeVar("K", int, tuple[str, int])
+
+
 def apply_byte_limit(
-    start: Mapping[int, int], ends: Mapping[int, int], max_bytes: int | None
-) -> dict[int, int]:
+    start: Mapping[K, int], ends: Mapping[K, int], max_bytes: int | None
+) -> dict[K, int]:
     """The end offsets of the next batch: all of ``ends``, or, with ``max_bytes``, at most that
     many bytes shared fairly between the partitions that have data (water-filling: a partition
     with little data leaves its share to the others). An end may fall inside a message: the
@@ -205,6 +259,12 @@ class DriverReader:
     held message of batches up to ``seq`` and deletes the files before ``seq``; ``replay(a,
     b)`` reads batches ``a..b`` back from the files. A ``walPath`` that cannot be opened raises
     :class:`~.options.OptionError` here, before any message is consumed.
+
+    Several topics (``topics``, ``topicPattern``): one consumer per topic, each on
+    ``channel``; a batch takes from them in turn, so ``maxMessagesPerTrigger`` is shared
+    between the topics that have messages. ``topicPattern`` is matched once, against the
+    topics nsqlookupd lists when the first batch is read: a topic made later is not read
+    until the query restarts. ``assign`` is refused (vanilla topics have no partitions).
     """
 
     def __init__(self, opts: ReadOptions, channel: str) -> None:
@@ -213,43 +273,66 @@ class DriverReader:
                 "mode=driver keeps each batch until Spark commits it: set the option 'walPath' "
                 "to a directory under the query's checkpointLocation"
             )
+        self.topic_set = opts.topic_set.or_topic(opts.endpoint.topic)
+        if self.topic_set.assign is not None:
+            raise OptionError(
+                "option 'assign' names partitions: the driver source (vanilla nsqd, or "
+                "mode=driver) reads whole topics, give 'topics' instead"
+            )
         self.opts = opts
         self.channel = channel
         try:
             self.wal = WriteAheadLog(opts.wal_path)
         except ConfigError as exc:
             raise OptionError(f"option 'walPath': {exc}") from None
-        self._consumer: Consumer | None = None
+        #: (topic, its consumer), once the first batch is read
+        self._consumers: list[tuple[str, Consumer]] | None = None
         self._held: dict[int, list[Message]] = {}
         self._lock = threading.Lock()
         self._toucher: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def _ensure(self) -> Consumer:
-        if self._consumer is None:
+    def _ensure(self) -> list[tuple[str, Consumer]]:
+        if self._consumers is None:
             endpoint = self.opts.endpoint
             where: dict[str, Any] = (
                 {"lookupd": list(endpoint.lookupd)}
                 if endpoint.lookupd
                 else {"nsqd": list(endpoint.nsqd)}
             )
+            topics = resolve_topics(endpoint, self.topic_set)
+            if not topics:
+                log.warning(
+                    "%s: no topic matches; nothing is read until the query restarts",
+                    self.topic_set.describe(),
+                )
             self.wal.create()
-            self._consumer = Consumer(
-                endpoint.topic,
-                self.channel,
-                **where,
-                max_in_flight=2 * self.opts.max_messages_per_trigger,
-                msg_timeout=self.opts.msg_timeout,
-                max_attempts=0,
-                backoff=None,
-                drain_timeout=1.0,
-                config=endpoint.security.apply(),
-            )
+            consumers: list[tuple[str, Consumer]] = []
+            try:
+                for topic in topics:
+                    consumer = Consumer(
+                        topic,
+                        self.channel,
+                        **where,
+                        max_in_flight=2 * self.opts.max_messages_per_trigger,
+                        msg_timeout=self.opts.msg_timeout,
+                        max_attempts=0,
+                        backoff=None,
+                        drain_timeout=1.0,
+                        config=endpoint.security.apply(),
+                    )
+                    consumers.append((topic, consumer))
+            except BaseException:
+                for _, consumer in consumers:
+                    consumer.close(drain_timeout=0)
+                raise
+            self._consumers = consumers
+            log.info("driver source: reading %s on channel %s", topics, self.channel)
             self._toucher = threading.Thread(
                 target=self._touch_loop, name="nsq_ha-spark-touch", daemon=True
             )
             self._toucher.start()
-        return self._consumer
+        return self._consumers
 
     def _touch_loop(self) -> None:
         """Keep held messages from timing out on nsqd while Spark processes their batch."""
@@ -273,19 +356,34 @@ class DriverReader:
             shared_loop().call_soon_threadsafe(consumer.aio.set_max_in_flight, wanted)
 
     def read(self, seq: int) -> list[tuple[Any, ...]]:
-        """Pull batch ``seq`` (may be empty: nothing arrived within ``pollTimeout``)."""
-        consumer = self._ensure()
-        self._size_budget(consumer)
+        """Pull batch ``seq`` (may be empty: nothing arrived within ``pollTimeout``): up to
+        ``maxMessagesPerTrigger`` messages, one topic after the other in turn."""
+        consumers = self._ensure()
+        for _, consumer in consumers:
+            self._size_budget(consumer)
+        limit = self.opts.max_messages_per_trigger
         rows: list[tuple[Any, ...]] = []
         messages: list[Message] = []
-        wait = self.opts.poll_timeout
-        while len(rows) < self.opts.max_messages_per_trigger:
-            message = consumer.get(timeout=wait)
-            if message is None:
+        # wait up to pollTimeout for a first message, then only 50 ms for each next one
+        deadline = time.monotonic() + self.opts.poll_timeout
+        while consumers and len(rows) < limit:
+            took = False
+            for topic, consumer in consumers:
+                if len(rows) >= limit:
+                    break
+                wait = deadline - time.monotonic()
+                if len(consumers) > 1:  # poll each in turn without stalling the others
+                    wait = min(wait, 0.0 if took else 0.05 / len(consumers))
+                message = consumer.get(timeout=max(0.0, wait))
+                if message is None:
+                    continue
+                took = True
+                messages.append(message)
+                rows.append(message_row(topic, message, self.opts.row_format))
+            if took:
+                deadline = time.monotonic() + 0.05
+            elif time.monotonic() >= deadline:
                 break
-            wait = 0.05  # after the first message, take what is already here
-            messages.append(message)
-            rows.append(message_row(self.opts.endpoint.topic, message, self.opts.row_format))
         if not rows:
             return rows
         self.wal.write(seq, rows)
@@ -300,7 +398,7 @@ class DriverReader:
             if rows is None:
                 if self.opts.fail_on_data_loss:
                     raise DataLossError(
-                        f"batch {seq} of {self.opts.endpoint.topic!r} is not in {self.wal}: it "
+                        f"batch {seq} of {self.topic_set.describe()} is not in {self.wal}: it "
                         "cannot be replayed (set failOnDataLoss=false to go on without it)"
                     )
                 log.warning("batch %d is not in %s; skipped", seq, self.wal)
@@ -332,6 +430,6 @@ class DriverReader:
 
     def close(self) -> None:
         self._stop.set()
-        if self._consumer is not None:
-            self._consumer.close(drain_timeout=1.0)
-            self._consumer = None
+        consumers, self._consumers = self._consumers or [], None
+        for _, consumer in consumers:
+            consumer.close(drain_timeout=1.0)

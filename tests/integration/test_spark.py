@@ -319,9 +319,9 @@ def test_replayable_read_restarts_from_its_checkpoint_and_rereads_exact_ranges(
             # the replay (compared above), and what the first run wrote for batches whose
             # offsets were dropped to force the replay: they were planned again in run b
             continue
-        end = _offsets_file(checkpoint, batch)["partitions"]
+        end = _offsets_file(checkpoint, batch)["topics"][topic]
         # batch 0 starts at the earliest offsets: 0 on a new topic
-        start = _offsets_file(checkpoint, batch - 1)["partitions"] if batch > 0 else {}
+        start = _offsets_file(checkpoint, batch - 1)["topics"][topic] if batch > 0 else {}
         want = {(p, o) for (p, o) in published if int(start.get(str(p), 0)) <= o < int(end[str(p)])}
         got = {(r["partition"], r["offset"]) for r in rows}
         assert got == want, f"batch {batch}: {len(got)} rows, its range holds {len(want)}"
@@ -412,8 +412,8 @@ def test_query_progress_shows_the_latest_offsets_beside_the_batch_end(
     run_until(query, lambda: len(query.recentProgress) >= 1, timeout=300)
     after = {str(p): e.end for p, e in fetch_extents(endpoint).items()}
     source = query.recentProgress[0]["sources"][0]
-    latest = json.loads(source["latestOffset"])["partitions"]
-    end = json.loads(source["endOffset"])["partitions"]
+    latest = json.loads(source["latestOffset"])["topics"][topic]
+    end = json.loads(source["endOffset"])["topics"][topic]
     # the write ends when the batch was planned (the fork's /stats may trail a little)
     assert set(latest) == set(before)
     assert all(before[p] <= latest[p] <= after[p] for p in latest)
