@@ -8,6 +8,9 @@ batch reads (``spark.read``)                 4.0    ``DataSourceReader``, Arrow 
 batch writes (``df.write``)                  4.0    ``DataSourceWriter``
 streaming writes (``df.writeStream``)        4.0    ``DataSourceStreamWriter``
 streaming reads, ``mode=driver``             4.0    ``SimpleDataSourceStreamReader``
+``mode=driver`` stopped with its query,      4.2    ``DataSourceStreamReader`` with
+``Trigger.AvailableNow`` in ``mode=driver``         ``latestOffset(start, limit)``, ``stop()``,
+                                                    ``SupportsTriggerAvailableNow``
 streaming reads, replayable                  4.2    admission control: ``latestOffset(start,
                                                     limit)``, ``getDefaultReadLimit()``,
                                                     ``ReadMaxBytes``, ``reportLatestOffset()``,
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_READ",
     "BATCH_WRITE",
+    "DRIVER_STREAM_CONTROL",
     "DRIVER_STREAM_READ",
     "FEATURES",
     "REPLAYABLE_STREAM_READ",
@@ -86,7 +90,22 @@ REPLAYABLE_STREAM_READ = Feature(
     instead="read the topic with mode=driver (options 'channel' and 'walPath'), or read "
     "offset ranges with spark.read",
 )
-FEATURES = (BATCH_READ, BATCH_WRITE, STREAM_WRITE, DRIVER_STREAM_READ, REPLAYABLE_STREAM_READ)
+DRIVER_STREAM_CONTROL = Feature(
+    "mode=driver stopped with its query and Trigger.AvailableNow in mode=driver",
+    (4, 2),
+    "DataSourceStreamReader with latestOffset(start, limit), stop() and "
+    "SupportsTriggerAvailableNow",
+    instead="the driver source's consumer closes when the driver's Python source process "
+    "ends, and Trigger.AvailableNow is not offered in mode=driver",
+)
+FEATURES = (
+    BATCH_READ,
+    BATCH_WRITE,
+    STREAM_WRITE,
+    DRIVER_STREAM_READ,
+    DRIVER_STREAM_CONTROL,
+    REPLAYABLE_STREAM_READ,
+)
 
 #: ``to_arrow_schema(..., timezone=)`` replaced ``timestamp_utc=`` in 4.2
 _ARROW_TIMEZONE = (4, 2)

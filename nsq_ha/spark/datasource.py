@@ -15,9 +15,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from ..errors import ConfigError
-from .compat import REPLAYABLE_STREAM_READ, require
-from .driver import NsqDriverReader
-from .options import parse_read_options
+from .compat import DRIVER_STREAM_CONTROL, REPLAYABLE_STREAM_READ, require, supports
+from .driver import NsqDriverReader, NsqDriverStreamReader
+from .options import ReadOptions, parse_read_options
 from .readers import NsqBatchReader, NsqReplayableReader, read_mode
 from .rows import SCHEMA
 from .writers import NsqCommitMessage, NsqStreamWriter, NsqWriter, write_options
@@ -46,18 +46,26 @@ class NsqDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         opts = parse_read_options(self.options)
-        if read_mode(opts) != "replayable":
-            raise PySparkNotImplementedError(
-                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
-            )
-        require(REPLAYABLE_STREAM_READ)  # PySpark 4.2+ (nsq_ha.spark.compat)
-        return NsqReplayableReader(opts)
+        if read_mode(opts) == "replayable":
+            require(REPLAYABLE_STREAM_READ)  # PySpark 4.2+ (nsq_ha.spark.compat)
+            return NsqReplayableReader(opts)
+        if supports(DRIVER_STREAM_CONTROL):  # 4.2+: stopped with the query, AvailableNow
+            _need_channel(opts)
+            return NsqDriverStreamReader(opts)
+        # before 4.2 Spark then asks for simpleStreamReader
+        raise PySparkNotImplementedError(
+            errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+        )
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         opts = parse_read_options(self.options)
-        if opts.channel is None:
-            raise ConfigError(
-                "mode=driver consumes as a channel of the topic: set the option 'channel' "
-                "(queries sharing a channel share its messages)"
-            )
+        _need_channel(opts)
         return NsqDriverReader(opts)
+
+
+def _need_channel(opts: ReadOptions) -> None:
+    if opts.channel is None:
+        raise ConfigError(
+            "mode=driver consumes as a channel of the topic: set the option 'channel' "
+            "(queries sharing a channel share its messages)"
+        )

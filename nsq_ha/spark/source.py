@@ -334,6 +334,10 @@ class DriverReader:
             self._toucher.start()
         return self._consumers
 
+    def start(self) -> list[str]:
+        """Subscribe now (the first :meth:`read` otherwise does); return the topics read."""
+        return [topic for topic, _ in self._ensure()]
+
     def _touch_loop(self) -> None:
         """Keep held messages from timing out on nsqd while Spark processes their batch."""
         interval = max(0.5, self.opts.msg_timeout / 3)
