@@ -19,10 +19,13 @@ replayable streaming source needs 4.2+, see :mod:`nsq_ha.spark.compat`).
 
 Options are listed in :mod:`nsq_ha.spark.options`.
 
-**Writing.** Each Spark task publishes its rows with :class:`nsq_ha.sync.Producer`; a row with a
-key goes to the key's partition (the same mapping as the producer, selectable to match the
-fork's Go or Java SDK), in row order, with at most one unacknowledged batch per partition. The
-driver's commit logs the counts per partition. Guarantees: *at-least-once*. NSQ has no
+**Writing.** Each Spark task publishes its rows with :class:`nsq_ha.sync.Producer`, each to
+the option ``topic`` or, without it, its ``topic`` column's topic (``topicColumn``); a row
+whose ``partition`` column is not null goes to that partition; a ``headers`` map is merged into
+the ext header on ext topics (see :mod:`.columns`). A row with a key goes to the key's
+partition (the same mapping as the producer, selectable to match the fork's Go or Java SDK),
+in row order, with at most one unacknowledged batch per partition. The driver's commit logs
+the counts per topic and partition. Guarantees: *at-least-once*. NSQ has no
 transactions: a failed job leaves what it published; a retried task publishes its rows again
 (duplicates, and a retried task's rows come after what other tasks published meanwhile).
 Streaming writes to ext topics stamp ``nsq_spark_query``, ``nsq_spark_batch``,
@@ -35,7 +38,9 @@ does; ``repartition`` by it and ``sortWithinPartitions`` by your order column. T
 speculation off (``spark.speculation=false``, the default): a speculative copy of a task
 publishes the same rows concurrently.
 
-**Reading.** Two sources, chosen by the option ``mode`` (``auto`` picks by the topic):
+**Reading.** One topic (``topic``), several (``topics``), a pattern (``topicPattern``) or
+chosen partitions (``assign``), see :mod:`.topics`. Two sources, chosen by the option ``mode``
+(``auto`` picks by the first topic):
 
 * ``replayable`` (the fork in cluster mode): offsets are per-partition queue positions; start
   at ``earliest``, ``latest`` (default), a JSON object of partition to offset, or
@@ -52,14 +57,17 @@ publishes the same rows concurrently.
   path or a ``pyarrow.fs`` URI (``file:///…``, ``hdfs://namenode:8020/…``, ``s3://bucket/…``,
   ``gs://…``, ``abfs://…``; credentials from the URI or that file system's environment, never
   shown in logs). A location pyarrow cannot open fails the query when it starts. See
-  :mod:`nsq_ha.spark.wal`.
+  :mod:`nsq_ha.spark.wal`. On PySpark 4.2 the consumer closes when the query stops and
+  ``trigger(availableNow=True)`` reads the channel's backlog, then stops (:mod:`.driver`).
 
 **Batch reads** (``spark.read.format("nsq")``) read the replayable source's ranges between
 ``startingOffsets`` (default ``earliest``) and ``endingOffsets`` (default ``latest``, fixed when
 Spark plans the read), or ``startingTimestamp`` / ``endingTimestamp``.
 
 Row schema: ``topic, partition, offset, raw_size, id, trace_id, attempts, timestamp, ext, key,
-body``. ``trace_id`` is a signed long (a u64 above 2**63 shows negative, as in the Java SDK).
+body, headers``. ``trace_id`` is a signed long (a u64 above 2**63 shows negative, as in the Java
+SDK); ``headers`` is the ext header as a ``map<string,string>``; ``key`` is the ext header's
+``keyHeader`` field, or ``keyBodyField`` of a JSON body (see :mod:`.rows`).
 """
 
 from __future__ import annotations
