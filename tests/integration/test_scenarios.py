@@ -44,6 +44,13 @@ def _needs(name: str) -> None:
     """Skip a scenario whose extra is not installed (make test installs it)."""
     if name.startswith("spark_"):
         pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
+        from nsq_ha.spark.compat import REPLAYABLE_STREAM_READ, pyspark_version, supports
+
+        if not supports(REPLAYABLE_STREAM_READ):
+            pytest.skip(
+                f"PySpark {pyspark_version()}: the scenario's replayable streaming read needs "
+                "4.2+ (test_spark_versions.py checks the refusal)"
+            )
 
 
 def run_scenario(name: str, timeout: float, *args: str) -> str:

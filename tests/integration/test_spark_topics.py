@@ -215,6 +215,7 @@ def _last_offsets(checkpoint: Path) -> list[str]:
     return (checkpoint / "offsets" / str(last)).read_text().splitlines()[-1:]
 
 
+@needs_replayable_stream
 def test_an_offset_in_the_old_single_topic_form_is_continued(cluster: Backend) -> None:
     """A checkpoint written before several topics: ``{"topic", "channel", "partitions"}``."""
     lookupd = cluster.lookupd_http
