@@ -390,16 +390,21 @@ class ChannelHub:
         """Deliver while a message is ready and some subscriber has room."""
         if self.paused:
             return
-        channel = self.channel
-        while self.clients and channel.has_ready(now):
-            count = len(self.clients)
-            for step in range(count):
-                client = self.clients[(self._turn + step) % count]
-                if client.has_room():
-                    self._turn = (self._turn + step + 1) % count
-                    break
+        channel, clients = self.channel, self.clients
+        while clients and channel.has_ready(now):
+            count = len(clients)
+            if count == 1:  # the usual case, without the round-robin arithmetic
+                client = clients[0]
+                if not client.has_room():
+                    return
             else:
-                return
+                for step in range(count):
+                    client = clients[(self._turn + step) % count]
+                    if client.has_room():
+                        self._turn = (self._turn + step + 1) % count
+                        break
+                else:
+                    return
             flight = channel.take(client, client.msg_timeout, now)
             if flight is None:
                 return

@@ -40,7 +40,7 @@ from nsq_ha.errors import RemoteProtocolError
 from nsq_ha.protocol.command_decoder import BODY_COMMANDS, ClientCommand, CommandDecoder, Magic
 from nsq_ha.protocol.compression import DeflateCodec, SnappyCodec
 from nsq_ha.protocol.frames import HEARTBEAT, FrameType, encode_frame
-from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message
+from nsq_ha.protocol.message import MessageFormat
 
 from .ext_filter import filter_matches
 from .model import ChannelHub, DevNode, EventKind, NodeState, ServerError
@@ -53,7 +53,7 @@ from .nsqd_args import (
     read_sub,
 )
 from .nsqd_identify import Identity, identify_answer, read_identify
-from .nsqd_output import FrameWriter
+from .nsqd_output import FrameWriter, message_frame
 from .nsqd_publish import (
     PUBLISH,
     publish_answer,
@@ -79,6 +79,8 @@ class ClientState(enum.IntEnum):
     SUBSCRIBED = 3
     CLOSING = 4
 
+
+_SUBSCRIBED = ClientState.SUBSCRIBED
 
 class NsqdServer:
     """The TCP listener of one emulated node; its open connections are ``node.connections``."""
@@ -250,7 +252,14 @@ class ClientConnection:
                     first = False
                     self._start_heartbeats()
                     continue
-                await self._command(event)
+                quick = _QUICK_HANDLERS.get(event.name)
+                if quick is None:
+                    await self._command(event)
+                    continue
+                try:  # the commands that never wait: called, no coroutine per command
+                    quick(self, event)
+                except ServerError as error:
+                    await self._error(error, event.name)
 
     def _read_deadline(self) -> float | None:
         if self.heartbeat_interval is None:
@@ -322,7 +331,7 @@ class ClientConnection:
         except ServerError as error:
             await self._error(error, command.name)
 
-    async def _nop(self, command: ClientCommand) -> None:
+    def _nop(self, command: ClientCommand) -> None:
         return
 
     async def _identify(self, command: ClientCommand) -> None:
@@ -427,7 +436,7 @@ class ClientConnection:
         )
         await self._ok(name)
 
-    async def _rdy(self, command: ClientCommand) -> None:
+    def _rdy(self, command: ClientCommand) -> None:
         if self.state == ClientState.CLOSING:
             return
         if self.state != ClientState.SUBSCRIBED:
@@ -455,7 +464,7 @@ class ClientConnection:
             raise ServerError("E_INVALID", "No channel")
         return self.hub, message_id, internal_id
 
-    async def _fin(self, command: ClientCommand) -> None:
+    def _fin(self, command: ClientCommand) -> None:
         hub, message_id, internal_id = self._message_id(command, "FIN")
         self.view.check_leader(self.node, hub.partition, fatal=True)
         try:
@@ -466,7 +475,7 @@ class ClientConnection:
         self.finish_count += 1
         hub.dispatch(self.view.now())
 
-    async def _req(self, command: ClientCommand) -> None:
+    def _req(self, command: ClientCommand) -> None:
         hub, message_id, internal_id = self._message_id(command, "REQ")
         delay = parse_req_delay(command.params, self.view.limits.max_req_timeout)
         now = self.view.now()
@@ -479,7 +488,7 @@ class ClientConnection:
             self.requeue_count += 1
             hub.dispatch(now)
 
-    async def _touch(self, command: ClientCommand) -> None:
+    def _touch(self, command: ClientCommand) -> None:
         hub, message_id, internal_id = self._message_id(command, "TOUCH")
         try:
             hub.channel.touch(internal_id, self, self.msg_timeout, self.view.now())
@@ -498,10 +507,10 @@ class ClientConnection:
     def has_room(self) -> bool:
         """True when this client may take one more message now."""
         return (
-            self.state == ClientState.SUBSCRIBED
+            self.in_flight_count < self.rdy
+            and self.state is _SUBSCRIBED
             and not self.closed
             and not self.server.paused()
-            and self.in_flight_count < self.rdy
         )
 
     def deliver(self, flight: InFlight) -> None:
@@ -519,20 +528,7 @@ class ClientConnection:
             return
         self.in_flight_count += 1
         self.message_count += 1
-        data = encode_message(
-            DecodedMessage(
-                timestamp=message.timestamp,
-                attempts=flight.attempts,
-                id=message.id,
-                body=message.body,
-                ext_version=message.ext_version,
-                ext_data=message.ext_data,
-                offset=message.offset,
-                raw_size=message.raw_size,
-            ),
-            self.format,
-        )
-        self.output.write(encode_frame(FrameType.MESSAGE, data))
+        self.output.write(message_frame(message, flight.attempts, self.format))
 
     def on_timeout(self, flight: InFlight) -> None:
         """The cluster timed out a message this client held."""
@@ -564,17 +560,20 @@ class ClientConnection:
         )
 
 
-_HANDLERS: dict[bytes, Callable[[ClientConnection, ClientCommand], Awaitable[None]]] = {
+#: the commands that never wait (no answer frame, no fault applies): run without a coroutine
+_QUICK_HANDLERS: dict[bytes, Callable[[ClientConnection, ClientCommand], None]] = {
     b"NOP": ClientConnection._nop,
+    b"RDY": ClientConnection._rdy,
+    b"FIN": ClientConnection._fin,
+    b"REQ": ClientConnection._req,
+    b"TOUCH": ClientConnection._touch,
+}
+_HANDLERS: dict[bytes, Callable[[ClientConnection, ClientCommand], Awaitable[None]]] = {
     b"IDENTIFY": ClientConnection._identify,
     b"AUTH": ClientConnection._auth,
     b"SUB": ClientConnection._sub,
     b"SUB_ORDERED": ClientConnection._sub,
     b"SUB_ADVANCED": ClientConnection._sub,
-    b"RDY": ClientConnection._rdy,
-    b"FIN": ClientConnection._fin,
-    b"REQ": ClientConnection._req,
-    b"TOUCH": ClientConnection._touch,
     b"CLS": ClientConnection._cls,
     b"INTERNAL_CREATE_TOPIC": ClientConnection._internal_create_topic,
     **dict.fromkeys(PUBLISH, ClientConnection._publish),

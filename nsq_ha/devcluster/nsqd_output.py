@@ -13,15 +13,67 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import struct
 from collections.abc import Callable
 from typing import Any
 
 from nsq_ha.protocol.compression import StreamCodec
 from nsq_ha.protocol.frames import FrameType, encode_frame
+from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message
 
 from .model import DevNode, EventKind
+from .store import StoredMessage
 
-__all__ = ["FrameWriter"]
+__all__ = ["FrameWriter", "message_frame"]
+
+#: frame size, frame type, timestamp, attempts, the id's two halves (internal id, trace id)
+_FRAME_HEAD = struct.Struct(">IiqHQQ")
+#: the same, then the offset/raw-size part
+_FRAME_HEAD_DETAIL = struct.Struct(">IiqHQQQI")
+_MESSAGE = int(FrameType.MESSAGE)
+
+
+def message_frame(message: StoredMessage, attempts: int, fmt: MessageFormat) -> bytes:
+    """The message frame (frame header included) of one delivery of ``message`` in ``fmt``:
+    the bytes of ``encode_frame(MESSAGE, encode_message(...))``, packed at once when the frame
+    has no ext part (one delivery per message and per client: the broker's hot path)."""
+    body = message.body
+    if fmt.fork_ids and not fmt.ext:
+        if fmt.detail:
+            head = _FRAME_HEAD_DETAIL.pack(
+                _FRAME_HEAD_DETAIL.size - 4 + len(body),
+                _MESSAGE,
+                message.timestamp,
+                attempts,
+                message.internal_id,
+                message.trace_id,
+                message.offset,
+                message.raw_size,
+            )
+        else:
+            head = _FRAME_HEAD.pack(
+                _FRAME_HEAD.size - 4 + len(body),
+                _MESSAGE,
+                message.timestamp,
+                attempts,
+                message.internal_id,
+                message.trace_id,
+            )
+        return head + body
+    data = encode_message(
+        DecodedMessage(
+            timestamp=message.timestamp,
+            attempts=attempts,
+            id=message.id,
+            body=body,
+            ext_version=message.ext_version,
+            ext_data=message.ext_data,
+            offset=message.offset,
+            raw_size=message.raw_size,
+        ),
+        fmt,
+    )
+    return encode_frame(FrameType.MESSAGE, data)
 
 
 class FrameWriter:
