@@ -34,7 +34,6 @@ pyspark = pytest.importorskip(
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from nsq_ha import Consumer  # noqa: E402
 from nsq_ha.admin import LookupdAdmin  # noqa: E402
 from nsq_ha.devcluster import DevClusterThread  # noqa: E402
 from nsq_ha.routing import partition_for_key  # noqa: E402
@@ -44,7 +43,7 @@ from nsq_ha.spark.options import parse_read_options  # noqa: E402
 from nsq_ha.spark.source import fetch_extents  # noqa: E402
 from nsq_ha.sync import Producer  # noqa: E402
 
-from .spark_session import local_spark, run_until  # noqa: E402
+from .spark_session import consume_stored, local_spark, run_until  # noqa: E402
 
 pytestmark = pytest.mark.spark
 #: the replayable streaming source needs PySpark 4.2+ (test_spark_versions.py checks the refusal)
@@ -116,40 +115,6 @@ def backend(request: pytest.FixtureRequest) -> Iterator[tuple[Backend, dict[str,
         yield Backend("fork", fork.lookupd_http), names
 
 
-async def _consume(topic: str, channel: str, count: int, limit: float, **where: Any) -> list[Any]:
-    """Every stored message of ``topic`` on ``channel`` until ``count`` arrived and nothing
-    more comes for a second (so duplicates written to the topic are seen too), finished one
-    by one.
-
-    A message nsqd delivers again (same partition, same id) is the same stored message, not a
-    second write: it is finished and left out. The fork does this on its own: the first
-    ``SUB_ORDERED`` on a channel turns it ordered and resets its reader to the confirmed
-    offset, so a message already sent may be sent again (its first ``FIN`` then fails with
-    "not in flight"). Only the writes are under test here."""
-    got: list[Any] = []
-    seen: set[tuple[int | None, bytes]] = set()
-    redelivered = 0
-    deadline = time.monotonic() + limit
-    async with Consumer(topic, channel, max_in_flight=200, **where) as consumer:
-        while time.monotonic() < deadline:
-            wait = 1.0 if len(got) >= count else deadline - time.monotonic()
-            message = await consumer.get(timeout=max(0.1, wait))
-            if message is None:
-                if len(got) >= count:
-                    break
-                continue
-            stored = (message.partition, message.id)
-            if stored in seen:
-                redelivered += 1
-            else:
-                seen.add(stored)
-                got.append(message)
-            await message.finish()
-    if redelivered:
-        print(f"\n{topic}/{channel}: nsqd delivered {redelivered} message(s) again (left out)")
-    return got
-
-
 # -- 1. batch write, key order ----------------------------------------------------------------
 
 
@@ -175,7 +140,7 @@ def test_batch_write_keeps_each_keys_rows_on_one_partition_in_row_order(
         .save()
     )
     wrote = time.monotonic() - started
-    messages = _run(_consume(topic, CHECK, ROWS, limit=600, lookupd=where.lookupd))
+    messages = _run(consume_stored(topic, CHECK, ROWS, limit=600, lookupd=where.lookupd))
     bodies = [m.body.decode() for m in messages]
     assert len(bodies) == ROWS, f"{len(bodies)} consumed, {ROWS} written"
     assert len(set(bodies)) == ROWS, "duplicates without a task retry"
@@ -431,7 +396,7 @@ def test_driver_source_on_vanilla_is_at_least_once_across_a_restart(
     with Producer(nsqd=nsqd) as producer:
         producer.publish(topic, b"warmup")
         # the channel exists before the messages: it gets them all
-        consumer = _run(_consume(topic, "spark", 1, limit=30, nsqd=nsqd))
+        consumer = _run(consume_stored(topic, "spark", 1, limit=30, nsqd=nsqd))
         assert [m.body for m in consumer] == [b"warmup"]
         producer.publish_many(topic, [f"v{i:05d}".encode() for i in range(total)])
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
@@ -516,7 +481,7 @@ def test_streaming_write_with_a_failed_task_duplicates_but_loses_nothing(
     )
     query.awaitTermination(600)
     assert query.exception() is None, query.exception()
-    messages = _run(_consume(topic, CHECK, total, limit=300, lookupd=where.lookupd))
+    messages = _run(consume_stored(topic, CHECK, total, limit=300, lookupd=where.lookupd))
     bodies = Counter(m.body.decode() for m in messages)
     assert set(bodies) == {f"u{s % 50}:{s}" for s in range(total)}, "a row was lost"
     duplicates = sum(c - 1 for c in bodies.values())

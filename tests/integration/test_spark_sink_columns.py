@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -33,12 +32,11 @@ pyspark = pytest.importorskip(
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from nsq_ha import Consumer  # noqa: E402
 from nsq_ha.admin import LookupdAdmin  # noqa: E402
 from nsq_ha.devcluster import DevClusterThread  # noqa: E402
 from nsq_ha.routing import partition_for_key  # noqa: E402
 
-from .spark_session import local_spark  # noqa: E402
+from .spark_session import consume_stored, local_spark  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -87,28 +85,8 @@ def backend(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, str
 
 
 def _consume(topic: str, count: int, limit: float = 120, **where: Any) -> list[Any]:
-    """Every message of ``topic`` on ``CHECK`` until ``count`` arrived and nothing more comes
-    for a second; a message delivered again (same partition and id) is left out."""
-
-    async def run() -> list[Any]:
-        got: list[Any] = []
-        seen: set[tuple[int | None, bytes]] = set()
-        deadline = time.monotonic() + limit
-        async with Consumer(topic, CHECK, max_in_flight=200, **where) as consumer:
-            while time.monotonic() < deadline:
-                wait = 1.0 if len(got) >= count else deadline - time.monotonic()
-                message = await consumer.get(timeout=max(0.1, wait))
-                if message is None:
-                    if len(got) >= count:
-                        break
-                    continue
-                if (message.partition, message.id) not in seen:
-                    seen.add((message.partition, message.id))
-                    got.append(message)
-                await message.finish()
-        return got
-
-    return asyncio.run(run())
+    """Every stored message of ``topic`` on ``CHECK`` (see :func:`consume_stored`)."""
+    return asyncio.run(consume_stored(topic, CHECK, count, limit, **where))
 
 
 def _rows(spark: SparkSession, count: int = ROWS) -> DataFrame:
