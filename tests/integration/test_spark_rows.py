@@ -5,7 +5,8 @@ real fork (same test, both backends).
   ``keyHeader`` names (``nsq_key`` by default), through a Spark batch read and through the
   driver source's reader;
 * on a topic without ext headers, ``headers`` is null and ``key`` comes from the JSON body's
-  field ``keyBodyField`` names (null without the option).
+  field ``keyBodyField`` names (null without the option);
+* a driver-mode stream hands Spark the same map (through Spark's own row conversion).
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ pyspark = pytest.importorskip(
     "pyspark", reason="pyspark is not installed: pip install -e '.[spark]' (make test does)"
 )
 
-from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
 from nsq_ha.admin import LookupdAdmin  # noqa: E402
 from nsq_ha.devcluster import DevClusterThread  # noqa: E402
+from nsq_ha.spark.compat import DRIVER_STREAM_CONTROL, pyspark_version, supports  # noqa: E402
 from nsq_ha.spark.options import parse_read_options  # noqa: E402
 from nsq_ha.spark.source import DriverReader  # noqa: E402
 from nsq_ha.sync import Producer  # noqa: E402
@@ -180,3 +182,56 @@ def test_the_driver_sources_rows_have_the_same_headers_and_key(
             else:
                 i = int(body.split()[-1]) if body.startswith(b"not") else json.loads(body)["i"]
                 assert (row[9], row[11]) == (_want_plain_key(i), None)
+
+
+@pytest.mark.skipif(
+    not supports(DRIVER_STREAM_CONTROL),
+    reason=f"PySpark {pyspark_version()}: availableNow in mode=driver needs 4.2+",
+)
+def test_a_driver_mode_stream_hands_spark_the_headers_map(
+    spark: SparkSession, topics: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """The driver source's rows go through Spark's own conversion (a dict for the map)."""
+    lookupd, ext, _ = topics
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        rows = [(bytes(r["body"]).decode(), r["key"], r["headers"]) for r in batch.collect()]
+        (out / f"{batch_id}.json").write_text(json.dumps(rows))
+
+    reader = spark.readStream.format("nsq")
+    options = {
+        "lookupd": lookupd,
+        "topic": ext,
+        "mode": "driver",
+        "channel": "spark_stream",  # a channel of its own, started at the beginning below
+        "walPath": str(tmp_path / "checkpoint" / "wal"),
+        "keyHeader": "user",
+        "pollTimeout": "3",
+    }
+    asyncio.run(_rewound_channel(lookupd, ext, "spark_stream"))
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    query = (
+        reader.load()
+        .select("body", "key", "headers")
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(180), "the availableNow query did not stop by itself"
+    finally:
+        query.stop()
+    rows = [row for path in out.glob("*.json") for row in json.loads(path.read_text())]
+    assert len(rows) == COUNT
+    for body, key, headers in rows:
+        want_key, want_headers = _want_ext(int(body[1:]), "user")
+        assert (key, headers) == (want_key, want_headers), body
+
+
+async def _rewound_channel(lookupd: str, topic: str, channel: str) -> None:
+    async with LookupdAdmin(lookupd) as admin:
+        await admin.create_channel(topic, channel, rewind=True)
