@@ -95,8 +95,7 @@ class _Batch(InputPartition):
     """One micro-batch's rows, carried to the executor that hands them to Spark."""
 
     def __init__(self, seq: int, rows: list[tuple[Any, ...]]) -> None:
-        super().__init__(seq)
-        self.seq = seq
+        super().__init__(seq)  # the batch number, as ``value``
         self.rows = rows
 
 
