@@ -82,6 +82,7 @@ class ClientState(enum.IntEnum):
 
 _SUBSCRIBED = ClientState.SUBSCRIBED
 
+
 class NsqdServer:
     """The TCP listener of one emulated node; its open connections are ``node.connections``."""
 
