@@ -479,6 +479,13 @@ class Consumer:
                 return None
             fetched.extend(Message(message, runner) for message in batch)
 
+    def sync(self, timeout: float | None = None) -> None:
+        """Block until nsqd has processed every answer given so far (:meth:`Message.finish`
+        and :meth:`Message.requeue` return before theirs are written): see
+        :meth:`nsq_ha.consumer.Consumer.sync`."""
+        limit = optional_seconds(timeout, "timeout")
+        self._live().run(self._consumer.sync(limit))
+
     def __iter__(self) -> Iterator[Message]:
         while True:
             message = self.get()

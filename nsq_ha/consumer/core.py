@@ -363,6 +363,26 @@ class Consumer:
             await self.start()
         return await self._intake.get(limit)
 
+    async def sync(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a limit
+        """Return once nsqd has processed every answer (FIN, REQ, TOUCH) given so far, on
+        every connection: a message finished before the call stays finished even if this
+        process dies right after it returns (nsqd answers none of these, so a process that
+        ends at once may otherwise lose them unsent and get the messages again).
+
+        One round trip per connection, concurrently. ``timeout`` bounds each (default: the
+        connection's ``command_timeout``); the first failure (an
+        :class:`~nsq_ha.errors.NsqTimeoutError`, or the connection gone, in which case nsqd
+        redelivers what it had in flight there) is raised once every connection answered.
+        """
+        limit = check_timeout(timeout)
+        live = [conn for conn in self.connections.values() if not conn.closed]
+        results = await asyncio.gather(
+            *(conn.sync(timeout=limit) for conn in live), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
     async def get_many(
         self,
         max_count: int = 100,

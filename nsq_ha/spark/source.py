@@ -256,7 +256,8 @@ class DriverReader:
 
     ``read(seq)`` pulls the next batch, writes it to ``<walPath>/<seq>.jsonl`` (atomically, see
     :mod:`.wal`) before returning it, and holds the messages; ``commit(seq)`` finishes every
-    held message of batches up to ``seq`` and deletes the files before ``seq``; ``replay(a,
+    held message of batches up to ``seq``, returns once nsqd has processed the FINs, and
+    deletes the files before ``seq``; ``replay(a,
     b)`` reads batches ``a..b`` back from the files. A ``walPath`` that cannot be opened raises
     :class:`~.options.OptionError` here, before any message is consumed.
 
@@ -410,7 +411,8 @@ class DriverReader:
             yield from rows
 
     def commit(self, seq: int) -> None:
-        """Finish the messages of every batch up to ``seq``; drop the files before it."""
+        """Finish the messages of every batch up to ``seq`` (on nsqd when this returns); drop
+        the files before it."""
         with self._lock:
             done = sorted(s for s in self._held if s <= seq)
             batches = [self._held.pop(s) for s in done]
@@ -423,6 +425,8 @@ class DriverReader:
                         finished += 1
                     except NsqError as exc:  # nsqd requeued it: it comes again (at-least-once)
                         log.warning("could not finish %r: %s", message, exc)
+        if finished:
+            self._confirm(seq)
         # the newest committed batch stays on disk: if the checkpoint lost its commit (a
         # crash while Spark wrote it), Spark asks for that batch again
         try:
@@ -431,6 +435,16 @@ class DriverReader:
             log.warning("could not list the batches in %s: %s", self.wal, redact_location(str(exc)))
         if finished:
             log.info("committed batches up to %d: finished %d messages", seq, finished)
+
+    def _confirm(self, seq: int) -> None:
+        """Wait until nsqd has processed the FINs: Spark may end this process right after the
+        commit (it does after an ``availableNow`` run's last one, without ``stop()``), and a
+        FIN still unsent then is lost: nsqd would hand the batch out again."""
+        for topic, consumer in self._consumers or ():
+            try:
+                consumer.sync()
+            except NsqError as exc:  # what nsqd did not get comes again (at-least-once)
+                log.warning("%s: batch %d: nsqd did not confirm the FINs: %s", topic, seq, exc)
 
     def close(self) -> None:
         self._stop.set()

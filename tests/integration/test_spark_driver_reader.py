@@ -7,18 +7,29 @@ several connections nsqd's RDY budget is shared among them: if one partition hol
 messages, that connection's share must hold a held batch and the next one, or the query stops
 for good (seen on the embedded cluster with 2 partitions, all messages on one). On the
 embedded cluster and the real fork.
+
+A commit is on nsqd when it returns: Spark ends its Python worker right after the last
+commit of an ``availableNow`` run, without ``stop()`` (on vanilla nsqd, the embedded cluster
+and the fork).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import secrets
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from nsq_ha.admin import LookupdAdmin
+from nsq_ha.admin import LookupdAdmin, NsqdAdmin
 from nsq_ha.devcluster import DevClusterThread
+from nsq_ha.lookup import LookupClient
 from nsq_ha.spark.options import parse_read_options
 from nsq_ha.spark.source import DriverReader
 from nsq_ha.sync import Producer
@@ -82,3 +93,99 @@ def test_the_next_batch_arrives_while_the_last_one_is_held(lookupd: str, tmp_pat
     assert sorted(set(bodies)) == [b"m%05d" % i for i in range(TOTAL)], (
         f"{len(set(bodies))} of {TOTAL} read in {seq} batches, then nothing came"
     )
+
+
+#: commit, then end the process as Spark ends its Python worker: no close(), no atexit
+_COMMIT_AND_DIE = """
+import json, os, sys
+from nsq_ha.spark.options import parse_read_options
+from nsq_ha.spark.source import DriverReader
+
+reader = DriverReader(parse_read_options(json.loads(sys.argv[1])), "spark")
+rows = reader.read(1)
+reader.commit(1)
+print(len(rows), flush=True)
+os._exit(0)
+"""
+
+
+@pytest.fixture(scope="module", params=["vanilla", "devcluster", "fork"])
+def backend(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, str]]]:
+    """nsqlookupd's address and where to publish (a vanilla topic is made by its first
+    publish, and keeps its messages for its first channel)."""
+    if request.param == "vanilla":
+        vanilla = request.getfixturevalue("vanilla_cluster")
+        yield vanilla.lookupd_http, {"nsqd": vanilla.nodes[0].tcp_address}
+    elif request.param == "devcluster":
+        with DevClusterThread(nodes=2) as dev:
+            yield dev.lookupd_http, {"lookupd": dev.lookupd_http}
+    else:
+        fork = request.getfixturevalue("fork_cluster").lookupd_http
+        yield fork, {"lookupd": fork}
+
+
+async def _unfinished(lookupd: str, topic: str) -> tuple[int, int]:
+    """Channel ``spark``'s depth + in flight + deferred, and its clients, on every node."""
+    backlog = clients = 0
+    async with LookupClient([lookupd]) as lookup, httpx.AsyncClient(timeout=10.0) as http:
+        pmap = await lookup.lookup(topic, "r", force=True)
+        nodes = {n.http_url for n in (*pmap.partitions.values(), *pmap.producers)}
+        for url in sorted(nodes):
+            for entry in await NsqdAdmin(url, http=http).topic_stats(topic):
+                for channel in entry.get("channels") or ():
+                    if channel.get("channel_name") == "spark":
+                        for field in ("depth", "in_flight_count", "deferred_count"):
+                            backlog += int(channel.get(field) or 0)
+                        clients += len(channel.get("clients") or ())
+    return backlog, clients
+
+
+def test_a_commit_is_on_nsqd_when_it_returns(
+    backend: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    lookupd, publish = backend
+    topic = f"sp_driver_commit_{secrets.token_hex(3)}"
+    total = 60
+    if "lookupd" in publish:
+
+        async def create() -> None:
+            async with LookupdAdmin(lookupd) as admin:
+                await admin.create_topic(topic, partitions=2, replicas=1)
+                await admin.create_channel(topic, "spark", rewind=True)
+
+        asyncio.run(create())
+    with Producer(**publish) as producer:  # type: ignore[arg-type]
+        producer.publish_many(topic, [b"c%03d" % i for i in range(total)])
+    options = {
+        "lookupd": lookupd,
+        "topic": topic,
+        "mode": "driver",
+        "channel": "spark",
+        "walPath": str(tmp_path / "wal"),
+        "maxMessagesPerTrigger": str(total),
+        "pollTimeout": "10",
+    }
+    deadline = time.monotonic() + 30
+    while True:  # vanilla nsqd registers a new topic with nsqlookupd shortly
+        try:
+            asyncio.run(_unfinished(lookupd, topic))
+            break
+        except Exception:
+            assert time.monotonic() < deadline, f"nsqlookupd never listed {topic}"
+            time.sleep(0.2)
+    done = subprocess.run(
+        [sys.executable, "-c", _COMMIT_AND_DIE, json.dumps(options)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    committed = int(done.stdout)
+    assert committed > 0
+    deadline = time.monotonic() + 30
+    while (left := asyncio.run(_unfinished(lookupd, topic)))[1]:
+        assert time.monotonic() < deadline, f"nsqd still lists the dead reader: {left}"
+        time.sleep(0.2)
+    # what was read and committed is finished; only what the reader never handed out is back
+    assert left == (total - committed, 0), f"{committed} committed of {total}"
