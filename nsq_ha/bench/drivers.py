@@ -376,14 +376,23 @@ _BLOCKING: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("raw", "consume"): raw_ordered,
     ("nsq_ha", "spark-read"): lambda spec: _spark(spec, write=False),
     ("nsq_ha", "spark-write"): lambda spec: _spark(spec, write=True),
+    ("nsq_ha", "spark-read-ordered"): lambda spec: _spark(spec, write=False),
+    ("nsq_ha", "dev-ordered"): lambda spec: _spark_module().ordered_consume(spec),
 }
 
 
-def _spark(spec: dict[str, Any], *, write: bool) -> dict[str, Any]:
-    """A Spark workload (:mod:`nsq_ha.bench.spark_drivers`, imported only for these)."""
+def _spark_module() -> Any:
+    """:mod:`nsq_ha.bench.spark_drivers`, imported only for its workloads."""
     from nsq_ha.bench import spark_drivers
 
-    return spark_drivers.spark_write(spec) if write else spark_drivers.spark_read(spec)
+    return spark_drivers
+
+
+def _spark(spec: dict[str, Any], *, write: bool) -> dict[str, Any]:
+    """A Spark workload (:mod:`nsq_ha.bench.spark_drivers`)."""
+    drivers = _spark_module()
+    result: dict[str, Any] = drivers.spark_write(spec) if write else drivers.spark_read(spec)
+    return result
 
 
 def _loop_factory(spec: dict[str, Any]) -> Callable[[], asyncio.AbstractEventLoop] | None:

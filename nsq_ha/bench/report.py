@@ -39,6 +39,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def _times(a: float | None, factor: float) -> float | None:
+    return None if a is None else a * factor
+
+
 @dataclass
 class Target:
     """A target of the issue and how this run measured it."""
@@ -247,6 +251,10 @@ class Report:
             Target("Spark stream read / async for",
                    _ratio(v("spark-read", "nsq_ha"), v("consume", "nsq_ha")),
                    0.5, up, x, spark_why),
+            Target("Spark ordered read / (ordered consume x 4 partitions)",
+                   _ratio(v("spark-read-ordered", "nsq_ha"),
+                          _times(v("spark-dev-ordered", "nsq_ha"), 4)),
+                   0.8, up, x, spark_why),
             Target("Spark keyed batch write",
                    thousands(v("spark-write", "nsq_ha")), 150.0, up, "k rows/s", spark_why),
             Target("Spark keyed batch write / publish_many",

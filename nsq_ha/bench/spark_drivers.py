@@ -6,6 +6,11 @@ bodies.
   before them with ``trigger(availableNow=True)`` into the ``noop`` sink, timed from the
   query's start to its end. The same query runs once untimed before (JVM warm-up, Python
   workers started): the figure is a warm session's.
+* ``spark-read-ordered``: the same read of an ordered 4-partition topic (each read task then
+  consumes its partition with ``SUB_ORDERED``, one message at a time, as the fork requires).
+* ``dev-ordered``: its reference, the client's own ordered consume (``async for``, FIN each)
+  of ``n`` messages on one partition of such a topic on the same kind of cluster; the
+  target compares the Spark read with this rate times the partitions.
 * ``spark-write``: ``df.write.format("nsq")`` of ``n`` keyed rows (500 keys), timed around
   ``save()``, after an untimed write of 2000 rows.
 
@@ -27,7 +32,7 @@ from nsq_ha.admin import LookupdAdmin
 from nsq_ha.bench.measure import body
 from nsq_ha.producer import Producer
 
-__all__ = ["spark_read", "spark_write"]
+__all__ = ["ordered_consume", "spark_read", "spark_write"]
 
 #: partitions of the topic, as in the issue
 PARTITIONS = 4
@@ -39,18 +44,22 @@ def _topic() -> str:
     return f"bench_spark_{os.getpid()}_{int(time.time() * 1000) % 10**6}"
 
 
-async def _create(lookupd: str, topic: str) -> None:
+async def _create(lookupd: str, topic: str, *, ordered: bool = False) -> None:
     async with LookupdAdmin(lookupd) as admin:
-        await admin.create_topic(topic, partitions=PARTITIONS, replicas=1, multi_part=True)
+        await admin.create_topic(
+            topic, partitions=PARTITIONS, replicas=1, ordered=ordered, multi_part=not ordered
+        )
         await admin.create_channel(topic, "bench", rewind=True)  # lookups need a channel
 
 
-async def _publish(lookupd: str, topic: str, count: int, size: int) -> None:
+async def _publish(
+    lookupd: str, topic: str, count: int, size: int, partition: int | None = None
+) -> None:
     async with Producer(lookupd=lookupd) as producer:
         bodies = [body(size)] * 500
         left = count
         while left > 0:
-            await producer.publish_many(topic, bodies[: min(500, left)])
+            await producer.publish_many(topic, bodies[: min(500, left)], partition=partition)
             left -= min(500, left)
 
 
@@ -102,7 +111,7 @@ def spark_read(spec: dict[str, Any]) -> dict[str, Any]:
     n = spec["n"]
     with DevClusterThread(nodes=3) as dev:
         lookupd, topic = dev.lookupd_http, _topic()
-        asyncio.run(_create(lookupd, topic))
+        asyncio.run(_create(lookupd, topic, ordered=bool(spec.get("ordered"))))
         endpoint = parse_read_options({"lookupd": lookupd, "topic": topic}).endpoint
         start = {p: e.end for p, e in fetch_extents(endpoint).items()}
         asyncio.run(_publish(lookupd, topic, n, spec["size"]))
@@ -115,6 +124,34 @@ def spark_read(spec: dict[str, Any]) -> dict[str, Any]:
     if rows != n:
         raise RuntimeError(f"the stream read {rows} rows of the {n} published")
     return {"count": rows, "seconds": seconds}
+
+
+def ordered_consume(spec: dict[str, Any]) -> dict[str, Any]:
+    """The ``dev-ordered`` workload (see the module)."""
+    from nsq_ha.consumer import Consumer
+    from nsq_ha.devcluster import DevClusterThread
+
+    n = spec["n"]
+
+    async def consume(lookupd: str, topic: str) -> float:
+        got = 0
+        async with Consumer(
+            topic, "bench", lookupd=lookupd, partitions=[0], ordered=True, max_in_flight=1
+        ) as consumer:
+            began = time.perf_counter()
+            async for message in consumer:
+                await message.finish()
+                got += 1
+                if got == n:
+                    return time.perf_counter() - began
+        raise RuntimeError(f"the ordered consume ended after {got} of {n} messages")
+
+    with DevClusterThread(nodes=3) as dev:
+        lookupd, topic = dev.lookupd_http, _topic()
+        asyncio.run(_create(lookupd, topic, ordered=True))
+        asyncio.run(_publish(lookupd, topic, n, spec["size"], partition=0))
+        seconds = asyncio.run(asyncio.wait_for(consume(lookupd, topic), 600))
+    return {"count": n, "seconds": seconds}
 
 
 def spark_write(spec: dict[str, Any]) -> dict[str, Any]:

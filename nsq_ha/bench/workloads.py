@@ -214,6 +214,24 @@ SPARK_WORKLOADS = (
         max_rounds=2,
     ),
     Workload(
+        "spark-read-ordered",
+        "Spark local[2], embedded cluster: stream read of 4 ordered partitions (availableNow)",
+        "dev",
+        "spark-read-ordered",
+        ("nsq_ha",),
+        ordered=True,
+        max_rounds=2,
+    ),
+    Workload(
+        "spark-dev-ordered",
+        "embedded cluster: ordered consume of one partition (the Spark ordered read's reference)",
+        "dev",
+        "dev-ordered",
+        ("nsq_ha",),
+        ordered=True,
+        max_rounds=2,
+    ),
+    Workload(
         "spark-write",
         "Spark local[2], embedded cluster: keyed batch write to 4 partitions",
         "dev",
@@ -246,7 +264,10 @@ def base_spec(profile: Profile, workload: Workload, client: str) -> dict[str, An
     if workload.kind == "hold":
         n = profile.hold
     if workload.kind.startswith("spark-"):
-        n = profile.n_spark
+        # an ordered read goes one round trip per message: half the rows
+        n = profile.n_spark // 2 if workload.ordered else profile.n_spark
+    if workload.kind == "dev-ordered":  # the ordered read's reference: a few seconds' worth
+        n = profile.n_ordered * 5
     return {
         "workload": workload.kind,
         "client": "nsq_ha" if client in _ASYNC_NSQ_HA else client.removesuffix("-uvloop"),
@@ -257,6 +278,7 @@ def base_spec(profile: Profile, workload: Workload, client: str) -> dict[str, An
         "batch": workload.batch,
         "rdy": workload.rdy,
         "keyed": workload.keyed,
+        "ordered": workload.ordered,
         "rate": LATENCY_RATE,
         "seconds": profile.latency_seconds,
         # the latency run asks nsqd not to buffer deliveries (IDENTIFY output_buffer_size

@@ -105,10 +105,13 @@ def test_the_spark_workloads_and_their_targets() -> None:
     from nsq_ha.bench.workloads import SPARK_WORKLOADS
 
     quick = PROFILES["quick"]
-    read, write = SPARK_WORKLOADS
+    read, ordered, reference, write = SPARK_WORKLOADS
     assert base_spec(quick, read, "nsq_ha")["n"] == quick.n_spark == 100_000
     assert base_spec(quick, write, "nsq_ha")["workload"] == "spark-write"
-    assert read.max_rounds == write.max_rounds == 2  # a JVM per run: --quick stays < 5 min
+    assert base_spec(quick, ordered, "nsq_ha")["ordered"] is True
+    assert base_spec(quick, reference, "nsq_ha")["workload"] == "dev-ordered"
+    # a JVM per run: --quick stays < 5 min
+    assert {w.max_rounds for w in SPARK_WORKLOADS} == {2}
     smoke = Bench(PROFILES["smoke"], use_fork=False)  # too heavy for the smoke run
     assert smoke.unavailable["spark"] == "not in the smoke profile"
     assert not {w.id for w in smoke.workloads()} & {"spark-read", "spark-write"}
@@ -119,6 +122,8 @@ def test_the_spark_workloads_and_their_targets() -> None:
         ("consume", "nsq_ha"): Cell([Sample(rate=120_000.0)]),
         ("spark-write", "nsq_ha"): Cell([Sample(rate=160_000.0)]),
         ("pubmany", "nsq_ha"): Cell([Sample(rate=400_000.0)]),
+        ("spark-read-ordered", "nsq_ha"): Cell([Sample(rate=9_000.0)]),
+        ("spark-dev-ordered", "nsq_ha"): Cell([Sample(rate=3_000.0)]),
     }
     targets = {t.name: t for t in Report(bench).targets()}
     read_rate = targets["Spark stream read, plain topic"]
@@ -127,6 +132,8 @@ def test_the_spark_workloads_and_their_targets() -> None:
     assert targets["Spark keyed batch write"].holds is True
     assert targets["Spark keyed batch write / publish_many"].value == pytest.approx(0.4)
     assert targets["Spark keyed batch write / publish_many"].holds is False
+    ordered_read = targets["Spark ordered read / (ordered consume x 4 partitions)"]
+    assert (ordered_read.value, ordered_read.holds) == (pytest.approx(0.75), False)
 
 
 def test_a_workload_with_max_rounds_runs_only_that_many() -> None:
