@@ -26,6 +26,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .ext_filter import message_tag
 from .store import Channel, InFlight, Partition
 
 if TYPE_CHECKING:
@@ -286,6 +287,10 @@ class Subscriber(Hashable, Protocol):
     def msg_timeout(self) -> float:
         """Seconds a delivered message may stay in flight."""
 
+    @property
+    def desired_tag(self) -> str:
+        """The tag it consumes (``""``: the untagged messages)."""
+
     def has_room(self) -> bool:
         """True when it may take one more message now."""
 
@@ -311,6 +316,8 @@ class DevNode:
     state: NodeState = NodeState.STOPPED
     faults: NodeFaults = field(default_factory=NodeFaults)
     started_at: float = 0.0
+    #: TCP connections accepted so far (nsqd numbers its clients 1, 2, ...)
+    client_sequence: int = 0
     #: the open TCP connections (its TCP server keeps this set)
     connections: set[Any] = field(default_factory=set, repr=False)
 
@@ -387,28 +394,43 @@ class ChannelHub:
                 client.drop(reason)
 
     def dispatch(self, now: float) -> None:
-        """Deliver while a message is ready and some subscriber has room."""
+        """Deliver while a message is ready and some subscriber has room.
+
+        On an ext topic with tagged subscribers the message at the head goes to a subscriber
+        of its ``##client_dispatch_tag`` when one is connected, else to an untagged one; while
+        none of those has room, nothing behind it is delivered either (nsqd's channel pump
+        blocks on that message the same way).
+        """
         if self.paused:
             return
         channel, clients = self.channel, self.clients
+        tags = {c.desired_tag for c in clients} - {""} if self.partition.topic.ext else set()
         while clients and channel.has_ready(now):
-            count = len(clients)
-            if count == 1:  # the usual case, without the round-robin arithmetic
-                client = clients[0]
-                if not client.has_room():
-                    return
-            else:
-                for step in range(count):
-                    client = clients[(self._turn + step) % count]
-                    if client.has_room():
-                        self._turn = (self._turn + step + 1) % count
-                        break
-                else:
-                    return
+            group = clients
+            if tags:
+                head = channel.peek(now)
+                tag = message_tag(head) if head is not None else ""
+                wanted = tag if tag in tags else ""
+                group = [c for c in clients if c.desired_tag == wanted]
+            client = self._next_with_room(group)
+            if client is None:
+                return
             flight = channel.take(client, client.msg_timeout, now)
             if flight is None:
                 return
             client.deliver(flight)
+
+    def _next_with_room(self, group: list[Subscriber]) -> Subscriber | None:
+        """The next subscriber of ``group`` with RDY room, round-robin."""
+        count = len(group)
+        if count == 1:  # the usual case, without the round-robin arithmetic
+            return group[0] if group[0].has_room() else None
+        for step in range(count):
+            client = group[(self._turn + step) % count]
+            if client.has_room():
+                self._turn = (self._turn + step + 1) % count
+                return client
+        return None
 
     def tick(self, now: float) -> None:
         """Time out in-flight messages (telling their holders), then deliver what is due."""

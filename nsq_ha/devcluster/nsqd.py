@@ -12,13 +12,13 @@ and message encoders.  What it reproduces (PROTOCOL.md §1-§4, checklist §9):
 * SUB / SUB_ORDERED / SUB_ADVANCED with the check order of §2.3 (including the partition-token
   and 5-token quirks), RDY gating, FIN/REQ/TOUCH parsed by position, CLS and ``CLOSE_WAIT``;
 * every publish command (:mod:`.nsqd_publish`);
-* message frames with the ext and detail parts exactly per subscription (§4.2), sample rate and
-  ``ext_filter`` (:mod:`.ext_filter`; non-matching messages are acknowledged for the channel).
+* message frames with the ext and detail parts exactly per subscription (§4.2), sample rate,
+  ``ext_filter`` (:mod:`.ext_filter`; non-matching messages are acknowledged for the channel)
+  and ``desired_tag`` routing (the channel hub's dispatch).
 
 Deliberately not reproduced: nsqd's output buffering timeout (the frames of one loop turn are
 written together at its end, so the emulator has no 50 ms round trip), AUTH (there is no auth
-server: ``E_AUTH_DISABLED``), ``desired_tag`` dispatch (the tag is echoed in IDENTIFY but every
-subscriber gets every message), the connection-count limit and the idle-consumer reaper of §1.4.
+server: ``E_AUTH_DISABLED``), the connection-count limit and the idle-consumer reaper of §1.4.
 
 The server sees its cluster only as a :class:`~nsq_ha.devcluster.view.ClusterView`; its
 connections join channels as :class:`~nsq_ha.devcluster.model.Subscriber` objects.
@@ -47,10 +47,10 @@ from .model import ChannelHub, DevNode, EventKind, NodeState, ServerError
 from .nsqd_args import (
     apply_start,
     go_bytes,
-    not_in_flight,
     parse_message_id,
     parse_req_delay,
     read_sub,
+    refused,
 )
 from .nsqd_identify import Identity, identify_answer, read_identify
 from .nsqd_output import FrameWriter, message_frame
@@ -158,6 +158,8 @@ class ClientConnection:
         self.server = server
         self.view = server.view
         self.node = server.node
+        self.node.client_sequence += 1
+        self.number = self.node.client_sequence
         self.reader = reader
         peer = writer.get_extra_info("peername") or ("?", 0)
         self.remote_address = f"{peer[0]}:{peer[1]}"
@@ -411,6 +413,8 @@ class ClientConnection:
             sample_rate=self.sample_rate,
         )
         part, channel_name, start, topic = sub.part, sub.channel, sub.start, sub.part.topic
+        if not topic.ext:  # a tag only means something on an ext topic: nsqd drops it
+            self.desired_tag = ""
         hub = part.hub(channel_name)
         if name == b"SUB_ORDERED":
             hub.channel.ordered = True
@@ -470,8 +474,8 @@ class ClientConnection:
         self.view.check_leader(self.node, hub.partition, fatal=True)
         try:
             hub.channel.finish(internal_id, self)
-        except KeyError:
-            raise not_in_flight("FIN", message_id) from None
+        except KeyError as exc:
+            raise refused("FIN", message_id, exc, self.number) from None
         self.in_flight_count -= 1
         self.finish_count += 1
         hub.dispatch(self.view.now())
@@ -479,11 +483,13 @@ class ClientConnection:
     def _req(self, command: ClientCommand) -> None:
         hub, message_id, internal_id = self._message_id(command, "REQ")
         delay = parse_req_delay(command.params, self.view.limits.max_req_timeout)
+        if delay > 0 and (hub.channel.ordered or hub.partition.topic.ordered):
+            return  # nsqd ignores it before looking the id up: no answer, even when not held
         now = self.view.now()
         try:
             requeued = hub.channel.requeue(internal_id, self, delay, now)
-        except KeyError:
-            raise not_in_flight("REQ", message_id) from None
+        except KeyError as exc:
+            raise refused("REQ", message_id, exc, self.number, delayed=delay > 0) from None
         if requeued:
             self.in_flight_count -= 1
             self.requeue_count += 1
@@ -493,8 +499,8 @@ class ClientConnection:
         hub, message_id, internal_id = self._message_id(command, "TOUCH")
         try:
             hub.channel.touch(internal_id, self, self.msg_timeout, self.view.now())
-        except KeyError:
-            raise not_in_flight("TOUCH", message_id) from None
+        except KeyError as exc:
+            raise refused("TOUCH", message_id, exc, self.number) from None
 
     async def _cls(self, command: ClientCommand) -> None:
         if self.state != ClientState.SUBSCRIBED:

@@ -14,6 +14,7 @@ from nsq_ha.protocol.names import is_valid_name
 
 from .http import go_atoi
 from .model import ChannelHub, DevNode, DevPartition, ServerError
+from .store import NotOwnedError
 from .view import ClusterView
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "parse_start",
     "partition_token",
     "read_sub",
+    "refused",
 ]
 
 #: the kinds of a ``SUB_ADVANCED`` start position (§2.3.1)
@@ -77,14 +79,30 @@ def parse_req_delay(params: tuple[bytes, ...], max_req_timeout: float) -> float:
     return min(int(raw) / 1000, max_req_timeout)
 
 
-def not_in_flight(what: str, message_id: bytes) -> ServerError:
+def not_in_flight(
+    what: str, message_id: bytes, reason: str = "Message ID not in flight"
+) -> ServerError:
     """The non-fatal error of a FIN/REQ/TOUCH whose message this client does not hold."""
-    reason = "ErrType:7 ErrCode:0 : " if what == "FIN" else ""
+    prefix = "ErrType:7 ErrCode:0 : " if what == "FIN" else ""
     return ServerError(
-        f"E_{what}_FAILED",
-        f"{what} {go_bytes(message_id)} failed {reason}Message ID not in flight",
-        fatal=False,
+        f"E_{what}_FAILED", f"{what} {go_bytes(message_id)} failed {prefix}{reason}", fatal=False
     )
+
+
+def refused(
+    what: str, message_id: bytes, error: KeyError, me: int, *, delayed: bool = False
+) -> ServerError:
+    """The error of a FIN/REQ/TOUCH the channel refused with ``error``: not in flight, in
+    flight for another client (nsqd prints both client numbers; a deferred message's holder
+    is 0), or, for a REQ with a delay, already deferred."""
+    if not isinstance(error, NotOwnedError):
+        return not_in_flight(what, message_id)
+    if error.holder is None and delayed:
+        return not_in_flight(what, message_id, "Message is deferred")
+    holder = int(getattr(error.holder, "number", 0))
+    internal_id = int.from_bytes(message_id[:8], "big")
+    which = f" {internal_id}" if delayed else " "
+    return not_in_flight(what, message_id, f"client does not own message{which}: {holder} vs {me}")
 
 
 def parse_start(token: bytes) -> tuple[str, int]:
@@ -103,9 +121,12 @@ def parse_start(token: bytes) -> tuple[str, int]:
 
 
 def apply_start(hub: ChannelHub, start: tuple[str, int]) -> None:
-    """Move a channel's cursor to a parsed start position."""
+    """Move a channel's cursor to a parsed start position (fatal ``E_INVALID commit log end
+    of file`` when it seeks into a log that never had a record, as nsqd answers)."""
     kind, value = start
     channel = hub.channel
+    if kind != "special" and not channel.partition.log:
+        raise ServerError("E_INVALID", "commit log end of file")
     if kind == "special":
         channel.seek(end=True)
     elif kind == "virtual_queue":

@@ -330,11 +330,14 @@ class NsqdHttpApi:
         return None
 
     def channel_setorder(self, request: Request) -> object:
-        """Switch a channel's ordered mode (``order=true|false``)."""
+        """Switch a channel's ordered mode (``order=true|false``); turning an ordered channel
+        plain closes its consumers (no error frame), as nsqd's ``SetOrdered(false)`` does."""
         hub = self._existing_hub(request)
         order = request.query.get("order", "")
         if order not in ("true", "false"):
             raise ApiError(400, "INVALID_OPTION")
+        if order == "false" and hub.channel.ordered:
+            hub.drop_all("channel order turned off")
         hub.channel.ordered = order == "true"
         hub.dispatch(self.view.now())
         self._record(hub, EventKind.CHANNEL_ORDER_SET, ordered=hub.channel.ordered)

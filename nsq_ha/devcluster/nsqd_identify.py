@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .ext_filter import unsupported_key
 from .model import FORK_VERSION, Limits, ServerError
 
 __all__ = ["MAX_DEFLATE_LEVEL", "Identity", "identify_answer", "read_identify"]
@@ -61,12 +62,7 @@ class Identity:
 
 def read_identify(body: bytes, limits: Limits) -> Identity:
     """Decode and validate an IDENTIFY body as nsqd does (§3.1, errors in its order)."""
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
-        data = None
-    if not isinstance(data, dict) or not _types_ok(data):
-        raise ServerError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+    data = decode_identify(body)
 
     def invalid(text: str) -> ServerError:
         return ServerError("E_BAD_BODY", f"IDENTIFY {text}")
@@ -89,13 +85,13 @@ def read_identify(body: bytes, limits: Limits) -> Identity:
         raise invalid(f"output buffer size ({size}) is invalid")
     size = min(size, MAX_OUTPUT_BUFFER_SIZE)
     timeout = data.get("output_buffer_timeout", 0)
+    if 0 < timeout < 10:
+        timeout = 10
     if timeout == -1:
         timeout = 0
     elif timeout == 0:
         timeout = 50
-    elif timeout < 10:
-        timeout = 10
-    elif timeout > MAX_OUTPUT_BUFFER_TIMEOUT_MS:
+    elif not 1 <= timeout <= MAX_OUTPUT_BUFFER_TIMEOUT_MS:
         raise invalid(f"output buffer timeout ({timeout}) is invalid")
     sample_rate = data.get("sample_rate", 0)
     if not 0 <= sample_rate <= 99:
@@ -106,7 +102,10 @@ def read_identify(body: bytes, limits: Limits) -> Identity:
     tag = data.get("desired_tag", "")
     if len(tag) > MAX_TAG_LENGTH:
         raise invalid(f"invalid tag len {len(tag)}, exceed limit {MAX_TAG_LENGTH}")
-    ext_filter = data.get("ext_filter")
+    ext_filter = data.get("ext_filter") or None
+    key = unsupported_key(ext_filter) if ext_filter else None
+    if key is not None:
+        raise invalid(f"ext_filter key {key!r} uses gjson path syntax the devcluster lacks")
     negotiation = bool(data.get("feature_negotiation"))
     snappy = negotiation and bool(data.get("snappy"))
     deflate = negotiation and bool(data.get("deflate"))
@@ -121,7 +120,7 @@ def read_identify(body: bytes, limits: Limits) -> Identity:
         msg_timeout=msg_timeout / 1000 if msg_timeout else None,
         desired_tag=tag,
         extend_support=bool(data.get("extend_support", False)),
-        ext_filter=ext_filter if isinstance(ext_filter, dict) else None,
+        ext_filter=ext_filter,
         client_id=data.get("client_id") or data.get("short_id") or "",
         hostname=data.get("hostname") or data.get("long_id") or "",
         user_agent=data.get("user_agent", ""),
@@ -155,13 +154,69 @@ def identify_answer(identity: Identity, limits: Limits, msg_timeout: float) -> b
     return json.dumps(answer, separators=(",", ":")).encode()
 
 
-def _types_ok(data: dict[str, Any]) -> bool:
-    """JSON types as strict as Go's decoder into nsqd's struct."""
-    for key in _INTS:
-        value = data.get(key, 0)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            return False
-    for key in _STRINGS:
-        if data.get(key) is not None and not isinstance(data.get(key), str):
-            return False
-    return all(data.get(key) is None or isinstance(data.get(key), bool) for key in _BOOLS)
+def decode_identify(body: bytes) -> dict[str, Any]:
+    """The IDENTIFY JSON as Go's ``json.Unmarshal`` into nsqd's struct reads it: ``null``
+    sets nothing, keys match case-insensitively (the last one wins), every field is typed
+    (Go ``int``: 64 bits, ``sample_rate`` 32) and unknown keys are ignored."""
+    try:
+        raw = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        raw = []
+    data = _fields(raw, _FIELDS) if raw is not None else {}
+    if data is None:
+        raise ServerError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
+    return data
+
+
+def _fields(raw: object, types: dict[str, Any]) -> dict[str, Any] | None:
+    """The known fields of a JSON object (lower-cased names), or None on a type error."""
+    if not isinstance(raw, dict):
+        return None
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.lower()
+        kind = types.get(name)
+        if kind is None or value is None:
+            continue
+        if isinstance(kind, dict):  # a nested struct (ext_filter)
+            value = _fields(value, kind)
+        elif kind == "list":  # filter_data_list: a list of MultiFilterData
+            if not isinstance(value, list):
+                return None
+            value = [_fields(item, _MULTI_FILTER) if item is not None else {} for item in value]
+            if any(item is None for item in value):
+                return None
+        elif not _typed(value, kind):
+            return None
+        if value is None:
+            return None
+        out[name] = value
+    return out
+
+
+def _typed(value: object, kind: Any) -> bool:
+    if kind is bool or kind is str:
+        return isinstance(value, kind)
+    bits = int(kind)
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and -(1 << (bits - 1)) <= value < 1 << (bits - 1)
+    )
+
+
+_MULTI_FILTER: dict[str, Any] = {"filter_ext_key": str, "filter_data": str}
+_EXT_FILTER: dict[str, Any] = {
+    "type": 64,
+    "inverse": bool,
+    "filter_ext_key": str,
+    "filter_data": str,
+    "filter_data_list": "list",
+}
+_FIELDS: dict[str, Any] = {
+    **dict.fromkeys(_INTS, 64),
+    "sample_rate": 32,
+    **dict.fromkeys(_STRINGS, str),
+    **dict.fromkeys(_BOOLS, bool),
+    "ext_filter": _EXT_FILTER,
+}

@@ -124,8 +124,9 @@ def publish_answer(name: bytes, stored: list[StoredMessage], traced_ext: bool) -
 def check_ext_header(header: bytes, *, ext_topic: bool) -> int | None:
     """Validate a PUB_EXT/MPUB_EXT/``/pub_ext`` JSON header as nsqd does; return its trace id.
 
-    Returns the ``##trace_id`` value (``None`` when absent).  Raises the non-fatal
-    ``E_INVALID_JSON_HEADER`` (not a JSON object; an empty header is a parse error),
+    Returns the ``##trace_id`` value (``None`` when absent).  Any JSON value is accepted (an
+    array or a string too, as the fork's parser does).  Raises the non-fatal
+    ``E_INVALID_JSON_HEADER`` (not JSON; an empty header is a parse error),
     ``INVALID_TRACE_ID`` (not a string / not a decimal u64) or ``E_EXT_NOT_SUPPORT``
     (the topic is not ext; the caller adds the topic name to the description).
     """
@@ -144,14 +145,8 @@ def check_ext_header(header: bytes, *, ext_topic: bool) -> int | None:
             'unparsed tail: ""',
             fatal=False,
         )
-    if not isinstance(value, dict):
-        raise ServerError(
-            "E_INVALID_JSON_HEADER",
-            "fail to parse json header:value doesn't contain object",
-            fatal=False,
-        )
-    trace_id: int | None = None
-    if "##trace_id" in value:
+    trace_id: int | None = None  # any JSON value is a header (fastjson.ParseBytes)
+    if isinstance(value, dict) and "##trace_id" in value:
         raw = value["##trace_id"]
         if not isinstance(raw, str):
             raise ServerError("INVALID_TRACE_ID", "passin trace id should be string", fatal=False)

@@ -125,8 +125,8 @@ def _channel_stats(part: DevPartition, hub: ChannelHub, with_clients: bool) -> d
         "depth_ts_nano": oldest,
         "backend_depth": len(unacked),
         "hourly_subsize": 0,
-        "in_flight_count": len(channel.in_flight),
-        "deferred_count": len(channel.deferred),
+        "in_flight_count": len(channel.in_flight) + channel.delayed_count,
+        "deferred_count": channel.delayed_count,
         "deferred_from_delay_count": 0,
         "message_count": len(part.store.log),
         "requeue_count": channel.requeue_count,
@@ -180,9 +180,23 @@ def _client_stats(client: object) -> dict[str, Any]:
         "output_buffer_size": int(get("output_buffer_size", 0)),
         "output_buffer_timeout": int(get("output_buffer_timeout_ms", 0)) * 1_000_000,
         "msg_timeout": round(float(get("msg_timeout", 60.0)) * 1_000_000_000),
-        "ext_filter": get("ext_filter", None) or {},
+        "ext_filter": _ext_filter_json(get("ext_filter", None) or {}),
         "limited_rdy": 50000,
     }
+
+
+def _ext_filter_json(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """An IDENTIFY ``ext_filter`` as Go marshals ``ExtFilterData`` (struct order, every field
+    ``omitempty``)."""
+    keys = ("type", "inverse", "filter_ext_key", "filter_data")
+    out = {key: raw[key] for key in keys if raw.get(key)}
+    terms = [
+        {k: term[k] for k in ("filter_ext_key", "filter_data") if term.get(k)}
+        for term in raw.get("filter_data_list") or []
+    ]
+    if terms:
+        out["filter_data_list"] = terms
+    return out
 
 
 def _stats_text(node: DevNode, topics: list[dict[str, Any]]) -> str:

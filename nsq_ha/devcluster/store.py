@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from nsq_ha.errors import InvalidArgumentError
 from nsq_ha.protocol.message import join_fork_id
 
-__all__ = ["Channel", "InFlight", "Partition", "StoredMessage", "record_size"]
+__all__ = ["Channel", "InFlight", "NotOwnedError", "Partition", "StoredMessage", "record_size"]
 
 #: u32 record length + i64 timestamp + u16 attempts + u64 id + u64 trace id
 RECORD_OVERHEAD = 4 + 26
@@ -71,6 +71,15 @@ class StoredMessage:
     def end(self) -> int:
         """Offset where the next record starts."""
         return self.offset + self.raw_size
+
+
+class NotOwnedError(KeyError):
+    """FIN/REQ/TOUCH of a message in flight for another client, or deferred by a REQ with a
+    delay (``holder`` None: nsqd's deferred messages belong to nobody)."""
+
+    def __init__(self, holder: Hashable | None) -> None:
+        super().__init__("client does not own message")
+        self.holder = holder
 
 
 @dataclass(slots=True)
@@ -158,6 +167,8 @@ class _Deferred:
     sequence: int
     message: StoredMessage = field(compare=False)
     attempts: int = field(compare=False)
+    #: deferred by a REQ with a delay (nsqd keeps those in flight until they are due)
+    delayed: bool = field(default=False, compare=False)
 
 
 class Channel:
@@ -189,10 +200,32 @@ class Channel:
         unread = len(self.partition.log) - self.cursor
         return unread + len(self.requeued) + len(self.deferred)
 
-    def _next(self, now: float) -> tuple[StoredMessage, int] | None:
+    @property
+    def delayed_count(self) -> int:
+        """Messages deferred by a REQ with a delay and not yet due back (nsqd counts them in
+        flight and as ``deferred_count``)."""
+        return sum(1 for item in self.deferred if item.delayed)
+
+    def _due(self, now: float) -> None:
         while self.deferred and self.deferred[0].due <= now:
             item = heapq.heappop(self.deferred)
+            if item.delayed:  # nsqd counts the requeue when the delay is over
+                self.requeue_count += 1
             self.requeued.append((item.message, item.attempts))
+
+    def peek(self, now: float) -> StoredMessage | None:
+        """The message :meth:`take` would hand out now, left where it is."""
+        if self.ordered and self.in_flight:
+            return None
+        self._due(now)
+        if self.requeued:
+            return self.requeued[0][0]
+        if self.cursor < len(self.partition.log):
+            return self.partition.log[self.cursor]
+        return None
+
+    def _next(self, now: float) -> tuple[StoredMessage, int] | None:
+        self._due(now)
         if self.requeued:
             return self.requeued.popleft()
         if self.cursor < len(self.partition.log):
@@ -227,8 +260,12 @@ class Channel:
 
     def _owned(self, internal_id: int, client: Hashable) -> InFlight:
         flight = self.in_flight.get(internal_id)
-        if flight is None or flight.client != client:
+        if flight is None:
+            if any(d.delayed and d.message.internal_id == internal_id for d in self.deferred):
+                raise NotOwnedError(None)
             raise KeyError("Message ID not in flight")
+        if flight.client != client:
+            raise NotOwnedError(flight.client)
         return flight
 
     def finish(self, internal_id: int, client: Hashable) -> StoredMessage:
@@ -244,8 +281,9 @@ class Channel:
         if self.ordered and delay > 0:
             return False
         del self.in_flight[internal_id]
-        self.requeue_count += 1
-        self._back(flight, now + delay)
+        if delay <= 0:
+            self.requeue_count += 1
+        self._back(flight, now + delay, delayed=delay > 0)
         return True
 
     def touch(self, internal_id: int, client: Hashable, msg_timeout: float, now: float) -> None:
@@ -258,22 +296,26 @@ class Channel:
         for flight in expired:
             del self.in_flight[flight.message.internal_id]
             self.timeout_count += 1
+            self.requeue_count += 1  # nsqd's doRequeue counts timeouts too
             self._back(flight, now)
         return expired
 
     def release(self, client: Hashable, now: float) -> None:
-        """A client left: what it held goes back at once."""
+        """A client left: what it held goes back at once, counted as a requeue, and with its
+        attempt taken back (nsqd's RequeueMessage with ``byClient=false``)."""
         for flight in [f for f in self.in_flight.values() if f.client == client]:
             del self.in_flight[flight.message.internal_id]
+            self.requeue_count += 1
+            flight.attempts = max(0, flight.attempts - 1)
             self._back(flight, now)
 
-    def _back(self, flight: InFlight, due: float) -> None:
+    def _back(self, flight: InFlight, due: float, *, delayed: bool = False) -> None:
         if self.ordered:
             # the same message is next again: nothing behind it may overtake it
             self.requeued.appendleft((flight.message, flight.attempts))
             return
         self._sequence += 1
-        item = _Deferred(due, self._sequence, flight.message, flight.attempts)
+        item = _Deferred(due, self._sequence, flight.message, flight.attempts, delayed)
         heapq.heappush(self.deferred, item)
 
     def seek(

@@ -115,7 +115,7 @@ class Topology:
             replicas,
             ordered=ordered,
             ext=ext,
-            multi_part=multi_part and not ordered,
+            multi_part=multi_part,
             disable_channel_auto_create=disable_channel_auto_create,
             sync_every=sync_every,
             retention_days=retention_days,

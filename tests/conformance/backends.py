@@ -36,6 +36,7 @@ class TopicDef:
     replicas: int = 1
     ordered: bool = False
     ext: bool = False
+    channel_auto_create: bool = True
 
 
 #: 1 partition, replica 1: most command and error cases
@@ -164,7 +165,13 @@ class ForkBackend(Backend):
     def create_topics(self, topics: Sequence[TopicDef]) -> None:
         for t in topics:
             self.cluster.create_topic(
-                t.name, t.partitions, t.replicas, t.ordered, t.ext, wait=False
+                t.name,
+                t.partitions,
+                t.replicas,
+                t.ordered,
+                t.ext,
+                channel_auto_create=t.channel_auto_create,
+                wait=False,
             )
         for t in topics:
             self.cluster.wait_writable(t.name, timeout=180)
@@ -232,7 +239,14 @@ class DevBackend(Backend):
 
     def create_topics(self, topics: Sequence[TopicDef]) -> None:
         for t in topics:
-            self.dev.create_topic(t.name, t.partitions, t.replicas, ordered=t.ordered, ext=t.ext)
+            self.dev.create_topic(
+                t.name,
+                t.partitions,
+                t.replicas,
+                ordered=t.ordered,
+                ext=t.ext,
+                disable_channel_auto_create=not t.channel_auto_create,
+            )
 
     def leader(self, topic: str, partition: int = 0) -> str:
         return self.dev.leader_of(topic, partition).tcp_address

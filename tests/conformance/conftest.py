@@ -24,7 +24,8 @@ _OUTCOMES: dict[str, str] = {}
     params=["devcluster", pytest.param("fork", marks=pytest.mark.fork)],
 )
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    """A running cluster with every conformance topic created and writable."""
+    """A running cluster with every topic of the module's ``TOPICS`` (default
+    :data:`~.backends.TOPICS`) created and writable."""
     made: Backend
     if request.param == "fork":
         binaries = request.getfixturevalue("fork_binaries")
@@ -42,7 +43,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         except ImportError as exc:  # the emulator is not there (yet)
             pytest.skip(f"nsq_ha.devcluster is not available: {exc}")
     try:
-        made.create_topics(TOPICS)
+        made.create_topics(getattr(request.module, "TOPICS", TOPICS))
         yield made
     finally:
         made.close()

@@ -341,7 +341,7 @@ def golden_layout() -> DevCluster:
     cluster = make_cluster()
     cluster.create_topic("cf_pubsub", 4, 1, multi_part=True)
     cluster.create_topic("cf_ext", 2, 1, ext=True, multi_part=False)
-    cluster.create_topic("cf_ordered", 4, 1, ordered=True)
+    cluster.create_topic("cf_ordered", 4, 1, ordered=True, multi_part=False)  # as recorded
     for name, channels, parts in (
         ("cf_pubsub", ("ch", "hbch"), (0, 1, 3)),
         ("cf_ext", ("ch", "ch2"), (0, 1)),
