@@ -13,7 +13,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,spark]'
+	$(PY) -m pip install --quiet -e '.[test,spark,otel]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -281,8 +281,9 @@ class Consumer:
     @property
     def stats(self) -> dict[str, Any]:
         """Counters: received, finished, requeued, timed_out, given_up, abandoned (connection
-        lost while held), in_flight, connections, backoff_level, and the same per partition
-        (``partitions``; key -1 on vanilla), with ``leader_changes`` there."""
+        lost while held), in_flight, connections, backoff_level, rdy (the RDY given, summed),
+        and the same per partition (``partitions``; key -1 on vanilla), with
+        ``leader_changes`` there."""
         totals: dict[str, Any] = {
             name: self._tally.total(name)
             for name in ("received", "finished", "requeued", "timed_out", "given_up", "abandoned")
@@ -292,6 +293,7 @@ class Consumer:
         totals["queued"] = self._intake.queued
         totals["connections"] = len(slots)
         totals["backoff_level"] = self._flow.level
+        totals["rdy"] = self._flow.rdy
         per: dict[int, dict[str, int]] = {
             partition: dict(counter)
             for partition, counter in sorted(self._tally.partitions.items())

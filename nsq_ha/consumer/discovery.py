@@ -20,6 +20,7 @@ import asyncio
 import logging
 import time
 
+from nsq_ha import events
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer.config import ConsumerConfig
 from nsq_ha.consumer.flow import Flow
@@ -35,6 +36,7 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
+from nsq_ha.redact import redact_text as redact
 from nsq_ha.retry import decide
 
 __all__ = ["Discovery"]
@@ -210,6 +212,16 @@ class Discovery:
                     address,
                 )
                 self._ctx.tally.of(partition)["leader_changes"] += 1
+                events.emit(
+                    events.LeaderChanged(
+                        role="consumer",
+                        topic=self.topic,
+                        channel=self.channel,
+                        partition=partition,
+                        old=previous,
+                        new=address,
+                    )
+                )
             self._leaders[partition] = address
         for key, slot in list(self.slots.items()):
             leader = self._leaders.get(key[1]) if key[1] >= 0 else None
@@ -343,6 +355,18 @@ class Discovery:
         failures = self._failures.get(key, (0, 0.0))[0] + 1
         wait = min(config.max_reconnect_interval, config.reconnect_interval * 2 ** (failures - 1))
         self._failures[key] = (failures, time.monotonic() + wait)
+        events.emit(
+            events.Reconnecting(
+                role="consumer",
+                topic=self.topic,
+                channel=self.channel,
+                partition=key[1] if key[1] >= 0 else None,
+                address=key[0],
+                error=redact(str(exc)),
+                attempt=failures,
+                delay=wait,
+            )
+        )
         log.log(
             level,
             "%s partition %s on %s: %s (failure %d; next try in %.1f s%s)",

@@ -90,6 +90,11 @@ class Flow:
         """The backoff level (0: not backing off)."""
         return self._planner.level
 
+    @property
+    def rdy(self) -> int:
+        """The RDY counts last sent, summed over the connections."""
+        return self._planner.total_rdy
+
     def is_starved(self) -> bool:
         """True when a connection holds nearly all its RDY in flight."""
         return self._planner.is_starved()

@@ -20,6 +20,7 @@ import logging
 from collections import deque
 from typing import Any, Final, Generic, TypeVar
 
+from nsq_ha import events
 from nsq_ha.consumer.config import GiveUp
 from nsq_ha.consumer.message import Message
 from nsq_ha.consumer.ordering import Claims, PartitionGate
@@ -174,6 +175,16 @@ class Intake:
     async def _give_up(self, slot: Slot, message: Message) -> None:
         try:
             slot.count("given_up")
+            events.emit(
+                events.MessageGaveUp(
+                    topic=slot.topic,
+                    channel=slot.channel,
+                    partition=slot.partition,
+                    message_id=message.id.hex(),
+                    attempts=message.attempts,
+                    max_attempts=self.max_attempts,
+                )
+            )
             try:
                 if self.on_give_up is None:
                     log.warning(

@@ -54,6 +54,7 @@ from nsq_ha.connection import ConnectionConfig
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, ProducerClosedError, PublishError
 from nsq_ha.lookup import LookupClient
+from nsq_ha.producer.activity import Activity
 from nsq_ha.producer.args import per_message, sequence_of
 from nsq_ha.producer.batch import OutgoingMessage, plain_size, prepare_batch, prepare_one
 from nsq_ha.producer.config import ProducerConfig
@@ -75,35 +76,6 @@ __all__ = ["Producer", "PublishResult"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-
-
-class _Activity:
-    """Publish calls waiting outside a lane (a lookup, a DPUB) between entry and exit
-    (``with activity:``); :meth:`wait_idle` waits until there are none."""
-
-    __slots__ = ("active", "waiters")
-
-    def __init__(self) -> None:
-        self.active = 0
-        self.waiters: list[asyncio.Future[None]] = []
-
-    def __enter__(self) -> None:
-        self.active += 1
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.active -= 1
-        if not self.active and self.waiters:
-            for waiter in self.waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-            self.waiters.clear()
-
-    async def wait_idle(self) -> None:
-        """Return once no publish call is active."""
-        if self.active:
-            waiter = asyncio.get_running_loop().create_future()
-            self.waiters.append(waiter)
-            await waiter
 
 
 class Producer:
@@ -212,7 +184,7 @@ class Producer:
             max_batch=options.max_batch,
         )
         self._order = ArrivalOrder()
-        self._activity = _Activity()
+        self._activity = Activity()
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = asyncio.Event()
@@ -302,6 +274,14 @@ class Producer:
         """Open nsqd connections: ``(address, topic, partition)``, or ``(address, "", -1)`` for a
         connection shared by every topic (vanilla nsqd)."""
         return self._pool.open_keys
+
+    async def topic_routes(self, topic: str) -> Routes:
+        """Where ``topic``'s messages can go now: whether it is on the fork (``fork``), an ext
+        topic (``ext``; ``None``: not known), its partition count and leaders. Looked up (under
+        the retry policy) when not cached; the next publish uses the same routes."""
+        if self._closing:
+            raise ProducerClosedError("the producer is closed")
+        return self._routes.ready(topic, False) or await self._look_up(topic, None, None)
 
     # -- public API -------------------------------------------------------------------------
 

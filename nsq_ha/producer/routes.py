@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from nsq_ha import events
 from nsq_ha.errors import (
     ConfigError,
     PartitionNotAvailableError,
@@ -145,6 +146,7 @@ class RouteTable:
         "_cache",
         "_closing",
         "_counts",
+        "_leaders",
         "_on_routes",
         "_round_robin",
         "_static",
@@ -179,6 +181,8 @@ class RouteTable:
         self._cache: dict[str, tuple[PartitionMap, Routes]] = {}
         self._static_routes: dict[str, Routes] = {}
         self._counts = PartitionCounts()
+        #: fork topics: the last leader seen per partition (a move is a LeaderChanged event)
+        self._leaders: dict[str, dict[int, str]] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
 
     @property
@@ -234,7 +238,7 @@ class RouteTable:
         if not pmap.routes():
             return None
         routes = self._counts.routes(pmap)
-        self._cache[topic] = (pmap, routes)
+        self._store(pmap, routes)
         return routes
 
     async def current(self, topic: str, *, keyed: bool = False) -> Routes:
@@ -266,7 +270,7 @@ class RouteTable:
             self.last_used.setdefault(topic, time.monotonic())
             lookup.watch(topic, "w", self._on_map)
         routes = self._counts.routes(pmap)
-        self._cache[topic] = (pmap, routes)
+        self._store(pmap, routes)
         self._valid.add(topic)
         if keyed and routes.count < 1:
             raise PartitionNotAvailableError(
@@ -346,6 +350,7 @@ class RouteTable:
             self._cache.pop(topic, None)
             self._static_routes.pop(topic, None)
             self._counts.forget(topic)
+            self._leaders.pop(topic, None)
             self.last_used.pop(topic, None)
             if topic in self.watched:
                 self.watched.discard(topic)
@@ -364,6 +369,28 @@ class RouteTable:
         if pmap.topic not in self.watched:
             return  # expired meanwhile: nothing of it is kept
         routes = self._counts.routes(pmap)
-        self._cache[pmap.topic] = (pmap, routes)
+        self._store(pmap, routes)
         if self._on_routes is not None:
             self._on_routes(routes)
+
+    def _store(self, pmap: PartitionMap, routes: Routes) -> None:
+        """Cache ``routes`` of ``pmap``; on the fork, a partition whose leader is not the one
+        seen last is a :class:`~nsq_ha.events.LeaderChanged` event."""
+        self._cache[pmap.topic] = (pmap, routes)
+        if not routes.fork:
+            return
+        leaders = self._leaders.setdefault(pmap.topic, {})
+        for slot, node in routes.nodes.items():
+            old = leaders.get(slot)
+            if old != node.address:
+                leaders[slot] = node.address
+                if old is not None:
+                    events.emit(
+                        events.LeaderChanged(
+                            role="producer",
+                            topic=pmap.topic,
+                            partition=slot,
+                            old=old,
+                            new=node.address,
+                        )
+                    )

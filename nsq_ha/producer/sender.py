@@ -14,8 +14,9 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
-from typing import TypeVar
+from typing import Literal, TypeVar
 
+from nsq_ha import events
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.errors import (
     NsqError,
@@ -128,9 +129,18 @@ class Sender:
 
     # -- the retry loop ---------------------------------------------------------------------
 
-    async def retried(self, what: str, attempt: Callable[[int], Awaitable[_T]]) -> _T:
+    async def retried(
+        self,
+        what: str,
+        attempt: Callable[[int], Awaitable[_T]],
+        *,
+        topic: str,
+        slot: int | None = None,
+        operation: Literal["publish", "lookup"] = "publish",
+    ) -> _T:
         """``await attempt(n)`` for n = 1, 2, ... until it succeeds, the error is not worth
-        another try, or the policy gives up (PublishError, ``__cause__`` the last error)."""
+        another try, or the policy gives up (PublishError, ``__cause__`` the last error, and a
+        :class:`~nsq_ha.events.PublishGaveUp` event)."""
         started = time.monotonic()  # the loop's clock, without asking for the running loop
         number = 1
         while True:
@@ -146,6 +156,15 @@ class Sender:
                         last_error=exc,
                     ) from None
                 if self.policy.exhausted(number, time.monotonic() - started):
+                    events.emit(
+                        events.PublishGaveUp(
+                            topic=topic,
+                            partition=slot,
+                            attempts=number,
+                            error=redact(str(exc)),
+                            operation=operation,
+                        )
+                    )
                     raise PublishError(
                         f"{what} failed after {number} attempts: {redact(str(exc))}",
                         attempts=number,
@@ -167,7 +186,10 @@ class Sender:
         """The topic's routes, looked up again under the policy while it has no writable
         partition (or, ``keyed``, no known partition count)."""
         return await self.retried(
-            f"lookup of {topic!r}", lambda _: self.routes.current(topic, keyed=keyed)
+            f"lookup of {topic!r}",
+            lambda _: self.routes.current(topic, keyed=keyed),
+            topic=topic,
+            operation="lookup",
         )
 
     async def send(
@@ -181,7 +203,10 @@ class Sender:
         """Send one batch (to ``slot``, or round-robin when None), retried under the policy."""
         where = f"publish to {topic!r}" + (f" slot {slot}" if slot is not None else "")
         return await self.retried(
-            where, lambda number: self.attempt(topic, messages, slot, defer, number)
+            where,
+            lambda number: self.attempt(topic, messages, slot, defer, number),
+            topic=topic,
+            slot=slot,
         )
 
     async def send_batch(
@@ -252,16 +277,28 @@ class Sender:
                     answer, messages, tracing=tracing, ext_topic=routes.ext, name=name
                 )
         except NsqError as exc:
-            await self._after_failure(topic, key, exc)
+            await self._after_failure(topic, key, exc, attempts)
             raise
         self.stats["published"] += len(messages)
         return results_of(topic, partition, node.address, attempts, receipts)
 
-    async def _after_failure(self, topic: str, key: ConnKey | None, exc: BaseException) -> None:
+    async def _after_failure(
+        self, topic: str, key: ConnKey | None, exc: BaseException, attempts: int = 1
+    ) -> None:
         """Drop what the error says is stale; refresh the lookup at once when it says so."""
         decision = decide(exc)
         if key is not None and decision.reconnect:
             self.pool.drop(key)
+            events.emit(
+                events.Reconnecting(
+                    role="producer",
+                    topic=topic,
+                    partition=key[2] if key[2] >= 0 else None,
+                    address=key[0],
+                    error=redact(str(exc)),
+                    attempt=attempts,
+                )
+            )
         if decision.refresh_lookup and self.routes.lookup is not None and not self.closing():
             self.stats["lookups_forced"] += 1
             with contextlib.suppress(NsqError):

@@ -1,0 +1,186 @@
+"""What the clients tell the application besides messages: leader moves, reconnects, give-ups.
+
+Every event is a frozen dataclass (:data:`Event` is their union); a listener is a plain callable
+taking one event. Listeners are process-wide::
+
+    from nsq_ha import events
+
+    def on_event(event: events.Event) -> None:
+        match event:
+            case events.LeaderChanged(topic=topic, partition=p, new=new):
+                print(f"{topic}/{p} is now led by {new}")
+
+    events.subscribe(on_event)                          # every kind
+    events.subscribe(alert, events.PublishGaveUp)        # only these kinds
+    ...
+    events.unsubscribe(on_event)
+
+One registry for the process, not an ``on_event=`` option per client: the producer, the
+consumer, their configs and the blocking facade (``nsq_ha.sync``) stay as they are, and a tool
+that watches every client (the OpenTelemetry instrumentation, :mod:`nsq_ha.otel`) needs no
+handle on each. An event names its ``role`` (``"producer"``/``"consumer"``), topic, partition and
+(consumers) channel, which is what tells clients apart.
+
+Listeners are called synchronously on the client's event loop, where the event happens, in the
+order they subscribed; they must be quick and must not block. One that raises is logged and
+the others still run: an event never changes what the client does. With no listener,
+:func:`emit` returns after one check: the clients emit events only on rare paths (a leader move,
+a connection lost, retries exhausted), never per message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "Event",
+    "LeaderChanged",
+    "Listener",
+    "MessageGaveUp",
+    "PublishGaveUp",
+    "Reconnecting",
+    "Role",
+    "emit",
+    "listening",
+    "subscribe",
+    "unsubscribe",
+]
+
+log = logging.getLogger(__name__)
+
+Role = Literal["producer", "consumer"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderChanged:
+    """A partition's leader moved: nsqlookupd now names ``new`` where it named ``old``.
+
+    Producers report it when the lookup they follow changes (their connection to ``old`` is
+    closed, the next publish goes to ``new``); consumers when they re-read the map (they
+    leave ``old`` and subscribe on ``new``). ``old`` is the last leader the client saw, also
+    when the partition had no leader listed in between. Each client reports the moves it
+    sees (a producer of the topic and a consumer of it each report one).
+    """
+
+    role: Role
+    topic: str
+    partition: int
+    old: str
+    new: str
+    #: the consumer's channel; ``None`` for a producer
+    channel: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reconnecting:
+    """A connection was lost or could not be made, and the client will make it again.
+
+    Consumers: after ``delay`` seconds (``attempt`` failures in a row for that connection,
+    the wait doubling up to ``max_reconnect_interval``), through a fresh lookup. Producers: the
+    connection was dropped after ``error`` (a lost connection, a timeout, a leader that no
+    longer leads); the next attempt of the publish connects again (``delay`` is ``None``: the
+    retry policy decides when).
+    """
+
+    role: Role
+    topic: str
+    #: ``None`` on vanilla nsqd
+    partition: int | None
+    address: str
+    #: the error, as text (secrets redacted)
+    error: str
+    #: consumers: failures in a row for this connection; producers: the publish attempt
+    attempt: int
+    delay: float | None = None
+    channel: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishGaveUp:
+    """A publish (or a lookup before it) failed through every retry the policy allows: the
+    caller gets :class:`~nsq_ha.errors.PublishError`. Not emitted for errors that are not
+    retried (bad input) nor when the producer closes before an answer."""
+
+    topic: str
+    #: the fixed partition of a keyed batch; ``None`` for an unkeyed one (or a lookup)
+    partition: int | None
+    attempts: int
+    #: the last error, as text (secrets redacted)
+    error: str
+    #: what failed: ``"publish"`` or ``"lookup"``
+    operation: Literal["publish", "lookup"] = "publish"
+    role: Role = "producer"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageGaveUp:
+    """A consumer gave up on a message delivered more than ``max_attempts`` times: it goes to
+    ``on_give_up`` (then is finished) instead of the handler."""
+
+    topic: str
+    channel: str
+    partition: int | None
+    #: the 16-byte message id, as hex
+    message_id: str
+    attempts: int
+    max_attempts: int
+    role: Role = "consumer"
+
+
+Event = LeaderChanged | Reconnecting | PublishGaveUp | MessageGaveUp
+Listener = Callable[[Event], object]
+
+_ALL: tuple[type[Event], ...] = (LeaderChanged, Reconnecting, PublishGaveUp, MessageGaveUp)
+
+#: (listener, the kinds it wants); a new list on every change, so emit() iterates a snapshot
+_listeners: list[tuple[Listener, tuple[type[Event], ...]]] = []
+
+
+def subscribe(listener: Listener, *kinds: type[Event]) -> Listener:
+    """Call ``listener(event)`` for every event of ``kinds`` (all kinds when none given).
+
+    Subscribing the same listener again replaces its kinds. Returns ``listener`` (so this
+    works as a decorator). A kind that is not an event class raises TypeError.
+    """
+    global _listeners
+    if not callable(listener):
+        raise TypeError(f"an event listener must be callable, not {listener!r}")
+    for kind in kinds:
+        if kind not in _ALL:
+            raise TypeError(f"{kind!r} is not an nsq_ha event class (one of {_names()})")
+    wanted = tuple(kinds) or _ALL
+    _listeners = [(f, k) for f, k in _listeners if f != listener] + [(listener, wanted)]
+    return listener
+
+
+def unsubscribe(listener: Listener) -> bool:
+    """Stop calling ``listener``; False if it was not subscribed."""
+    global _listeners
+    kept = [(f, k) for f, k in _listeners if f != listener]
+    found = len(kept) != len(_listeners)
+    _listeners = kept
+    return found
+
+
+def listening() -> bool:
+    """True when some listener is subscribed."""
+    return bool(_listeners)
+
+
+def emit(event: Event) -> None:
+    """Hand ``event`` to every listener of its kind (the clients call this)."""
+    if not _listeners:
+        return
+    for listener, kinds in _listeners:
+        if isinstance(event, kinds):
+            try:
+                listener(event)
+            except Exception:  # a listener must not change what the client does
+                log.exception("event listener %r failed on %r", listener, event)
+
+
+def _names() -> str:
+    return ", ".join(kind.__name__ for kind in _ALL)

@@ -1,0 +1,259 @@
+"""nsq_ha's metrics, through the OpenTelemetry metrics API: :class:`Metrics`.
+
+Three sources, none of them on the client's hot path when nothing is instrumented:
+
+* the instrumented calls themselves (publish latency, messages sent, publish errors by code,
+  handler duration, the offset a handler last got per partition);
+* :mod:`nsq_ha.events` (reconnects, leader changes, give-ups), through one listener;
+* the clients' own counters (``Producer.stats``, ``Consumer.stats``), read only when the
+  metric reader collects (observable instruments): received, finished, requeued, timed out,
+  given up and abandoned messages per partition, in flight, RDY, publish retries.
+
+A client's counters stay in the totals after it closes (they are added to a closed-clients
+tally then). A client dropped without ``close()`` takes its counters with it: a counter's total
+may then go down, which the reader's next collection shows as a reset.
+
+Consumer lag: the client knows the queue offset of the last message a handler got on each
+partition (``nsq.consumer.offset``, on ordered and ``with_offsets`` subscriptions of the fork,
+handled through :meth:`Consumer.run`, :meth:`Consumer.run_batches` or
+:func:`nsq_ha.otel.processing`), but not where the partition ends nor how many messages its
+channel holds: nsqd does not send that over the TCP protocol. Lag is nsqd's channel ``depth``
+(and on the fork ``backlog``) in its HTTP ``/stats``; export those from the nsqd side.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from nsq_ha import events
+from nsq_ha.otel import attributes as a
+
+if TYPE_CHECKING:
+    from nsq_ha.consumer import Consumer
+    from nsq_ha.producer import Producer
+
+__all__ = ["CONSUMER_OUTCOMES", "Metrics"]
+
+#: the consumer counters ``nsq.consumer.messages`` reports, as its ``nsq.message.outcome``
+CONSUMER_OUTCOMES = ("finished", "requeued", "timed_out", "given_up", "abandoned")
+
+_Key = tuple[tuple[str, str | int | bool], ...]
+
+#: seconds: the boundaries the messaging conventions advise for their duration histograms
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+
+
+def _key(attrs: a.Attributes) -> _Key:
+    return tuple(sorted(attrs.items()))
+
+
+class Metrics:
+    """Every instrument nsq_ha records, made on one meter; the live clients they read."""
+
+    def __init__(self, meter: Meter) -> None:
+        """Make the instruments on ``meter``."""
+        self.active = True
+        self.producers: weakref.WeakSet[Producer] = weakref.WeakSet()
+        self.consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
+        #: counters of closed clients: (instrument, attributes) -> value
+        self.closed: Counter[tuple[str, _Key]] = Counter()
+        #: (topic, channel, partition) -> the queue offset a handler last got
+        self.offsets: dict[tuple[str, str, int], int] = {}
+        self.duration = meter.create_histogram(
+            "messaging.client.operation.duration",
+            unit="s",
+            description="Duration of a publish call, until nsqd acknowledged or it failed",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.sent = meter.create_counter(
+            "messaging.client.sent.messages",
+            unit="{message}",
+            description="Messages published (error.type set when the publish failed)",
+        )
+        self.errors = meter.create_counter(
+            "nsq.client.publish.errors",
+            unit="{error}",
+            description="Failed publish calls, by error.type and nsq.error.code",
+        )
+        self.process_duration = meter.create_histogram(
+            "messaging.process.duration",
+            unit="s",
+            description="Duration of a handler call on a message (or a batch)",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.reconnects = meter.create_counter(
+            "nsq.client.reconnects",
+            unit="{reconnect}",
+            description="Connections lost or failed that the client makes again",
+        )
+        self.leader_changes = meter.create_counter(
+            "nsq.client.leader_changes",
+            unit="{change}",
+            description="Partition leader moves a client followed",
+        )
+        self.give_ups = meter.create_counter(
+            "nsq.client.give_ups",
+            unit="{give_up}",
+            description="Publishes that exhausted their retries; messages past max_attempts",
+        )
+        meter.create_observable_counter(
+            "nsq.producer.retries",
+            [self._retries],
+            unit="{retry}",
+            description="Publish attempts retried (Producer.stats['retries'])",
+        )
+        meter.create_observable_counter(
+            "messaging.client.consumed.messages",
+            [self._received],
+            unit="{message}",
+            description="Messages delivered to consumers",
+        )
+        meter.create_observable_counter(
+            "nsq.consumer.messages",
+            [self._outcomes],
+            unit="{message}",
+            description="Messages answered or lost, by nsq.message.outcome",
+        )
+        meter.create_observable_up_down_counter(
+            "nsq.consumer.in_flight",
+            [self._in_flight],
+            unit="{message}",
+            description="Messages delivered and not yet answered",
+        )
+        meter.create_observable_up_down_counter(
+            "nsq.consumer.rdy",
+            [self._rdy],
+            unit="{message}",
+            description="The RDY counts consumers gave nsqd, summed",
+        )
+        meter.create_observable_gauge(
+            "nsq.consumer.offset",
+            [self._offset],
+            unit="By",
+            description="Queue offset of the last message a handler got, per partition",
+        )
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def add_producer(self, producer: Producer) -> None:
+        """Read ``producer``'s counters from now on."""
+        self.producers.add(producer)
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        """Read ``consumer``'s counters from now on."""
+        self.consumers.add(consumer)
+
+    def producer_closed(self, producer: Producer) -> None:
+        """Keep a closed producer's counters in the totals."""
+        if producer in self.producers:
+            self.producers.discard(producer)
+            for key, value in _producer_counts(producer):
+                self.closed[key] += value
+
+    def consumer_closed(self, consumer: Consumer) -> None:
+        """Keep a closed consumer's counters in the totals."""
+        if consumer in self.consumers:
+            self.consumers.discard(consumer)
+            for key, value in _consumer_counts(consumer):
+                if key[0] != "in_flight":  # what it held went back to nsqd
+                    self.closed[key] += value
+
+    # -- events -------------------------------------------------------------------------------
+
+    def on_event(self, event: events.Event) -> None:
+        """The :mod:`nsq_ha.events` listener."""
+        attrs: a.Attributes = {a.SYSTEM: a.SYSTEM_NAME, a.NSQ_ROLE: event.role}
+        attrs[a.DESTINATION] = event.topic
+        if event.partition is not None:
+            attrs[a.PARTITION] = str(event.partition)
+        if isinstance(event, events.LeaderChanged):
+            self.leader_changes.add(1, attrs)
+        elif isinstance(event, events.Reconnecting):
+            self.reconnects.add(1, attrs)
+        else:
+            self.give_ups.add(1, attrs)
+
+    # -- observable callbacks -----------------------------------------------------------------
+
+    def _observe(self, name: str, live: Iterable[tuple[tuple[str, _Key], int]]) -> list[Any]:
+        if not self.active:
+            return []
+        totals: Counter[_Key] = Counter()
+        for (metric, key), value in self.closed.items():
+            if metric == name:
+                totals[key] += value
+        for (metric, key), value in live:
+            if metric == name:
+                totals[key] += value
+        return [Observation(value, dict(key)) for key, value in totals.items()]
+
+    def _live_consumers(self) -> Iterator[tuple[tuple[str, _Key], int]]:
+        for consumer in list(self.consumers):
+            yield from _consumer_counts(consumer)
+
+    def _retries(self, options: CallbackOptions) -> Iterable[Observation]:
+        live = (kv for p in list(self.producers) for kv in _producer_counts(p))
+        return self._observe("retries", live)
+
+    def _received(self, options: CallbackOptions) -> Iterable[Observation]:
+        return self._observe("received", self._live_consumers())
+
+    def _outcomes(self, options: CallbackOptions) -> Iterable[Observation]:
+        return self._observe("outcome", self._live_consumers())
+
+    def _in_flight(self, options: CallbackOptions) -> Iterable[Observation]:
+        return self._observe("in_flight", self._live_consumers())
+
+    def _rdy(self, options: CallbackOptions) -> Iterable[Observation]:
+        if not self.active:
+            return []
+        totals: Counter[_Key] = Counter()
+        for consumer in list(self.consumers):
+            totals[_key(_consumer_attributes(consumer))] += consumer.stats["rdy"]
+        return [Observation(value, dict(key)) for key, value in totals.items()]
+
+    def _offset(self, options: CallbackOptions) -> Iterable[Observation]:
+        if not self.active:
+            return []
+        return [
+            Observation(
+                offset,
+                {
+                    a.SYSTEM: a.SYSTEM_NAME,
+                    a.DESTINATION: topic,
+                    a.CONSUMER_GROUP: channel,
+                    a.PARTITION: str(partition),
+                },
+            )
+            for (topic, channel, partition), offset in list(self.offsets.items())
+        ]
+
+
+def _consumer_attributes(consumer: Consumer) -> a.Attributes:
+    return {
+        a.SYSTEM: a.SYSTEM_NAME,
+        a.DESTINATION: consumer.topic,
+        a.CONSUMER_GROUP: consumer.channel,
+    }
+
+
+def _producer_counts(producer: Producer) -> Iterator[tuple[tuple[str, _Key], int]]:
+    yield ("retries", _key({a.SYSTEM: a.SYSTEM_NAME})), producer.stats["retries"]
+
+
+def _consumer_counts(consumer: Consumer) -> Iterator[tuple[tuple[str, _Key], int]]:
+    """(instrument, attributes) -> value of every per-partition counter of ``consumer``."""
+    base = _consumer_attributes(consumer)
+    for partition, counts in consumer.stats["partitions"].items():
+        attrs = dict(base)
+        if partition >= 0:
+            attrs[a.PARTITION] = str(partition)
+        yield ("received", _key(attrs)), counts.get("received", 0)
+        yield ("in_flight", _key(attrs)), counts.get("in_flight", 0)
+        for outcome in CONSUMER_OUTCOMES:
+            yield ("outcome", _key({**attrs, a.NSQ_OUTCOME: outcome})), counts.get(outcome, 0)

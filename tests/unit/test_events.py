@@ -1,0 +1,165 @@
+"""The client events registry (``nsq_ha.events``) and the route table's leader-change event."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from nsq_ha import events
+from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
+from nsq_ha.producer.routes import RouteTable
+from nsq_ha.routing import get_strategy
+
+MOVED = events.LeaderChanged(role="consumer", topic="t", partition=0, old="a:1", new="b:1")
+LOST = events.Reconnecting(
+    role="producer", topic="t", partition=None, address="a:1", error="gone", attempt=1
+)
+GAVE_UP = events.PublishGaveUp(topic="t", partition=3, attempts=5, error="E_FAILED_ON_NOT_LEADER")
+SKIPPED = events.MessageGaveUp(
+    topic="t", channel="c", partition=None, message_id="00", attempts=6, max_attempts=5
+)
+ALL = [MOVED, LOST, GAVE_UP, SKIPPED]
+
+
+@pytest.fixture(autouse=True)
+def clean_registry() -> Iterator[None]:
+    """Every test starts and ends with no listener (other tests' listeners kept aside)."""
+    saved = events._listeners
+    events._listeners = []
+    try:
+        yield
+    finally:
+        events._listeners = saved
+
+
+def test_no_listener_emit_does_nothing() -> None:
+    assert not events.listening()
+    for event in ALL:
+        events.emit(event)
+
+
+def test_a_listener_of_every_kind_gets_every_event_in_order() -> None:
+    got: list[events.Event] = []
+    assert events.subscribe(got.append) == got.append
+    assert events.listening()
+    for event in ALL:
+        events.emit(event)
+    assert got == ALL
+
+
+def test_kinds_filter_what_a_listener_gets() -> None:
+    moves: list[events.Event] = []
+    give_ups: list[events.Event] = []
+    events.subscribe(moves.append, events.LeaderChanged)
+    events.subscribe(give_ups.append, events.PublishGaveUp, events.MessageGaveUp)
+    for event in ALL:
+        events.emit(event)
+    assert moves == [MOVED]
+    assert give_ups == [GAVE_UP, SKIPPED]
+
+
+def test_subscribing_again_replaces_the_kinds_and_keeps_one_call() -> None:
+    got: list[events.Event] = []
+    events.subscribe(got.append, events.LeaderChanged)
+    events.subscribe(got.append, events.Reconnecting)
+    for event in ALL:
+        events.emit(event)
+    assert got == [LOST]
+
+
+def test_listeners_run_in_subscription_order() -> None:
+    order: list[str] = []
+    events.subscribe(lambda e: order.append("first"))
+    events.subscribe(lambda e: order.append("second"))
+    events.emit(MOVED)
+    assert order == ["first", "second"]
+
+
+def test_unsubscribe() -> None:
+    got: list[events.Event] = []
+    events.subscribe(got.append)
+    assert events.unsubscribe(got.append) is True
+    assert events.unsubscribe(got.append) is False
+    assert not events.listening()
+    events.emit(MOVED)
+    assert got == []
+
+
+def test_a_failing_listener_is_logged_and_the_others_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    got: list[events.Event] = []
+
+    def broken(event: events.Event) -> None:
+        raise RuntimeError("listener bug")
+
+    events.subscribe(broken)
+    events.subscribe(got.append)
+    with caplog.at_level(logging.ERROR, logger="nsq_ha.events"):
+        events.emit(LOST)
+    assert got == [LOST]
+    assert "listener bug" in caplog.text
+
+
+def test_a_listener_may_unsubscribe_itself_while_called() -> None:
+    calls: list[events.Event] = []
+
+    def once(event: events.Event) -> None:
+        calls.append(event)
+        events.unsubscribe(once)
+
+    events.subscribe(once)
+    events.emit(MOVED)
+    events.emit(MOVED)
+    assert calls == [MOVED]
+
+
+def test_bad_subscriptions_are_refused() -> None:
+    with pytest.raises(TypeError, match="callable"):
+        events.subscribe("not callable")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not an nsq_ha event class"):
+        events.subscribe(print, dict)  # type: ignore[arg-type]
+    assert not events.listening()
+
+
+@pytest.mark.parametrize("event", ALL)
+def test_events_are_frozen_and_slotted(event: events.Event) -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.topic = "other"  # type: ignore[misc]
+    assert not hasattr(event, "__dict__")
+
+
+def test_events_are_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        events.LeaderChanged("consumer", "t", 0, "a", "b")  # type: ignore[misc]
+
+
+def fork_map(leaders: dict[int, int]) -> PartitionMap:
+    nodes = {p: NodeInfo("127.0.0.1", port, port + 1) for p, port in leaders.items()}
+    return PartitionMap("t", "w", nodes, meta=TopicMeta(partition_num=2), fork=True)
+
+
+def test_the_route_table_reports_a_moved_leader_once() -> None:
+    got: list[events.Event] = []
+    events.subscribe(got.append)
+    table = RouteTable(lookup=None, static=(), strategy=get_strategy("murmur3"), last_used={})
+    table.watched.add("t")
+    table._on_map(fork_map({0: 4150, 1: 4250}))  # first sight: no move
+    table._on_map(fork_map({0: 4150, 1: 4250}))  # the same leaders
+    table._on_map(fork_map({0: 4350}))  # partition 1 without a leader for now
+    table._on_map(fork_map({0: 4350, 1: 4450}))
+    assert got == [
+        events.LeaderChanged(
+            role="producer", topic="t", partition=0, old="127.0.0.1:4150", new="127.0.0.1:4350"
+        ),
+        events.LeaderChanged(
+            role="producer", topic="t", partition=1, old="127.0.0.1:4250", new="127.0.0.1:4450"
+        ),
+    ]
+    table.forget(["t"])
+    table.watched.add("t")
+    table._on_map(fork_map({0: 4150, 1: 4250}))  # forgotten: first sight again
+    assert len(got) == 2

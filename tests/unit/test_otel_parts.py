@@ -1,0 +1,177 @@
+"""``nsq_ha.otel`` without a server: trace context in ext headers, the fork trace id, the
+attributes, the event metrics, and instrument()/uninstrument()."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
+
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+
+from nsq_ha import events, otel
+from nsq_ha.consumer import Consumer
+from nsq_ha.errors import BrokerError, NotLeaderError, PublishError
+from nsq_ha.otel import attributes as a
+from nsq_ha.otel.metrics import Metrics
+from nsq_ha.otel.propagation import fork_trace_id, has_trace_id, with_context
+from nsq_ha.producer import Producer
+
+TRACER = TracerProvider().get_tracer("test")
+
+
+@pytest.fixture(autouse=True)
+def not_instrumented() -> Iterator[None]:
+    assert not otel.is_instrumented()
+    yield
+    otel.uninstrument()
+
+
+def test_with_context_outside_a_span_leaves_the_header_alone() -> None:
+    header = {"k": "v"}
+    assert with_context(header) is header
+    assert with_context(None) is None
+
+
+def test_with_context_adds_traceparent_and_keeps_the_callers_keys() -> None:
+    with TRACER.start_as_current_span("publish") as span:
+        context = span.get_span_context()
+        added = with_context(None)
+        assert isinstance(added, dict)
+        version, trace_id, span_id, _ = added["traceparent"].split("-")
+        assert (version, trace_id, span_id) == (
+            "00",
+            f"{context.trace_id:032x}",
+            f"{context.span_id:016x}",
+        )
+        header = {"k": "v", "##trace_id": "5"}
+        merged = with_context(header)
+        assert merged == {**header, "traceparent": added["traceparent"]}
+        assert header == {"k": "v", "##trace_id": "5"}  # the caller's object is not changed
+        own = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+        assert with_context(own) == own  # the application's own context wins
+        raw = with_context(b'{"k": 1}')
+        assert isinstance(raw, dict)
+        assert raw["k"] == 1
+        assert "traceparent" in raw
+        assert with_context(b"[1]") == b"[1]"  # not an object: left as it is
+        assert with_context(b"{nope") == b"{nope"
+
+
+def test_fork_trace_id_is_the_low_64_bits_of_the_span_trace_id() -> None:
+    with TRACER.start_as_current_span("publish") as span:
+        trace_id = span.get_span_context().trace_id
+        assert fork_trace_id(span) == trace_id & ((1 << 64) - 1)
+    assert fork_trace_id(trace.INVALID_SPAN) is None
+
+
+def test_has_trace_id() -> None:
+    assert not has_trace_id(None)
+    assert not has_trace_id({"k": "v"})
+    assert has_trace_id({"##trace_id": "1"})
+    assert has_trace_id(b'{"##trace_id":"1"}')
+    assert not has_trace_id(b'{"k":"v"}')
+
+
+def test_error_attributes_name_the_class_and_the_broker_code() -> None:
+    assert a.error_attributes(ValueError("x")) == {"error.type": "ValueError"}
+    assert a.error_attributes(BrokerError("E_SOMETHING_NEW")) == {
+        "error.type": "BrokerError",
+        "nsq.error.code": "E_SOMETHING_NEW",
+    }
+    last = NotLeaderError("E_FAILED_ON_NOT_LEADER")
+    assert a.error_attributes(PublishError("gave up", attempts=3, last_error=last)) == {
+        "error.type": "PublishError",
+        "nsq.error.code": "E_FAILED_ON_NOT_LEADER",
+    }
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("127.0.0.1:4150", {"server.address": "127.0.0.1", "server.port": 4150}),
+        ("[::1]:4150", {"server.address": "::1", "server.port": 4150}),
+        ("somewhere", {"server.address": "somewhere"}),
+    ],
+)
+def test_server_attributes(address: str, expected: dict[str, Any]) -> None:
+    assert a.server_attributes(address) == expected
+
+
+def collect(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], Any]]]:
+    found: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                found[metric.name] = [
+                    (dict(p.attributes or {}), getattr(p, "value", None))
+                    for p in metric.data.data_points
+                ]
+    return found
+
+
+def test_event_metrics() -> None:
+    reader = InMemoryMetricReader()
+    metrics = Metrics(MeterProvider(metric_readers=[reader]).get_meter("test"))
+    metrics.on_event(
+        events.LeaderChanged(role="consumer", topic="t", partition=1, old="a", new="b", channel="c")
+    )
+    for attempt in (1, 2):
+        metrics.on_event(
+            events.Reconnecting(
+                role="producer", topic="t", partition=None, address="a", error="x", attempt=attempt
+            )
+        )
+    metrics.on_event(events.PublishGaveUp(topic="t", partition=None, attempts=3, error="x"))
+    found = collect(reader)
+    base = {"messaging.system": "nsq", "messaging.destination.name": "t"}
+    assert found["nsq.client.leader_changes"] == [
+        ({**base, "nsq.client.role": "consumer", "messaging.destination.partition.id": "1"}, 1)
+    ]
+    assert found["nsq.client.reconnects"] == [({**base, "nsq.client.role": "producer"}, 2)]
+    assert found["nsq.client.give_ups"] == [({**base, "nsq.client.role": "producer"}, 1)]
+    metrics.active = False  # uninstrumented: the observable instruments report nothing
+    assert not collect(reader).get("nsq.producer.retries")
+
+
+def test_instrument_patches_the_clients_and_uninstrument_restores_them() -> None:
+    originals = (Producer.publish, Producer.publish_many, Consumer.run, Consumer.run_batches)
+    otel.instrument(tracer_provider=TracerProvider(), meter_provider=MeterProvider())
+    assert otel.is_instrumented()
+    patched = (Producer.publish, Producer.publish_many, Consumer.run, Consumer.run_batches)
+    assert all(p is not o for p, o in zip(patched, originals, strict=True))
+    assert Producer.publish.__doc__ == originals[0].__doc__
+    assert events.listening()
+    with pytest.raises(RuntimeError, match="instrumented already"):
+        otel.instrument()
+    otel.uninstrument()
+    assert not otel.is_instrumented()
+    after = (Producer.publish, Producer.publish_many, Consumer.run, Consumer.run_batches)
+    assert after == originals
+    otel.uninstrument()  # twice: nothing to undo
+
+
+async def test_instrumented_producer_counts_retries_after_close() -> None:
+    reader = InMemoryMetricReader()
+    otel.instrument(
+        tracer_provider=TracerProvider(), meter_provider=MeterProvider(metric_readers=[reader])
+    )
+    producer = Producer(nsqd="127.0.0.1:1")
+    producer.stats["retries"] = 4  # as a producer that retried 4 times
+    assert collect(reader)["nsq.producer.retries"] == [({"messaging.system": "nsq"}, 4)]
+    await producer.close()
+    del producer
+    assert collect(reader)["nsq.producer.retries"] == [({"messaging.system": "nsq"}, 4)]
+
+
+def test_with_context_leaves_what_is_not_a_header() -> None:
+    with TRACER.start_as_current_span("publish"):
+        assert with_context(42) == 42  # the publish refuses it, as it would untraced
+        assert not has_trace_id(42)
