@@ -6,14 +6,19 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-test
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test chaos install servers lint typecheck architecture unit clean
+.PHONY: demo test chaos install servers lint typecheck architecture docs unit clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# The package with the extras the tests exercise, and the project's own tools: the dependency
+# groups of pyproject.toml (PEP 735), which need pip >= 25.1, hence the upgrade first.
+EXTRAS := spark,cli,otel
+GROUPS := --group test --group lint --group docs
+
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,spark,otel]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]' $(GROUPS)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -46,7 +51,13 @@ architecture: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) tools/module_sizes.py nsq_ha --limit 600
 
-test: servers lint typecheck architecture
+# The API reference (Sphinx autodoc) and the Markdown guides, into docs/_build/html (git-ignored).
+# A warning is an error; -E re-reads every page, so a second run reports what the first did.
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -E -q -b html -d docs/_build/doctrees docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
+test: servers lint typecheck architecture docs
 	$(PY) -m pytest
 
 # The long chaos profile (>= 100 nemesis events over >= 500k messages per cluster) and a long
@@ -64,4 +75,4 @@ unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .chaos-reports
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .chaos-reports docs/_build

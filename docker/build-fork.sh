@@ -13,7 +13,11 @@
 #     come from the Go module proxy (GOPROXY, or Go's default);
 #   * `go build -trimpath -ldflags=-checklinkname=0` (Go >= 1.23 refuses the old //go:linkname
 #     pulls of some dependencies without it);
-#   * both binaries must report FORK_EXPECTED_VERSION.
+#   * every binary built must report FORK_EXPECTED_VERSION;
+#   * FORK_OPTIONAL_PROGRAMS (e.g. apps/nsqadmin) are built too when the source has every package
+#     they import (`go list -deps` succeeds), and skipped with a message otherwise: the
+#     project's trimmed source archive holds only what nsqd and nsqlookupd need, a git clone of
+#     the same commit holds everything.
 #
 # No source is patched: build.py lowers nsqd's reservedFDNum (50000 -> 5000) only because the
 # test machines cannot raise RLIMIT_NOFILE to 100000; compose.yaml raises it instead.
@@ -33,6 +37,7 @@ out=${1:?usage: build-fork.sh OUTDIR}
 : "${GO_DIRECTIVE:=1.22}"
 : "${GO_LDFLAGS:=-checklinkname=0}"
 : "${FORK_PROGRAMS:=apps/nsqd apps/nsqlookupd}"
+: "${FORK_OPTIONAL_PROGRAMS:=}"
 
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
 : "${GOTOOLCHAIN:=local}"
@@ -131,15 +136,24 @@ go mod edit $requires $replaces "-replace=$FORK_MODULE=./src"
 echo "build-fork: throwaway go.mod:" >&2
 cat go.mod >&2
 
+programs=$FORK_PROGRAMS
+for prog in $FORK_OPTIONAL_PROGRAMS; do
+    if missing=$(go list -deps "$FORK_MODULE/$prog" 2>&1 >/dev/null); then
+        programs="$programs $prog"
+    else
+        echo "build-fork: skipping optional $prog: the source lacks what it imports:" >&2
+        printf '%s\n' "$missing" | head -n 5 >&2
+    fi
+done
 pkgs=
-for prog in $FORK_PROGRAMS; do
+for prog in $programs; do
     pkgs="$pkgs $FORK_MODULE/$prog"
 done
 mkdir -p "$out"
 # shellcheck disable=SC2086
 go build -trimpath -ldflags="$GO_LDFLAGS" -o "$out/" $pkgs
 
-for prog in $FORK_PROGRAMS; do
+for prog in $programs; do
     bin="$out/${prog##*/}"
     printed=$("$bin" --version 2>&1 || true)
     echo "build-fork: $bin --version: $printed" >&2

@@ -29,19 +29,58 @@ BUILD_SCRIPT = DOCKER / "build-fork.sh"
 TOPICS_SCRIPT = DOCKER / "create-topics.sh"
 
 NSQDS = ("nsqd1", "nsqd2", "nsqd3")
-SERVICES = {"etcd", "nsqlookupd", *NSQDS, "topics"}
+SERVICES = {"etcd", "nsqlookupd", *NSQDS, "topics", "nsqadmin"}
 MIN_NOFILE = 100_000  # nsqd refuses to start below 2 * reservedFDNum (50000, unpatched)
 
 
 # -- helpers --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def compose() -> dict[str, Any]:
-    doc = yaml.safe_load(COMPOSE.read_text())
+_VARIABLE = re.compile(
+    r"\$(?:(?P<escaped>\$)|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)"
+    r"(?:(?P<op>:?[-?+])(?P<arg>[^${}]*))?\}|(?P<named>[A-Za-z_][A-Za-z0-9_]*))"
+)
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """``docker compose``'s variable interpolation (compose spec, the forms without nesting):
+    ``$$``, ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}``, ``${VAR:?error}``,
+    ``${VAR?error}``, ``${VAR:+alternative}``, ``${VAR+alternative}``."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group("escaped"):
+            return "$"
+        name = m.group("braced") or m.group("named")
+        op, arg = m.group("op"), m.group("arg") or ""
+        value = env.get(name)
+        if op is None:
+            return value or ""
+        is_set = value is not None and (value != "" or not op.startswith(":"))
+        if op.endswith("-"):
+            return value if is_set and value is not None else arg
+        if op.endswith("+"):
+            return arg if is_set else ""
+        if not is_set or value is None:
+            raise ValueError(f"${{{name}}}: {arg}")
+        return value
+
+    out = _VARIABLE.sub(one, text)
+    assert "${" not in out.replace("$$", ""), "a variable form this helper does not know"
+    return out
+
+
+def load_compose(env: dict[str, str]) -> dict[str, Any]:
+    """compose.yaml as ``docker compose config`` would read it with ``env`` as the environment."""
+    doc = yaml.safe_load(interpolate(COMPOSE.read_text(), env))
     assert isinstance(doc, dict), "compose.yaml is not a mapping"
     assert isinstance(doc.get("services"), dict), "compose.yaml has no services mapping"
     return doc
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    """With no variable set: the defaults, which the tests below hold to."""
+    return load_compose({})
 
 
 @pytest.fixture(scope="module")
@@ -500,3 +539,103 @@ def test_dry_run_under_dash() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.endswith("orderedmulti=true\n"), proc.stdout
+
+
+# -- compose: the environment variables -----------------------------------------------------------
+
+VARIABLES = {
+    "FORK_ARCHIVE",
+    "TOPICS",
+    "TOPICS_TIMEOUT",
+    "NSQ_BROADCAST_ADDRESS",
+    "NSQ_BROADCAST_INTERFACE",
+    "NSQ_PUBLISH_ADDRESS",
+}
+SERVERS = ("nsqlookupd", *NSQDS)
+
+
+def test_every_variable_is_known_and_documented() -> None:
+    found = (m.group("braced") or m.group("named") for m in _VARIABLE.finditer(COMPOSE.read_text()))
+    used = {name for name in found if name}
+    assert used == VARIABLES, f"compose.yaml uses {sorted(used)}"
+    readme = (DOCKER / "README.md").read_text()
+    for name in VARIABLES:
+        assert f"`{name}" in readme, f"docker/README.md does not explain {name}"
+
+
+def test_interpolate_follows_the_compose_rules() -> None:
+    env = {"SET": "x", "EMPTY": ""}
+    cases = {
+        "${SET:-d}": "x",
+        "${EMPTY:-d}": "d",
+        "${EMPTY-d}": "",
+        "${UNSET-d}": "d",
+        "${UNSET:-}": "",
+        "${SET:+a}": "a",
+        "${EMPTY:+a}": "",
+        "${EMPTY+a}": "a",
+        "$SET/$$SET": "x/$SET",
+    }
+    for text, want in cases.items():
+        assert interpolate(text, env) == want, text
+    with pytest.raises(ValueError, match="needed"):
+        interpolate("${UNSET:?needed}", env)
+
+
+def test_broadcast_defaults_to_the_loopback_and_no_interface(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name in SERVERS:
+        assert flag(services[name], "broadcast-address") == "127.0.0.1", name
+        # explicitly empty: nsqd's own default is eth0, which the fork prefers to the address
+        assert flag(services[name], "broadcast-interface") == "", name
+    assert {ip for svc in services.values() for ip, _, _ in published(svc)} == {"127.0.0.1"}
+
+
+def test_broadcast_address_for_clients_in_other_containers() -> None:
+    """``NSQ_BROADCAST_ADDRESS=nsq``: every server broadcasts the namespace's network alias."""
+    env = {"NSQ_BROADCAST_ADDRESS": "nsq", "NSQ_PUBLISH_ADDRESS": "0.0.0.0"}  # noqa: S104
+    services = load_compose(env)["services"]
+    for name in SERVERS:
+        assert flag(services[name], "broadcast-address") == "nsq", name
+        assert namespace_owner(services, name) == "etcd", name
+    networks = services["etcd"].get("networks") or {}
+    assert "nsq" in (networks.get("default") or {}).get("aliases", []), (
+        "the namespace's owner must carry the alias the servers broadcast"
+    )
+    # lookupd's node address is the host of --tcp-address unless that is empty; an explicit
+    # 127.0.0.1 there would hand other containers a loopback address for the lookupd leader
+    host = (flag(services["nsqlookupd"], "tcp-address") or "").rsplit(":", 1)[0]
+    assert host == "", f"nsqlookupd --tcp-address names a host ({host!r})"
+    assert {ip for svc in services.values() for ip, _, _ in published(svc)} == {"0.0.0.0"}  # noqa: S104
+
+
+def test_broadcast_interface_overrides_for_every_server() -> None:
+    services = load_compose({"NSQ_BROADCAST_INTERFACE": "eth0"})["services"]
+    for name in SERVERS:
+        assert flag(services[name], "broadcast-interface") == "eth0", name
+
+
+def test_nsqadmin_is_opt_in_and_reads_the_cluster_lookupd(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    admin = services["nsqadmin"]
+    assert admin.get("profiles") == ["admin"], "nsqadmin needs the full source: opt-in only"
+    assert admin["build"]["target"] == "nsqadmin"
+    assert command(admin)[:1] == ["nsqadmin"]
+    assert namespace_owner(services, "nsqadmin") == "etcd"
+    lookupd_port = port_of(flag(services["nsqlookupd"], "http-address") or "")
+    assert flag(admin, "lookupd-http-address") == f"127.0.0.1:{lookupd_port}"
+    port = port_of(flag(admin, "http-address") or "")
+    assert (port, port) in {(h, c) for _, h, c in published(services["etcd"])}
+    assert depends(admin).get("nsqlookupd") == "service_healthy"
+    assert str(port) in " ".join(admin["healthcheck"]["test"])
+
+
+def test_dockerfile_builds_nsqadmin_from_the_same_source() -> None:
+    assert dockerfile_args().get("FORK_OPTIONAL_PROGRAMS") == "apps/nsqadmin"
+    stages = [ln.split()[-1] for ln in code_lines(DOCKERFILE) if ln.startswith("FROM ")]
+    assert "nsqadmin" in stages
+    assert stages[-1] == "nsq", "the default target stays the servers' image"
+    assert "COPY --from=build /out/nsqadmin /usr/local/bin/" in DOCKERFILE.read_text()
+    assert "FORK_OPTIONAL_PROGRAMS" in BUILD_SCRIPT.read_text()

@@ -1,0 +1,160 @@
+"""Sphinx configuration: the API reference from the docstrings, plus the Markdown guides.
+
+``make docs`` builds it with ``-W --keep-going`` (a warning fails the build) into ``docs/_build``.
+The build is offline: no intersphinx (it would fetch inventories from the internet), no theme
+or extension beyond Sphinx and myst-parser (the ``docs`` dependency group in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from sphinx.domains.python import PythonDomain
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # document the working tree, installed or not
+
+from nsq_ha import __version__  # noqa: E402
+
+project = "nsq_ha"
+author = "nsq_ha contributors"
+copyright = "nsq_ha contributors"  # noqa: A001  (Sphinx's setting name)
+release = __version__
+version = __version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.viewcode",
+    "myst_parser",
+]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build"]
+# The guides (README.md, ARCHITECTURE.md, CHANGELOG.md, bench/ and docker/README.md) stay where
+# they are: a page here named like each one *includes* it (index.md is the README), so that their
+# relative links to each other resolve in the docs as they do on a repository browser.
+root_doc = "index"
+templates_path: list[str] = []
+
+# -- Markdown (myst-parser) --------------------------------------------------------------------
+# GitHub-style heading anchors, so the README's own links (#run-the-tests) resolve here too.
+myst_heading_anchors = 3
+
+# -- autodoc -----------------------------------------------------------------------------------
+autodoc_default_options = {
+    "members": True,  # a module's members are its __all__ when it has one
+    "undoc-members": True,
+    "show-inheritance": True,
+    "member-order": "bysource",
+}
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True
+autoclass_content = "class"
+# Nothing is mocked: the pages import the package with the extras `make install` installs
+# (spark, otel; pytest for nsq_ha.testing), so they document the real classes, and an import
+# error in a module fails the build.
+
+# nitpicky stays off (the default): annotations name many types outside this package
+# (asyncio, httpx, pyspark, typing aliases) that have no target without intersphinx, which
+# would need the internet.  A reference to a target that does not exist renders as plain text;
+# real breakage (bad reST in a docstring, an import error, a duplicate object) still warns.
+nitpicky = False
+
+# -- HTML --------------------------------------------------------------------------------------
+html_theme = "alabaster"  # ships with Sphinx: no extra dependency, no download
+html_title = f"nsq_ha {release}"
+html_static_path: list[str] = []
+html_show_sourcelink = False
+html_theme_options = {
+    "description": "asyncio client for the partitioned NSQ fork and vanilla NSQ",
+    "fixed_sidebar": True,
+    "show_relbars": True,
+}
+
+
+# -- one object, one page: references by any import path ---------------------------------------
+# A class is documented once, where its package re-exports it (``nsq_ha.producer.Producer``),
+# but docstrings also name it by its defining module (``nsq_ha.producer.policy.RetryPolicy``)
+# or by the top-level alias (``nsq_ha.Producer``).  This resolves such a reference to the one
+# documented object by identity.
+_documented: dict[int, str] = {}
+
+
+def _resolve(dotted: str) -> Any:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+def _missing_reference(app: Any, env: Any, node: Any, contnode: Any) -> Any:
+    if node.get("refdomain") != "py":
+        return None
+    target = node.get("reftarget", "")
+    candidates = [target]
+    module = node.get("py:module")
+    if module and "." not in target:
+        candidates.append(f"{module}.{target}")
+    domain = env.get_domain("py")
+    if not _documented:
+        for fullname in domain.objects:
+            obj = _resolve(fullname)
+            if obj is not None and not isinstance(obj, (int, float, str, bytes, bool)):
+                _documented.setdefault(id(obj), fullname)
+    for candidate in candidates:
+        if not candidate.startswith("nsq_ha"):
+            continue
+        obj = _resolve(candidate)
+        fullname = _documented.get(id(obj)) if obj is not None else None
+        if fullname is not None and fullname != candidate:
+            node["reftarget"] = fullname
+            return domain.resolve_xref(
+                env, node["refdoc"], app.builder, node["reftype"], fullname, node, contnode
+            )
+    return None
+
+
+# ``nsq_ha.sync`` has blocking twins of the asyncio classes under the same names (Producer,
+# Consumer, Message).  An annotation that autodoc could not qualify (a name imported only under
+# TYPE_CHECKING) matches both; outside nsq_ha.sync it means the asyncio class, inside it the twin.
+# Any other ambiguity still warns (and fails the build).
+class _PythonDomain(PythonDomain):
+    def find_obj(
+        self,
+        env: Any,
+        modname: str,
+        classname: str,
+        name: str,
+        type: str | None,  # noqa: A002  (Sphinx's parameter name)
+        searchmode: int = 0,
+    ) -> list[tuple[str, Any]]:
+        matches = super().find_obj(env, modname, classname, name, type, searchmode)
+        if len(matches) > 1:
+            in_sync = (modname or "").startswith("nsq_ha.sync")
+            twins = [m for m in matches if m[0].startswith("nsq_ha.sync.") == in_sync]
+            if twins:
+                matches = twins
+        return matches
+
+
+def _drop_object_base(app: Any, name: str, obj: object, options: Any, bases: list[type]) -> None:
+    """``show-inheritance`` without the noise of "Bases: object" on every plain class."""
+    if bases == [object]:
+        bases.clear()
+
+
+def setup(app: Any) -> None:
+    app.add_domain(_PythonDomain, override=True)
+    app.connect("autodoc-process-bases", _drop_object_base)
+    app.connect("missing-reference", _missing_reference)
