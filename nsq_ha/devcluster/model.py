@@ -382,10 +382,16 @@ class ChannelHub:
         self.clients.append(client)
 
     def remove(self, client: Subscriber, now: float) -> None:
-        """A subscriber left: what it held is requeued at once."""
-        if client in self.clients:
-            self.clients.remove(client)
+        """A subscriber left: what it held is requeued at once. The last one leaving an
+        ``#ephemeral`` channel deletes the channel (nsqd's ``RemoveClient``)."""
+        if client not in self.clients:
+            self.channel.release(client, now)
+            return
+        self.clients.remove(client)
         self.channel.release(client, now)
+        name = self.channel.name
+        if not self.clients and name.endswith("#ephemeral"):
+            self.partition.drop_channel(name, "an ephemeral channel's last consumer left")
 
     def drop_all(self, reason: str, *, where: Callable[[Subscriber], bool] | None = None) -> None:
         """Close the connections of every subscriber (those ``where`` accepts)."""

@@ -496,6 +496,28 @@ def test_channel_keeps_its_backlog_without_consumers(backend: Backend) -> None:
             assert read_until(fresh, b"after-new") == [b"after-new"]
 
 
+def test_an_ephemeral_channel_goes_when_its_last_consumer_leaves(backend: Backend) -> None:
+    """``#ephemeral`` channels: the fork deletes one when its last client leaves
+    (nsqd/channel.go RemoveClient), not before; a durable channel stays."""
+    address = backend.leader(B_PLAIN)
+    url = backend.http_url(address)
+    name = "c_eph#ephemeral"
+
+    def channels() -> list[str]:
+        entry = stats_partition(url, B_PLAIN, 0) or {}
+        return sorted(c["channel_name"] for c in entry.get("channels") or ())
+
+    with subscribe(address, Sub(B_PLAIN, name)) as first:
+        with subscribe(address, Sub(B_PLAIN, name)):
+            prove_open_subscribed(first)
+        prove_open_subscribed(first)  # one consumer left: the channel stays
+        assert name in channels()
+        with subscribe(address, Sub(B_PLAIN, "c_eph_durable")):
+            pass
+    wait_for(lambda: name not in channels(), 10.0, f"{name} deleted")
+    assert "c_eph_durable" in channels()
+
+
 # == /stats counters (§5.6; nsqd/channel.go doRequeue counts every requeue) =================
 
 
