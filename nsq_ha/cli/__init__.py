@@ -1,7 +1,10 @@
 """The ``nsq-ha`` command line.
 
-Client commands (``lookup``, ``topic create``, ``pub``, ``tail``) take ``--lookupd URL``
-(repeatable; fork or vanilla nsqlookupd) or ``--nsqd HOST:PORT`` (vanilla nsqd, repeatable).
+Client commands (``lookup``, ``topic create|list|delete``, ``pub``, ``tail``, ``stats``,
+``channel ...``, ``leader move``) take ``--lookupd URL`` (repeatable; fork or vanilla
+nsqlookupd) or ``--nsqd HOST:PORT`` (vanilla nsqd, repeatable), defaulting to
+``$NSQ_HA_LOOKUPD`` / ``$NSQ_HA_NSQD``, and the TLS, AUTH and compression options
+(:mod:`.where`).
 ``demo`` runs the main story on the embedded cluster, ``devcluster`` serves that cluster until
 Ctrl-C, ``servers`` builds the real servers the tests use.
 
@@ -21,6 +24,8 @@ from typing import Any
 
 from nsq_ha._version import __version__
 
+from .where import add_where_options
+
 __all__ = ["build_parser", "main"]
 
 Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -28,6 +33,10 @@ Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``nsq-ha`` (every subcommand)."""
+    from . import admin_commands, stats
+    from .pub import add_pub_options
+    from .tail import add_tail_options
+
     parser = argparse.ArgumentParser(prog="nsq-ha", description="The nsq_ha command line.")
     parser.add_argument("--version", action="version", version=f"nsq-ha {__version__}")
     parser.add_argument(
@@ -39,21 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     where = argparse.ArgumentParser(add_help=False)
-    group = where.add_argument_group("where the cluster is")
-    group.add_argument(
-        "--lookupd",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="nsqlookupd HTTP address, e.g. http://127.0.0.1:4161 (repeatable)",
-    )
-    group.add_argument(
-        "--nsqd",
-        action="append",
-        default=[],
-        metavar="HOST:PORT",
-        help="vanilla nsqd TCP address, instead of --lookupd (repeatable)",
-    )
+    group = add_where_options(where)
     group.add_argument("--plain", action="store_true", help="plain-text tables, no colours")
 
     lookup = sub.add_parser(
@@ -66,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.add_argument("--access", choices=["r", "w"], default="w", help="readers or writers (w)")
     lookup.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    topic = sub.add_parser("topic", help="topic administration (fork)")
+    topic = sub.add_parser("topic", help="topic administration (create: fork)")
     topic_sub = topic.add_subparsers(dest="topic_command", metavar="ACTION", required=True)
     create = topic_sub.add_parser(
         "create",
@@ -105,55 +100,31 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--no-wait", action="store_true", help="return once lookupd accepted")
     create.add_argument("--timeout", type=float, default=120.0, help="seconds to wait (120)")
     create.add_argument("--json", action="store_true", help="print the map as JSON")
+    admin_commands.add_topic_parsers(topic_sub, where)
 
     pub = sub.add_parser(
         "pub",
         parents=[where],
-        help="publish each stdin line as a message",
-        description="Publish each line of stdin as one message; prints a JSON summary "
-        "(count, per-partition counts, errors) at the end. Exit 1 if any line failed.",
+        help="publish each line of stdin or files as a message",
+        description="Publish each line (or each --delimiter separated record, or each whole "
+        "file) of the FILEs, or of stdin, as one message; prints a JSON summary (count, "
+        "per-partition counts, errors) at the end. Exit 1 if any record failed.",
     )
     pub.add_argument("--topic", required=True)
-    keys = pub.add_mutually_exclusive_group()
-    keys.add_argument("--key", help="sharding key of every message")
-    keys.add_argument(
-        "--key-sep",
-        metavar="SEP",
-        help="the text before the first SEP is the line's sharding key, the rest its body "
-        "(backslash escapes such as '\\t' work)",
-    )
-    pub.add_argument("--trace", action="store_true", help="PUB_TRACE with a random trace id each")
-    pub.add_argument("--ext", metavar="JSON", help="JSON header of every message (ext topics)")
-    pub.add_argument(
-        "--batch", type=int, default=100, metavar="N", help="lines per round of MPUBs (100)"
-    )
-    pub.add_argument("--json", action="store_true", help="also one JSON line per publish result")
+    add_pub_options(pub)
 
     tail = sub.add_parser(
         "tail",
         parents=[where],
         help="print messages of a topic (finishing them)",
-        description="Consume a channel and print its messages, finishing each.",
+        description="Consume a topic and print its messages, finishing each; on an ephemeral "
+        "channel of its own (gone when tail exits) unless --channel names one.",
     )
     tail.add_argument("--topic", required=True)
-    tail.add_argument("--channel", required=True)
-    tail.add_argument("--ordered", action="store_true", help="subscribe with SUB_ORDERED")
-    tail.add_argument("-n", dest="count", type=int, metavar="N", help="exit after N messages")
-    tail.add_argument("--json", action="store_true", help="one JSON object per message")
-    tail.add_argument(
-        "--partition", type=int, action="append", metavar="P", help="only these (repeatable)"
-    )
-    tail.add_argument(
-        "--from",
-        dest="start",
-        choices=["start", "end"],
-        default="start",
-        help="where a channel the fork does not know yet begins: the first retained message "
-        "(start, as vanilla's first channel gets the backlog) or new messages only (end)",
-    )
-    tail.add_argument(
-        "--timeout", type=float, default=None, help="fail if a message takes longer (seconds)"
-    )
+    add_tail_options(tail)
+
+    admin_commands.add_parsers(sub, where)
+    stats.add_parsers(sub, where)
 
     demo = sub.add_parser(
         "demo",
@@ -269,13 +240,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is None:
         parser.print_help(sys.stderr)
         return 2
-    name = args.command + (f" {args.topic_command}" if args.command == "topic" else "")
+    name = getattr(args, "cli_name", None) or args.command + (
+        f" {args.topic_command}" if args.command == "topic" else ""
+    )
     return run(name, command, args)
 
 
 def _command(args: argparse.Namespace) -> Command | None:
     from . import commands
 
+    if getattr(args, "run", None) is not None:  # set by the subparsers of stats, channel, ...
+        run_command: Command = args.run
+        return run_command
     if args.command == "demo":
         from .demo import cmd_demo
 

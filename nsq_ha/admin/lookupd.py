@@ -1,19 +1,12 @@
-"""Topic administration through nsqlookupd's admin API (the fork; vanilla where it has one).
+"""Admin requests to an nsqlookupd cluster (:class:`LookupdAdmin`): create, list and delete
+topics, move a partition's leader, and reach the nsqd that holds each partition for the channel
+calls of :class:`~nsq_ha.admin.nsqd.NsqdAdmin`.
 
 The fork creates topics only here: ``POST /topic/create`` on the *leader* nsqlookupd (the first
 node ``/listlookup`` names), after which the topic becomes writable once lookupd's periodic
 topic check has placed its partitions (seconds; re-posting the identical request triggers the
-check again and is harmless). :class:`LookupdAdmin` does that, waits for it, and can move a
-partition's leader (``/topic/partition/move``), which the scenarios and the demo use to show
-failover on a real cluster as on the embedded one.
-
-Vanilla nsqlookupd has a ``/topic/create?topic=T`` too (no partitions, no replicas): it is
-used when ``/listlookup`` answers 404.
-
-nsqd's own admin calls (``/channel/create``, ``/channel/setoffset``, ``/channel/delete``) are
-written here once, in :class:`NsqdAdmin`: the consumer's :meth:`~nsq_ha.consumer.Consumer.seek`,
-the Spark source and :meth:`LookupdAdmin.create_channel` all use it, and every refusal is an
-:class:`AdminError`. :func:`seek_position` spells a setoffset position.
+check again and is harmless). Vanilla nsqlookupd (``/listlookup`` answers 404) has a
+``/topic/create?topic=T`` too (no partitions, no replicas).
 """
 
 from __future__ import annotations
@@ -22,14 +15,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Self
 
-from nsq_ha.durations import seconds
 from nsq_ha.errors import (
     ConfigError,
-    DiscoveryError,
     LookupdUnavailableError,
     UnsupportedByServerError,
 )
@@ -43,20 +33,12 @@ from nsq_ha.lookup.wire import (
     parse_listlookup,
     unwrap,
 )
-from nsq_ha.protocol.names import validate_channel, validate_topic
+from nsq_ha.protocol.names import validate_channel
 
-if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
-    import httpx
+from .nsqd import AdminError, NsqdAdmin, seek_position
+from .spec import TopicSpec
 
-__all__ = [
-    "MAX_RETENTION_DAYS",
-    "MAX_SYNC_EVERY",
-    "AdminError",
-    "LookupdAdmin",
-    "NsqdAdmin",
-    "TopicSpec",
-    "seek_position",
-]
+__all__ = ["LookupdAdmin"]
 
 log = logging.getLogger(__name__)
 
@@ -64,247 +46,8 @@ log = logging.getLogger(__name__)
 _REPOST_INTERVAL = 6.0
 #: how long "No node is available" counts as start-up (nodes not yet registered)
 _NODES_PATIENCE = 20.0
-
-
-class AdminError(DiscoveryError):
-    """nsqlookupd or nsqd refused an admin request (or was unreachable), or it did not take
-    effect in time."""
-
-
-def seek_position(
-    *,
-    offset: int | None = None,
-    timestamp: float | None = None,
-    count: int | None = None,
-    end: bool = False,
-) -> str:
-    """The ``/channel/setoffset`` body for exactly one position: ``offset`` (queue byte offset),
-    ``timestamp`` (Unix seconds), ``count`` (the N-th message, from 1) or ``end=True``; anything
-    else is a :class:`ConfigError`."""
-    chosen = [x for x in (offset, timestamp, count) if x is not None] + ([True] if end else [])
-    if len(chosen) != 1:
-        raise ConfigError("seek needs exactly one of offset=, timestamp=, count= or end=True")
-    if offset is not None:
-        return f"virtual_queue:{_whole(offset, 'offset', 0)}"
-    if timestamp is not None:
-        return f"timestamp:{int(seconds(timestamp, 'timestamp', zero=True))}"
-    if count is not None:
-        return f"msgcount:{_whole(count, 'count', 1)}"
-    return "special:-1"
-
-
-def _whole(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-class NsqdAdmin:
-    """nsqd's HTTP admin calls on one node (``http_url``, e.g. a lookup NodeInfo's).
-
-    Give ``http`` to share a client (it is then not closed here). Every refusal, and an
-    unreachable nsqd, is an :class:`AdminError` naming the call.
-    """
-
-    def __init__(
-        self, http_url: str, *, http: httpx.AsyncClient | None = None, timeout: float = 10.0
-    ) -> None:
-        """Admin calls to the nsqd at ``http_url``."""
-        import httpx
-
-        self.http_url = http_url.rstrip("/")
-        self._owns_http = http is None
-        self._http = (
-            http if http is not None else httpx.AsyncClient(timeout=timeout, verify=tls_context())
-        )
-
-    def __repr__(self) -> str:
-        return f"<NsqdAdmin {self.http_url}>"
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Close the HTTP client if this object made it."""
-        if self._owns_http:
-            await self._http.aclose()
-
-    async def create_channel(self, topic: str, channel: str, partition: int | None = None) -> None:
-        """``POST /channel/create`` (on the fork: on the partition's leader)."""
-        await self._post("/channel/create", topic, channel, partition)
-
-    async def delete_channel(self, topic: str, channel: str, partition: int | None = None) -> None:
-        """``POST /channel/delete``."""
-        await self._post("/channel/delete", topic, channel, partition)
-
-    async def set_offset(self, topic: str, channel: str, partition: int, position: str) -> None:
-        """``POST /channel/setoffset`` on the partition's leader (the fork): move ``channel``
-        to ``position`` (see :func:`seek_position`)."""
-        await self._post("/channel/setoffset", topic, channel, partition, position)
-
-    async def topic_stats(self, topic: str, partition: int | None = None) -> list[dict[str, Any]]:
-        """``GET /stats?format=json&topic=T[&partition=P]`` (v1, unwrapped: §5.1): the entries of
-        ``topics`` (one per partition this nsqd holds; an empty list when it holds none)."""
-        import httpx
-
-        params = {"format": "json", "topic": topic}
-        if partition is not None:
-            params["partition"] = str(partition)
-        url = f"{self.http_url}/stats"
-        try:
-            resp = await self._http.get(url, params=params, headers=dict(V1_ACCEPT))
-        except httpx.HTTPError as exc:
-            raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
-        if resp.status_code != 200:
-            raise AdminError(
-                f"nsqd {self.http_url} refused /stats for {topic}: "
-                f"HTTP {resp.status_code} {resp.text[:200]}"
-            )
-        try:
-            data = resp.json()
-        except ValueError as exc:
-            raise AdminError(f"nsqd {self.http_url} /stats is not JSON: {exc}") from None
-        topics = data.get("topics") if isinstance(data, dict) else None
-        if topics is not None and not isinstance(topics, list):
-            raise AdminError(f"nsqd {self.http_url} /stats: 'topics' is not a list")
-        return [t for t in topics or () if isinstance(t, dict)]
-
-    async def _post(
-        self, path: str, topic: str, channel: str, partition: int | None, body: str = ""
-    ) -> None:
-        import httpx
-
-        params = {"topic": topic, "channel": channel}
-        if partition is not None:
-            params["partition"] = str(partition)
-        url = f"{self.http_url}{path}"
-        try:
-            resp = await self._http.post(url, params=params, content=body.encode())
-        except httpx.HTTPError as exc:
-            raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
-        if resp.status_code != 200:
-            where = f"{topic}/{'-' if partition is None else partition}/{channel}"
-            what = f"{path} {body!r}" if body else path
-            raise AdminError(
-                f"nsqd {self.http_url} refused {what} for {where}: "
-                f"HTTP {resp.status_code} {resp.text[:200]}"
-            )
-
-
-#: the fork's upper bound for ``syncdisk`` (larger values are clamped by nsqlookupd)
-MAX_SYNC_EVERY = 4000
-#: the fork's upper bound for a topic's ``retention`` (days)
-MAX_RETENTION_DAYS = 60
-
-
-@dataclass(frozen=True, slots=True)
-class TopicSpec:
-    """What ``/topic/create`` is asked for.
-
-    ``sync_every`` is the fork's ``syncdisk``: nsqd fsyncs the partition's log after that many
-    messages (and flushes its write buffer then).  ``1`` (``durable``) means every write is on
-    disk before nsqd acknowledges it, so a leader crash (``kill -9``) loses no acknowledged
-    write; ``None`` leaves nsqd's ``--sync-every`` default (2500), with which a crash can lose
-    the writes acknowledged since the last sync, on every replica (see the README's
-    "Durability on the fork").  ``retention_days`` (1..60) overrides nsqd's retention of
-    consumed data; ``channel_auto_create=False`` makes SUB to an unknown channel fail until
-    ``/channel/create`` made it.
-    """
-
-    name: str
-    partitions: int = 1
-    replicas: int = 1
-    ordered: bool = False
-    ext: bool = False
-    #: several partitions of a plain topic may share a node (ordered topics always may)
-    multi_part: bool = False
-    sync_every: int | None = None
-    retention_days: int | None = None
-    channel_auto_create: bool = True
-
-    def __post_init__(self) -> None:
-        validate_topic(self.name)
-        for what in ("partitions", "replicas", "sync_every", "retention_days"):
-            value = getattr(self, what)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ConfigError(f"{what} must be an int, got {value!r}")
-        if not 1 <= self.partitions <= 254:
-            raise ConfigError(f"partitions must be 1..254, got {self.partitions}")
-        if not 1 <= self.replicas <= 5:
-            raise ConfigError(f"replicas must be 1..5, got {self.replicas}")
-        if self.sync_every is not None and not 1 <= self.sync_every <= MAX_SYNC_EVERY:
-            raise ConfigError(
-                f"sync_every must be 1..{MAX_SYNC_EVERY} (1 = fsync every write), "
-                f"got {self.sync_every}"
-            )
-        if self.retention_days is not None and not 1 <= self.retention_days <= MAX_RETENTION_DAYS:
-            raise ConfigError(
-                f"retention_days must be 1..{MAX_RETENTION_DAYS}, got {self.retention_days}"
-            )
-
-    @property
-    def durable(self) -> bool:
-        """Every acknowledged write is fsynced first (``sync_every == 1``)."""
-        return self.sync_every == 1
-
-    @classmethod
-    def with_durability(
-        cls,
-        name: str,
-        partitions: int = 1,
-        replicas: int = 1,
-        ordered: bool = False,
-        ext: bool = False,
-        multi_part: bool = False,
-        *,
-        durable: bool = False,
-        sync_every: int | None = None,
-        retention_days: int | None = None,
-        channel_auto_create: bool = True,
-    ) -> TopicSpec:
-        """The spec, where ``durable=True`` means ``sync_every=1`` (any other ``sync_every``
-        with it is a :class:`ConfigError`)."""
-        if durable:
-            if sync_every not in (None, 1):
-                raise ConfigError(f"durable means sync_every=1; got sync_every={sync_every}")
-            sync_every = 1
-        return cls(
-            name,
-            partitions,
-            replicas,
-            ordered,
-            ext,
-            multi_part,
-            sync_every=sync_every,
-            retention_days=retention_days,
-            channel_auto_create=channel_auto_create,
-        )
-
-    def query(self) -> dict[str, str]:
-        """The query string of the fork's ``/topic/create``."""
-        params = {
-            "topic": self.name,
-            "partition_num": str(self.partitions),
-            "replicator": str(self.replicas),
-        }
-        if self.ordered:
-            params["orderedmulti"] = "true"
-        if self.ext:
-            params["extend"] = "true"
-        if self.multi_part:
-            params["multipart"] = "true"
-        if self.sync_every is not None:
-            params["syncdisk"] = str(self.sync_every)
-        if self.retention_days is not None:
-            params["retention"] = str(self.retention_days)
-        if not self.channel_auto_create:
-            params["disable_channel_auto_create"] = "true"
-        return params
+#: how many topics' lookups :meth:`LookupdAdmin.move_leader` reads to learn node ids
+_MAX_TOPICS_ASKED = 64
 
 
 class LookupdAdmin:
@@ -506,20 +249,38 @@ class LookupdAdmin:
         topic: str,
         partition: int,
         *,
+        to: str | None = None,
         timeout: float = 240.0,  # noqa: ASYNC109 - a deadline for the whole move
     ) -> NodeInfo:
         """Move ``topic``/``partition``'s leadership to another in-sync replica and return the
-        new leader once ``access=w`` names it (lookupd picks it among the replicas)."""
+        new leader once ``access=w`` names it. ``to`` asks for a node (its TCP ``host:port``,
+        HTTP URL or ``host:http_port``, or distributed id); lookupd may still pick another
+        replica, so compare the result. Vanilla has no leaders: :class:`UnsupportedByServerError`.
+        """
+        await self.leader()
+        if self._vanilla:
+            raise UnsupportedByServerError(
+                "vanilla nsqd has no partition leaders to move (every nsqd holds its own copy)"
+            )
         deadline = time.monotonic() + timeout
-        await self.wait_stable(timeout)
         pmap = await self.lookup.lookup(topic, "w", force=True)
         old = pmap.leader(partition)
         if old is None:
             raise AdminError(f"{topic}/{partition} has no leader to move away from")
-        readers = await self.lookup.lookup(topic, "r", force=True)
-        others = [n for n in readers.producers if n.distributed_id != old.distributed_id]
+        nodes = await self._known_nodes([topic])
+        if to is not None or not [n for n in nodes if n.distributed_id != old.distributed_id]:
+            nodes = await self._known_nodes(await self.topics())  # the ids of more nodes
+        others = [n.distributed_id for n in nodes if n.distributed_id != old.distributed_id]
+        if to is not None:
+            others = [_target_id(to, nodes)]
+            if others[0] == old.distributed_id:
+                raise AdminError(f"{to} already leads {topic}/{partition}")
         if not others:
-            raise AdminError(f"{topic}/{partition}: no other node to move the leader to")
+            raise AdminError(
+                f"{topic}/{partition}: no other node known to move the leader to (the lookups "
+                "name no other nsqd): pass its distributed id as to= (nsq-ha leader move --to)"
+            )
+        await self.wait_stable(max(0.0, deadline - time.monotonic()))
         await self.post(
             "/topic/partition/move",
             {
@@ -527,7 +288,7 @@ class LookupdAdmin:
                 "partition": str(partition),
                 "move_leader": "true",
                 "move_from": old.distributed_id,
-                "move_to": others[0].distributed_id,
+                "move_to": others[0],
             },
         )
         while time.monotonic() < deadline:
@@ -537,6 +298,95 @@ class LookupdAdmin:
                 return new
             await asyncio.sleep(0.2)
         raise AdminError(f"the leader of {topic}/{partition} is still {old.address}")
+
+    async def _known_nodes(self, topics: Sequence[str]) -> list[NodeInfo]:
+        """The fork's nodes the lookups of ``topics`` name, with their distributed ids
+        (``/nodes`` has none): the leaders of their partitions."""
+        maps = await asyncio.gather(
+            *(self.lookup.lookup(t, "r", force=True) for t in topics[:_MAX_TOPICS_ASKED]),
+            return_exceptions=True,
+        )
+        found: dict[str, NodeInfo] = {}
+        for pmap in maps:
+            if isinstance(pmap, PartitionMap):
+                for node in (*pmap.partitions.values(), *pmap.producers):
+                    if node.distributed_id:
+                        found.setdefault(node.distributed_id, node)
+        return list(found.values())
+
+    @property
+    def vanilla(self) -> bool | None:
+        """True when the lookupd is vanilla NSQ's (None before :meth:`leader` asked)."""
+        return None if self._leader is None else self._vanilla
+
+    async def topics(self) -> list[str]:
+        """Every topic name nsqlookupd lists (``GET /topics``: the leader's on the fork, the
+        union over the seeds on vanilla, whose nsqlookupds share nothing)."""
+        leader = await self.leader()
+        names: set[str] = set()
+        for base in self._seeds if self._vanilla else [leader]:
+            try:
+                answer = await self._request("GET", base, "/topics")
+            except LookupdError as exc:
+                raise AdminError(f"nsqlookupd /topics refused: {exc.message}") from exc
+            listed = answer.get("topics") if isinstance(answer, dict) else None
+            names.update(t for t in listed or () if isinstance(t, str))
+        return sorted(names)
+
+    async def nodes(self) -> list[NodeInfo]:
+        """Every nsqd registered with nsqlookupd (``GET /nodes``: the leader's on the fork,
+        the union over the seeds on vanilla), without distributed ids (``/nodes`` has none)."""
+        leader = await self.leader()
+        found: dict[str, NodeInfo] = {}
+        for base in self._seeds if self._vanilla else [leader]:
+            try:
+                answer = await self._request("GET", base, "/nodes")
+            except LookupdError as exc:
+                raise AdminError(f"nsqlookupd /nodes refused: {exc.message}") from exc
+            listed = answer.get("producers") if isinstance(answer, dict) else None
+            for raw in listed if isinstance(listed, list) else ():
+                node = NodeInfo.from_wire(raw)
+                found.setdefault(node.http_url, node)
+        return list(found.values())
+
+    async def delete_topic(self, topic: str) -> list[str]:
+        """Delete ``topic`` with its channels and data; returns what was asked to delete it.
+
+        The fork: nsqlookupd's ``/topic/delete?partition=**`` (every partition). Vanilla: the
+        ``/topic/delete`` of every nsqd producing it, then each nsqlookupd's (which forgets the
+        registrations)."""
+        await self.leader()
+        if not self._vanilla:
+            await self.post("/topic/delete", {"topic": topic, "partition": "**"})
+            return [self._shown(self._leader) or ""]
+        done: list[str] = []
+        pmap = await self.lookup.lookup(topic, "r", force=True)
+        for node in pmap.producers:
+            await NsqdAdmin(node.http_url, http=self._http).delete_topic(topic)
+            done.append(node.http_url)
+        for base in self._seeds:
+            try:
+                await self._request("POST", base, "/topic/delete", {"topic": topic})
+            except LookupdError as exc:
+                raise AdminError(f"nsqlookupd /topic/delete refused: {exc.message}") from exc
+            done.append(self._shown(base) or base)
+        return done
+
+    async def channel_targets(self, topic: str) -> list[tuple[int | None, NodeInfo]]:
+        """Where ``topic``'s channel calls go, as (partition, nsqd) pairs: on the fork each
+        partition's leader (``access=w``, completed by ``access=r`` for a partition that has
+        no writer listed), on vanilla every nsqd producing it (partition None). A topic
+        nsqlookupd does not know is an :class:`AdminError`."""
+        readers = await self.lookup.lookup(topic, "r", force=True)
+        if not readers.fork:
+            if not readers.producers:
+                raise AdminError(f"topic {topic!r} has no nsqd producing it")
+            return [(None, node) for node in readers.producers]
+        found = dict(readers.partitions)
+        found.update((await self.lookup.lookup(topic, "w", force=True)).partitions)
+        if not found:
+            raise AdminError(f"topic {topic!r} does not exist (or has no partition leader)")
+        return sorted(found.items())
 
     # -- channels (nsqd, on each partition's leader) -----------------------------------------
 
@@ -576,3 +426,20 @@ class LookupdAdmin:
                         raise
             done.append(partition)
         return done
+
+
+def _target_id(to: str, nodes: Sequence[NodeInfo]) -> str:
+    """The distributed id ``--to`` names: given as such (``ip:rpc_port:tcp_port:worker``), or
+    the TCP ``host:port``, ``host:http_port`` or HTTP URL of a node the lookups listed."""
+    if to.count(":") >= 3 and "/" not in to:
+        return to
+    wanted = to.removeprefix("http://").removeprefix("https://").rstrip("/")
+    for node in nodes:
+        http = node.http_url.removeprefix("http://")
+        if wanted in (node.address, http) and node.distributed_id:
+            return node.distributed_id
+    known = ", ".join(f"{n.address} ({n.distributed_id})" for n in nodes) or "none"
+    raise AdminError(
+        f"no nsqd {to!r} among the topic's nodes ({known}); give its distributed id "
+        "(ip:rpc_port:tcp_port:worker_id)"
+    )

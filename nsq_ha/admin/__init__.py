@@ -1,0 +1,29 @@
+"""Topic and channel administration through nsqlookupd's and nsqd's HTTP admin APIs (the fork;
+vanilla where it has one).
+
+* :class:`LookupdAdmin` (:mod:`.lookupd`): create, list and delete topics, wait until a new
+  topic is writable, move a partition's leader (``/topic/partition/move``), and create a
+  channel on every partition's leader.
+* :class:`NsqdAdmin` (:mod:`.nsqd`): nsqd's own calls on one node (``/channel/create``,
+  ``/channel/setoffset``, ``/channel/pause``, ``/stats``, ...), written once: the consumer's
+  :meth:`~nsq_ha.consumer.Consumer.seek`, the Spark source, the CLI and
+  :meth:`LookupdAdmin.create_channel` all use it, and every refusal is an :class:`AdminError`.
+  :func:`seek_position` spells a setoffset position.
+* :class:`TopicSpec` (:mod:`.spec`): what ``/topic/create`` is asked for.
+"""
+
+from __future__ import annotations
+
+from .lookupd import LookupdAdmin
+from .nsqd import AdminError, NsqdAdmin, seek_position
+from .spec import MAX_RETENTION_DAYS, MAX_SYNC_EVERY, TopicSpec
+
+__all__ = [
+    "MAX_RETENTION_DAYS",
+    "MAX_SYNC_EVERY",
+    "AdminError",
+    "LookupdAdmin",
+    "NsqdAdmin",
+    "TopicSpec",
+    "seek_position",
+]

@@ -1,0 +1,208 @@
+"""nsqd's HTTP admin calls on one node (:class:`NsqdAdmin`), the error every admin refusal
+raises (:class:`AdminError`) and the ``/channel/setoffset`` position (:func:`seek_position`).
+
+The fork's channel calls go to the partition's leader and name the ``partition``; vanilla nsqd
+has no partitions (leave ``partition`` out), no ``/channel/setoffset`` or ``/channel/setorder``,
+and deletes a topic with its own ``/topic/delete`` (the fork's nsqd has none: nsqlookupd does).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from nsq_ha.durations import seconds
+from nsq_ha.errors import ConfigError, DiscoveryError
+from nsq_ha.lookup.http import tls_context
+from nsq_ha.lookup.wire import V1_ACCEPT
+
+if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
+    import httpx
+
+__all__ = ["AdminError", "NsqdAdmin", "seek_position"]
+
+
+class AdminError(DiscoveryError):
+    """nsqlookupd or nsqd refused an admin request (or was unreachable), or it did not take
+    effect in time."""
+
+
+def seek_position(
+    *,
+    offset: int | None = None,
+    timestamp: float | None = None,
+    count: int | None = None,
+    end: bool = False,
+) -> str:
+    """The ``/channel/setoffset`` body for exactly one position: ``offset`` (queue byte offset),
+    ``timestamp`` (Unix seconds), ``count`` (the N-th message, from 1) or ``end=True``; anything
+    else is a :class:`ConfigError`."""
+    chosen = [x for x in (offset, timestamp, count) if x is not None] + ([True] if end else [])
+    if len(chosen) != 1:
+        raise ConfigError("seek needs exactly one of offset=, timestamp=, count= or end=True")
+    if offset is not None:
+        return f"virtual_queue:{_whole(offset, 'offset', 0)}"
+    if timestamp is not None:
+        return f"timestamp:{int(seconds(timestamp, 'timestamp', zero=True))}"
+    if count is not None:
+        return f"msgcount:{_whole(count, 'count', 1)}"
+    return "special:-1"
+
+
+def _whole(value: object, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+class NsqdAdmin:
+    """nsqd's HTTP admin calls on one node (``http_url``, e.g. a lookup NodeInfo's).
+
+    Give ``http`` to share a client (it is then not closed here). Every refusal, and an
+    unreachable nsqd, is an :class:`AdminError` naming the call.
+    """
+
+    def __init__(
+        self, http_url: str, *, http: httpx.AsyncClient | None = None, timeout: float = 10.0
+    ) -> None:
+        """Admin calls to the nsqd at ``http_url``."""
+        import httpx
+
+        self.http_url = http_url.rstrip("/")
+        self._owns_http = http is None
+        self._http = (
+            http if http is not None else httpx.AsyncClient(timeout=timeout, verify=tls_context())
+        )
+
+    def __repr__(self) -> str:
+        return f"<NsqdAdmin {self.http_url}>"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the HTTP client if this object made it."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    # -- channels ---------------------------------------------------------------------------
+
+    async def create_channel(self, topic: str, channel: str, partition: int | None = None) -> None:
+        """``POST /channel/create`` (on the fork: on the partition's leader)."""
+        await self._channel_post("/channel/create", topic, channel, partition)
+
+    async def delete_channel(self, topic: str, channel: str, partition: int | None = None) -> None:
+        """``POST /channel/delete``."""
+        await self._channel_post("/channel/delete", topic, channel, partition)
+
+    async def empty_channel(self, topic: str, channel: str, partition: int | None = None) -> None:
+        """``POST /channel/empty``: drop what the channel has not delivered yet (the fork moves
+        its cursor to the partition's end and clears its delayed messages)."""
+        await self._channel_post("/channel/empty", topic, channel, partition)
+
+    async def pause_channel(
+        self, topic: str, channel: str, partition: int | None = None, *, paused: bool = True
+    ) -> None:
+        """``POST /channel/pause`` (``paused=False``: ``/channel/unpause``): stop (resume)
+        delivering to the channel's consumers; messages keep accumulating."""
+        path = "/channel/pause" if paused else "/channel/unpause"
+        await self._channel_post(path, topic, channel, partition)
+
+    async def set_offset(self, topic: str, channel: str, partition: int, position: str) -> None:
+        """``POST /channel/setoffset`` on the partition's leader (the fork): move ``channel``
+        to ``position`` (see :func:`seek_position`)."""
+        await self._channel_post("/channel/setoffset", topic, channel, partition, position)
+
+    async def set_order(
+        self, topic: str, channel: str, partition: int | None, *, ordered: bool
+    ) -> None:
+        """``POST /channel/setorder`` (the fork): switch the channel's ordered mode."""
+        await self._channel_post(
+            "/channel/setorder",
+            topic,
+            channel,
+            partition,
+            extra={"order": "true" if ordered else "false"},
+        )
+
+    # -- topics -----------------------------------------------------------------------------
+
+    async def delete_topic(self, topic: str) -> None:
+        """``POST /topic/delete`` (vanilla nsqd: the topic, its channels and its data)."""
+        await self._post("/topic/delete", {"topic": topic}, topic)
+
+    async def topic_stats(self, topic: str, partition: int | None = None) -> list[dict[str, Any]]:
+        """``GET /stats?format=json&topic=T[&partition=P]`` (v1, unwrapped: §5.1): the entries of
+        ``topics`` (one per partition this nsqd holds; an empty list when it holds none)."""
+        return await self.stats(topic, partition)
+
+    async def stats(
+        self, topic: str | None = None, partition: int | None = None
+    ) -> list[dict[str, Any]]:
+        """``GET /stats?format=json[&topic=T][&partition=P]``: the entries of ``topics`` (every
+        topic partition the node holds when ``topic`` is None)."""
+        import httpx
+
+        params = {"format": "json"}
+        if topic is not None:
+            params["topic"] = topic
+        if partition is not None:
+            params["partition"] = str(partition)
+        url = f"{self.http_url}/stats"
+        try:
+            resp = await self._http.get(url, params=params, headers=dict(V1_ACCEPT))
+        except httpx.HTTPError as exc:
+            raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise AdminError(
+                f"nsqd {self.http_url} refused /stats for {topic or 'all topics'}: "
+                f"HTTP {resp.status_code} {resp.text[:200]}"
+            )
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise AdminError(f"nsqd {self.http_url} /stats is not JSON: {exc}") from None
+        if isinstance(data, dict) and "topics" not in data and isinstance(data.get("data"), dict):
+            data = data["data"]  # an nsqd that ignores the Accept header (the wrapped form)
+        topics = data.get("topics") if isinstance(data, dict) else None
+        if topics is not None and not isinstance(topics, list):
+            raise AdminError(f"nsqd {self.http_url} /stats: 'topics' is not a list")
+        return [t for t in topics or () if isinstance(t, dict)]
+
+    # -- HTTP -------------------------------------------------------------------------------
+
+    async def _channel_post(
+        self,
+        path: str,
+        topic: str,
+        channel: str,
+        partition: int | None,
+        body: str = "",
+        *,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        params = {"topic": topic, "channel": channel, **(extra or {})}
+        if partition is not None:
+            params["partition"] = str(partition)
+        where = f"{topic}/{'-' if partition is None else partition}/{channel}"
+        await self._post(path, params, where, body)
+
+    async def _post(self, path: str, params: dict[str, str], where: str, body: str = "") -> None:
+        import httpx
+
+        url = f"{self.http_url}{path}"
+        try:
+            resp = await self._http.post(url, params=params, content=body.encode())
+        except httpx.HTTPError as exc:
+            raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
+        if resp.status_code != 200:
+            what = f"{path} {body!r}" if body else path
+            raise AdminError(
+                f"nsqd {self.http_url} refused {what} for {where}: "
+                f"HTTP {resp.status_code} {resp.text[:200]}"
+            )

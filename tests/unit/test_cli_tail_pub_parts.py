@@ -1,0 +1,183 @@
+"""The pure parts of ``nsq-ha tail`` and ``nsq-ha pub``: ``--from``, ``--format``, ``--rate``,
+``--delimiter``, the token bucket (a fake clock: no wall-clock thresholds) and record reading."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from nsq_ha.cli import build_parser
+from nsq_ha.cli.pub import TokenBucket, parse_delimiter, parse_rate, read_records
+from nsq_ha.cli.tail import FIELDS, Start, check_template, parse_start
+from nsq_ha.cli.where import CliError
+
+
+@pytest.mark.parametrize(
+    ("text", "start", "position"),
+    [
+        ("earliest", Start("earliest"), "virtual_queue:0"),
+        ("start", Start("earliest"), "virtual_queue:0"),
+        ("latest", Start("latest"), "special:-1"),
+        ("END", Start("latest"), "special:-1"),
+        ("offset=124", Start("offset", 124), "virtual_queue:124"),
+        ("timestamp=1700000000", Start("timestamp", 1700000000.0), "timestamp:1700000000"),
+        (
+            "timestamp=2023-11-14T22:13:20+00:00",
+            Start("timestamp", 1700000000.0),
+            "timestamp:1700000000",
+        ),
+        ("timestamp=2023-11-14T22:13:20", Start("timestamp", 1700000000.0), "timestamp:1700000000"),
+    ],
+)
+def test_from_positions(text: str, start: Start, position: str) -> None:
+    parsed = parse_start(text)
+    assert parsed == start
+    assert parsed.position() == position
+
+
+@pytest.mark.parametrize(
+    "text", ["beginning", "offset=-1", "offset=x", "offset=", "timestamp=soon", "count=3", ""]
+)
+def test_bad_from_positions_are_exit_2(text: str) -> None:
+    with pytest.raises(CliError) as info:
+        parse_start(text)
+    assert info.value.code == 2
+    assert "\n" not in str(info.value)
+
+
+def test_no_from_is_none() -> None:
+    assert parse_start(None) is None
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{partition}@{offset} {body}",
+        "{body!r:>20}",
+        "{{literal}} {id}",
+        " ".join(f"{{{f}}}" for f in FIELDS),
+    ],
+)
+def test_good_templates(template: str) -> None:
+    check_template(template)
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("{nope}", "unknown field {nope}"),
+        ("{body.upper}", "unknown field {body.upper}"),
+        ("{body[0]}", "unknown field {body[0]}"),
+        ("{}", "name each field"),
+        ("{0}", "name each field"),
+        ("{body", "--format"),
+        ("{body:%Y}", "--format"),
+    ],
+)
+def test_bad_templates_are_exit_2(template: str, message: str) -> None:
+    with pytest.raises(CliError, match=message.replace("{", r"\{").replace("[", r"\[")) as info:
+        check_template(template)
+    assert info.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "per_second"),
+    [("50", 50.0), ("50/s", 50.0), ("120/min", 2.0), ("7200/h", 2.0), ("0.5/s", 0.5)],
+)
+def test_rates(text: str, per_second: float) -> None:
+    assert parse_rate(text) == per_second
+
+
+@pytest.mark.parametrize("text", ["0", "-1/s", "fast", "10/day", "inf", "nan"])
+def test_bad_rates(text: str) -> None:
+    with pytest.raises(CliError, match="--rate") as info:
+        parse_rate(text)
+    assert info.value.code == 2
+
+
+def test_delimiters() -> None:
+    assert parse_delimiter(None) == b"\n"
+    assert parse_delimiter("\\0") == b"\0"
+    assert parse_delimiter("\\x1e") == b"\x1e"
+    assert parse_delimiter("||") == b"||"
+    with pytest.raises(CliError, match="must not be empty"):
+        parse_delimiter("")
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, delay: float) -> None:
+        self.sleeps.append(delay)
+        self.now += delay
+
+
+async def test_token_bucket_spaces_takes_at_the_rate() -> None:
+    fake = FakeTime()
+    bucket = TokenBucket(4.0, clock=fake.clock, sleep=fake.sleep)
+    for _ in range(9):
+        await bucket.take()
+    # the first token is there at once, then one every 1/4 s: one sleep per take, no polling
+    assert fake.sleeps == pytest.approx([0.25] * 8)
+    assert fake.now == pytest.approx(2.0)
+
+
+async def test_token_bucket_does_not_sleep_when_tokens_have_accrued() -> None:
+    fake = FakeTime()
+    bucket = TokenBucket(2.0, burst=3, clock=fake.clock, sleep=fake.sleep)
+    fake.now += 10.0  # idle: the bucket fills up to its burst, not beyond
+    for _ in range(3):
+        assert bucket.ready()
+        await bucket.take()
+    assert fake.sleeps == []
+    assert not bucket.ready()
+    await bucket.take()
+    assert fake.sleeps == pytest.approx([0.5])
+
+
+async def _records(data: bytes, delimiter: bytes | None) -> list[bytes]:
+    return [r async for r in read_records(io.BufferedReader(io.BytesIO(data)), delimiter)]
+
+
+@pytest.mark.parametrize(
+    ("data", "delimiter", "records"),
+    [
+        (b"a\nb\r\nc", b"\n", [b"a", b"b", b"c"]),
+        (b"a\nb\n", b"\n", [b"a", b"b"]),
+        (b"a\0b\0\0c", b"\0", [b"a", b"b", b"", b"c"]),
+        (b"x||y||", b"||", [b"x", b"y"]),
+        (b"one\ntwo\n", None, [b"one\ntwo\n"]),
+        (b"", b"\n", []),
+    ],
+)
+async def test_records(data: bytes, delimiter: bytes | None, records: list[bytes]) -> None:
+    assert await _records(data, delimiter) == records
+
+
+async def test_a_delimiter_split_across_reads() -> None:
+    data = b"r" * (64 * 1024 - 1) + b"||" + b"s"
+    assert await _records(data, b"||") == [b"r" * (64 * 1024 - 1), b"s"]
+
+
+def test_pub_and_tail_options_parse() -> None:
+    parser = build_parser()
+    pub = parser.parse_args(
+        ["pub", "--topic", "t", "-d", "\\0", "--rate", "5/s", "--partition", "2", "a", "-"]
+    )
+    assert (pub.files, pub.delimiter, pub.rate, pub.partition) == (["a", "-"], "\\0", "5/s", 2)
+    flags = ["--from", "offset=3", "--exit-at-end", "--tag", "x", "--ext-filter", "{}"]
+    tail = parser.parse_args(["tail", "--topic", "t", *flags, "--format", "{body}"])
+    assert (tail.channel, tail.start, tail.exit_at_end) == (None, "offset=3", True)
+    assert (tail.desired_tag, tail.ext_filter, tail.template) == ("x", "{}", "{body}")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["pub", "--topic", "t", "--whole-file", "-d", ","])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["pub", "--topic", "t", "--key", "k", "--partition", "1"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["tail", "--topic", "t", "--json", "--format", "{body}"])
