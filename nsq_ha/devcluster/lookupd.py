@@ -245,12 +245,10 @@ class LookupdApi:
             raise ApiError(400, "MISSING_ARG_TOPIC")
         partition = request.query.get("partition") or "*"
         topic = self.view.topics.get(name)
-        found: list[str] = []
-        for part in topic.partitions if topic is not None else []:
-            if partition != "*" and str(part.number) != partition:
-                continue
-            found.extend(ch for ch in part.hubs if ch not in found)
-        return {"channels": found}
+        if topic is None:
+            return {"channels": []}
+        numbers = [p.number for p in topic.partitions if partition in ("*", str(p.number))]
+        return {"channels": topic.channel_names(numbers)}
 
     def nodes(self, request: Request) -> object:
         """Every live node with the topic partitions it leads (its registrations)."""

@@ -113,6 +113,8 @@ class EventKind(enum.StrEnum):
     CHANNEL_EMPTIED = "channel_emptied"
     CHANNEL_PAUSED = "channel_paused"
     CHANNEL_UNPAUSED = "channel_unpaused"
+    CHANNEL_SKIPPED = "channel_skipped"
+    CHANNEL_UNSKIPPED = "channel_unskipped"
     CHANNEL_OFFSET_SET = "channel_offset_set"
     CHANNEL_ORDER_SET = "channel_order_set"
     CHANNEL_REGISTERED = "channel_registered"
@@ -373,6 +375,8 @@ class ChannelHub:
         self.clients: list[Subscriber] = []
         self._turn = 0
         self.paused = False
+        #: ``/channel/skip``: nothing is read for the channel until ``/channel/unskip``
+        self.skipped = False
 
     def __repr__(self) -> str:
         return f"<ChannelHub {self.channel!r} clients={len(self.clients)} paused={self.paused}>"
@@ -407,7 +411,7 @@ class ChannelHub:
         none of those has room, nothing behind it is delivered either (nsqd's channel pump
         blocks on that message the same way).
         """
-        if self.paused:
+        if self.paused or self.skipped:
             return
         channel, clients = self.channel, self.clients
         tags = {c.desired_tag for c in clients} - {""} if self.partition.topic.ext else set()
@@ -475,12 +479,14 @@ class DevPartition:
         if hub is None:
             hub = ChannelHub(self, self.store.channel(name))
             self.hubs[name] = hub
+            self.topic.registrations[(self.number, name)] = None
         return hub
 
     def drop_channel(self, name: str, reason: str) -> bool:
         """Delete a channel, disconnecting its subscribers; False when there was none."""
         hub = self.hubs.pop(name, None)
         self.store.channels.pop(name, None)
+        self.topic.registrations.pop((self.number, name), None)
         if hub is None:
             return False
         hub.drop_all(reason)
@@ -509,6 +515,8 @@ class DevTopic:
     retention_days: int = 0
     partitions: list[DevPartition] = field(default_factory=list)
     registered_channels: set[str] = field(default_factory=set)
+    #: (partition, channel) in the order nsqd registered them with nsqlookupd
+    registrations: dict[tuple[int, str], None] = field(default_factory=dict)
 
     def meta(self) -> dict[str, Any]:
         """The ``meta`` object of a lookup (keys sorted, as Go serialises that map)."""
@@ -524,6 +532,16 @@ class DevTopic:
     def led_by(self, node: DevNode) -> list[DevPartition]:
         """The partitions ``node`` leads now."""
         return [p for p in self.partitions if p.led_by(node)]
+
+    def channel_names(self, partitions: Iterable[int] | None = None) -> list[str]:
+        """The channels of ``partitions`` (all: None), each once, in the order they were
+        registered, as nsqlookupd lists them in ``/channels`` and ``/lookup``."""
+        wanted = None if partitions is None else set(partitions)
+        names: dict[str, None] = {}
+        for number, name in self.registrations:
+            if wanted is None or number in wanted:
+                names.setdefault(name, None)
+        return list(names)
 
 
 def hubs_of(topics: Iterable[DevTopic]) -> list[ChannelHub]:

@@ -108,9 +108,10 @@ def refused(
 def parse_start(token: bytes) -> tuple[str, int]:
     """A SUB_ADVANCED start position ``<type>:<int64>`` (§2.3.1), with nsqd's error texts."""
     text = token.decode("latin-1")
-    kind, _, value = text.partition(":")
-    if kind not in START_KINDS:
+    parts = text.split(":")  # ConsumeOffset.FromBytes: exactly one colon, a known type
+    if len(parts) != 2 or parts[0] not in START_KINDS:
         raise ServerError("E_INVALID", f"invalid consume offset:{text}")
+    kind, value = parts
     try:
         number = go_atoi(value, "ParseInt")
     except ValueError as exc:

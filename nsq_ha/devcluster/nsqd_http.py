@@ -2,8 +2,8 @@
 
 Endpoints: ``/ping`` (plain), ``/info``, ``/pub``, ``/pub_ext``, ``/mpub``, ``/stats``
 (negotiated), ``/pubtrace`` and the channel admin endpoints ``/channel/create``, ``delete``,
-``empty``, ``pause``, ``unpause``, ``setoffset``, ``setorder`` (v1).  Check order, status codes
-and error texts follow ``nsqdserver/http.go`` (youzan/nsq b16e68eb):
+``empty``, ``pause``, ``unpause``, ``skip``, ``unskip``, ``setoffset``, ``setorder`` (v1).
+Check order, status codes and error texts follow ``nsqdserver/http.go`` (youzan/nsq b16e68eb):
 
 * publishing: ``Content-Length`` over ``max_msg_size`` → 413 ``MSG_TOO_BIG``, missing (chunked)
   or 0 → 406 ``MSG_EMPTY``; any topic problem → 404 ``E_TOPIC_NOT_EXIST``; a replica →
@@ -101,6 +101,8 @@ class NsqdHttpApi:
             "/channel/empty": Route(_POST, "v1", self.channel_empty),
             "/channel/pause": Route(_POST, "v1", lambda r: self._pause(r, paused=True)),
             "/channel/unpause": Route(_POST, "v1", lambda r: self._pause(r, paused=False)),
+            "/channel/skip": Route(_POST, "v1", lambda r: self._skip(r, skipped=True)),
+            "/channel/unskip": Route(_POST, "v1", lambda r: self._skip(r, skipped=False)),
             "/channel/setoffset": Route(_POST, "v1", self.channel_setoffset),
             "/channel/setorder": Route(_POST, "v1", self.channel_setorder),
         }
@@ -298,6 +300,17 @@ class NsqdHttpApi:
         hub.paused = paused
         hub.dispatch(self.view.now())
         kind = EventKind.CHANNEL_PAUSED if paused else EventKind.CHANNEL_UNPAUSED
+        self._record(hub, kind)
+        return None
+
+    def _skip(self, request: Request, *, skipped: bool) -> object:
+        """``/channel/skip`` and ``/channel/unskip`` (nsqd's doSkipChannel): set the state,
+        then move the channel to the end, deferred messages dropped, as ``special:-1``."""
+        hub = self._existing_hub(request)
+        hub.skipped = skipped
+        hub.channel.seek(end=True)
+        hub.dispatch(self.view.now())
+        kind = EventKind.CHANNEL_SKIPPED if skipped else EventKind.CHANNEL_UNSKIPPED
         self._record(hub, kind)
         return None
 

@@ -134,7 +134,7 @@ def _channel_stats(part: DevPartition, hub: ChannelHub, with_clients: bool) -> d
         "clients": [_client_stats(c) for c in hub.clients] if with_clients else None,
         "client_num": len(hub.clients),
         "paused": hub.paused,
-        "skipped": False,
+        "skipped": hub.skipped,
         "zan_test_skipped": False,
         "delayed_queue_count": 0,
         "delayed_queue_recent": _EPOCH,

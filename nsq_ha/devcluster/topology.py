@@ -107,7 +107,8 @@ class Topology:
             raise ServerError("max partition allowed exceed")
         spread = ordered or multi_part
         if len(self.nodes) < replicas or (not spread and len(self.nodes) < partitions * replicas):
-            raise ServerError(f"No node is available for topic: {name}")
+            # the coordinator's ErrNodeUnavailable (CoordTmpErr, RpcCommonErr) as text
+            raise ServerError("ErrType:9 ErrCode:1 : No node is available for topic")
         sync_every = min(sync_every, MAX_SYNC_EVERY)
         topic = DevTopic(
             name,
@@ -265,11 +266,7 @@ class Topology:
             p for p in topic.partitions if partition in ("*", "") or str(p.number) == partition
         ]
         listed: dict[str, dict[str, Any]] = {}
-        channels: list[str] = []
         for part in parts:
-            for name in part.hubs:
-                if name not in channels:
-                    channels.append(name)
             leader = part.leader
             if access == "w":
                 if part.leaderless or leader.state == NodeState.STOPPED:
@@ -277,7 +274,7 @@ class Topology:
                 if not part.hubs and not self.allow_write_with_nochannels:
                     continue
             listed[str(part.number)] = leader.node_object()
-        answer["channels"] = channels
+        answer["channels"] = topic.channel_names(p.number for p in parts)
         if metainfo:
             answer["meta"] = topic.meta()
         if access == "w" and parts and not listed and not self.allow_write_with_nochannels:

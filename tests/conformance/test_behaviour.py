@@ -46,6 +46,7 @@ B_ORD = "cb_ord"
 B_EXT = "cb_ext"
 B_EMPTY = "cb_empty"
 B_NOAUTO = "cb_noauto"
+B_TWO = "cb_two"
 
 TOPICS: tuple[TopicDef, ...] = (
     TopicDef(B_PLAIN),
@@ -53,6 +54,7 @@ TOPICS: tuple[TopicDef, ...] = (
     TopicDef(B_EXT, ext=True),
     TopicDef(B_EMPTY),
     TopicDef(B_NOAUTO, channel_auto_create=False),
+    TopicDef(B_TWO, partitions=2),
 )
 
 EXT_IDENT = {"extend_support": True}
@@ -846,6 +848,87 @@ def test_lookupd_topics_and_channels(backend: Backend) -> None:
     assert (unknown.status_code, unknown.json()) == (200, {"channels": []})
     none = http("GET", f"{backend.lookupd_http}/channels")
     assert (none.status_code, none.json()) == (400, {"message": "MISSING_ARG_TOPIC"})
+
+
+def test_lookupd_lists_channels_in_registration_order(backend: Backend) -> None:
+    """``/channels`` and ``/lookup`` list a topic's channels in the order nsqd registered
+    them, across partitions (not grouped by partition); ``partition=`` keeps that order."""
+    order = [("c_zz", 0), ("c_aa", 1), ("c_mm", 0), ("c_bb", 1)]
+    with contextlib.ExitStack() as stack:
+        for channel, partition in order:
+            address = backend.leader(B_TWO, partition)
+            stack.enter_context(subscribe(address, Sub(B_TWO, channel, partition=partition)))
+
+            def registered(name: str = channel) -> bool:
+                query = {"topic": B_TWO}
+                listed = http("GET", f"{backend.lookupd_http}/channels", query).json()
+                return name in listed["channels"]
+
+            wait_for(registered, 10.0, f"{channel} registered")
+        names = [c for c, _ in order]
+        listed = http("GET", f"{backend.lookupd_http}/channels", {"topic": B_TWO}).json()
+        assert listed == {"channels": names}
+        first = http(
+            "GET", f"{backend.lookupd_http}/channels", {"topic": B_TWO, "partition": "0"}
+        ).json()
+        assert first == {"channels": ["c_zz", "c_mm"]}
+        looked_up = lookup(backend, {"topic": B_TWO, "access": "r"}).json()
+        assert looked_up["channels"] == names
+
+
+@pytest.mark.parametrize(
+    "start",
+    ["special", "special:-1:0", "timestamp", "msgcount:1:", "virtual_queue", "offset:1"],
+)
+def test_sub_advanced_start_needs_one_colon_and_a_known_type(backend: Backend, start: str) -> None:
+    """A start token is ``<type>:<int>`` with exactly one colon (ConsumeOffset.FromBytes):
+    anything else is the fatal ``E_INVALID invalid consume offset:<token>``."""
+    address = backend.leader(B_PLAIN)
+    with Wire(address) as w:
+        w.command(f"SUB_ADVANCED {B_PLAIN} c_bad_start 0 {start}")
+        w.expect_error_then_closed(f"E_INVALID invalid consume offset:{start}")
+
+
+def test_topic_create_without_enough_nodes_is_the_coordinators_error(backend: Backend) -> None:
+    """More replicas than nodes: 400 with the coordinator's ErrNodeUnavailable as text."""
+    query = {"topic": "cb_too_many_replicas", "partition_num": "1", "replicator": "5"}
+    resp = http("POST", f"{backend.lookupd_http}/topic/create", query)
+    assert (resp.status_code, resp.json()) == (
+        400,
+        {"message": "ErrType:9 ErrCode:1 : No node is available for topic"},
+    )
+
+
+def test_http_channel_skip_and_unskip(backend: Backend) -> None:
+    """``/channel/skip``: nothing is delivered and ``skipped`` shows in ``/stats`` (what is
+    published meanwhile counts in depth); ``/channel/unskip`` moves the channel to the end:
+    only what follows is delivered. Both 404 ``CHANNEL_NOT_FOUND`` for a channel nsqd lacks."""
+    address = backend.leader(B_PLAIN)
+    url = backend.http_url(address)
+    params = {"topic": B_PLAIN, "partition": "0", "channel": "c_skipped"}
+
+    def channel() -> dict[str, Any]:
+        entry = stats_partition(url, B_PLAIN, 0) or {}
+        (found,) = [c for c in entry["channels"] if c["channel_name"] == "c_skipped"]
+        return dict(found)
+
+    with subscribe(address, Sub(B_PLAIN, "c_skipped", rdy=5)) as sub, Wire(address) as p:
+        resp = http("POST", f"{url}/channel/skip", params)
+        assert (resp.status_code, resp.text) == (200, "")
+        pub(p, B_PLAIN, b"skip-1")
+        pub(p, B_PLAIN, b"skip-2")
+        wait_for(lambda: channel()["depth"] == 2, 10.0, "depth 2 while skipped")
+        assert channel()["skipped"] is True
+        sub.expect_silence(1.0)
+        resp = http("POST", f"{url}/channel/unskip", params)
+        assert (resp.status_code, resp.text) == (200, "")
+        assert channel()["skipped"] is False
+        pub(p, B_PLAIN, b"skip-3")
+        assert read_until(sub, b"skip-3") == [b"skip-3"]
+    missing = {**params, "channel": "c_never"}
+    for path in ("skip", "unskip"):
+        resp = http("POST", f"{url}/channel/{path}", missing)
+        assert (resp.status_code, resp.json()) == (404, {"message": "CHANNEL_NOT_FOUND"})
 
 
 def test_http_pub_ext_errors(backend: Backend) -> None:

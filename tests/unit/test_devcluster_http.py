@@ -540,11 +540,11 @@ async def test_lookupd_partition_map_keys_sort_as_strings() -> None:
         ),
         (
             {"topic": "t", "partition_num": "2", "replicator": "4"},
-            "No node is available for topic: t",
+            "ErrType:9 ErrCode:1 : No node is available for topic",
         ),
         (
             {"topic": "t", "partition_num": "4", "replicator": "1"},
-            "No node is available for topic: t",
+            "ErrType:9 ErrCode:1 : No node is available for topic",
         ),
     ],
 )
