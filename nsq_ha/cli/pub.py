@@ -25,7 +25,7 @@ from nsq_ha.errors import NsqError, PublishError
 from nsq_ha.lookup import LookupClient
 from nsq_ha.producer import Producer, PublishResult
 
-from .where import CliError, existing_map, topic_of, where_of
+from .where import CliError, existing_map, json_object, topic_of, where_of
 
 __all__ = [
     "TokenBucket",
@@ -95,15 +95,7 @@ def add_pub_options(parser: argparse.ArgumentParser) -> None:
 
 def parse_ext(text: str | None) -> dict[str, Any] | None:
     """``--ext``: a JSON object of string values, or CliError (exit 2)."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CliError(f"--ext is not valid JSON: {exc.msg} at column {exc.colno}", 2) from None
-    if not isinstance(value, dict):
-        raise CliError(f"--ext must be a JSON object, got {type(value).__name__}", 2)
-    return value
+    return json_object(text, "--ext")
 
 
 def _escaped(text: str, option: str) -> bytes:

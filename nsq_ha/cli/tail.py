@@ -45,7 +45,7 @@ from nsq_ha.lookup.http import tls_context
 from nsq_ha.lookup.wire import NodeInfo, PartitionMap
 from nsq_ha.protocol.names import validate_channel
 
-from .where import CliError, existing_map, topic_of, where_of
+from .where import CliError, existing_map, json_object, topic_of, where_of
 
 __all__ = [
     "FIELDS",
@@ -219,15 +219,7 @@ def check_template(template: str | None) -> None:
 
 
 def _ext_filter(text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CliError(f"--ext-filter is not valid JSON: {exc.msg}", 2) from None
-    if not isinstance(value, dict):
-        raise CliError(f"--ext-filter must be a JSON object, got {type(value).__name__}", 2)
-    return value
+    return json_object(text, "--ext-filter")
 
 
 # -- one message -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ and the :class:`~nsq_ha.connection.ConnectionConfig` a Producer or Consumer take
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import ssl
 from collections.abc import Mapping, Sequence
@@ -210,6 +211,19 @@ def where_of(args: argparse.Namespace, *, required: bool = True) -> Where:
             2,
         )
     return Where(lookupd=lookupd, nsqd=nsqd, config=connection_config(args), from_env=from_env)
+
+
+def json_object(text: str | None, option: str) -> dict[str, Any] | None:
+    """An option's JSON object (``None`` when not given), or CliError (exit 2) naming it."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{option} is not valid JSON: {exc.msg} at column {exc.colno}", 2) from None
+    if not isinstance(value, dict):
+        raise CliError(f"{option} must be a JSON object, got {type(value).__name__}", 2)
+    return value
 
 
 def topic_of(args: argparse.Namespace) -> str:

@@ -21,6 +21,8 @@ from nsq_ha.lookup import LookupClient
 from nsq_ha.testing.servers import VanillaCluster
 
 from .backend import Backend, DevBackend, ForkBackend
+from .cli_run import nsq_ha as run_cli
+from .cli_run import ok, one_line_error
 
 _SUFFIX = secrets.token_hex(3)
 T_STATS = TopicSpec(f"cliadm_stats_{_SUFFIX}", partitions=2)
@@ -29,35 +31,9 @@ T_MOVE = TopicSpec(f"cliadm_move_{_SUFFIX}", replicas=2)
 T_DEL = TopicSpec(f"cliadm_del_{_SUFFIX}")
 
 
-def nsq_ha_sync(*argv: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """Run ``nsq-ha ARGV`` the way a shell does; text output."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "nsq_ha", *argv], capture_output=True, timeout=timeout, check=False
-    )
-    return subprocess.CompletedProcess(
-        proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()
-    )
-
-
 async def nsq_ha(*argv: str) -> subprocess.CompletedProcess[str]:
-    """:func:`nsq_ha_sync` off the event loop (a consumer may be open meanwhile)."""
-    return await asyncio.to_thread(nsq_ha_sync, *argv)
-
-
-def ok(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 0, (
-        f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    )
-    return proc.stdout
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("nsq-ha ")
-    return lines[0]
+    """:func:`run_cli` off the event loop (a consumer may be open meanwhile)."""
+    return await asyncio.to_thread(run_cli, *argv)
 
 
 async def until(check: Callable[[], Awaitable[Any]], what: str, timeout: float = 20.0) -> Any:  # noqa: ASYNC109
@@ -81,9 +57,9 @@ T_REG = f"cliadm_reg_{_SUFFIX}"
 @pytest.fixture(scope="module")
 def cluster(backend: Backend) -> Backend:
     create = ["topic", "create", "--lookupd", backend.lookupd_http, "--topic", T_REG]
-    ok(nsq_ha_sync(*create, "--no-channel-auto-create", "--no-wait"))
+    ok(run_cli(*create, "--no-channel-auto-create", "--no-wait"))
     backend.ensure_topics([T_STATS, T_CHAN, T_MOVE, T_DEL])
-    ok(nsq_ha_sync(*create, "--no-channel-auto-create"))  # the same again: wait until writable
+    ok(run_cli(*create, "--no-channel-auto-create"))  # the same again: wait until writable
     return backend
 
 

@@ -8,7 +8,6 @@ import base64
 import json
 import secrets
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -16,34 +15,9 @@ import pytest
 from nsq_ha.devcluster import DevClusterThread
 from nsq_ha.testing.servers import VanillaCluster
 
+from .cli_run import json_lines, nsq_ha, ok
+
 ACCEPTANCE_LINES = b"k1\ta\nk2\tb\nk1\tc\n"
-
-
-def nsq_ha(
-    *argv: str, stdin: bytes = b"", timeout: float = 180
-) -> subprocess.CompletedProcess[str]:
-    """Run ``nsq-ha ARGV`` the way a shell does; text output."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "nsq_ha", *argv],
-        input=stdin,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )
-    return subprocess.CompletedProcess(
-        proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()
-    )
-
-
-def ok(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 0, (
-        f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    )
-    return proc.stdout
-
-
-def json_lines(text: str) -> list[dict[str, object]]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module", params=["devcluster", "fork"])

@@ -28,46 +28,7 @@ from nsq_ha.devcluster import DevClusterThread
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
 
 from .auth_server import AuthServer, running_auth_server
-
-
-def nsq_ha(
-    *argv: str, stdin: bytes = b"", timeout: float = 180, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run ``nsq-ha ARGV`` the way a shell does (``env`` added to this process's)."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("NSQ_HA_LOOKUPD")}
-    environ.pop("NSQ_HA_NSQD", None)
-    environ.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-m", "nsq_ha", *argv],
-        input=stdin,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-        env=environ,
-    )
-    return subprocess.CompletedProcess(
-        proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()
-    )
-
-
-def ok(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 0, (
-        f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    )
-    return proc.stdout
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("nsq-ha ")
-    return lines[0]
-
-
-def json_lines(text: str) -> list[dict[str, object]]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+from .cli_run import json_lines, nsq_ha, ok, one_line_error
 
 
 def _name(prefix: str) -> str:
