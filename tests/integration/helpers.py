@@ -114,6 +114,27 @@ def channel_totals(
     return totals
 
 
+async def unfinished_and_clients(lookupd: str, topic: str, channel: str) -> tuple[int, int]:
+    """``channel``'s unfinished messages (depth + in flight + deferred) and its clients, summed
+    over every nsqd nsqlookupd lists for ``topic`` (raises TopicNotFoundError until it does)."""
+    from nsq_ha.admin import NsqdAdmin
+    from nsq_ha.lookup import LookupClient
+
+    backlog = clients = 0
+    async with LookupClient([lookupd]) as lookup, httpx.AsyncClient(timeout=10.0) as http:
+        pmap = await lookup.lookup(topic, "r", force=True)
+        nodes = {n.http_url for n in (*pmap.partitions.values(), *pmap.producers)}
+        for url in sorted(nodes):
+            for entry in await NsqdAdmin(url, http=http).topic_stats(topic):
+                for found in entry.get("channels") or ():
+                    if found.get("channel_name") != channel:
+                        continue
+                    for field in ("depth", "in_flight_count", "deferred_count"):
+                        backlog += int(found.get(field) or 0)
+                    clients += len(found.get("clients") or ())
+    return backlog, clients
+
+
 async def collect(consumer: Consumer, count: int, within: float = 30.0) -> list[Message]:
     """The next ``count`` messages of ``consumer``, each finished once received (in the
     order handed out); TimeoutError after ``within`` seconds."""

@@ -24,15 +24,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from nsq_ha.admin import LookupdAdmin, NsqdAdmin
+from nsq_ha.admin import LookupdAdmin
 from nsq_ha.devcluster import DevClusterThread
-from nsq_ha.lookup import LookupClient
 from nsq_ha.spark.options import parse_read_options
 from nsq_ha.spark.source import DriverReader
 from nsq_ha.sync import Producer
+
+from .helpers import unfinished_and_clients
 
 TOPIC = "sp_driver_rdy"
 TOTAL = 1000
@@ -124,22 +124,6 @@ def backend(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, str
         yield fork, {"lookupd": fork}
 
 
-async def _unfinished(lookupd: str, topic: str) -> tuple[int, int]:
-    """Channel ``spark``'s depth + in flight + deferred, and its clients, on every node."""
-    backlog = clients = 0
-    async with LookupClient([lookupd]) as lookup, httpx.AsyncClient(timeout=10.0) as http:
-        pmap = await lookup.lookup(topic, "r", force=True)
-        nodes = {n.http_url for n in (*pmap.partitions.values(), *pmap.producers)}
-        for url in sorted(nodes):
-            for entry in await NsqdAdmin(url, http=http).topic_stats(topic):
-                for channel in entry.get("channels") or ():
-                    if channel.get("channel_name") == "spark":
-                        for field in ("depth", "in_flight_count", "deferred_count"):
-                            backlog += int(channel.get(field) or 0)
-                        clients += len(channel.get("clients") or ())
-    return backlog, clients
-
-
 def test_a_commit_is_on_nsqd_when_it_returns(
     backend: tuple[str, dict[str, str]], tmp_path: Path
 ) -> None:
@@ -168,7 +152,7 @@ def test_a_commit_is_on_nsqd_when_it_returns(
     deadline = time.monotonic() + 30
     while True:  # vanilla nsqd registers a new topic with nsqlookupd shortly
         try:
-            asyncio.run(_unfinished(lookupd, topic))
+            asyncio.run(unfinished_and_clients(lookupd, topic, "spark"))
             break
         except Exception:
             assert time.monotonic() < deadline, f"nsqlookupd never listed {topic}"
@@ -184,7 +168,7 @@ def test_a_commit_is_on_nsqd_when_it_returns(
     committed = int(done.stdout)
     assert committed > 0
     deadline = time.monotonic() + 30
-    while (left := asyncio.run(_unfinished(lookupd, topic)))[1]:
+    while (left := asyncio.run(unfinished_and_clients(lookupd, topic, "spark")))[1]:
         assert time.monotonic() < deadline, f"nsqd still lists the dead reader: {left}"
         time.sleep(0.2)
     # what was read and committed is finished; only what the reader never handed out is back

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 pyspark = pytest.importorskip(
@@ -27,13 +26,14 @@ pyspark = pytest.importorskip(
 
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
-from nsq_ha.admin import LookupdAdmin, NsqdAdmin  # noqa: E402
+from nsq_ha.admin import LookupdAdmin  # noqa: E402
 from nsq_ha.devcluster import DevClusterThread  # noqa: E402
 from nsq_ha.errors import TopicNotFoundError  # noqa: E402
 from nsq_ha.lookup import LookupClient  # noqa: E402
 from nsq_ha.spark.compat import DRIVER_STREAM_CONTROL, pyspark_version, supports  # noqa: E402
 from nsq_ha.sync import Producer  # noqa: E402
 
+from .helpers import unfinished_and_clients  # noqa: E402
 from .spark_session import local_spark  # noqa: E402
 
 pytestmark = [
@@ -112,24 +112,6 @@ def _publish(where: Where, topic: str, bodies: list[bytes]) -> None:
             producer.publish_many(topic, bodies[start : start + 100])
 
 
-async def _channel(lookupd: str, topic: str) -> tuple[int, int]:
-    """The channel's unfinished messages (depth + in flight + deferred) and its clients,
-    summed over the nsqd nodes holding the topic."""
-    backlog = clients = 0
-    async with LookupClient([lookupd]) as lookup, httpx.AsyncClient(timeout=10.0) as http:
-        pmap = await lookup.lookup(topic, "r", force=True)
-        nodes = {n.http_url for n in (*pmap.partitions.values(), *pmap.producers)}
-        for url in sorted(nodes):
-            for entry in await NsqdAdmin(url, http=http).topic_stats(topic):
-                for channel in entry.get("channels") or ():
-                    if channel.get("channel_name") != CHANNEL:
-                        continue
-                    for field in ("depth", "in_flight_count", "deferred_count"):
-                        backlog += int(channel.get(field) or 0)
-                    clients += len(channel.get("clients") or ())
-    return backlog, clients
-
-
 def _options(lookupd: str, topic: str, tmp_path: Path) -> dict[str, str]:
     return {
         "lookupd": lookupd,
@@ -187,12 +169,12 @@ def test_available_now_reads_the_backlog_in_batches_finishes_it_and_stops(
     assert sorted(rows) == first
     assert batches >= 4  # 350 messages, 100 a batch
     # every message finished, the last batch's too, and the consumer gone
-    assert asyncio.run(_channel(address, topic)) == (0, 0)
+    assert asyncio.run(unfinished_and_clients(address, topic, CHANNEL)) == (0, 0)
     later = [b"b%04d" % i for i in range(120)]
     _publish(where, topic, later)
     again, _ = _available_now(spark, options, tmp_path, "b")
     assert sorted(again) == later
-    assert asyncio.run(_channel(address, topic)) == (0, 0)
+    assert asyncio.run(unfinished_and_clients(address, topic, CHANNEL)) == (0, 0)
 
 
 def test_stopping_the_query_closes_the_sources_consumer(
@@ -216,13 +198,14 @@ def test_stopping_the_query_closes_the_sources_consumer(
             assert query.exception() is None, query.exception()
             assert time.monotonic() < deadline, "the query read nothing"
             time.sleep(0.2)
-        assert asyncio.run(_channel(address, topic))[1] >= 1  # the consumer is there
+        # the consumer is there
+        assert asyncio.run(unfinished_and_clients(address, topic, CHANNEL))[1] >= 1
     finally:
         query.stop()
     deadline = time.monotonic() + 15
     clients = -1
     while time.monotonic() < deadline:
-        clients = asyncio.run(_channel(address, topic))[1]
+        clients = asyncio.run(unfinished_and_clients(address, topic, CHANNEL))[1]
         if clients == 0:
             break
         time.sleep(0.5)
