@@ -58,7 +58,7 @@ docs: $(STAMP)
 	@echo "docs: docs/_build/html/index.html"
 
 test: servers lint typecheck architecture docs
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=30
 
 # The long chaos profile (>= 100 nemesis events over >= 500k messages per cluster) and a long
 # fuzz run of the decoders; `make test` runs the CI profile of the same suite.  On the fork it

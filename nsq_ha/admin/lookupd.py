@@ -236,10 +236,14 @@ class LookupdAdmin:
         """Wait until ``/cluster/stats`` says ``stable`` (lookupd refuses moves otherwise)."""
         base = await self.leader()
         deadline = time.monotonic() + timeout
+        first = True
         while True:
             stats = await self._request("GET", base, "/cluster/stats")
             if isinstance(stats, dict) and stats.get("stable") is True:
                 return
+            if first:
+                first = False
+                log.info("waiting for lookupd to deem the cluster stable (checked once a minute)")
             if time.monotonic() > deadline:
                 raise AdminError(f"the cluster did not become stable within {timeout:.0f}s")
             await asyncio.sleep(1.0)

@@ -42,6 +42,8 @@ V1_ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
 #: Re-POSTing an identical ``/topic/create`` makes lookupd re-check the topic (PROTOCOL.md §11),
 #: but only once this long has passed since the previous request.
 RECREATE_AFTER = 6.5
+#: seconds between two nudges of an unstable fork cluster (:meth:`ForkCluster.wait_stable`)
+_NUDGE_EVERY = 7.0
 
 
 class ClusterError(RuntimeError):
@@ -473,20 +475,31 @@ class ForkCluster(_Cluster):
             raise ClusterError(f"{topic}/{partition} has no writable leader now: {parts}")
         return self.node_for(entry["distributed_id"])
 
-    def wait_stable(self, timeout: float = 180.0) -> None:
+    def wait_stable(self, timeout: float = 180.0, *, nudge: bool = True) -> None:
         """Wait until lookupd's ``/cluster/stats`` reports ``"stable": true``.
 
-        Stability is re-evaluated only by lookupd's periodic full check, so after a node stop or
-        start this can take one or two minutes.
+        lookupd sets the flag only in its full topic check, which runs once a minute: on a new
+        cluster with a new topic that took 108 s here.  With ``nudge`` (the default), at once
+        and then every 7 s that it stays unstable, this asks for a full check the way an
+        operator can: ``POST /cluster/upgrade/begin`` then ``/cluster/upgrade/done``.  Ending an
+        upgrade triggers a full check a second later when the last one is over 6 s old; the
+        same cluster was stable after 8.5 s.  Besides that check, the pair only pauses partition
+        migration between the two calls and re-sends each partition's leader session to its
+        nodes, which already hold it.
         """
         deadline = time.monotonic() + timeout
+        nudged = time.monotonic() - _NUDGE_EVERY  # the first check that finds it unstable nudges
         while True:
             with contextlib.suppress(httpx.HTTPError, ClusterError, ValueError):
                 if (self._v1_json("GET", "/cluster/stats") or {}).get("stable") is True:
                     return
+                if nudge and time.monotonic() - nudged > _NUDGE_EVERY:
+                    nudged = time.monotonic()
+                    self._v1_json("POST", "/cluster/upgrade/begin")
+                    self._v1_json("POST", "/cluster/upgrade/done")
             if time.monotonic() > deadline:
                 raise ClusterError(f"cluster not stable after {timeout:.0f}s")
-            time.sleep(1.0)
+            time.sleep(0.5)
 
     def move_leader(self, topic: str, partition: int, timeout: float = 180.0) -> NsqdNode:
         """Move the leadership of ``topic``/``partition`` away from its current node.

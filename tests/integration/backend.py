@@ -55,6 +55,10 @@ class Backend(ABC):
         """Freeze the nsqd at ``tcp_address`` (connections open, nothing read or answered)
         for the ``with`` block, then let it go on."""
 
+    def wait_stable(self) -> None:  # noqa: B027 - the embedded cluster is always stable
+        """Return once lookupd would accept a leader move (the fork refuses one while its
+        cluster is not deemed stable; the harness nudges it, see ``ForkCluster.wait_stable``)."""
+
     def close(self) -> None:  # noqa: B027 - the shared fork cluster is not ours to stop
         """Release what this backend started."""
 
@@ -79,6 +83,9 @@ class ForkBackend(Backend):
 
     def leader(self, topic: str, partition: int) -> str:
         return self.cluster.leader_of(topic, partition).tcp_address
+
+    def wait_stable(self) -> None:
+        self.cluster.wait_stable(120.0)
 
     def ensure_topics(self, topics: Iterable[TopicSpec]) -> None:
         wanted = list(topics)

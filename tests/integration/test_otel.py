@@ -244,6 +244,7 @@ async def test_leader_move_is_an_event_and_a_metric(
     async with Producer(lookup=lookup) as producer:
         await producer.publish(MOVE.name, b"before", partition=0)
         old = cluster.leader(MOVE.name, 0)
+        await asyncio.to_thread(cluster.wait_stable)  # nudged: the move would wait for it
         async with LookupdAdmin(cluster.lookupd_http) as admin:
             new = (await admin.move_leader(MOVE.name, 0, timeout=240)).address
         assert new != old
