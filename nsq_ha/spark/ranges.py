@@ -5,6 +5,7 @@ timestamp is turned into an offset the same way (:func:`resolve_timestamp`).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -74,6 +75,8 @@ async def _drop_channel(node: NodeInfo, task: RangeTask) -> None:
 READ_WINDOW = 2000
 #: messages handed from the event loop to the Spark task at once (one Arrow batch each)
 CHUNK = 4096
+#: seconds a chunk waits for more messages after its first (:func:`_take`)
+LINGER = 0.05
 
 
 def _subscribe(task: RangeTask) -> Consumer:
@@ -117,13 +120,40 @@ async def _open_range(task: RangeTask) -> AsyncConsumer:
     return consumer
 
 
-async def _take(consumer: AsyncConsumer, wait: float) -> list[AsyncMessage]:
-    """What has arrived, up to :data:`CHUNK` messages (waiting up to ``wait`` s for the first),
+async def _take(consumer: AsyncConsumer, wait: float, end: int) -> list[AsyncMessage]:
+    """What arrives, up to :data:`CHUNK` messages (waiting up to ``wait`` s for the first),
     each finished at once: for the channel's sake only, since the range, not the channel's
     cursor, says what is read. Right after ``setoffset`` the fork may deliver a message twice
     (what it had read ahead, then the same message from the new position, with the same id);
-    the second delivery makes the first one unanswerable, which is harmless here."""
-    batch = await consumer.get_many(CHUNK, wait)
+    the second delivery makes the first one unanswerable, which is harmless here.
+
+    After the first message it goes on taking for up to :data:`LINGER` s, until a message
+    reaching ``end``: an ordered partition has one message out at a time, the next one comes
+    after the FIN, and each chunk becomes one Arrow batch in Spark (it was one per message)."""
+    batch = _finished(await consumer.get_many(CHUNK, wait))
+    if not batch:
+        return batch
+    loop = asyncio.get_running_loop()
+    until = loop.time() + LINGER
+    while len(batch) < CHUNK and _ends_before(batch[-1], end):
+        left = until - loop.time()
+        if left <= 0:
+            break
+        more = _finished(await consumer.get_many(CHUNK - len(batch), left))
+        if not more:
+            break
+        batch.extend(more)
+    return batch
+
+
+def _ends_before(message: AsyncMessage, end: int) -> bool:
+    """Whether more of the range follows ``message`` (False without an offset: the caller
+    refuses such a delivery)."""
+    offset, size = message.offset, message.raw_size
+    return offset is not None and size is not None and offset + size < end
+
+
+def _finished(batch: list[AsyncMessage]) -> list[AsyncMessage]:
     for message in batch:
         try:
             message.finish_nowait()
@@ -167,7 +197,7 @@ def read_chunks(task: RangeTask) -> Iterator[list[AsyncMessage]]:
                         f" s at offset {next_offset} (reading {task.start}..{task.end}, {count} "
                         "rows so far); raise readTimeout if nsqd is slow"
                     )
-                batch = _run(_take(consumer, min(wait, 1.0)), min(wait, 1.0) + 30.0)
+                batch = _run(_take(consumer, min(wait, 1.0), task.end), min(wait, 1.0) + 30.0)
                 rows: list[AsyncMessage] = []
                 for message in batch:
                     offset, size = message.offset, message.raw_size

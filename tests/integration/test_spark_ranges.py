@@ -58,13 +58,13 @@ def test_a_range_read_gives_exactly_the_ranges_messages_in_offset_order(
         lo, hi = rows[len(rows) // 4][0], rows[3 * len(rows) // 4][0]
         for begin, stop in ((first, last), (lo, hi)):
             task = RangeTask((lookupd,), topic, "sr_check", partition, begin, stop, 30.0)
-            got = [
-                (message.offset, bytes(message.body))
-                for chunk in read_chunks(task)
-                for message in chunk
-            ]
+            chunks = list(read_chunks(task))
+            got = [(message.offset, bytes(message.body)) for chunk in chunks for message in chunk]
             want = [(o, b) for o, b in rows if begin <= o < stop]
             assert got == want, f"{topic}/{partition} {begin}..{stop}: {len(got)} of {len(want)}"
+            # a chunk becomes one Arrow batch in Spark: an ordered read (one message out at a
+            # time) must still hand over many messages at once, not one batch per message
+            assert len(chunks) <= len(want) // 10, f"{len(want)} messages in {len(chunks)} chunks"
         # the row form reads the same
         task = RangeTask((lookupd,), topic, "sr_check", partition, lo, hi, 30.0)
         bodies = [row[10] for row in read_range(task)]
