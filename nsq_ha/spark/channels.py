@@ -18,13 +18,20 @@ is logged and tried again later). A source reading several topics sweeps each of
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+import json
 import logging
+import os
 import re
 import secrets
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -65,25 +72,79 @@ class _TopicState:
     idle: dict[tuple[int, str], float] = field(default_factory=dict)
 
 
+def _state_dir() -> Path:
+    """Where the driver's processes share what their sweeps found (see :class:`ChannelSweeper`)."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"nsq_ha-sweeps-{uid}"
+
+
 class ChannelSweeper:
     """Deletes the range channels a killed task left behind (see the module's docstring).
 
     One instance per driver process (:data:`SWEEPER`) so that the readers of one topic share
     what they found; ``maybe_sweep`` is cheap when a sweep is not due.
+
+    Spark plans a read in a Python worker of the driver, and the next plan may run in another
+    worker process; so what a sweep found (when each idle channel was first seen, when the
+    topic was last swept) is also kept in a small JSON file per topic under ``state_dir``
+    (default: ``nsq_ha-sweeps-<uid>`` in the temp directory), read and replaced whole at each
+    sweep. Two processes sweeping at once may lose one's notes: a channel then goes one sweep
+    later, never sooner.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, state_dir: Path | None = None) -> None:
         self._lock = threading.Lock()
         self._topics: dict[tuple[tuple[str, ...], str], _TopicState] = {}
+        self._dir = state_dir
 
     def due(self, lookupd: Sequence[str], topic: str, timeout: float, now: float) -> bool:
         """Whether a sweep of ``topic`` is due (and if so, mark it started)."""
         with self._lock:
-            state = self._topics.setdefault((tuple(lookupd), topic), _TopicState())
+            state = self._state(lookupd, topic)
             if now - state.last_sweep < min(CONFIRM_AFTER, timeout):
                 return False
             state.last_sweep = now
             return True
+
+    def _state(self, lookupd: Sequence[str], topic: str) -> _TopicState:
+        """The topic's state: this process's, merged with what the shared file says."""
+        state = self._topics.setdefault((tuple(lookupd), topic), _TopicState())
+        shared = self._load(lookupd, topic)
+        if shared is not None:
+            state.last_sweep = max(state.last_sweep, shared.last_sweep)
+            for key, first in shared.idle.items():
+                state.idle[key] = min(first, state.idle.get(key, first))
+        return state
+
+    def _file(self, lookupd: Sequence[str], topic: str) -> Path:
+        digest = hashlib.sha256(json.dumps([list(lookupd), topic]).encode()).hexdigest()[:24]
+        return (self._dir or _state_dir()) / f"{digest}.json"
+
+    def _load(self, lookupd: Sequence[str], topic: str) -> _TopicState | None:
+        try:
+            data: Any = json.loads(self._file(lookupd, topic).read_text())
+            return _TopicState(
+                float(data["last_sweep"]),
+                {(int(p), str(name)): float(first) for p, name, first in data["idle"]},
+            )
+        except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: ours only
+            return None
+
+    def _save(self, lookupd: Sequence[str], topic: str, state: _TopicState) -> None:
+        path = self._file(lookupd, topic)
+        data = {
+            "last_sweep": state.last_sweep,
+            "idle": [[p, name, first] for (p, name), first in state.idle.items()],
+        }
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(data))
+            tmp.replace(path)
+        except OSError as exc:  # this process still remembers; only other processes lose it
+            log.debug("could not save the sweep state of %r in %s: %s", topic, path, exc)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     async def sweep(
         self, lookupd: Sequence[str], topic: str, stale_after: float, now: float | None = None
@@ -112,10 +173,11 @@ class ChannelSweeper:
                             idle[(partition, str(name))] = url
             confirm = min(CONFIRM_AFTER, stale_after)
             with self._lock:
-                state = self._topics.setdefault((tuple(lookupd), topic), _TopicState())
+                state = self._state(lookupd, topic)
                 seen = state.idle
                 state.idle = {key: seen.get(key, now) for key in idle}
                 doomed = [key for key in idle if now - seen.get(key, now) >= confirm]
+                self._save(lookupd, topic, state)
             deleted = []
             for partition, name in doomed:
                 try:
@@ -137,6 +199,8 @@ class ChannelSweeper:
         with self._lock:
             for key in deleted:
                 state.idle.pop(key, None)
+            if deleted:
+                self._save(lookupd, topic, state)
         return deleted
 
     def maybe_sweep(self, lookupd: Sequence[str], topic: str, timeout: float) -> None:
