@@ -10,10 +10,13 @@ vanilla where it has one).
   :meth:`LookupdAdmin.create_channel` all use it, and every refusal is an :class:`AdminError`.
   :func:`seek_position` spells a setoffset position.
 * :class:`TopicSpec` (:mod:`.spec`): what ``/topic/create`` is asked for.
+* :func:`channel_lag` / :func:`entry_lag` (:mod:`.lag`): a channel's lag from a ``/stats``
+  entry, as ``nsq-ha stats`` and :mod:`nsq_ha.otel` compute it.
 """
 
 from __future__ import annotations
 
+from .lag import ChannelLag, channel_lag, entry_lag
 from .lookupd import LookupdAdmin
 from .nsqd import AdminError, NsqdAdmin, seek_position
 from .spec import MAX_RETENTION_DAYS, MAX_SYNC_EVERY, TopicSpec
@@ -22,8 +25,11 @@ __all__ = [
     "MAX_RETENTION_DAYS",
     "MAX_SYNC_EVERY",
     "AdminError",
+    "ChannelLag",
     "LookupdAdmin",
     "NsqdAdmin",
     "TopicSpec",
+    "channel_lag",
+    "entry_lag",
     "seek_position",
 ]

@@ -6,7 +6,8 @@ lists, or ``--nsqd-http``). On the fork each partition is read from its leader (
 ``is_leader``), and the lag is what the channel has not confirmed: ``depth`` messages and
 ``depth_size`` bytes behind the partition's end (nsqd computes both from the channel's confirmed
 offset). Vanilla nsqd has no offsets: a channel's lag there is its unfinished messages (``depth``
-+ in flight + deferred, as the fork counts them) and the bytes are unknown (null, ``?``).
++ in flight + deferred, as the fork counts them) and the bytes are unknown (null, ``?``). The lag
+is :func:`nsq_ha.admin.channel_lag`'s, which :mod:`nsq_ha.otel` reports too.
 
 ``--watch [SECONDS]`` prints a new table every SECONDS (2) until Ctrl-C (exit 0) or
 ``--count N`` tables.
@@ -24,7 +25,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from nsq_ha.admin import LookupdAdmin, NsqdAdmin
+from nsq_ha.admin import LookupdAdmin, NsqdAdmin, channel_lag
+from nsq_ha.admin.lag import is_fork_entry, stat_int
 from nsq_ha.protocol.names import validate_topic
 
 from .admin_commands import Addresses, addresses
@@ -114,19 +116,9 @@ def _interval(text: str) -> float:
 # -- numbers ---------------------------------------------------------------------------------
 
 
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
-    return None
-
-
 def _consumers(channel: dict[str, Any]) -> int | None:
     for key in ("client_num", "client_count"):  # the fork's, vanilla's
-        if (count := _int(channel.get(key))) is not None:
+        if (count := stat_int(channel.get(key))) is not None:
             return count
     clients = channel.get("clients")
     return len(clients) if isinstance(clients, list) else None
@@ -135,24 +127,16 @@ def _consumers(channel: dict[str, Any]) -> int | None:
 def rows_from_stats(entry: dict[str, Any], leader: str) -> list[StatsRow]:
     """The rows of one ``/stats`` topic entry (one partition of the fork, or vanilla's topic
     on one nsqd)."""
-    fork = "topic_partition" in entry
+    fork = is_fork_entry(entry)
     topic = str(entry.get("topic_name", ""))
-    partition = _int(entry.get("topic_partition")) if fork else None
-    messages = _int(entry.get("message_count"))
+    partition = stat_int(entry.get("topic_partition")) if fork else None
+    messages = stat_int(entry.get("message_count"))
     channels = [c for c in entry.get("channels") or () if isinstance(c, dict)]
     if not channels:
         return [StatsRow(topic, partition, leader, None, messages)]
     rows = []
     for ch in sorted(channels, key=lambda c: str(c.get("channel_name", ""))):
-        depth = _int(ch.get("depth"))
-        in_flight = _int(ch.get("in_flight_count"))
-        deferred = _int(ch.get("deferred_count"))
-        if fork:
-            lag, lag_bytes = depth, _int(ch.get("depth_size"))
-        else:
-            parts = (depth, in_flight, deferred)
-            lag = None if None in parts else sum(p or 0 for p in parts)
-            lag_bytes = None
+        lag = channel_lag(ch, fork=fork)
         rows.append(
             StatsRow(
                 topic,
@@ -160,15 +144,15 @@ def rows_from_stats(entry: dict[str, Any], leader: str) -> list[StatsRow]:
                 leader,
                 str(ch.get("channel_name", "")),
                 messages,
-                depth,
-                in_flight,
-                deferred,
-                _int(ch.get("requeue_count")),
-                _int(ch.get("timeout_count")),
+                stat_int(ch.get("depth")),
+                stat_int(ch.get("in_flight_count")),
+                stat_int(ch.get("deferred_count")),
+                stat_int(ch.get("requeue_count")),
+                stat_int(ch.get("timeout_count")),
                 _consumers(ch),
                 bool(ch.get("paused")),
-                lag,
-                lag_bytes,
+                lag.messages,
+                lag.bytes,
             )
         )
     return rows
@@ -225,7 +209,7 @@ async def collect(
         name = str(entry.get("topic_name", ""))
         if (topic is not None and name != topic) or (names is not None and name not in names):
             continue
-        fork = "topic_partition" in entry
+        fork = is_fork_entry(entry)
         key = (name, entry.get("topic_partition") if fork else node.http_url)
         leads = bool(entry.get("is_leader", True))
         if key in chosen and (chosen[key][0] or not leads):

@@ -42,7 +42,9 @@ A Prometheus endpoint (``pip install opentelemetry-exporter-prometheus``, which 
 Prometheus then shows, for example, ``messaging_client_operation_duration_seconds`` (a
 histogram), ``messaging_client_sent_messages_total``, ``messaging_client_consumed_messages_total``,
 ``nsq_consumer_messages_total{nsq_message_outcome="finished"}``, ``nsq_consumer_in_flight``,
-``nsq_consumer_rdy``, ``nsq_producer_retries_total`` and ``nsq_client_leader_changes_total``.
+``nsq_consumer_rdy``, ``nsq_consumer_lag{messaging_destination_partition_id="0"}`` (messages
+the channel has not confirmed, read from nsqd's ``/stats`` every ``lag_interval`` seconds),
+``nsq_producer_retries_total`` and ``nsq_client_leader_changes_total``.
 
 Nothing in the client imports this package: without :func:`instrument` the clients run the
 code they ran before, and :mod:`nsq_ha.events` costs one check on rare paths.

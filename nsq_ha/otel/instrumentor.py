@@ -7,7 +7,8 @@ What is wrapped (on the classes, so every instance, also the blocking ``nsq_ha.s
   errors by code;
 * ``Consumer.run`` and ``Consumer.run_batches``: a CONSUMER span around each handler call;
 * ``Producer.__init__``/``close`` and ``Consumer.start``/``close``: which clients' counters
-  the observable metrics read.
+  the observable metrics read, and whether the consumer-lag thread (:mod:`nsq_ha.otel.lag`)
+  runs.
 
 ``async for`` and ``get()`` hand messages out with no handler call to wrap: wrap your own
 handling in :func:`nsq_ha.otel.processing`.
@@ -31,6 +32,7 @@ from nsq_ha import events
 from nsq_ha._version import __version__
 from nsq_ha.consumer import Consumer
 from nsq_ha.otel import attributes as a
+from nsq_ha.otel.lag import LagPoller, check_interval
 from nsq_ha.otel.metrics import Metrics
 from nsq_ha.otel.propagation import extract, fork_trace_id, has_trace_id, with_context
 from nsq_ha.producer import Producer
@@ -51,6 +53,7 @@ class _State:
     metrics: Metrics
     propagate: bool
     fork_trace_ids: bool
+    lag: LagPoller | None = None
     originals: list[tuple[type, str, Any]] = field(default_factory=list)
 
 
@@ -63,6 +66,7 @@ def instrument(
     meter_provider: MeterProvider | None = None,
     propagate: bool = True,
     fork_trace_ids: bool = True,
+    lag_interval: float | None = 15.0,
 ) -> None:
     """Trace and measure every :class:`~nsq_ha.producer.Producer` and
     :class:`~nsq_ha.consumer.Consumer` of the process (the global providers unless given).
@@ -72,14 +76,21 @@ def instrument(
     the message's trace id, when the caller gave none. That makes every such publish a traced
     one (``PUB_TRACE``/``MPUB_TRACE``, answered with the message's id and queue offset, which
     the span records); turn it off to keep plain ``PUB``/``MPUB``.
+    ``lag_interval``: read the consumers' lag (``nsq.consumer.lag``) from nsqd's ``/stats``
+    every so many seconds, in a background thread while instrumented consumers run
+    (:mod:`nsq_ha.otel.lag`); None turns it off. A positive finite number, else TypeError
+    or ValueError.
     Instrumenting twice raises RuntimeError (:func:`uninstrument` first).
     """
     global _state
+    interval = check_interval(lag_interval)
     if _state is not None:
         raise RuntimeError("nsq_ha is instrumented already: call uninstrument() first")
     tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider)
-    metrics = Metrics(get_meter(_SCOPE, __version__, meter_provider))
+    metrics = Metrics(get_meter(_SCOPE, __version__, meter_provider), lag_interval=interval)
     state = _State(tracer, metrics, propagate, fork_trace_ids)
+    if interval is not None:
+        state.lag = LagPoller(metrics.consumers, metrics.lag, interval)
     _patch(state, Producer, "__init__", _producer_init)
     _patch(state, Producer, "close", _producer_close)
     _patch(state, Producer, "publish", _publish_one)
@@ -100,6 +111,8 @@ def uninstrument() -> None:
         return
     events.unsubscribe(state.metrics.on_event)
     state.metrics.active = False
+    if state.lag is not None:
+        state.lag.stop()
     for cls, name, original in reversed(state.originals):
         setattr(cls, name, original)
 
@@ -141,6 +154,8 @@ def _producer_close(state: _State, original: Any) -> Any:
 def _consumer_start(state: _State, original: Any) -> Any:
     async def start(self: Consumer) -> None:
         state.metrics.add_consumer(self)
+        if state.lag is not None:
+            state.lag.start()
         await original(self)
 
     return start
@@ -152,6 +167,8 @@ def _consumer_close(state: _State, original: Any) -> Any:
             await original(self, *args, **kwargs)
         finally:
             state.metrics.consumer_closed(self)
+            if state.lag is not None:
+                state.lag.forget()
 
     return close
 

@@ -13,16 +13,23 @@ A client's counters stay in the totals after it closes (they are added to a clos
 tally then). A client dropped without ``close()`` takes its counters with it: a counter's total
 may then go down, which the reader's next collection shows as a reset.
 
-Consumer lag: the client knows the queue offset of the last message a handler got on each
-partition (``nsq.consumer.offset``, on ordered and ``with_offsets`` subscriptions of the fork,
-handled through :meth:`Consumer.run`, :meth:`Consumer.run_batches` or
-:func:`nsq_ha.otel.processing`), but not where the partition ends nor how many messages its
-channel holds: nsqd does not send that over the TCP protocol. Lag is nsqd's channel ``depth``
-(and on the fork ``backlog``) in its HTTP ``/stats``; export those from the nsqd side.
+Consumer lag: ``nsq.consumer.lag`` (messages) and ``nsq.consumer.lag.bytes`` per topic,
+channel and partition of every live instrumented consumer, as ``nsq-ha stats`` computes it
+(:func:`nsq_ha.admin.channel_lag`: on the fork the channel's ``depth`` and ``depth_size`` on the
+partition's leader; on vanilla ``depth`` + in flight + deferred summed over its nsqds, without a
+partition, and no bytes). nsqd does not send that over the TCP protocol: a background thread
+reads each partition leader's HTTP ``/stats`` every ``lag_interval`` seconds
+(:func:`~nsq_ha.otel.instrument`, 15 by default), and the gauges report its latest values,
+dropped when older than three intervals (:mod:`nsq_ha.otel.lag`; consumers given ``nsqd=``
+addresses have none). The client also knows the queue offset of the last message a handler got
+on each partition (``nsq.consumer.offset``, on ordered and ``with_offsets`` subscriptions of the
+fork, handled through :meth:`Consumer.run`, :meth:`Consumer.run_batches` or
+:func:`nsq_ha.otel.processing`).
 """
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -32,6 +39,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from nsq_ha import events
 from nsq_ha.otel import attributes as a
+from nsq_ha.otel.lag import STALE_INTERVALS, LagCache
 
 if TYPE_CHECKING:
     from nsq_ha.consumer import Consumer
@@ -55,9 +63,12 @@ def _key(attrs: a.Attributes) -> _Key:
 class Metrics:
     """Every instrument nsq_ha records, made on one meter; the live clients they read."""
 
-    def __init__(self, meter: Meter) -> None:
-        """Make the instruments on ``meter``."""
+    def __init__(self, meter: Meter, *, lag_interval: float | None = None) -> None:
+        """Make the instruments on ``meter``; the lag is read every ``lag_interval`` seconds
+        (None: never) into :attr:`lag`."""
         self.active = True
+        #: the latest consumer lag per partition, written by :class:`~nsq_ha.otel.lag.LagPoller`
+        self.lag = LagCache(STALE_INTERVALS * (lag_interval or 0.0))
         self.producers: weakref.WeakSet[Producer] = weakref.WeakSet()
         self.consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
         #: counters of closed clients: (instrument, attributes) -> value
@@ -136,6 +147,18 @@ class Metrics:
             [self._offset],
             unit="By",
             description="Queue offset of the last message a handler got, per partition",
+        )
+        meter.create_observable_gauge(
+            "nsq.consumer.lag",
+            [self._lag_messages],
+            unit="{message}",
+            description="Messages of the partition the channel has not confirmed (nsqd /stats)",
+        )
+        meter.create_observable_gauge(
+            "nsq.consumer.lag.bytes",
+            [self._lag_bytes],
+            unit="By",
+            description="Bytes of the partition the channel has not confirmed (the fork only)",
         )
 
     # -- clients ------------------------------------------------------------------------------
@@ -232,6 +255,30 @@ class Metrics:
             )
             for (topic, channel, partition), offset in list(self.offsets.items())
         ]
+
+    def _lag_messages(self, options: CallbackOptions) -> Iterable[Observation]:
+        return self._lag_observations(in_bytes=False)
+
+    def _lag_bytes(self, options: CallbackOptions) -> Iterable[Observation]:
+        return self._lag_observations(in_bytes=True)
+
+    def _lag_observations(self, *, in_bytes: bool) -> list[Observation]:
+        if not self.active:
+            return []
+        found = []
+        for (topic, channel, partition), lag in self.lag.fresh(time.monotonic()):
+            value = lag.bytes if in_bytes else lag.messages
+            if value is None:
+                continue
+            attrs: a.Attributes = {
+                a.SYSTEM: a.SYSTEM_NAME,
+                a.DESTINATION: topic,
+                a.CONSUMER_GROUP: channel,
+            }
+            if partition is not None:
+                attrs[a.PARTITION] = str(partition)
+            found.append(Observation(value, attrs))
+        return found
 
 
 def _consumer_attributes(consumer: Consumer) -> a.Attributes:

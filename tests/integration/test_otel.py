@@ -34,6 +34,7 @@ from .backend import Backend
 EXT = TopicSpec("nsqha_otel_ext", partitions=2, ext=True)
 PLAIN = TopicSpec("nsqha_otel_plain", partitions=2)
 MOVE = TopicSpec("nsqha_otel_move", partitions=1, replicas=2)
+LAG = TopicSpec("nsqha_otel_lag", partitions=2)
 U64 = (1 << 64) - 1
 
 
@@ -80,7 +81,7 @@ def telemetry() -> Iterator[Telemetry]:
 
 @pytest.fixture(scope="module")
 def cluster(backend: Backend) -> Backend:
-    backend.ensure_topics([EXT, PLAIN, MOVE])
+    backend.ensure_topics([EXT, PLAIN, MOVE, LAG])
     return backend
 
 
@@ -380,3 +381,64 @@ async def test_publish_many_carries_the_context_in_every_message(
     assert len(processes) == 3
     assert {p.parent.span_id for p in processes if p.parent} == {ext_span.context.span_id}
     assert [by_body[b].trace_id for b in (b"x", b"y")] == [5, plain_id]
+
+
+class LagTelemetry(Telemetry):
+    """Metrics only, with the consumer lag read every ``lag_interval`` seconds."""
+
+    def __init__(self, lag_interval: float) -> None:
+        self.spans = InMemorySpanExporter()
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+        otel.instrument(meter_provider=self.meter_provider, lag_interval=lag_interval)
+
+
+@pytest.fixture
+def lag_telemetry() -> Iterator[LagTelemetry]:
+    made = LagTelemetry(0.2)
+    try:
+        yield made
+    finally:
+        otel.uninstrument()
+        made.meter_provider.shutdown()
+
+
+async def test_consumer_lag_per_partition_is_published_minus_finished(
+    cluster: Backend, lag_telemetry: LagTelemetry
+) -> None:
+    published, finished, other = 10, 4, 3
+    name = channel()
+    group = {"messaging.destination.name": LAG.name, "messaging.consumer.group.name": name}
+    async with LookupdAdmin(cluster.lookupd_http) as admin:
+        # made before the publishes: a new channel of the fork starts at the partition's end
+        assert await admin.create_channel(LAG.name, name) == [0, 1]
+    async with Producer(lookupd=cluster.lookupd_http) as producer:
+        for i in range(published):
+            await producer.publish(LAG.name, b"p0-%d" % i, partition=0)
+        for i in range(other):
+            await producer.publish(LAG.name, b"p1-%d" % i, partition=1)
+    consumer = Consumer(
+        LAG.name, name, lookupd=cluster.lookupd_http, partitions=[0], max_in_flight=1
+    )
+    await consumer.start()
+    for _ in range(finished):
+        message = await consumer.get(timeout=30)
+        assert message is not None
+        assert message.partition == 0
+        await message.finish()
+    await consumer.sync()
+
+    def lags(metric: str) -> dict[str, int]:
+        points = lag_telemetry.points(metric, **group)
+        return {p.attributes["messaging.destination.partition.id"]: p.value for p in points}
+
+    # nsqd's depth may lag a moment behind the finishes: polled until it matches
+    await until(lambda: lags("nsq.consumer.lag") == {"0": published - finished, "1": other})
+    in_bytes = lags("nsq.consumer.lag.bytes")
+    assert in_bytes["0"] > in_bytes["1"] > 0  # 6 messages behind the end > 3 messages
+    assert (
+        len(lag_telemetry.points("nsq.consumer.lag", **group, **{"messaging.system": "nsq"})) == 2
+    )
+    await consumer.close()
+    # a closed consumer's values are forgotten
+    await until(lambda: not lag_telemetry.points("nsq.consumer.lag", **group), within=5)
