@@ -20,7 +20,7 @@ from .driver import NsqDriverReader, NsqDriverStreamReader
 from .options import ReadOptions, parse_read_options
 from .readers import NsqBatchReader, NsqReplayableReader, read_mode
 from .rows import SCHEMA
-from .writers import NsqCommitMessage, NsqStreamWriter, batch_writer, write_options
+from .writers import NsqCommitMessage, batch_writer, stream_writer, write_options
 
 __all__ = ["NsqCommitMessage", "NsqDataSource"]
 
@@ -42,7 +42,7 @@ class NsqDataSource(DataSource):
         return batch_writer(write_options(self.options, schema), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return NsqStreamWriter(write_options(self.options, schema))
+        return stream_writer(write_options(self.options, schema), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         opts = parse_read_options(self.options)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyspark.sql.datasource
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -42,10 +43,12 @@ from .source import _run
 __all__ = [
     "NsqArrowWriter",
     "NsqCommitMessage",
+    "NsqStreamArrowWriter",
     "NsqStreamWriter",
     "NsqWriter",
     "arrow_rows",
     "batch_writer",
+    "stream_writer",
     "write_options",
 ]
 
@@ -248,13 +251,24 @@ def _used_columns(opts: WriteOptions) -> list[str]:
     return list(dict.fromkeys(c for c in named if c is not None))
 
 
+def _arrow_fits(opts: WriteOptions, schema: StructType) -> bool:
+    """Whether every ext column reads the same from Arrow as from a Spark row."""
+    types = {f.name: f.dataType for f in schema.fields}
+    return all(isinstance(types[c], _PLAIN_TYPES) for c in opts.ext_columns)
+
+
 def batch_writer(opts: WriteOptions, schema: StructType) -> NsqWriter:
     """The batch writer for ``schema``: :class:`NsqArrowWriter` unless an ext column has a
     type whose value reads differently from Arrow than from a Spark row."""
-    types = {f.name: f.dataType for f in schema.fields}
-    if all(isinstance(types[c], _PLAIN_TYPES) for c in opts.ext_columns):
-        return NsqArrowWriter(opts)
-    return NsqWriter(opts)
+    return NsqArrowWriter(opts) if _arrow_fits(opts, schema) else NsqWriter(opts)
+
+
+def stream_writer(opts: WriteOptions, schema: StructType) -> NsqStreamWriter:
+    """The streaming writer: :class:`NsqStreamArrowWriter` where PySpark has
+    ``DataSourceStreamArrowWriter`` (4.1+) and the columns allow it (as :func:`batch_writer`)."""
+    if _STREAM_ARROW is not None and _arrow_fits(opts, schema):
+        return NsqStreamArrowWriter(opts)
+    return NsqStreamWriter(opts)
 
 
 def arrow_rows(batches: Iterator[Any], columns: Sequence[str]) -> Iterator[dict[str, Any]]:
@@ -304,3 +318,15 @@ class NsqStreamWriter(_WriterBase, DataSourceStreamWriter):
             summary.published,
             summary.where(self.opts.topic),
         )
+
+
+#: PySpark 4.1+ hands such a streaming writer Arrow record batches (None before 4.1)
+_STREAM_ARROW: type | None = getattr(pyspark.sql.datasource, "DataSourceStreamArrowWriter", None)
+
+
+class NsqStreamArrowWriter(NsqStreamWriter, _STREAM_ARROW or object):  # type: ignore[misc]
+    """:class:`NsqStreamWriter` fed Arrow record batches (PySpark 4.1+; see
+    :class:`NsqArrowWriter`)."""
+
+    def write(self, iterator: Iterator[Any]) -> NsqCommitMessage:
+        return super().write(arrow_rows(iterator, _used_columns(self.opts)))
