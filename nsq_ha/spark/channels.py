@@ -121,8 +121,11 @@ class ChannelSweeper:
         return (self._dir or _state_dir()) / f"{digest}.json"
 
     def _load(self, lookupd: Sequence[str], topic: str) -> _TopicState | None:
+        path = self._file(lookupd, topic)
         try:
-            data: Any = json.loads(self._file(lookupd, topic).read_text())
+            if hasattr(os, "getuid") and path.parent.stat().st_uid != os.getuid():
+                return None  # not our directory (another user made it): not trusted
+            data: Any = json.loads(path.read_text())
             return _TopicState(
                 float(data["last_sweep"]),
                 {(int(p), str(name)): float(first) for p, name, first in data["idle"]},
