@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from nsq_ha.devcluster import DevClusterThread
 from nsq_ha.testing.servers import VanillaCluster
 
-from .cli_run import json_lines, nsq_ha, ok
+from .cli_run import json_lines, nsq_ha, ok, one_line_error
 
 ACCEPTANCE_LINES = b"k1\ta\nk2\tb\nk1\tc\n"
 
@@ -209,15 +208,6 @@ def dev() -> Iterator[DevClusterThread]:
     with DevClusterThread(nodes=3) as cluster:
         cluster.create_topic("known", 2, 1)
         yield cluster
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("nsq-ha ")
-    return lines[0]
 
 
 DURABLE_FLAGS = (
