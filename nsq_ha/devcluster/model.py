@@ -429,6 +429,28 @@ class ChannelHub:
             if flight is None:
                 return
             client.deliver(flight)
+            again = channel.replay()
+            if again is not None:
+                _forget(again)
+
+    def seek(
+        self,
+        now: float,
+        *,
+        offset: int | None = None,
+        count: int | None = None,
+        timestamp_ns: int | None = None,
+        end: bool = False,
+        read_ahead: bool = True,
+    ) -> None:
+        """Move the channel (:meth:`Channel.seek`); the holders of the in-flight messages it
+        forgets get their RDY room back; then deliver what may go."""
+        forgotten = self.channel.seek(
+            offset=offset, count=count, timestamp_ns=timestamp_ns, end=end, read_ahead=read_ahead
+        )
+        for flight in forgotten:
+            _forget(flight)
+        self.dispatch(now)
 
     def _next_with_room(self, group: list[Subscriber]) -> Subscriber | None:
         """The next subscriber of ``group`` with RDY room, round-robin."""
@@ -449,6 +471,13 @@ class ChannelHub:
             if on_timeout is not None:
                 on_timeout(flight)
         self.dispatch(now)
+
+
+def _forget(flight: InFlight) -> None:
+    """Tell a message's holder that the channel forgot it (nsqd's ``RequeuedMessage``)."""
+    on_forgotten = getattr(flight.client, "on_forgotten", None)
+    if on_forgotten is not None:
+        on_forgotten(flight)
 
 
 @dataclass(eq=False)

@@ -542,6 +542,12 @@ class ClientConnection:
         self.in_flight_count = max(0, self.in_flight_count - 1)
         self.timeout_count += 1
 
+    def on_forgotten(self, flight: InFlight) -> None:
+        """The channel moved and forgot a message this client held: RDY room back, counted
+        as a requeue (nsqd's ``RequeuedMessage``)."""
+        self.in_flight_count = max(0, self.in_flight_count - 1)
+        self.requeue_count += 1
+
     # -- publishing -------------------------------------------------------------------------
 
     async def _publish(self, command: ClientCommand) -> None:

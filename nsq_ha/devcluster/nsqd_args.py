@@ -125,17 +125,18 @@ def apply_start(hub: ChannelHub, start: tuple[str, int]) -> None:
     """Move a channel's cursor to a parsed start position (fatal ``E_INVALID commit log end
     of file`` when it seeks into a log that never had a record, as nsqd answers)."""
     kind, value = start
-    channel = hub.channel
-    if kind != "special" and not channel.partition.log:
+    store = hub.channel.partition
+    if kind != "special" and not store.log:
         raise ServerError("E_INVALID", "commit log end of file")
+    now = store.now()
     if kind == "special":
-        channel.seek(end=True)
+        hub.seek(now, end=True)
     elif kind == "virtual_queue":
-        channel.seek(offset=value)
+        hub.seek(now, offset=value)
     elif kind == "msgcount":
-        channel.seek(count=max(1, value))
+        hub.seek(now, count=max(1, value))
     else:
-        channel.seek(timestamp_ns=value * 1_000_000_000)
+        hub.seek(now, timestamp_ns=value * 1_000_000_000)
 
 
 @dataclass(frozen=True, slots=True)

@@ -291,7 +291,7 @@ class NsqdHttpApi:
         """Skip everything unread, requeued or deferred (in-flight messages stay out)."""
         hub = self._existing_hub(request)
         self._require_leader(hub.partition)
-        hub.channel.seek(end=True)
+        hub.seek(self.view.now(), end=True)
         self._record(hub, EventKind.CHANNEL_EMPTIED)
         return None
 
@@ -308,8 +308,7 @@ class NsqdHttpApi:
         then move the channel to the end, deferred messages dropped, as ``special:-1``."""
         hub = self._existing_hub(request)
         hub.skipped = skipped
-        hub.channel.seek(end=True)
-        hub.dispatch(self.view.now())
+        hub.seek(self.view.now(), end=True, read_ahead=False)
         kind = EventKind.CHANNEL_SKIPPED if skipped else EventKind.CHANNEL_UNSKIPPED
         self._record(hub, kind)
         return None
@@ -324,21 +323,20 @@ class NsqdHttpApi:
         text = body.decode("utf-8", "replace")
         kind, value = _consume_offset(text)
         self._require_leader(hub.partition)
-        channel = hub.channel
-        if kind != "special" and not channel.partition.log:
+        if kind != "special" and not hub.channel.partition.log:
             # observed: seeking into a commit log that never had a record
             raise ApiError(500, "commit log end of file")
+        now = self.view.now()
         if kind == "special":
             if value != -1:
                 raise ApiError(500, "not supported offset type")
-            channel.seek(end=True)
+            hub.seek(now, end=True)
         elif kind == "virtual_queue":
-            channel.seek(offset=max(0, value))
+            hub.seek(now, offset=max(0, value))
         elif kind == "msgcount":
-            channel.seek(count=max(1, value))
+            hub.seek(now, count=max(1, value))
         else:
-            channel.seek(timestamp_ns=value * 1_000_000_000)
-        hub.dispatch(self.view.now())
+            hub.seek(now, timestamp_ns=value * 1_000_000_000)
         self._record(hub, EventKind.CHANNEL_OFFSET_SET, offset=text)
         return None
 

@@ -5,7 +5,9 @@ emulation approximates: no publisher statistics (``client_pub_stats`` is empty, 
 ``client_num`` 0); histograms are zeros except that every stored message counts as one fast
 write; a channel's ``depth`` counts unread, requeued, deferred **and in-flight** messages (the
 real one counts everything not yet confirmed), ``depth_size`` sums their raw sizes and
-``depth_ts`` is the oldest one's timestamp, printed in UTC; the text form is a short summary.
+``depth_ts`` is the timestamp of the message the channel read from the log last (nsqd's
+``waitingProcessMsgTs``, :attr:`~nsq_ha.devcluster.store.Channel.read_ts`), printed in UTC; the
+text form is a short summary.
 """
 
 from __future__ import annotations
@@ -115,14 +117,14 @@ def _channel_stats(part: DevPartition, hub: ChannelHub, with_clients: bool) -> d
     unacked += [message for message, _ in channel.requeued]
     unacked += [item.message for item in channel.deferred]
     unacked += [flight.message for flight in channel.in_flight.values()]
-    oldest = min(unacked, key=lambda m: m.offset).timestamp if unacked else 0
+    read_ts = channel.read_ts
     return {
         "channel_name": channel.name,
         "backlogs": 0,
         "depth": len(unacked),
         "depth_size": sum(m.raw_size for m in unacked),
-        "depth_ts": go_time_string(oldest),
-        "depth_ts_nano": oldest,
+        "depth_ts": go_time_string(read_ts),
+        "depth_ts_nano": read_ts,
         "backend_depth": len(unacked),
         "hourly_subsize": 0,
         "in_flight_count": len(channel.in_flight) + channel.delayed_count,

@@ -14,7 +14,18 @@ What it reproduces of the fork's nsqd (PROTOCOL.md §4, §6.7, §9 items 6-8):
   channels at random when both are ready; the store always takes requeued messages first, one
   of the orders the real server can produce (a conformance test must not expect either);
 * **seek** (``/channel/setoffset``): by byte offset (the first record at or after it), by count
-  (the N-th message, from 1), by timestamp, or to the end.
+  (the N-th message, from 1), by timestamp, or to the end;
+* **the message read ahead** (channel.go messagePump): nsqd's channel pump takes the next message
+  (requeued first, else the log's) as soon as there is one and waits with it until a consumer
+  has room, whether or not one is connected. A seek resets the reader under it, and the pump
+  then still delivers the message it holds: :meth:`Channel.seek` keeps that message
+  (:attr:`Channel.ahead`) and hands it out first. The same reset forgets what is in flight (its
+  FIN answers "not in flight" and its holder gets the RDY room back). A copy of the held
+  message at the new position is not delivered again (nsqd finds it in flight or confirmed);
+  on an ordered channel the message after the held one goes out twice under one id, because
+  the FIN of the held one makes nsqd reset its reader once more (:meth:`Channel.replay`).
+  ``depth_ts_nano`` in ``/stats`` is the timestamp of the last message the pump read from the
+  log, 0 after a seek (:attr:`Channel.read_ts`).
 
 The TCP and HTTP servers around it decide *which client* may take a message (RDY, sample rate,
 tags) and call :meth:`Channel.take`; they also call :meth:`Channel.expire` on a timer.
@@ -141,6 +152,10 @@ class Partition:
         self.end = message.end
         return message
 
+    def now(self) -> float:
+        """The clock the channels' deadlines are on."""
+        return self._clock()
+
     def channel(self, name: str) -> Channel:
         """The channel ``name``, created at the partition's current end if new."""
         channel = self.channels.get(name)
@@ -187,6 +202,15 @@ class Channel:
         self.finished = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        #: the message (and its attempts so far) nsqd's pump held when the channel last moved
+        self.ahead: tuple[StoredMessage, int] | None = None
+        #: internal id of the last message kept as :attr:`ahead`, while its log copy may come
+        self._ahead_id: int | None = None
+        self._ahead_finished = False
+        #: ordered channels: the FIN of the held message makes the next one go out twice
+        self._echo = False
+        self._replay: InFlight | None = None
+        self._read_ts = 0
 
     def __repr__(self) -> str:
         return (
@@ -213,10 +237,26 @@ class Channel:
                 self.requeue_count += 1
             self.requeued.append((item.message, item.attempts))
 
+    @property
+    def read_ts(self) -> int:
+        """What the fork's ``/stats`` calls ``depth_ts_nano``: the timestamp of the message the
+        channel pump read from the log last. It reads the next one as soon as nothing it holds
+        is waiting (an ordered channel: nothing in flight either); 0 after a seek until then."""
+        if (
+            self.ahead is None
+            and not self.requeued
+            and not (self.ordered and self.in_flight)
+            and self.cursor < len(self.partition.log)
+        ):
+            return self.partition.log[self.cursor].timestamp
+        return self._read_ts
+
     def peek(self, now: float) -> StoredMessage | None:
         """The message :meth:`take` would hand out now, left where it is."""
         if self.ordered and self.in_flight:
             return None
+        if self.ahead is not None:
+            return self.ahead[0]
         self._due(now)
         if self.requeued:
             return self.requeued[0][0]
@@ -225,12 +265,21 @@ class Channel:
         return None
 
     def _next(self, now: float) -> tuple[StoredMessage, int] | None:
+        if self.ahead is not None:
+            item, self.ahead = self.ahead, None
+            return item
         self._due(now)
         if self.requeued:
             return self.requeued.popleft()
-        if self.cursor < len(self.partition.log):
-            message = self.partition.log[self.cursor]
+        log = self.partition.log
+        while self.cursor < len(log):
+            message = log[self.cursor]
             self.cursor += 1
+            self._read_ts = message.timestamp
+            if message.internal_id == self._ahead_id:
+                self._ahead_id = None
+                if message.internal_id in self.in_flight or self._ahead_finished:
+                    continue  # the held copy went out already
             return message, 0
         return None
 
@@ -238,7 +287,7 @@ class Channel:
         """True when :meth:`take` would return a message now."""
         if self.ordered and self.in_flight:
             return False
-        if self.requeued or self.cursor < len(self.partition.log):
+        if self.ahead is not None or self.requeued or self.cursor < len(self.partition.log):
             return True
         return bool(self.deferred) and self.deferred[0].due <= now
 
@@ -256,6 +305,20 @@ class Channel:
         attempts = min(MAX_ATTEMPTS, attempts + 1)
         flight = InFlight(message, client, attempts, now + msg_timeout)
         self.in_flight[message.internal_id] = flight
+        if self._echo and attempts == 1:
+            self._echo = False
+            self._replay = flight
+        return flight
+
+    def replay(self) -> InFlight | None:
+        """After :meth:`take` on an ordered channel whose held message was just finished: the
+        message handed out, which nsqd's second reset forgets (no requeue; its holder gets the
+        RDY room back) and sends again, same id and attempts. ``None`` otherwise."""
+        flight, self._replay = self._replay, None
+        if flight is None or self.in_flight.get(flight.message.internal_id) is not flight:
+            return None
+        del self.in_flight[flight.message.internal_id]
+        self.requeued.appendleft((flight.message, flight.attempts - 1))
         return flight
 
     def _owned(self, internal_id: int, client: Hashable) -> InFlight:
@@ -273,6 +336,9 @@ class Channel:
         flight = self._owned(internal_id, client)
         del self.in_flight[internal_id]
         self.finished += 1
+        if internal_id == self._ahead_id:
+            self._ahead_finished = True
+            self._echo = self.ordered
         return flight.message
 
     def requeue(self, internal_id: int, client: Hashable, delay: float, now: float) -> bool:
@@ -325,9 +391,12 @@ class Channel:
         count: int | None = None,
         timestamp_ns: int | None = None,
         end: bool = False,
-    ) -> None:
-        """``/channel/setoffset``: move the cursor; requeued and deferred messages are dropped
-        (what is in flight stays out, as on the real server)."""
+        read_ahead: bool = True,
+    ) -> list[InFlight]:
+        """``/channel/setoffset``: move the cursor; requeued and deferred messages are dropped,
+        what is in flight is forgotten (returned: its holders get their RDY room back) and the
+        message the pump held is kept to go out first (unless ``read_ahead`` is false, or the
+        pump holds nothing: ordered with a message in flight, nothing to read)."""
         log = self.partition.log
         if end:
             index = len(log)
@@ -341,6 +410,20 @@ class Channel:
             index = next((i for i, m in enumerate(log) if m.timestamp >= timestamp_ns), len(log))
         else:
             raise InvalidArgumentError("seek needs offset, count, timestamp_ns or end")
+        if read_ahead and self.ahead is None and not (self.ordered and self.in_flight):
+            self._due(self.partition.now())
+            if self.requeued:
+                self.ahead = self.requeued.popleft()
+            elif self.cursor < len(log):
+                self.ahead = (log[self.cursor], 0)
+        self._ahead_id = None if self.ahead is None else self.ahead[0].internal_id
+        self._ahead_finished = False
+        forgotten = list(self.in_flight.values())
+        self.in_flight.clear()
+        self._echo = False
+        self._replay = None
+        self._read_ts = 0
         self.cursor = index
         self.requeued.clear()
         self.deferred.clear()
+        return forgotten

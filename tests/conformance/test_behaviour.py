@@ -33,6 +33,7 @@ from .test_conformance import (
     prove_open_subscribed,
     pub,
     pub_ext,
+    pub_trace,
     req,
     req_failed,
     stats_partition,
@@ -1026,3 +1027,234 @@ def test_fin_req_touch_of_another_clients_or_a_deferred_message(backend: Backend
         a.expect_error(f"E_REQ_FAILED REQ {go_bytes(mine.id)} failed Message is deferred")
         fin(b, theirs.id)
         prove_open_subscribed(a)
+
+
+# == the message a channel has read ahead ====================================================
+#
+# nsqd's channel pump (channel.go messagePump) reads the next message as soon as there is one
+# and then waits on the unbuffered clientMsgChan until a consumer has RDY room.  A reset of the
+# reader (setoffset, empty, a SUB_ADVANCED start) is handled inside that wait, and the pump
+# then goes back to delivering the message it holds ("retry delivering msg to client,
+# regardless reset result").  ``depth_ts_nano`` in ``/stats`` is the timestamp of the message
+# the pump read from the log last (0 after a reset): the cases wait for it rather than sleep.
+
+
+def channel_entry(backend: Backend, topic: str, channel: str) -> dict[str, Any]:
+    """The channel's object in the leader's ``/stats`` (empty while it is not listed)."""
+    entry = stats_partition(backend.leader_http(topic), topic, 0) or {}
+    for item in entry.get("channels") or []:
+        if item["channel_name"] == channel:
+            return dict(item)
+    return {}
+
+
+def wait_read_ahead(backend: Backend, topic: str, channel: str, past: int = 0) -> int:
+    """Wait until the channel's pump has read a message after the one stamped ``past``."""
+    return int(
+        wait_for(
+            lambda: (
+                channel_entry(backend, topic, channel).get("depth_ts_nano", 0) not in (0, past)
+                and channel_entry(backend, topic, channel)["depth_ts_nano"]
+            ),
+            10.0,
+            "the channel pump to read ahead",
+            interval=0.05,
+        )
+    )
+
+
+def created_channel(backend: Backend, topic: str, channel: str) -> dict[str, str]:
+    params = {"topic": topic, "partition": "0", "channel": channel}
+    resp = http("POST", f"{backend.leader_http(topic)}/channel/create", params)
+    assert (resp.status_code, resp.text) == (200, "")
+    return params
+
+
+def drain_all(w: Wire, *, detail: bool = True, quiet: float = 1.0) -> list[tuple[bytes, int]]:
+    """(body, attempts) of every message until ``quiet`` seconds pass without one; each is
+    finished."""
+    got = []
+    while True:
+        try:
+            frame = w.read_frame(quiet)
+        except NoFrame:
+            return got
+        if frame.type != 2:
+            got.append((b"frame:%d:" % frame.type + frame.data, -1))
+            continue
+        msg = Message.parse(frame.data, detail=detail)
+        got.append((msg.body, msg.attempts))
+        fin(w, msg.id)
+
+
+def test_setoffset_first_delivers_the_message_read_ahead(backend: Backend) -> None:
+    """A channel with a backlog and no consumer has read its first message ahead; after
+    ``/channel/setoffset`` to the third, that message still comes first, then the third on."""
+    params = created_channel(backend, B_PLAIN, "c_ra_set")
+    url = backend.leader_http(B_PLAIN)
+    with Wire(backend.leader(B_PLAIN)) as p:
+        offsets = [pub_trace(p, B_PLAIN, b"so-%d" % i, i + 1).offset for i in range(5)]
+    wait_read_ahead(backend, B_PLAIN, "c_ra_set")
+    body = b"virtual_queue:%d" % offsets[2]
+    resp = http("POST", f"{url}/channel/setoffset", params, content=body)
+    assert (resp.status_code, resp.text) == (200, "")
+    assert channel_entry(backend, B_PLAIN, "c_ra_set")["depth_ts_nano"] == 0
+    spec = Sub(B_PLAIN, "c_ra_set", command="SUB_ADVANCED", rdy=10)
+    with subscribe(backend.leader(B_PLAIN), spec) as sub:
+        assert read_until(sub, b"so-4", detail=True) == [b"so-0", b"so-2", b"so-3", b"so-4"]
+
+
+def test_channel_empty_keeps_the_message_read_ahead(backend: Backend) -> None:
+    """``/channel/empty`` leaves depth 0, yet the message the pump holds is delivered."""
+    params = created_channel(backend, B_PLAIN, "c_ra_empty")
+    url = backend.leader_http(B_PLAIN)
+    with Wire(backend.leader(B_PLAIN)) as p:
+        for i in range(3):
+            pub(p, B_PLAIN, b"em-%d" % i)
+        wait_read_ahead(backend, B_PLAIN, "c_ra_empty")
+        resp = http("POST", f"{url}/channel/empty", params)
+        assert (resp.status_code, resp.text) == (200, "")
+        entry = channel_entry(backend, B_PLAIN, "c_ra_empty")
+        assert (entry["depth"], entry["depth_size"], entry["depth_ts_nano"]) == (0, 0, 0)
+        spec = Sub(B_PLAIN, "c_ra_empty", command="SUB_ADVANCED", rdy=5)
+        with subscribe(backend.leader(B_PLAIN), spec) as sub:
+            pub(p, B_PLAIN, b"em-after")
+            assert read_until(sub, b"em-after", detail=True) == [b"em-0", b"em-after"]
+
+
+def test_sub_advanced_to_the_end_keeps_the_message_read_ahead(backend: Backend) -> None:
+    """A first consumer's ``SUB_ADVANCED ... special:-1`` skips the backlog but the message
+    already read ahead."""
+    created_channel(backend, B_PLAIN, "c_ra_end")
+    with Wire(backend.leader(B_PLAIN)) as p:
+        for i in range(3):
+            pub(p, B_PLAIN, b"se-%d" % i)
+        wait_read_ahead(backend, B_PLAIN, "c_ra_end")
+        with Wire(backend.leader(B_PLAIN)) as sub:
+            sub.command(f"SUB_ADVANCED {B_PLAIN} c_ra_end 0 special:-1")
+            sub.expect_ok()
+            sub.command("RDY 5")
+            pub(p, B_PLAIN, b"se-after")
+            assert read_until(sub, b"se-after", detail=True) == [b"se-0", b"se-after"]
+        entry = channel_entry(backend, B_PLAIN, "c_ra_end")
+        assert entry["depth"] == 0
+
+
+def test_setoffset_under_a_consumer_forgets_its_message_and_delivers_the_one_read_ahead(
+    backend: Backend,
+) -> None:
+    """A consumer with RDY 1 holds the first message and the pump the second.  A setoffset to
+    the fourth forgets the first (channel.go drainChannelWaiting/initPQ: its holder gets the
+    RDY room back, its FIN is "not in flight") and delivers the second at once, then the
+    fourth and the fifth."""
+    url = backend.leader_http(B_PLAIN)
+    params = {"topic": B_PLAIN, "partition": "0", "channel": "c_ra_live"}
+    spec = Sub(B_PLAIN, "c_ra_live", command="SUB_ADVANCED", rdy=1)
+    with subscribe(backend.leader(B_PLAIN), spec) as sub:
+        with Wire(backend.leader(B_PLAIN)) as p:
+            offsets = [pub_trace(p, B_PLAIN, b"sl-%d" % i, i + 1).offset for i in range(5)]
+        first = sub.read_message(detail=True)
+        assert first.body == b"sl-0"
+        wait_read_ahead(backend, B_PLAIN, "c_ra_live", past=first.timestamp)
+        body = b"virtual_queue:%d" % offsets[3]
+        resp = http("POST", f"{url}/channel/setoffset", params, content=body)
+        assert (resp.status_code, resp.text) == (200, "")
+        held = sub.read_message(detail=True)
+        assert (held.body, held.attempts) == (b"sl-1", 1)
+        fin(sub, first.id)
+        sub.expect_error(fin_failed(first.id))
+        (client,) = channel_entry(backend, B_PLAIN, "c_ra_live")["clients"]
+        assert (client["in_flight_count"], client["requeue_count"]) == (1, 1)
+        fin(sub, held.id)
+        assert read_until(sub, b"sl-4", detail=True) == [b"sl-3", b"sl-4"]
+
+
+def test_a_seek_onto_the_message_read_ahead_delivers_it_once(backend: Backend) -> None:
+    """The held first message and the new position's first message are the same: it is
+    delivered once (protocol_v2.go messagePump skips a message already in flight or
+    confirmed)."""
+    params = created_channel(backend, B_PLAIN, "c_ra_onto")
+    url = backend.leader_http(B_PLAIN)
+    with Wire(backend.leader(B_PLAIN)) as p:
+        offsets = [pub_trace(p, B_PLAIN, b"on-%d" % i, i + 1).offset for i in range(3)]
+        wait_read_ahead(backend, B_PLAIN, "c_ra_onto")
+        body = b"virtual_queue:%d" % offsets[0]
+        resp = http("POST", f"{url}/channel/setoffset", params, content=body)
+        assert (resp.status_code, resp.text) == (200, "")
+        spec = Sub(B_PLAIN, "c_ra_onto", command="SUB_ADVANCED", rdy=10)
+        with subscribe(backend.leader(B_PLAIN), spec) as sub:
+            pub(p, B_PLAIN, b"on-after")
+            assert read_until(sub, b"on-after", detail=True) == [
+                b"on-0",
+                b"on-1",
+                b"on-2",
+                b"on-after",
+            ]
+
+
+def test_a_requeued_message_can_be_the_one_read_ahead(backend: Backend) -> None:
+    """A consumer leaves with three messages in flight; they are requeued and the pump takes
+    one of them at once.  A new first consumer starting at the end (``special:-1``) still
+    gets that one, with its attempts, and nothing else of the old three (which one is the
+    pump's pick on the fork)."""
+    spec = Sub(B_PLAIN, "c_ra_req", command="SUB_ADVANCED", rdy=5)
+    with Wire(backend.leader(B_PLAIN)) as p:
+        with subscribe(backend.leader(B_PLAIN), spec) as gone:
+            for i in range(3):
+                pub(p, B_PLAIN, b"rq-%d" % i)
+            assert [gone.read_message(detail=True).body for _ in range(3)] == [
+                b"rq-0",
+                b"rq-1",
+                b"rq-2",
+            ]
+        wait_for(
+            lambda: channel_entry(backend, B_PLAIN, "c_ra_req").get("requeue_count") == 3,
+            10.0,
+            "the three messages requeued",
+            interval=0.05,
+        )
+        with Wire(backend.leader(B_PLAIN)) as sub:
+            sub.command(f"SUB_ADVANCED {B_PLAIN} c_ra_req 0 special:-1")
+            sub.expect_ok()
+            sub.command("RDY 5")
+            pub(p, B_PLAIN, b"rq-after")
+            got = []
+            while not got or got[-1].body != b"rq-after":
+                got.append(sub.read_message(detail=True))
+                fin(sub, got[-1].id)
+    assert len(got) == 2, [m.body for m in got]
+    assert got[0].body in (b"rq-0", b"rq-1", b"rq-2")
+    assert got[0].attempts == 1
+
+
+def test_an_ordered_seek_delivers_the_held_message_then_the_next_one_twice(
+    backend: Backend,
+) -> None:
+    """An ordered channel's pump holds its next message too, and delivers it after a seek.
+    Its FIN makes nsqd reset the ordered reader once more (channel.go messagePump: "read a
+    message not in ordered"), which forgets the message it has just sent from the new
+    position and sends it again: two copies under one id, past RDY 1; one FIN finishes it."""
+    spec = Sub(B_ORD, "c_ra_ord", command="SUB_ORDERED", rdy=0)
+    url = backend.leader_http(B_ORD)
+    params = {"topic": B_ORD, "partition": "0", "channel": "c_ra_ord"}
+    with subscribe(backend.leader(B_ORD), spec) as sub:
+        with Wire(backend.leader(B_ORD)) as p:
+            offsets = [pub_trace(p, B_ORD, b"or-%d" % i, i + 1).offset for i in range(4)]
+        wait_read_ahead(backend, B_ORD, "c_ra_ord")
+        body = b"virtual_queue:%d" % offsets[2]
+        resp = http("POST", f"{url}/channel/setoffset", params, content=body)
+        assert (resp.status_code, resp.text) == (200, "")
+        sub.command("RDY 1")
+        held = sub.read_message(detail=True)
+        assert (held.body, held.offset) == (b"or-0", offsets[0])
+        fin(sub, held.id)
+        one, two = sub.read_message(detail=True), sub.read_message(detail=True)
+        assert (one.body, one.id, one.attempts) == (b"or-2", two.id, 1)
+        assert (two.body, two.attempts, two.offset) == (b"or-2", 1, offsets[2])
+        fin(sub, two.id)
+        last = sub.read_message(detail=True)
+        assert last.body == b"or-3"
+        fin(sub, last.id)
+        sub.expect_silence(0.5)
+        fin(sub, one.id)
+        sub.expect_error(fin_failed(one.id))

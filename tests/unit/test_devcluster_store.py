@@ -129,22 +129,123 @@ def test_seek_by_offset_count_timestamp_and_end() -> None:
         channel.finish(flight.message.internal_id, "x")
         return flight.message.offset
 
-    channel.seek(offset=0)
+    channel.seek(offset=0, read_ahead=False)
     assert next_body_offset() == 0
-    channel.seek(offset=36)  # not a record boundary: the next record (observed: 70)
+    channel.seek(
+        offset=36, read_ahead=False
+    )  # not a record boundary: the next record (observed: 70)
     assert next_body_offset() == 70
-    channel.seek(count=3)  # the third message (observed: offset 70)
+    channel.seek(count=3, read_ahead=False)  # the third message (observed: offset 70)
     assert next_body_offset() == 70
-    channel.seek(timestamp_ns=stored[3].timestamp)
+    channel.seek(timestamp_ns=stored[3].timestamp, read_ahead=False)
     assert next_body_offset() == 105
-    channel.seek(end=True)
+    channel.seek(end=True, read_ahead=False)
     assert next_body_offset() is None
-    channel.seek(offset=999_999)  # past the end: accepted, nothing delivered
+    channel.seek(offset=999_999, read_ahead=False)  # past the end: accepted, nothing delivered
     assert next_body_offset() is None
     with pytest.raises(InvalidArgumentError):
         channel.seek()
     with pytest.raises(InvalidArgumentError):
         channel.seek(count=0)
+
+
+def test_a_seek_keeps_the_message_read_ahead_and_forgets_what_is_in_flight() -> None:
+    """The fork's channel pump holds the next message; a seek delivers it first, then goes on
+    from the new position; what was in flight is forgotten (returned to tell its holder)."""
+    part, clock = partition()
+    channel = part.channel("ra")
+    stored = [part.append(b"m%d" % i) for i in range(5)]
+    held = channel.take("x", 60, clock.now)
+    assert held is not None
+    assert held.message is stored[0]
+    assert channel.read_ts == stored[1].timestamp  # the pump has read the second already
+    assert channel.seek(offset=stored[3].offset) == [held]
+    assert (channel.in_flight, channel.depth, channel.read_ts) == ({}, 2, 0)
+    with pytest.raises(KeyError):
+        channel.finish(stored[0].internal_id, "x")
+    bodies = []
+    while (flight := channel.take("x", 60, clock.now)) is not None:
+        bodies.append((flight.message.body, flight.attempts))
+        channel.finish(flight.message.internal_id, "x")
+    assert bodies == [(b"m1", 1), (b"m3", 1), (b"m4", 1)]
+    assert channel.read_ts == stored[4].timestamp
+    # nothing unread: nothing is held, and the next seek has nothing to keep
+    channel.seek(offset=0)
+    assert [channel.take("x", 60, clock.now).message.body for _ in range(5)] == [  # type: ignore[union-attr]
+        b"m0",
+        b"m1",
+        b"m2",
+        b"m3",
+        b"m4",
+    ]
+
+
+def test_a_seek_onto_the_held_message_delivers_it_once() -> None:
+    part, clock = partition()
+    channel = part.channel("onto")
+    stored = [part.append(b"m%d" % i) for i in range(3)]
+    channel.seek(offset=stored[0].offset)
+    bodies = []
+    while (flight := channel.take("x", 60, clock.now)) is not None:
+        bodies.append(flight.message.body)
+        channel.finish(flight.message.internal_id, "x")
+    assert bodies == [b"m0", b"m1", b"m2"]
+
+
+def test_a_requeued_message_is_the_one_held() -> None:
+    part, clock = partition()
+    channel = part.channel("rq")
+    for i in range(3):
+        part.append(b"m%d" % i)
+    for _ in range(3):
+        channel.take("gone", 60, clock.now)
+    channel.release("gone", clock.now)
+    channel.seek(end=True)
+    flight = channel.take("x", 60, clock.now)
+    assert flight is not None
+    assert (flight.message.body, flight.attempts) == (b"m0", 1)
+    assert channel.take("x", 60, clock.now) is None
+
+
+def test_an_ordered_seek_sends_the_message_after_the_held_one_twice() -> None:
+    """Observed on the fork: held m0, then m2 twice under one id (the FIN of m0 resets the
+    ordered reader again, which forgets the first m2), then m3."""
+    part, clock = partition(ordered=True)
+    channel = part.channel("ord")
+    stored = [part.append(b"m%d" % i) for i in range(4)]
+    channel.seek(offset=stored[2].offset)
+    first = channel.take("x", 60, clock.now)
+    assert first is not None
+    assert first.message is stored[0]
+    assert channel.replay() is None
+    channel.finish(first.message.internal_id, "x")
+    again = channel.take("x", 60, clock.now)
+    assert again is not None
+    assert again.message is stored[2]
+    assert channel.replay() is again
+    second = channel.take("x", 60, clock.now)
+    assert second is not None
+    assert (second.message, second.attempts) == (stored[2], 1)
+    assert channel.replay() is None
+    channel.finish(second.message.internal_id, "x")
+    last = channel.take("x", 60, clock.now)
+    assert last is not None
+    assert last.message is stored[3]
+
+
+def test_no_read_ahead_while_an_ordered_message_is_in_flight_or_when_asked() -> None:
+    part, clock = partition(ordered=True)
+    channel = part.channel("ord2")
+    stored = [part.append(b"m%d" % i) for i in range(3)]
+    held = channel.take("x", 60, clock.now)
+    assert held is not None
+    assert channel.read_ts == stored[0].timestamp
+    assert channel.seek(offset=stored[2].offset) == [held]
+    assert channel.ahead is None
+    plain = part.channel("plain2")
+    part.append(b"m3")
+    plain.seek(offset=stored[1].offset, read_ahead=False)
+    assert plain.ahead is None
 
 
 def test_depth_and_release_of_a_departed_client() -> None:
