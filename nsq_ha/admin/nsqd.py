@@ -8,6 +8,7 @@ and deletes a topic with its own ``/topic/delete`` (the fork's nsqd has none: ns
 
 from __future__ import annotations
 
+import json
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -19,7 +20,10 @@ from nsq_ha.lookup.wire import V1_ACCEPT
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
 
-__all__ = ["AdminError", "NsqdAdmin", "seek_position"]
+__all__ = ["MAX_STATS_BYTES", "AdminError", "NsqdAdmin", "seek_position"]
+
+#: the largest ``/stats`` answer :meth:`NsqdAdmin.stats` reads (a few KB per topic partition)
+MAX_STATS_BYTES = 64 << 20
 
 
 class AdminError(DiscoveryError):
@@ -142,10 +146,17 @@ class NsqdAdmin:
         return await self.stats(topic, partition)
 
     async def stats(
-        self, topic: str | None = None, partition: int | None = None
+        self,
+        topic: str | None = None,
+        partition: int | None = None,
+        *,
+        channel: str | None = None,
+        clients: bool = True,
     ) -> list[dict[str, Any]]:
-        """``GET /stats?format=json[&topic=T][&partition=P]``: the entries of ``topics`` (every
-        topic partition the node holds when ``topic`` is None)."""
+        """``GET /stats?format=json[&topic=T][&partition=P][&channel=C]``: the entries of
+        ``topics`` (every topic partition the node holds when ``topic`` is None); ``clients``
+        False leaves the consumers' connections out. An answer over :data:`MAX_STATS_BYTES`
+        is refused."""
         import httpx
 
         params = {"format": "json"}
@@ -153,18 +164,33 @@ class NsqdAdmin:
             params["topic"] = topic
         if partition is not None:
             params["partition"] = str(partition)
+        if channel is not None:
+            params["channel"] = channel
+        if not clients:
+            params["needClients"] = "false"  # the fork's name
+            params["include_clients"] = "false"  # vanilla's
         url = f"{self.http_url}/stats"
+        headers = {**V1_ACCEPT, "Accept-Encoding": "identity"}
+        body = bytearray()
         try:
-            resp = await self._http.get(url, params=params, headers=dict(V1_ACCEPT))
+            async with self._http.stream("GET", url, params=params, headers=headers) as resp:
+                status = resp.status_code
+                async for chunk in resp.aiter_raw():
+                    body += chunk
+                    if len(body) > MAX_STATS_BYTES:
+                        raise AdminError(
+                            f"nsqd {self.http_url} /stats answered more than "
+                            f"{MAX_STATS_BYTES} bytes"
+                        )
         except httpx.HTTPError as exc:
             raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
-        if resp.status_code != 200:
+        if status != 200:
             raise AdminError(
                 f"nsqd {self.http_url} refused /stats for {topic or 'all topics'}: "
-                f"HTTP {resp.status_code} {resp.text[:200]}"
+                f"HTTP {status} {bytes(body[:200]).decode('utf-8', 'replace')}"
             )
         try:
-            data = resp.json()
+            data = json.loads(body)
         except ValueError as exc:
             raise AdminError(f"nsqd {self.http_url} /stats is not JSON: {exc}") from None
         if isinstance(data, dict) and "topics" not in data and isinstance(data.get("data"), dict):
