@@ -103,7 +103,10 @@ class TaskOutcome:
         self.published += 1
         part = -1 if result.partition is None else result.partition
         self.partitions[part] += 1
-        self.topics.setdefault(result.topic, Counter())[part] += 1
+        counter = self.topics.get(result.topic)
+        if counter is None:  # (setdefault would build a Counter per message)
+            counter = self.topics[result.topic] = Counter()
+        counter[part] += 1
         if result.offset is not None:
             for offsets in (self.offsets, self.topic_offsets.setdefault(result.topic, {})):
                 first, last = offsets.get(part, (result.offset, result.offset))
@@ -252,6 +255,23 @@ async def _publish_chunk(
     return list(results)
 
 
+def _plain_topic(opts: WriteOptions, topics: Topics) -> str | None:
+    """The option's topic when the rows have nothing but a body (and a key) and it has no ext
+    headers (looked up already): :func:`_chunks` then reads those two columns only, as
+    :func:`prepare_row` would for such rows."""
+    if (
+        opts.topic is None
+        or opts.topic_column is not None
+        or opts.partition_column is not None
+        or opts.headers_column is not None
+        or opts.trace_column is not None
+        or opts.ext_columns
+    ):
+        return None
+    info = topics.seen.get(opts.topic)
+    return opts.topic if info is not None and not info.ext else None
+
+
 def _chunks(
     rows: Iterable[_RowLike],
     opts: WriteOptions,
@@ -260,8 +280,18 @@ def _chunks(
     topics: Topics,
 ) -> Iterator[list[_Prepared]]:
     chunk: list[_Prepared] = []
+    plain: str | None = None
+    body_column, key_column = opts.body_column, opts.key_column
     for row in rows:
-        chunk.append(prepare_row(row, outcome.rows, opts, stamp, topics))
+        seq = outcome.rows
+        if plain is None:
+            chunk.append(prepare_row(row, seq, opts, stamp, topics))
+            if seq == 0:
+                plain = _plain_topic(opts, topics)
+        else:  # the profile's hot path: a body and a key per row, nothing else to check
+            body = _body(row[body_column], seq, body_column)
+            key = None if key_column is None else _key(row[key_column], seq, key_column)
+            chunk.append(_Prepared(body, key, None, None, plain))
         outcome.rows += 1
         if len(chunk) >= opts.max_batch:
             yield chunk

@@ -266,3 +266,42 @@ def test_the_outcome_counts_per_topic_and_partition() -> None:
     assert outcome.partitions == {0: 3, -1: 1}
     assert outcome.per_topic() == {"a": {0: 2}, "b": {-1: 1, 0: 1}}
     assert outcome.topic_offsets == {"a": {0: (10, 20)}, "b": {0: (5, 5)}}
+
+
+# -- rows that are only a body and a key ------------------------------------------------------
+
+
+def _chunked(opts: WriteOptions, info: TopicInfo, rows: list[dict[str, Any]]) -> list[_Prepared]:
+    from nsq_ha.spark.sink import _chunks
+
+    topics = Topics(opts, _Book({"t": info}))
+    return [m for chunk in _chunks(rows, opts, None, TaskOutcome(), topics) for m in chunk]
+
+
+@pytest.mark.parametrize("info", [PLAIN, EXT, VANILLA], ids=["plain", "ext", "vanilla"])
+def test_body_and_key_rows_are_prepared_as_prepare_row_does(info: TopicInfo) -> None:
+    """After the first row, a write of nothing but a body and a key to a topic without ext
+    headers reads just those two columns: the messages are the ones prepare_row makes."""
+    opts = _opts(["body", "key"], topic="t", keyColumn="key")
+    rows = [{"body": b"b%d" % i if i % 2 else f"s{i}", "key": f"k{i % 3}"} for i in range(6)]
+    topics = Topics(opts, _Book({"t": info}))
+    expected = [prepare_row(row, seq, opts, None, topics) for seq, row in enumerate(rows)]
+    assert _chunked(opts, info, rows) == expected
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"body": None, "key": "k"}, "row 2: the body column 'body' is null"),
+        ({"body": b"", "key": "k"}, "row 2: the body column 'body' is empty"),
+        ({"body": b"x", "key": None}, "row 2: the key column 'key' is None"),
+        ({"body": None, "key": None}, "row 2: the body column 'body' is null"),
+    ],
+)
+def test_body_and_key_rows_are_checked_as_prepare_row_checks_them(
+    bad: dict[str, Any], error: str
+) -> None:
+    opts = _opts(["body", "key"], topic="t", keyColumn="key")
+    rows = [{"body": b"a", "key": "k"}, {"body": b"b", "key": "k"}, bad]
+    with pytest.raises(ConfigError, match=error):
+        _chunked(opts, PLAIN, rows)
