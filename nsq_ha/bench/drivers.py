@@ -378,6 +378,8 @@ _BLOCKING: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("nsq_ha", "spark-write"): lambda spec: _spark(spec, write=True),
     ("nsq_ha", "spark-read-ordered"): lambda spec: _spark(spec, write=False),
     ("nsq_ha", "dev-ordered"): lambda spec: _spark_module().ordered_consume(spec),
+    ("nsq_ha", "dev-consume"): lambda spec: _spark_module().plain_consume(spec),
+    ("nsq_ha", "dev-write"): lambda spec: _spark_module().keyed_publish(spec),
 }
 
 

@@ -260,6 +260,14 @@ class Report:
             Target("Spark keyed batch write / publish_many",
                    _ratio(v("spark-write", "nsq_ha"), v("pubmany", "nsq_ha")),
                    0.5, up, x, spark_why),
+            # the same ratios with the client on the Spark workloads' own server (the embedded
+            # cluster, Python, sharing the 2 cores) instead of vanilla nsqd
+            Target("Spark stream read / async for, both on the embedded cluster",
+                   _ratio(v("spark-read", "nsq_ha"), v("spark-dev-consume", "nsq_ha")),
+                   None, up, x, spark_why),
+            Target("Spark keyed batch write / keyed publish_many, both on the embedded cluster",
+                   _ratio(v("spark-write", "nsq_ha"), v("spark-dev-write", "nsq_ha")),
+                   None, up, x, spark_why),
         ]  # fmt: skip
 
     def targets_markdown(self) -> str:

@@ -13,6 +13,13 @@ bodies.
   target compares the Spark read with this rate times the partitions.
 * ``spark-write``: ``df.write.format("nsq")`` of ``n`` keyed rows (500 keys), timed around
   ``save()``, after an untimed write of 2000 rows.
+* ``dev-consume`` and ``dev-write``: the client itself on the same kind of cluster, without
+  Spark: an ``async for`` consume (FIN each) of ``n`` messages published to the 4 partitions,
+  and a keyed ``publish_many`` of ``n`` messages (500 keys, calls of 500, 4 in flight). The
+  cluster runs in a child process (``nsq-ha devcluster``), as Spark's readers and writers are
+  other processes than the cluster's. The issue's ratios compare Spark with the client on
+  vanilla nsqd (Go); these compare them on the server Spark's workloads use, whose Python
+  shares the 2 cores.
 
 Both give ``count`` and ``seconds`` (rows per second); no CPU figure: the work is in the JVM and
 in Spark's Python workers, not in this process.
@@ -21,18 +28,21 @@ in Spark's Python workers, not in this process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from nsq_ha.admin import LookupdAdmin
 from nsq_ha.bench.measure import body
 from nsq_ha.producer import Producer
 
-__all__ = ["ordered_consume", "spark_read", "spark_write"]
+__all__ = ["keyed_publish", "ordered_consume", "plain_consume", "spark_read", "spark_write"]
 
 #: partitions of the topic, as in the issue
 PARTITIONS = 4
@@ -188,3 +198,81 @@ def spark_write(spec: dict[str, Any]) -> dict[str, Any]:
         finally:
             spark.stop()
     return {"count": n, "seconds": seconds}
+
+
+def plain_consume(spec: dict[str, Any]) -> dict[str, Any]:
+    """The ``dev-consume`` workload (see the module)."""
+    from nsq_ha.consumer import Consumer
+
+    n = spec["n"]
+
+    async def consume(lookupd: str, topic: str) -> float:
+        got = 0
+        async with Consumer(topic, "bench", lookupd=lookupd, max_in_flight=2500) as consumer:
+            began = time.perf_counter()
+            async for message in consumer:
+                await message.finish()
+                got += 1
+                if got == n:
+                    return time.perf_counter() - began
+        raise RuntimeError(f"the consume ended after {got} of {n} messages")
+
+    with _cluster_process() as lookupd:
+        topic = _topic()
+        asyncio.run(_create(lookupd, topic))
+        asyncio.run(_publish(lookupd, topic, n, spec["size"]))
+        seconds = asyncio.run(asyncio.wait_for(consume(lookupd, topic), 600))
+    return {"count": n, "seconds": seconds}
+
+
+def keyed_publish(spec: dict[str, Any]) -> dict[str, Any]:
+    """The ``dev-write`` workload (see the module)."""
+    n, size = spec["n"], spec["size"]
+
+    async def publish(lookupd: str, topic: str) -> float:
+        bodies = [body(size)] * 500
+        keys = [str(i % KEYS) for i in range(500)]
+        room = asyncio.Semaphore(4)
+        async with Producer(lookupd=lookupd) as producer:
+            await producer.publish_many(topic, bodies[:KEYS], sharding_keys=keys)  # warm-up
+
+            async def call(count: int) -> None:
+                async with room:
+                    await producer.publish_many(topic, bodies[:count], sharding_keys=keys[:count])
+
+            began = time.perf_counter()
+            await asyncio.gather(*(call(min(500, n - i)) for i in range(0, n, 500)))
+            return time.perf_counter() - began
+
+    with _cluster_process() as lookupd:
+        topic = _topic()
+        asyncio.run(_create(lookupd, topic))
+        seconds = asyncio.run(asyncio.wait_for(publish(lookupd, topic), 600))
+    return {"count": n, "seconds": seconds}
+
+
+@contextlib.contextmanager
+def _cluster_process(timeout: float = 60.0) -> Iterator[str]:
+    """An embedded 3-node cluster in a child process (``nsq-ha devcluster``): its lookupd
+    URL; the process is stopped on exit."""
+    command = [sys.executable, "-m", "nsq_ha", "devcluster", "--nodes", "3"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        if child.stdout is None:  # (never: stdout is a pipe)
+            raise RuntimeError("nsq-ha devcluster has no output")
+        deadline = time.monotonic() + timeout
+        lookupd = ""
+        while not lookupd:  # it prints its addresses, then nothing (no --events)
+            line = child.stdout.readline()
+            if not line or time.monotonic() > deadline:
+                raise RuntimeError(f"nsq-ha devcluster did not start: {line!r}")
+            if line.startswith("lookupd "):
+                lookupd = line.split()[1]
+        yield lookupd
+    finally:
+        child.terminate()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()

@@ -239,6 +239,22 @@ SPARK_WORKLOADS = (
         ("nsq_ha",),
         max_rounds=2,
     ),
+    Workload(
+        "spark-dev-consume",
+        "embedded cluster: async for consume of 4 partitions (the Spark read on its server)",
+        "dev",
+        "dev-consume",
+        ("nsq_ha",),
+        max_rounds=2,
+    ),
+    Workload(
+        "spark-dev-write",
+        "embedded cluster: keyed publish_many to 4 partitions (the Spark write on its server)",
+        "dev",
+        "dev-write",
+        ("nsq_ha",),
+        max_rounds=2,
+    ),
 )
 
 #: the clients whose runs are nsq_ha's own drivers (``python -m nsq_ha.bench.drivers``)
@@ -263,7 +279,7 @@ def base_spec(profile: Profile, workload: Workload, client: str) -> dict[str, An
     n = profile.n_ordered if workload.ordered else (profile.n_slow if workload.slow else profile.n)
     if workload.kind == "hold":
         n = profile.hold
-    if workload.kind.startswith("spark-"):
+    if workload.kind.startswith("spark-") or workload.kind in ("dev-consume", "dev-write"):
         # an ordered read goes one round trip per message: half the rows
         n = profile.n_spark // 2 if workload.ordered else profile.n_spark
     if workload.kind == "dev-ordered":  # the ordered read's reference: a few seconds' worth

@@ -105,11 +105,15 @@ def test_the_spark_workloads_and_their_targets() -> None:
     from nsq_ha.bench.workloads import SPARK_WORKLOADS
 
     quick = PROFILES["quick"]
-    read, ordered, reference, write = SPARK_WORKLOADS
+    read, ordered, reference, write, dev_consume, dev_write = SPARK_WORKLOADS
     assert base_spec(quick, read, "nsq_ha")["n"] == quick.n_spark == 100_000
     assert base_spec(quick, write, "nsq_ha")["workload"] == "spark-write"
     assert base_spec(quick, ordered, "nsq_ha")["ordered"] is True
     assert base_spec(quick, reference, "nsq_ha")["workload"] == "dev-ordered"
+    # the client itself on the embedded cluster: as many messages as the Spark workloads
+    for same_server, kind in ((dev_consume, "dev-consume"), (dev_write, "dev-write")):
+        spec = base_spec(quick, same_server, "nsq_ha")
+        assert (spec["workload"], spec["n"], same_server.server) == (kind, 100_000, "dev")
     # a JVM per run: --quick stays < 5 min
     assert {w.max_rounds for w in SPARK_WORKLOADS} == {2}
     smoke = Bench(PROFILES["smoke"], use_fork=False)  # too heavy for the smoke run
@@ -124,6 +128,8 @@ def test_the_spark_workloads_and_their_targets() -> None:
         ("pubmany", "nsq_ha"): Cell([Sample(rate=400_000.0)]),
         ("spark-read-ordered", "nsq_ha"): Cell([Sample(rate=9_000.0)]),
         ("spark-dev-ordered", "nsq_ha"): Cell([Sample(rate=3_000.0)]),
+        ("spark-dev-consume", "nsq_ha"): Cell([Sample(rate=80_000.0)]),
+        ("spark-dev-write", "nsq_ha"): Cell([Sample(rate=200_000.0)]),
     }
     targets = {t.name: t for t in Report(bench).targets()}
     read_rate = targets["Spark stream read, plain topic"]
@@ -134,6 +140,12 @@ def test_the_spark_workloads_and_their_targets() -> None:
     assert targets["Spark keyed batch write / publish_many"].holds is False
     ordered_read = targets["Spark ordered read / (ordered consume x 4 partitions)"]
     assert (ordered_read.value, ordered_read.holds) == (pytest.approx(0.75), False)
+    same_read = targets["Spark stream read / async for, both on the embedded cluster"]
+    same_write = targets[
+        "Spark keyed batch write / keyed publish_many, both on the embedded cluster"
+    ]
+    assert (same_read.value, same_read.goal) == (pytest.approx(0.75), None)
+    assert (same_write.value, same_write.goal) == (pytest.approx(0.8), None)
 
 
 def test_a_workload_with_max_rounds_runs_only_that_many() -> None:
