@@ -61,7 +61,7 @@ from .nsqd_publish import (
     publish_target,
     read_publish,
 )
-from .store import InFlight
+from .store import InFlight, Partition, StoredMessage
 from .view import ClusterView
 
 __all__ = ["ClientConnection", "ClientState", "NsqdServer"]
@@ -166,6 +166,7 @@ class ClientConnection:
         self.client_id = self.remote_address.split(":")[0]
         self.hostname = self.client_id
         self.user_agent = ""
+        self.published_to: set[Partition] = set()
         self.state = ClientState.INIT
         self.connect_ts = int(time.time())
         limits = self.view.limits
@@ -307,6 +308,8 @@ class ClientConnection:
             self.hub.remove(self, self.view.now())
             self.hub.dispatch(self.view.now())
         self.in_flight_count = 0
+        for store in self.published_to:
+            store.publishers.pop(self.remote_address, None)
         self.output.close(abort=abort)
         self.server.clients.discard(self)
 
@@ -373,8 +376,9 @@ class ClientConnection:
         self.desired_tag = identity.desired_tag
         self.extend_support = identity.extend_support
         self.ext_filter = identity.ext_filter
-        self.client_id = identity.client_id or self.client_id
-        self.hostname = identity.hostname or self.hostname
+        # nsqd's Identify sets both even when empty: the remote address was the default only
+        self.client_id = identity.client_id
+        self.hostname = identity.hostname
         self.user_agent = identity.user_agent
         if self._heartbeat is not None:
             self._heartbeat.cancel()
@@ -417,7 +421,7 @@ class ClientConnection:
             self.desired_tag = ""
         hub = part.hub(channel_name)
         if name == b"SUB_ORDERED":
-            hub.channel.ordered = True
+            hub.channel.require_order()
         if start is not None and not hub.clients:
             apply_start(hub, start)
         self.format = MessageFormat(
@@ -555,10 +559,16 @@ class ClientConnection:
         topic_name, partition = publish_target(command, limits)
         part = view.hosted_partition(self.node, topic_name, partition, for_write=True)
         batch = read_publish(command, part, limits, self.decoder.unread)
-        view.check_leader(self.node, part, fatal=False)
-        if view.unwritable(part):
-            raise ServerError("E_FAILED_ON_NOT_WRITABLE", fatal=False)
-        stored = view.append(part, batch.messages)
+        self.published_to.add(part.store)  # its /stats entry goes when the client does
+        stored: list[StoredMessage] = []
+        try:
+            view.check_leader(self.node, part, fatal=False)
+            if view.unwritable(part):
+                raise ServerError("E_FAILED_ON_NOT_WRITABLE", fatal=False)
+            stored = view.append(part, batch.messages)
+        finally:
+            count = len(stored) or len(batch.messages)
+            part.store.count_publish(self.remote_address, self.user_agent, count, failed=not stored)
         await self._ok(command.name, publish_answer(command.name, stored, batch.traced_ext))
 
     # -- standalone-only commands -------------------------------------------------------------
@@ -566,11 +576,8 @@ class ClientConnection:
     async def _internal_create_topic(self, command: ClientCommand) -> None:
         if len(command.params) < 2:
             raise ServerError("E_INVALID", "CREATE_TOPIC insufficient number of parameters")
-        raise ServerError(
-            "E_CREATE_TOPIC_FAILED",
-            "CREATE_TOPIC is not allowed here while cluster feature enabled.",
-            fatal=False,
-        )
+        refused = "CREATE_TOPIC is not allowed here while cluster feature enabled."
+        raise ServerError("E_CREATE_TOPIC_FAILED", refused, fatal=False)
 
 
 #: the commands that never wait (no answer frame, no fault applies): run without a coroutine

@@ -17,7 +17,8 @@ Check order, status codes and error texts follow ``nsqdserver/http.go`` (youzan/
   they are (400 ``MISSING_ARG_TOPIC``..., 404 ``E_TOPIC_NOT_EXIST``); text mode splits on
   ``\\n`` and skips empty lines, ``binary`` mode parses ``[u32 count]{[u32 len][bytes]}`` (413
   ``BAD_BODY`` / ``BAD_MESSAGE``); the leader check comes after the body.  An MPUB of no message
-  answers 500 ``INTERNAL_ERROR``, as the real server's division by zero does;
+  answers 500 ``INTERNAL_ERROR`` at once (the real server waits for the partition's next
+  publish, then divides by zero);
 * ``/stats``: :mod:`.nsqd_stats`.
 
 Where the emulation deliberately differs: ``/channel/delete`` of an unknown channel answers 200
@@ -349,7 +350,7 @@ class NsqdHttpApi:
             raise ApiError(400, "INVALID_OPTION")
         if order == "false" and hub.channel.ordered:
             hub.drop_all("channel order turned off")
-        hub.channel.ordered = order == "true"
+        hub.channel.require_order(order == "true")
         hub.dispatch(self.view.now())
         self._record(hub, EventKind.CHANNEL_ORDER_SET, ordered=hub.channel.ordered)
         return None

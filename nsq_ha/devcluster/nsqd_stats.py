@@ -1,13 +1,14 @@
 """The emulated nsqd's ``/stats`` (PROTOCOL.md §5.6): the key sets in Go's struct order.
 
-Only partitions hosted on the node (``node in part.replicas``), sorted by full name.  Where the
-emulation approximates: no publisher statistics (``client_pub_stats`` is empty, the topic's
-``client_num`` 0); histograms are zeros except that every stored message counts as one fast
-write; a channel's ``depth`` counts unread, requeued, deferred **and in-flight** messages (the
-real one counts everything not yet confirmed), ``depth_size`` sums their raw sizes and
-``depth_ts`` is the timestamp of the message the channel read from the log last (nsqd's
-``waitingProcessMsgTs``, :attr:`~nsq_ha.devcluster.store.Channel.read_ts`), printed in UTC; the
-text form is a short summary.
+Only partitions hosted on the node (``node in part.replicas``), sorted by full name.
+``client_pub_stats`` lists the TCP publishers (nsqd's, by remote address, gone with the
+connection; ``client_num`` counts them). Where the emulation approximates: histograms are zeros
+except that every stored message counts as one fast write; a channel's ``depth`` counts unread,
+requeued, deferred **and in-flight** messages (the real one counts everything not yet
+confirmed: what is in flight from before a seek is left out), ``depth_size`` sums their raw
+sizes and ``depth_ts`` is the timestamp of the message the channel read from the log last
+(nsqd's ``waitingProcessMsgTs``, :attr:`~nsq_ha.devcluster.store.Channel.read_ts`), printed in
+UTC; the text form is a short summary.
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ def _topic_stats(
         "message_count": len(log),
         "is_leader": leader,
         "hourly_pubsize": 0,
-        "client_pub_stats": None if filter_clients else [],
-        "client_num": 0,
+        "client_pub_stats": None if filter_clients else list(part.store.publishers.values()),
+        "client_num": len(part.store.publishers),
         "msg_size_stats": sizes,
         "msg_write_latency_stats": latencies,
         "is_multi_ordered": topic.ordered,
@@ -115,12 +116,17 @@ def _channel_stats(part: DevPartition, hub: ChannelHub, with_clients: bool) -> d
     channel = hub.channel
     unacked = list(part.store.log[channel.cursor :])
     unacked += [message for message, _ in channel.requeued]
-    unacked += [item.message for item in channel.deferred]
-    unacked += [flight.message for flight in channel.in_flight.values()]
+    unacked += [item.message for item in channel.deferred if not item.to_end]
+    # what a seek left behind (the message read ahead, delivered after it) is below nsqd's
+    # confirmed position, which its depth counts from
+    unacked += [f.message for f in channel.in_flight.values() if f.message.offset >= channel.floor]
     read_ts = channel.read_ts
+    # nsqd's Backlogs: an ordered channel's depth, else what is deferred in memory plus what
+    # the pump has not read yet
+    backlogs = len(unacked) if channel.ordered else channel.delayed_count + channel.not_read
     return {
         "channel_name": channel.name,
-        "backlogs": 0,
+        "backlogs": backlogs,
         "depth": len(unacked),
         "depth_size": sum(m.raw_size for m in unacked),
         "depth_ts": go_time_string(read_ts),
@@ -138,7 +144,7 @@ def _channel_stats(part: DevPartition, hub: ChannelHub, with_clients: bool) -> d
         "paused": hub.paused,
         "skipped": hub.skipped,
         "zan_test_skipped": False,
-        "delayed_queue_count": 0,
+        "delayed_queue_count": channel.delayed_queue_count,
         "delayed_queue_recent": _EPOCH,
         "delayed_queue_recent_nano": 0,
         "e2e_processing_latency": {"count": 0, "percentiles": None},

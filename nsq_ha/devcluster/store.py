@@ -49,6 +49,11 @@ RECORD_OVERHEAD = 4 + 26
 FIRST_INTERNAL_ID = 2
 #: nsqd caps the attempts counter here
 MAX_ATTEMPTS = 4000
+#: how long after its publish nsqd's channel pump is taken to hold a message (seconds): a
+#: SUB_ORDERED sooner finds nothing held (recorded on the fork: no second copy; after 1 s: two)
+HOLD_AFTER = 0.1
+#: nsqd's ``--req-to-end-threshold`` (seconds): a longer REQ delay goes to the delayed queue
+REQ_TO_END_THRESHOLD = 15 * 60.0
 
 
 def record_size(body: bytes, *, ext_topic: bool, header: bytes | None = None) -> int:
@@ -126,6 +131,8 @@ class Partition:
         self.next_id = FIRST_INTERNAL_ID
         self.end = 0
         self.channels: dict[str, Channel] = {}
+        #: nsqd's ``clientPubStats``: a TCP publisher's ``/stats`` entry by its remote address
+        self.publishers: dict[str, dict[str, object]] = {}
 
     def __repr__(self) -> str:
         return f"<Partition {self.topic}-{self.partition} messages={len(self.log)} end={self.end}>"
@@ -156,6 +163,27 @@ class Partition:
         """The clock the channels' deadlines are on."""
         return self._clock()
 
+    def wall_ns(self) -> int:
+        """The wall clock messages are stamped with (Unix ns)."""
+        return self._wall_ns()
+
+    def count_publish(self, remote: str, user_agent: str, count: int, *, failed: bool) -> None:
+        """A TCP client published ``count`` messages here, or failed to: its entry is made at
+        its first publish (the user agent and the time then, in Unix seconds), as nsqd's
+        ``InitPubClientStats`` does."""
+        entry = self.publishers.get(remote)
+        if entry is None:
+            entry = self.publishers[remote] = {
+                "remote_address": remote,
+                "user_agent": user_agent,
+                "protocol": "tcp",
+                "pub_count": 0,
+                "err_count": 0,
+                "last_pub_ts": self._wall_ns() // 1_000_000_000,
+            }
+        key = "err_count" if failed else "pub_count"
+        entry[key] = int(str(entry[key])) + count
+
     def channel(self, name: str) -> Channel:
         """The channel ``name``, created at the partition's current end if new."""
         channel = self.channels.get(name)
@@ -184,6 +212,8 @@ class _Deferred:
     attempts: int = field(compare=False)
     #: deferred by a REQ with a delay (nsqd keeps those in flight until they are due)
     delayed: bool = field(default=False, compare=False)
+    #: in nsqd's delayed queue (a REQ delay over :data:`REQ_TO_END_THRESHOLD`)
+    to_end: bool = field(default=False, compare=False)
 
 
 class Channel:
@@ -211,6 +241,11 @@ class Channel:
         self._echo = False
         self._replay: InFlight | None = None
         self._read_ts = 0
+        #: nsqd's ``requireOrder``: set by the first SUB_ORDERED (or ``setorder=true``)
+        self._order_required = False
+        #: the offset the last seek moved to (nsqd's confirmed position then): what is in
+        #: flight from before it is not in ``/stats`` depth
+        self.floor = 0
 
     def __repr__(self) -> str:
         return (
@@ -222,13 +257,18 @@ class Channel:
     def depth(self) -> int:
         """Messages not yet finished and not in flight (what ``/stats`` calls depth)."""
         unread = len(self.partition.log) - self.cursor
-        return unread + len(self.requeued) + len(self.deferred)
+        return unread + len(self.requeued) + len(self.deferred) - self.delayed_queue_count
 
     @property
     def delayed_count(self) -> int:
         """Messages deferred by a REQ with a delay and not yet due back (nsqd counts them in
         flight and as ``deferred_count``)."""
         return sum(1 for item in self.deferred if item.delayed)
+
+    @property
+    def delayed_queue_count(self) -> int:
+        """Messages a long REQ sent to nsqd's delayed queue, not yet due back."""
+        return sum(1 for item in self.deferred if item.to_end)
 
     def _due(self, now: float) -> None:
         while self.deferred and self.deferred[0].due <= now:
@@ -237,17 +277,27 @@ class Channel:
                 self.requeue_count += 1
             self.requeued.append((item.message, item.attempts))
 
+    def _reads_ahead(self) -> bool:
+        """True when nsqd's pump has read the message at the cursor already (it holds it, or
+        has it read while it holds a requeued one)."""
+        return (
+            self.ahead is None
+            and not (self.ordered and self.in_flight)
+            and self.cursor < len(self.partition.log)
+        )
+
+    @property
+    def not_read(self) -> int:
+        """Messages of the log the pump has not read yet (nsqd's ``GetChannelNotReadCnt``)."""
+        unread = len(self.partition.log) - self.cursor
+        return unread - 1 if self._reads_ahead() else unread
+
     @property
     def read_ts(self) -> int:
         """What the fork's ``/stats`` calls ``depth_ts_nano``: the timestamp of the message the
         channel pump read from the log last. It reads the next one as soon as nothing it holds
         is waiting (an ordered channel: nothing in flight either); 0 after a seek until then."""
-        if (
-            self.ahead is None
-            and not self.requeued
-            and not (self.ordered and self.in_flight)
-            and self.cursor < len(self.partition.log)
-        ):
+        if not self.requeued and self._reads_ahead():
             return self.partition.log[self.cursor].timestamp
         return self._read_ts
 
@@ -310,6 +360,23 @@ class Channel:
             self._replay = flight
         return flight
 
+    def require_order(self, required: bool = True) -> None:
+        """``SUB_ORDERED`` or ``/channel/setorder`` (nsqd's ``SetOrdered``). Turning it on the
+        first time resets nsqd's reader: the message its pump holds still goes out, then the
+        reset forgets it and reads it again, so it goes out twice under one id (:meth:`replay`)
+        when the pump held it: published :data:`HOLD_AFTER` s ago or more (a race on the
+        fork, which sends one copy when the subscription follows the publish at once)."""
+        first = required and not self._order_required
+        self._order_required = self.ordered = required
+        log = self.partition.log
+        if first and not self.in_flight and self.ahead is None and not self.requeued:
+            age = (
+                (self.partition.wall_ns() - log[self.cursor].timestamp) / 1e9
+                if self.cursor < len(log)
+                else -1.0
+            )
+            self._echo = age >= HOLD_AFTER
+
     def replay(self) -> InFlight | None:
         """After :meth:`take` on an ordered channel whose held message was just finished: the
         message handed out, which nsqd's second reset forgets (no requeue; its holder gets the
@@ -342,11 +409,24 @@ class Channel:
         return flight.message
 
     def requeue(self, internal_id: int, client: Hashable, delay: float, now: float) -> bool:
-        """REQ; returns False when ignored (ordered channel with a delay, as nsqd does)."""
+        """REQ; returns False when ignored (ordered channel with a delay, as nsqd does).
+
+        A delay over :data:`REQ_TO_END_THRESHOLD` on a channel neither ordered nor ephemeral
+        sends the message to nsqd's delayed queue (protocol_v2.go REQ, requeueToEnd): it is
+        finished, and a copy is due back after the delay, counted in
+        :attr:`delayed_queue_count`, neither deferred nor in flight (the fork's copy has a new
+        id; this one keeps its own)."""
         flight = self._owned(internal_id, client)
         if self.ordered and delay > 0:
             return False
         del self.in_flight[internal_id]
+        if delay > REQ_TO_END_THRESHOLD and not self.name.endswith("#ephemeral"):
+            self.finished += 1
+            self._sequence += 1
+            item = _Deferred(now + delay, self._sequence, flight.message, flight.attempts)
+            item.to_end = True
+            heapq.heappush(self.deferred, item)
+            return True
         if delay <= 0:
             self.requeue_count += 1
         self._back(flight, now + delay, delayed=delay > 0)
@@ -424,6 +504,7 @@ class Channel:
         self._replay = None
         self._read_ts = 0
         self.cursor = index
+        self.floor = log[index].offset if index < len(log) else self.partition.end
         self.requeued.clear()
         self.deferred.clear()
         return forgotten

@@ -1258,3 +1258,158 @@ def test_an_ordered_seek_delivers_the_held_message_then_the_next_one_twice(
         sub.expect_silence(0.5)
         fin(sub, one.id)
         sub.expect_error(fin_failed(one.id))
+
+
+def test_identify_without_client_id_or_hostname_leaves_them_empty(backend: Backend) -> None:
+    """client_v2.go Identify sets ``client_id`` (else ``short_id``) and ``hostname`` (else
+    ``long_id``) even when empty: the remote address is their default only before IDENTIFY."""
+    with Wire(backend.leader(B_PLAIN)) as w:
+        w.identify_body({"user_agent": "ua/1"})
+        w.expect_ok()
+        w.command(f"SUB {B_PLAIN} c_ident_empty 0")
+        w.expect_ok()
+        (client,) = wait_for(
+            lambda: channel_entry(backend, B_PLAIN, "c_ident_empty").get("clients"),
+            10.0,
+            "the client in /stats",
+        )
+    assert (client["client_id"], client["hostname"], client["user_agent"]) == ("", "", "ua/1")
+
+
+def test_backlogs_count_what_is_deferred_and_what_the_pump_has_not_read(backend: Backend) -> None:
+    """channel.go Backlogs (not ordered): messages deferred by a REQ with a delay plus those
+    the pump has not read yet (it has read one ahead of what it delivered)."""
+    created_channel(backend, B_PLAIN, "c_backlogs")
+    with Wire(backend.leader(B_PLAIN)) as p:
+        for i in range(4):
+            pub(p, B_PLAIN, b"bl-%d" % i)
+        wait_read_ahead(backend, B_PLAIN, "c_backlogs")
+        assert channel_entry(backend, B_PLAIN, "c_backlogs")["backlogs"] == 3
+        spec = Sub(B_PLAIN, "c_backlogs", rdy=2)
+        with subscribe(backend.leader(B_PLAIN), spec) as sub:
+            first, second = sub.read_message(), sub.read_message()
+            fin(sub, first.id)
+            req(sub, second.id, 60_000)
+
+            def counted() -> dict[str, Any]:
+                entry = channel_entry(backend, B_PLAIN, "c_backlogs")
+                return entry if entry.get("deferred_count") == 1 else {}
+
+            entry = wait_for(counted, 10.0, "the deferred message in /stats")
+            # RDY 2 took the other two as well: nothing is left unread, one is deferred
+            assert (entry["backlogs"], entry["depth"]) == (1, 3)
+
+
+def test_channel_empty_leaves_depth_0_with_the_message_read_ahead_in_flight(
+    backend: Backend,
+) -> None:
+    """After ``/channel/empty`` the pump's held message goes out, yet depth counts from the
+    new confirmed position (the end): 0, with that message in flight."""
+    params = created_channel(backend, B_PLAIN, "c_empty_held")
+    url = backend.leader_http(B_PLAIN)
+    with Wire(backend.leader(B_PLAIN)) as p:
+        for i in range(3):
+            pub(p, B_PLAIN, b"eh-%d" % i)
+    spec = Sub(B_PLAIN, "c_empty_held", rdy=1)
+    with subscribe(backend.leader(B_PLAIN), spec) as sub:
+        first = sub.read_message()
+        assert first.body == b"eh-0"
+        wait_read_ahead(backend, B_PLAIN, "c_empty_held", past=first.timestamp)
+        resp = http("POST", f"{url}/channel/empty", params)
+        assert (resp.status_code, resp.text) == (200, "")
+        held = sub.read_message()
+        assert held.body == b"eh-1"
+        entry = channel_entry(backend, B_PLAIN, "c_empty_held")
+        assert (entry["depth"], entry["in_flight_count"], entry["backlogs"]) == (0, 1, 0)
+        fin(sub, first.id)
+        sub.expect_error(fin_failed(first.id))
+        fin(sub, held.id)
+
+
+def test_the_first_sub_ordered_on_a_channel_with_a_backlog_may_send_its_head_twice(
+    backend: Backend,
+) -> None:
+    """SUB_ORDERED makes nsqd's SetOrdered reset the reader the first time: the head message
+    the pump holds goes out, the reset forgets it and reads it again. The real fork sends it
+    twice (same id, attempts 1) in most runs, once in others; the embedded cluster twice when
+    the message is 0.1 s old or more (tests/unit/test_devcluster_store.py). Then the rest, one
+    at a time, in order."""
+    created_channel(backend, B_ORD, "c_first_ordered")
+    with Wire(backend.leader(B_ORD)) as p:
+        for i in range(3):
+            pub(p, B_ORD, b"fo-%d" % i)
+    wait_read_ahead(backend, B_ORD, "c_first_ordered")
+    spec = Sub(B_ORD, "c_first_ordered", command="SUB_ORDERED", rdy=5)
+    with subscribe(backend.leader(B_ORD), spec) as sub:
+        head = sub.read_message(detail=True)
+        copies = [head]
+        with contextlib.suppress(NoFrame):
+            copies.append(sub.read_message(detail=True, timeout=1.0))
+        assert {(m.body, m.id, m.attempts, m.offset) for m in copies} == {
+            (b"fo-0", head.id, 1, head.offset)
+        }
+        fin(sub, head.id)
+        assert read_until(sub, b"fo-2", detail=True) == [b"fo-1", b"fo-2"]
+
+
+def test_stats_list_each_tcp_publisher_until_it_disconnects(backend: Backend) -> None:
+    """stats.go ClientPubStats: a TCP publisher of a topic partition is listed by its remote
+    address, with the user agent it had at its first publish, ``tcp``, the messages it
+    published (PUB counts 1, MPUB its count) and the time of its first publish; the topic's
+    ``client_num`` counts the publishers; a publisher that disconnects is gone
+    (nsqd.go CleanClientPubStats). HTTP publishers are not listed."""
+    url = backend.http_url(backend.leader(B_TWO, 1))
+
+    def publishers() -> list[dict[str, Any]]:
+        return list((stats_partition(url, B_TWO, 1) or {}).get("client_pub_stats") or [])
+
+    http("POST", f"{url}/pub", {"topic": B_TWO, "partition": "1"}, content=b"over http")
+    with Wire(backend.leader(B_TWO, 1)) as p:
+        p.identify_body({"user_agent": "pub/1"})
+        p.expect_ok()
+        for i in range(3):
+            pub(p, B_TWO, b"ps-%d" % i, partition=1)
+        p.command(f"MPUB {B_TWO} 1", mpub_body([b"ps-3", b"ps-4"]))
+        p.expect_ok()
+        host, port = p.sock.getsockname()[:2]
+        (entry,) = wait_for(publishers, 10.0, "the publisher in /stats")
+        assert isinstance(entry.pop("last_pub_ts"), int)
+        assert entry == {
+            "remote_address": f"{host}:{port}",
+            "user_agent": "pub/1",
+            "protocol": "tcp",
+            "pub_count": 5,
+            "err_count": 0,
+        }
+        assert (stats_partition(url, B_TWO, 1) or {})["client_num"] == 1
+    wait_for(lambda: not publishers(), 10.0, "the publisher gone from /stats")
+
+
+def test_a_req_over_15_minutes_goes_to_the_delayed_queue(backend: Backend) -> None:
+    """protocol_v2.go REQ: a delay over ``--req-to-end-threshold`` (15 min) on a plain channel
+    sends the message to the delayed queue (requeueToEnd): the original is finished, so it
+    is neither in flight nor deferred and its FIN answers "not in flight"; the channel counts
+    it in ``delayed_queue_count``; its holder counts a requeue and gets the RDY room back."""
+    spec = Sub(B_PLAIN, "c_req_to_end", rdy=1)
+    with subscribe(backend.leader(B_PLAIN), spec) as sub, Wire(backend.leader(B_PLAIN)) as p:
+        pub(p, B_PLAIN, b"to-end")
+        msg = sub.read_message()
+        req(sub, msg.id, 16 * 60 * 1000)
+
+        def moved() -> dict[str, Any]:
+            entry = channel_entry(backend, B_PLAIN, "c_req_to_end")
+            return entry if entry.get("delayed_queue_count") == 1 else {}
+
+        entry = wait_for(moved, 10.0, "the message in the delayed queue")
+        counters = ("depth", "backlogs", "in_flight_count", "deferred_count", "requeue_count")
+        assert [entry[k] for k in counters] == [0, 0, 0, 0, 0]
+        (client,) = entry["clients"]
+        assert (client["in_flight_count"], client["requeue_count"], client["finish_count"]) == (
+            0,
+            1,
+            0,
+        )
+        fin(sub, msg.id)
+        sub.expect_error(fin_failed(msg.id))
+        pub(p, B_PLAIN, b"after")
+        assert read_until(sub, b"after") == [b"after"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nsq_ha.devcluster.store import Partition, record_size
+from nsq_ha.devcluster.store import REQ_TO_END_THRESHOLD, Partition, record_size
 from nsq_ha.errors import InvalidArgumentError
 
 
@@ -259,3 +259,38 @@ def test_depth_and_release_of_a_departed_client() -> None:
     channel.release("gone", clock.now)
     assert (channel.depth, len(channel.in_flight)) == (4, 0)
     assert channel.has_ready(clock.now)
+
+
+def test_a_req_over_the_threshold_goes_to_the_delayed_queue_and_comes_back() -> None:
+    part, clock = partition()
+    channel = part.channel("late")
+    part.append(b"m")
+    flight = channel.take("x", 60, clock.now)
+    assert flight is not None
+    delay = REQ_TO_END_THRESHOLD + 1
+    assert channel.requeue(flight.message.internal_id, "x", delay, clock.now)
+    assert (channel.delayed_queue_count, channel.delayed_count, channel.depth) == (1, 0, 0)
+    assert (channel.finished, channel.in_flight) == (1, {})
+    assert channel.take("x", 60, clock.now) is None
+    clock.now += delay
+    again = channel.take("x", 60, clock.now)
+    assert again is not None
+    assert (again.message, again.attempts, channel.delayed_queue_count) == (flight.message, 2, 0)
+    assert channel.requeue_count == 0  # nsqd's requeue count does not see the delayed queue
+
+
+@pytest.mark.parametrize(("age", "copies"), [(0.0, 1), (0.2, 2)])
+def test_the_first_sub_ordered_sends_a_held_head_twice(age: float, copies: int) -> None:
+    """nsqd's SetOrdered resets the reader: a head message the pump held (published 0.1 s
+    ago or more) goes out, is forgotten and goes out again; a fresh one once."""
+    part, clock = partition()
+    channel = part.channel("first")
+    head, _ = part.append(b"m0"), part.append(b"m1")
+    clock.wall += int(age * 1e9)
+    channel.require_order()
+    sent = [channel.take("x", 60, clock.now)]
+    if channel.replay() is not None:
+        sent.append(channel.take("x", 60, clock.now))
+    assert [(f.message, f.attempts) for f in sent if f is not None] == [(head, 1)] * copies
+    channel.require_order()  # only the first time
+    assert channel.replay() is None
