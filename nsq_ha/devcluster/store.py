@@ -37,6 +37,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from nsq_ha.errors import InvalidArgumentError
 from nsq_ha.protocol.message import join_fork_id
@@ -132,7 +133,7 @@ class Partition:
         self.end = 0
         self.channels: dict[str, Channel] = {}
         #: nsqd's ``clientPubStats``: a TCP publisher's ``/stats`` entry by its remote address
-        self.publishers: dict[str, dict[str, object]] = {}
+        self.publishers: dict[str, dict[str, Any]] = {}
 
     def __repr__(self) -> str:
         return f"<Partition {self.topic}-{self.partition} messages={len(self.log)} end={self.end}>"
@@ -181,8 +182,7 @@ class Partition:
                 "err_count": 0,
                 "last_pub_ts": self._wall_ns() // 1_000_000_000,
             }
-        key = "err_count" if failed else "pub_count"
-        entry[key] = int(str(entry[key])) + count
+        entry["err_count" if failed else "pub_count"] += count
 
     def channel(self, name: str) -> Channel:
         """The channel ``name``, created at the partition's current end if new."""
