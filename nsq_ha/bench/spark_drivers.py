@@ -138,30 +138,32 @@ def spark_read(spec: dict[str, Any]) -> dict[str, Any]:
 
 def ordered_consume(spec: dict[str, Any]) -> dict[str, Any]:
     """The ``dev-ordered`` workload (see the module)."""
-    from nsq_ha.consumer import Consumer
     from nsq_ha.devcluster import DevClusterThread
 
     n = spec["n"]
-
-    async def consume(lookupd: str, topic: str) -> float:
-        got = 0
-        async with Consumer(
-            topic, "bench", lookupd=lookupd, partitions=[0], ordered=True, max_in_flight=1
-        ) as consumer:
-            began = time.perf_counter()
-            async for message in consumer:
-                await message.finish()
-                got += 1
-                if got == n:
-                    return time.perf_counter() - began
-        raise RuntimeError(f"the ordered consume ended after {got} of {n} messages")
-
     with DevClusterThread(nodes=3) as dev:
         lookupd, topic = dev.lookupd_http, _topic()
         asyncio.run(_create(lookupd, topic, ordered=True))
         asyncio.run(_publish(lookupd, topic, n, spec["size"], partition=0))
-        seconds = asyncio.run(asyncio.wait_for(consume(lookupd, topic), 600))
+        options = {"partitions": [0], "ordered": True, "max_in_flight": 1}
+        seconds = asyncio.run(asyncio.wait_for(_consume(lookupd, topic, n, options), 600))
     return {"count": n, "seconds": seconds}
+
+
+async def _consume(lookupd: str, topic: str, n: int, options: dict[str, Any]) -> float:
+    """Seconds to consume ``n`` messages of channel ``bench`` with ``async for``, each
+    finished, the clock started once the consumer is up (``options``: the Consumer's)."""
+    from nsq_ha.consumer import Consumer
+
+    got = 0
+    async with Consumer(topic, "bench", lookupd=lookupd, **options) as consumer:
+        began = time.perf_counter()
+        async for message in consumer:
+            await message.finish()
+            got += 1
+            if got == n:
+                return time.perf_counter() - began
+    raise RuntimeError(f"the consume of {topic!r} ended after {got} of {n} messages")
 
 
 def spark_write(spec: dict[str, Any]) -> dict[str, Any]:
@@ -202,26 +204,13 @@ def spark_write(spec: dict[str, Any]) -> dict[str, Any]:
 
 def plain_consume(spec: dict[str, Any]) -> dict[str, Any]:
     """The ``dev-consume`` workload (see the module)."""
-    from nsq_ha.consumer import Consumer
-
     n = spec["n"]
-
-    async def consume(lookupd: str, topic: str) -> float:
-        got = 0
-        async with Consumer(topic, "bench", lookupd=lookupd, max_in_flight=2500) as consumer:
-            began = time.perf_counter()
-            async for message in consumer:
-                await message.finish()
-                got += 1
-                if got == n:
-                    return time.perf_counter() - began
-        raise RuntimeError(f"the consume ended after {got} of {n} messages")
-
     with _cluster_process() as lookupd:
         topic = _topic()
         asyncio.run(_create(lookupd, topic))
         asyncio.run(_publish(lookupd, topic, n, spec["size"]))
-        seconds = asyncio.run(asyncio.wait_for(consume(lookupd, topic), 600))
+        options = {"max_in_flight": 2500}
+        seconds = asyncio.run(asyncio.wait_for(_consume(lookupd, topic, n, options), 600))
     return {"count": n, "seconds": seconds}
 
 

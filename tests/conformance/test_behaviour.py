@@ -36,6 +36,7 @@ from .test_conformance import (
     pub_trace,
     req,
     req_failed,
+    setoffset,
     stats_partition,
     subscribe,
     touch,
@@ -1070,33 +1071,14 @@ def created_channel(backend: Backend, topic: str, channel: str) -> dict[str, str
     return params
 
 
-def drain_all(w: Wire, *, detail: bool = True, quiet: float = 1.0) -> list[tuple[bytes, int]]:
-    """(body, attempts) of every message until ``quiet`` seconds pass without one; each is
-    finished."""
-    got = []
-    while True:
-        try:
-            frame = w.read_frame(quiet)
-        except NoFrame:
-            return got
-        if frame.type != 2:
-            got.append((b"frame:%d:" % frame.type + frame.data, -1))
-            continue
-        msg = Message.parse(frame.data, detail=detail)
-        got.append((msg.body, msg.attempts))
-        fin(w, msg.id)
-
-
 def test_setoffset_first_delivers_the_message_read_ahead(backend: Backend) -> None:
     """A channel with a backlog and no consumer has read its first message ahead; after
     ``/channel/setoffset`` to the third, that message still comes first, then the third on."""
-    params = created_channel(backend, B_PLAIN, "c_ra_set")
-    url = backend.leader_http(B_PLAIN)
+    created_channel(backend, B_PLAIN, "c_ra_set")
     with Wire(backend.leader(B_PLAIN)) as p:
         offsets = [pub_trace(p, B_PLAIN, b"so-%d" % i, i + 1).offset for i in range(5)]
     wait_read_ahead(backend, B_PLAIN, "c_ra_set")
-    body = b"virtual_queue:%d" % offsets[2]
-    resp = http("POST", f"{url}/channel/setoffset", params, content=body)
+    resp = setoffset(backend, B_PLAIN, "c_ra_set", b"virtual_queue:%d" % offsets[2])
     assert (resp.status_code, resp.text) == (200, "")
     assert channel_entry(backend, B_PLAIN, "c_ra_set")["depth_ts_nano"] == 0
     spec = Sub(B_PLAIN, "c_ra_set", command="SUB_ADVANCED", rdy=10)
@@ -1147,8 +1129,6 @@ def test_setoffset_under_a_consumer_forgets_its_message_and_delivers_the_one_rea
     the fourth forgets the first (channel.go drainChannelWaiting/initPQ: its holder gets the
     RDY room back, its FIN is "not in flight") and delivers the second at once, then the
     fourth and the fifth."""
-    url = backend.leader_http(B_PLAIN)
-    params = {"topic": B_PLAIN, "partition": "0", "channel": "c_ra_live"}
     spec = Sub(B_PLAIN, "c_ra_live", command="SUB_ADVANCED", rdy=1)
     with subscribe(backend.leader(B_PLAIN), spec) as sub:
         with Wire(backend.leader(B_PLAIN)) as p:
@@ -1156,8 +1136,7 @@ def test_setoffset_under_a_consumer_forgets_its_message_and_delivers_the_one_rea
         first = sub.read_message(detail=True)
         assert first.body == b"sl-0"
         wait_read_ahead(backend, B_PLAIN, "c_ra_live", past=first.timestamp)
-        body = b"virtual_queue:%d" % offsets[3]
-        resp = http("POST", f"{url}/channel/setoffset", params, content=body)
+        resp = setoffset(backend, B_PLAIN, "c_ra_live", b"virtual_queue:%d" % offsets[3])
         assert (resp.status_code, resp.text) == (200, "")
         held = sub.read_message(detail=True)
         assert (held.body, held.attempts) == (b"sl-1", 1)
@@ -1173,13 +1152,11 @@ def test_a_seek_onto_the_message_read_ahead_delivers_it_once(backend: Backend) -
     """The held first message and the new position's first message are the same: it is
     delivered once (protocol_v2.go messagePump skips a message already in flight or
     confirmed)."""
-    params = created_channel(backend, B_PLAIN, "c_ra_onto")
-    url = backend.leader_http(B_PLAIN)
+    created_channel(backend, B_PLAIN, "c_ra_onto")
     with Wire(backend.leader(B_PLAIN)) as p:
         offsets = [pub_trace(p, B_PLAIN, b"on-%d" % i, i + 1).offset for i in range(3)]
         wait_read_ahead(backend, B_PLAIN, "c_ra_onto")
-        body = b"virtual_queue:%d" % offsets[0]
-        resp = http("POST", f"{url}/channel/setoffset", params, content=body)
+        resp = setoffset(backend, B_PLAIN, "c_ra_onto", b"virtual_queue:%d" % offsets[0])
         assert (resp.status_code, resp.text) == (200, "")
         spec = Sub(B_PLAIN, "c_ra_onto", command="SUB_ADVANCED", rdy=10)
         with subscribe(backend.leader(B_PLAIN), spec) as sub:
@@ -1235,14 +1212,11 @@ def test_an_ordered_seek_delivers_the_held_message_then_the_next_one_twice(
     message not in ordered"), which forgets the message it has just sent from the new
     position and sends it again: two copies under one id, past RDY 1; one FIN finishes it."""
     spec = Sub(B_ORD, "c_ra_ord", command="SUB_ORDERED", rdy=0)
-    url = backend.leader_http(B_ORD)
-    params = {"topic": B_ORD, "partition": "0", "channel": "c_ra_ord"}
     with subscribe(backend.leader(B_ORD), spec) as sub:
         with Wire(backend.leader(B_ORD)) as p:
             offsets = [pub_trace(p, B_ORD, b"or-%d" % i, i + 1).offset for i in range(4)]
         wait_read_ahead(backend, B_ORD, "c_ra_ord")
-        body = b"virtual_queue:%d" % offsets[2]
-        resp = http("POST", f"{url}/channel/setoffset", params, content=body)
+        resp = setoffset(backend, B_ORD, "c_ra_ord", b"virtual_queue:%d" % offsets[2])
         assert (resp.status_code, resp.text) == (200, "")
         sub.command("RDY 1")
         held = sub.read_message(detail=True)
