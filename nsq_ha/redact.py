@@ -8,10 +8,12 @@ httpx's) carries the secret.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Final
+from collections.abc import Callable, Collection
+from typing import Any, Final
 
-__all__ = ["REDACTED", "redact_text", "redact_url", "split_credentials"]
+__all__ = ["REDACTED", "redact_text", "redact_url", "redacted_repr", "split_credentials"]
 
 REDACTED: Final = "***"
 
@@ -56,3 +58,29 @@ def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
     if not parsed.userinfo:
         return url, None
     return str(parsed.copy_with(userinfo=b"")), (parsed.username, parsed.password)
+
+
+def _redact_value(value: Any, redact: Callable[[str], str]) -> Any:
+    """A URL field's value with every URL in it redacted: a string, or a tuple or list of
+    them (anything else is returned as it is)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, tuple | list):
+        return type(value)(redact(v) if isinstance(v, str) else v for v in value)
+    return value
+
+
+def redacted_repr(
+    obj: Any, urls: Collection[str] = ("lookupd",), redact: Callable[[str], str] = redact_url
+) -> str:
+    """The repr a dataclass would have (its ``repr=True`` fields, in order), with the
+    passwords of the URLs in the fields named in ``urls`` shown as ``***``
+    (``http://user:***@host:4161``; ``redact`` does it): the ``__repr__`` of a dataclass
+    that holds lookupd URLs. Nested values keep their own repr."""
+    shown = ", ".join(
+        f"{f.name}={(_redact_value(value, redact) if f.name in urls else value)!r}"
+        for f in dataclasses.fields(obj)
+        if f.repr
+        for value in (getattr(obj, f.name),)
+    )
+    return f"{type(obj).__qualname__}({shown})"

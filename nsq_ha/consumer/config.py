@@ -27,6 +27,7 @@ from nsq_ha.errors import ConfigError
 from nsq_ha.lookup import LookupClient
 from nsq_ha.protocol.identify import ExtFilter
 from nsq_ha.protocol.names import validate_channel, validate_topic
+from nsq_ha.redact import redacted_repr
 
 __all__ = ["OPTIONS", "ConsumerConfig", "GiveUp", "make_config"]
 
@@ -130,6 +131,10 @@ class ConsumerConfig:
         if self.connection is not None and not isinstance(self.connection, ConnectionConfig):
             raise ConfigError("config must be a ConnectionConfig")
         self.connection_config()  # the overrides must make a valid ConnectionConfig too
+
+    def __repr__(self) -> str:
+        """Every field, with a password in a ``lookupd`` URL shown as ``***``."""
+        return redacted_repr(self)
 
     @property
     def addresses(self) -> tuple[str, ...]:

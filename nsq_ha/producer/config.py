@@ -18,6 +18,7 @@ from nsq_ha.errors import ConfigError, InvalidArgumentError
 from nsq_ha.lookup import LookupClient, NodeInfo
 from nsq_ha.producer.args import static_node
 from nsq_ha.producer.policy import RetryPolicy
+from nsq_ha.redact import redacted_repr
 from nsq_ha.routing import ShardingStrategy, get_strategy
 
 __all__ = ["KEYWORD_DEFAULTS", "ProducerConfig"]
@@ -108,6 +109,10 @@ class ProducerConfig:
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        """Every field, with a password in a ``lookupd`` URL shown as ``***``."""
+        return redacted_repr(self)
 
     @property
     def static_nodes(self) -> tuple[NodeInfo, ...]:

@@ -63,11 +63,14 @@ from typing import Any, Literal
 
 from ..connection.security import Security
 from ..errors import ConfigError
+from ..lookup.http import normalize_lookupd
 from ..protocol import validate_channel, validate_topic
+from ..redact import redact_url, redacted_repr
 from ..routing import get_strategy
 from .rows import KEY_HEADER, RowFormat
 from .sink_columns import routing_columns
 from .topics import TOPIC_OPTIONS, TopicOffsets, TopicSet, parse_json_offsets, parse_topic_set
+from .wal import redact_location
 
 __all__ = [
     "OptionError",
@@ -153,6 +156,11 @@ class Endpoint:
     #: TLS, AUTH and compression of the nsqd connections
     security: Security = field(default_factory=Security)
 
+    def __repr__(self) -> str:
+        """Every field, with a password in a ``lookupd`` URL shown as ``***`` (the AUTH
+        secret is hidden by :class:`~nsq_ha.connection.Security`'s own repr)."""
+        return redacted_repr(self)
+
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
@@ -211,6 +219,11 @@ class ReadOptions:
     #: :mod:`.topics`); empty: ``endpoint.topic``, which is the first named topic ("" for a
     #: pattern)
     topic_set: TopicSet = field(default_factory=TopicSet)
+
+    def __repr__(self) -> str:
+        """Every field; the endpoint hides the passwords of its URLs, and the credentials
+        of a ``walPath`` URI are shown as ``***`` too."""
+        return redacted_repr(self, ("wal_path",), redact_location)
 
 
 class _Options:
@@ -302,8 +315,13 @@ class _Options:
         for url in lookupd:
             if "://" not in url and ":" not in url:
                 raise OptionError(
-                    f"option 'lookupd': {url!r} is not an address such as http://host:4161"
+                    f"option 'lookupd': {redact_url(url)!r} is not an address such as "
+                    "http://host:4161"
                 )
+            try:
+                normalize_lookupd(url)  # its error shows the address redacted
+            except ConfigError as exc:
+                raise OptionError(f"option 'lookupd': {exc}") from None
         return Endpoint(topic=topic, lookupd=lookupd, nsqd=nsqd, security=self.security())
 
     def security(self) -> Security:
@@ -345,47 +363,23 @@ class _Options:
             ) from None
 
 
+#: the documented camelCase spelling of each option key that has capitals, by its lower case
+_CAMEL = {
+    name.lower(): name
+    for name in (  # noqa: SIM905 - one name a line would be 34 lines
+        "tlsCaFile tlsCertFile tlsKeyFile tlsServerHostname authSecret authSecretFile "
+        "allowPlaintextAuth deflateLevel bodyColumn keyColumn traceColumn extColumns maxBatch "
+        "maxPending publishTimeout stampBatch topicColumn partitionColumn headersColumn "
+        "startingOffsets startingTimestamp endingOffsets endingTimestamp maxBytesPerTrigger "
+        "maxMessagesPerTrigger failOnDataLoss readTimeout walPath msgTimeout pollTimeout "
+        "staleChannelTimeout keyHeader keyBodyField topicPattern"
+    ).split()
+}
+
+
 def _spell(low: str) -> str:
     """The documented camelCase spelling of a lower-cased option key."""
-    for name in (
-        "tlsCaFile",
-        "tlsCertFile",
-        "tlsKeyFile",
-        "tlsServerHostname",
-        "authSecret",
-        "authSecretFile",
-        "allowPlaintextAuth",
-        "deflateLevel",
-        "bodyColumn",
-        "keyColumn",
-        "traceColumn",
-        "extColumns",
-        "maxBatch",
-        "maxPending",
-        "publishTimeout",
-        "stampBatch",
-        "topicColumn",
-        "partitionColumn",
-        "headersColumn",
-        "startingOffsets",
-        "startingTimestamp",
-        "endingOffsets",
-        "endingTimestamp",
-        "maxBytesPerTrigger",
-        "maxMessagesPerTrigger",
-        "failOnDataLoss",
-        "readTimeout",
-        "walPath",
-        "msgTimeout",
-        "pollTimeout",
-        "staleChannelTimeout",
-        "keyHeader",
-        "keyBodyField",
-        "topicPattern",
-    ):
-        if name.lower() == low:
-            return name
-    return low
+    return _CAMEL.get(low, low)
 
 
 def _split(value: str | None) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from ..consumer import Consumer as AsyncConsumer
 from ..consumer import Message as AsyncMessage
 from ..errors import DiscoveryError, NsqError, NsqTimeoutError, ProtocolError
 from ..lookup.wire import NodeInfo
+from ..redact import redacted_repr
 from ..sync import Consumer
 from .channels import range_channel
 from .options import Endpoint
@@ -45,6 +46,11 @@ class RangeTask:
     security: Security = field(default_factory=Security)
     #: where a row's ``key`` comes from
     row_format: RowFormat = field(default_factory=RowFormat)
+
+    def __repr__(self) -> str:
+        """Every field, with a password in a ``lookupd`` URL shown as ``***`` (Spark shows
+        a planned task's repr in its plans and errors)."""
+        return redacted_repr(self)
 
 
 async def _position(task: RangeTask, position: str) -> tuple[NodeInfo, int]:
