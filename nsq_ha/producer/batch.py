@@ -57,6 +57,7 @@ __all__ = [
     "batch_body_size",
     "batch_command",
     "encode_batch",
+    "mpub_sizes",
     "plain_size",
     "prepare_batch",
     "prepare_message",
@@ -254,7 +255,10 @@ class BatchBuilder:
     ``tracing`` makes every batch traced (so every publish is answered with its offset).
     ``ext_topic`` says whether the topic is known to be an ext topic: only then are messages
     with a header sent in a batch with others (nsqd rejects a header on other topics, and that
-    error must reach only the message that carried it).
+    error must reach only the message that carried it). ``checks_each``: ``max_msg_size`` is a
+    limit an nsqd named, lower than the one messages were checked against when they were
+    queued: every message is measured, and one over it goes in a batch of its own (nsqd refuses
+    only that one).
     """
 
     def __init__(
@@ -265,6 +269,7 @@ class BatchBuilder:
         max_count: int = 1000,
         tracing: bool = False,
         ext_topic: bool = False,
+        checks_each: bool = False,
     ) -> None:
         if max_count < 1:
             raise InvalidArgumentError(f"max_count must be >= 1, got {max_count}")
@@ -273,6 +278,7 @@ class BatchBuilder:
         self.max_count = max_count
         self.tracing = tracing
         self.ext_topic = ext_topic
+        self.checks_each = checks_each
 
     def take(self, queue: deque[_Item]) -> list[_Item]:
         """Pop the next batch from the left of ``queue`` (never empty when the queue is not)."""
@@ -283,11 +289,15 @@ class BatchBuilder:
         if first.message.ext is not None and not self.ext_topic:
             return batch
         plain = not self.tracing and first.message.trace_id is None and first.message.ext is None
-        if plain and self._take_plain(queue, batch):
+        if plain and not self.checks_each and self._take_plain(queue, batch):
             return batch
         # traced or ext messages (first, or next after plain ones): the general rules below
         traced = self.tracing or first.message.trace_id is not None
         has_ext = first.message.ext is not None
+        if self.checks_each and _encoded_size(first.message, _kind(traced, has_ext)) > (
+            self.max_msg_size
+        ):
+            return batch  # over the limit nsqd named: alone, so that nsqd refuses only it
         body_bytes = sum(len(item.message.body) for item in batch)
         ext_bytes = len(first.message.ext or b"")
         while queue and len(batch) < self.max_count:
@@ -337,6 +347,14 @@ def _encoded_size(msg: OutgoingMessage, kind: str) -> int:
     if kind == "ext":
         return 2 + len(msg.ext or b"") + len(msg.body)
     return len(msg.body)
+
+
+def mpub_sizes(messages: Sequence[OutgoingMessage], name: bytes) -> tuple[int, int]:
+    """The body size of the ``name`` command (``b"MPUB"``, ``b"MPUB_TRACE"``, ``b"MPUB_EXT"``)
+    carrying ``messages``, and its largest message as nsqd measures it (``max_msg_size``)."""
+    kind = "ext" if name == b"MPUB_EXT" else "trace" if name == b"MPUB_TRACE" else "plain"
+    sizes = [_encoded_size(m, kind) for m in messages]
+    return 4 + 4 * len(sizes) + sum(sizes), max(sizes, default=0)
 
 
 def record_size(msg: OutgoingMessage, *, ext_topic: bool) -> int:

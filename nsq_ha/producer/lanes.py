@@ -17,7 +17,7 @@ import logging
 import operator
 import sys
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple, cast
 
@@ -143,8 +143,9 @@ class Lane:
     sending: int = 0
 
 
-#: ``send(topic, messages, slot)``: one batch, retried; its results in order, or it raises
-SendBatch = Callable[[str, list[OutgoingMessage], "int | None"], Awaitable[list[PublishResult]]]
+#: ``send(topic, messages, slot)``: one batch, retried (and split when nsqd refuses it for some
+#: of its messages); each message's outcome in order, or it raises (one error for them all)
+SendBatch = Callable[[str, list[OutgoingMessage], "int | None"], Awaitable[Sequence[Outcome]]]
 
 
 class Lanes:
@@ -238,7 +239,7 @@ class Lanes:
                     continue
                 finally:
                     lane.sending -= 1
-                _settle(live, cast("list[Outcome]", results), self._splits)
+                _settle(live, results, self._splits)
                 live = []
         except asyncio.CancelledError:
             closed = PublishError(
@@ -309,8 +310,9 @@ class Lanes:
 def _take(lane: Lane, builder: BatchBuilder, share: int | None) -> list[Run]:
     """Take the next batch off ``lane``'s queue. Plain calls (no trace id, no ext header) go
     whole while they fit (one sum per call); the first that does not is cut message by
-    message (the batch ends there). A call with traced or ext messages, or a tracing
-    producer, is taken message by message under :meth:`BatchBuilder.take`'s rules.
+    message (the batch ends there). A call with traced or ext messages, a tracing producer,
+    or a builder that measures every message (an nsqd named a lower message limit) is taken
+    message by message under :meth:`BatchBuilder.take`'s rules.
 
     ``share`` (None: no share) ends the batch at the first call boundary at or past that many
     messages: a call is never cut for a share, only for the limits of one command."""
@@ -318,7 +320,7 @@ def _take(lane: Lane, builder: BatchBuilder, share: int | None) -> list[Run]:
     runs: list[Run] = []
     if share is None:  # no share: calls are cut wherever one command is full
         share = sys.maxsize
-    if not builder.tracing:
+    if not builder.tracing and not builder.checks_each:
         room = builder.max_body_size - 4  # the MPUB body's count
         left = builder.max_count
         while queue and left:
@@ -418,7 +420,7 @@ class _Same:
         return [self.error] * (index.stop - index.start)
 
 
-def _settle(runs: list[Run], outcomes: list[Outcome] | _Same, splits: set[Call]) -> None:
+def _settle(runs: list[Run], outcomes: Sequence[Outcome] | _Same, splits: set[Call]) -> None:
     """Give each run's messages their outcomes (``outcomes``: one per message of the batch,
     in order). A call whose messages all went in this batch (the common case) gets its
     outcomes at once; a call split over batches gets them when its last run settles."""
@@ -429,7 +431,7 @@ def _settle(runs: list[Run], outcomes: list[Outcome] | _Same, splits: set[Call])
         if future.done():
             splits.discard(call)  # cancelled meanwhile
         elif count == call.pending and call.outcomes is None:
-            future.set_result(outcomes[position : position + count])
+            future.set_result(cast("Outcomes", outcomes[position : position + count]))
         else:
             if call.outcomes is None:
                 call.outcomes = [None] * len(call.messages)

@@ -14,7 +14,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, cast
 
 from nsq_ha import events
 from nsq_ha.connection import ConnectionConfig
@@ -32,7 +32,8 @@ from nsq_ha.producer.batch import (
     encode_batch,
     receipts_from_answer,
 )
-from nsq_ha.producer.lanes import Window
+from nsq_ha.producer.lanes import Outcome, Window
+from nsq_ha.producer.limits import ServerLimits, split_batch, splits_batch
 from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.result import PublishResult
@@ -77,13 +78,15 @@ class Sender:
     ``closing()`` says the producer is closing (no forced lookups then); once
     ``pool.aborting`` is set, a retriable failure ends as PublishError ("closed before nsqd
     acknowledged") instead of another try. ``stats`` counts commands, messages published,
-    retries and forced lookups.
+    retries, forced lookups and batches split after a refusal (``batches_split``).
+    ``limits`` holds the size limits nsqd named in its refusals.
     """
 
     __slots__ = (
         "_windows",
         "closing",
         "config",
+        "limits",
         "max_batch",
         "policy",
         "pool",
@@ -115,16 +118,25 @@ class Sender:
         self.max_batch = max_batch
         self.unkeyed_window = unkeyed_window
         self.closing = closing
+        self.limits = ServerLimits(
+            max_msg_size=config.max_msg_size, max_body_size=config.max_body_size
+        )
         self._windows: dict[tuple[str, int], Window] = {}
 
     def builder(self, routes: Routes | None) -> BatchBuilder:
-        """How batches for ``routes``' topic are cut."""
+        """How batches for ``routes``' topic are cut: under the configured size limits, or
+        the lowest that one of the topic's nsqd named in a refusal."""
+        max_msg, max_body, checks_each = self.config.max_msg_size, self.config.max_body_size, False
+        if self.limits and routes is not None:
+            addresses = (node.address for node in routes.nodes.values())
+            max_msg, max_body, checks_each = self.limits.lowest(addresses)
         return BatchBuilder(
-            max_msg_size=self.config.max_msg_size,
-            max_body_size=self.config.max_body_size,
+            max_msg_size=max_msg,
+            max_body_size=max_body,
             max_count=self.max_batch,
             tracing=self.trace and routes is not None and routes.fork is True,
             ext_topic=routes is not None and routes.ext is True,
+            checks_each=checks_each,
         )
 
     # -- the retry loop ---------------------------------------------------------------------
@@ -211,9 +223,42 @@ class Sender:
 
     async def send_batch(
         self, topic: str, messages: list[OutgoingMessage], slot: int | None
-    ) -> list[PublishResult]:
-        """:meth:`send` without ``defer`` (what a lane's sender calls)."""
-        return await self.send(topic, messages, slot=slot)
+    ) -> list[Outcome]:
+        """:meth:`send` without ``defer`` (what a lane's sender calls): each message's outcome.
+
+        nsqd takes or refuses an ``MPUB*`` as a whole. When it refuses a batch for one of its
+        messages or for its size (:func:`~nsq_ha.producer.limits.splits_batch`; nothing of it
+        was stored), the batch is cut (under the limit the refusal named, or in halves) and
+        the parts are sent one after the other, in order, each split again if refused: every
+        message ends with its own answer. A part that fails for another reason (the partition,
+        the connection) fails the parts after it too, as the whole batch would have.
+        """
+        try:
+            return cast("list[Outcome]", await self.send(topic, messages, slot=slot))
+        except NsqError as exc:
+            if len(messages) < 2 or not splits_batch(exc):
+                raise
+            refusal = exc
+        self.stats["batches_split"] += 1
+        parts = split_batch(messages, self.builder(self.routes.cached(topic)))
+        log.info(
+            "publish to %r: nsqd refused a batch of %d messages (%s); sending it again in %d parts",
+            topic,
+            len(messages),
+            redact(str(refusal)),
+            len(parts),
+        )
+        outcomes: list[Outcome] = []
+        for part in parts:
+            try:
+                outcomes += await self.send_batch(topic, part, slot)
+            except NsqError as exc:
+                if len(part) == 1 and splits_batch(exc):
+                    outcomes.append(exc)  # this message's own refusal
+                    continue
+                outcomes += [exc] * (len(messages) - len(outcomes))
+                break
+        return outcomes
 
     # -- one attempt ------------------------------------------------------------------------
 
@@ -248,6 +293,7 @@ class Sender:
                 fork = conn.is_fork
                 tracing = self.trace and fork
                 name = batch_command(messages, tracing=tracing)
+                self.limits.check(node.address, messages, name)  # a limit nsqd named before
                 if routes.fork is None:  # nsqd= addresses: the kind is known only now
                     if fork and not windowed:
                         raise UnsupportedByServerError(
@@ -277,6 +323,7 @@ class Sender:
                     answer, messages, tracing=tracing, ext_topic=routes.ext, name=name
                 )
         except NsqError as exc:
+            self.limits.learn(node.address, exc)
             await self._after_failure(topic, key, exc, attempts)
             raise
         self.stats["published"] += len(messages)

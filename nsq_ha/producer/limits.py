@@ -1,0 +1,170 @@
+"""What nsqd's refusals teach about a batch (pure: no I/O).
+
+nsqd does not announce its ``--max-msg-size`` / ``--max-body-size`` (the IDENTIFY answer has
+neither), and it refuses an ``MPUB*`` as a whole: one message over the limit, or a body over
+it, and nothing of the batch is stored (PROTOCOL.md §2.13). Its refusal names the limit::
+
+    E_BAD_MESSAGE MPUB message too big 2000 > 1000     (vanilla and the fork)
+    E_BAD_BODY MPUB body too big 100084 > 100000        (vanilla; the fork: "body too big")
+
+A batch of several publish calls refused that way is not every caller's failure. The sender
+asks :func:`splits_batch` whether a refusal is about the batch's messages (their size or their
+content) rather than the partition or the connection; such a batch is cut again
+(:func:`split_batch`) and each part sent on its own, down to the message that nsqd refuses
+when it is alone. :class:`ServerLimits` keeps the limit each nsqd named, so the next batches
+for that nsqd's topics are cut under it and a message over it travels alone (nsqd, not the
+client, refuses a single message: a server restarted with a larger limit takes it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Final, NamedTuple
+
+from nsq_ha.errors import (
+    BadBodyError,
+    BadMessageError,
+    BodyTooLargeError,
+    ExtNotSupportedError,
+    InvalidArgumentError,
+    InvalidJsonHeaderError,
+    InvalidTraceIdError,
+)
+from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage, mpub_sizes
+
+__all__ = ["MAX_SERVERS", "ServerLimits", "refused_limit", "split_batch", "splits_batch"]
+
+#: the most nsqd addresses whose limits are kept (the oldest is forgotten first)
+MAX_SERVERS: Final = 1024
+
+#: refusals of what a batch carries, not of where it went: cutting the batch isolates them
+_CONTENT_REFUSALS: Final = (
+    BadMessageError,  # a message too big, or malformed
+    BadBodyError,  # the body too big, or a message's ext header length
+    ExtNotSupportedError,  # a header on a topic without ext
+    InvalidJsonHeaderError,
+    InvalidTraceIdError,
+    BodyTooLargeError,  # over a limit nsqd named before (checked here, nothing sent)
+)
+_TOO_BIG: Final = re.compile(r"too big (\d{1,12}) > (\d{1,12})$")
+
+
+def splits_batch(exc: BaseException) -> bool:
+    """True when ``exc`` refuses a batch for one of its messages or for its size: sent in
+    smaller parts, the other messages may well be taken."""
+    return isinstance(exc, _CONTENT_REFUSALS)
+
+
+def refused_limit(exc: BaseException) -> tuple[str, int] | None:
+    """The limit a size refusal names: ``("max_msg_size", 1000)`` for ``E_BAD_MESSAGE ... too
+    big 2000 > 1000``, ``("max_body_size", 100000)`` for ``E_BAD_BODY ... too big 100084 >
+    100000``; None for any other error (or a text that does not add up)."""
+    if not isinstance(exc, BadMessageError | BadBodyError):
+        return None
+    found = _TOO_BIG.search(exc.description.rstrip())
+    if found is None:
+        return None
+    size, limit = int(found.group(1)), int(found.group(2))
+    if size <= limit:
+        return None  # not a refusal for size after all
+    return ("max_msg_size" if isinstance(exc, BadMessageError) else "max_body_size", limit)
+
+
+class ServerLimits:
+    """The size limits nsqd addresses named in their refusals, under the configured ones.
+
+    ``max_msg_size`` / ``max_body_size``: what the connections are configured with (a learned
+    limit only ever lowers them). Kept for at most :data:`MAX_SERVERS` addresses.
+    """
+
+    __slots__ = ("_learned", "max_body_size", "max_msg_size")
+
+    def __init__(self, *, max_msg_size: int, max_body_size: int) -> None:
+        self.max_msg_size = max_msg_size
+        self.max_body_size = max_body_size
+        #: address -> (max_msg_size, max_body_size), only for addresses that refused a size
+        self._learned: dict[str, tuple[int, int]] = {}
+
+    def __repr__(self) -> str:
+        return f"<ServerLimits learned={self._learned}>"
+
+    def __len__(self) -> int:
+        """How many nsqd named a limit under the configured ones (false while none did)."""
+        return len(self._learned)
+
+    def learn(self, address: str, exc: BaseException) -> bool:
+        """Keep the limit ``exc`` names for ``address``; True if it lowered what was known."""
+        named = refused_limit(exc)
+        if named is None:
+            return False
+        what, limit = named
+        msg, body = self.of(address)
+        if what == "max_msg_size" and limit < msg:
+            msg = limit
+        elif what == "max_body_size" and limit < body:
+            body = limit
+        else:
+            return False
+        self._learned.pop(address, None)
+        if len(self._learned) >= MAX_SERVERS:
+            del self._learned[next(iter(self._learned))]
+        self._learned[address] = (msg, body)
+        return True
+
+    def of(self, address: str) -> tuple[int, int]:
+        """``(max_msg_size, max_body_size)`` for ``address``."""
+        return self._learned.get(address, (self.max_msg_size, self.max_body_size))
+
+    def lowest(self, addresses: Iterable[str]) -> tuple[int, int, bool]:
+        """The lowest ``(max_msg_size, max_body_size)`` over ``addresses``, and whether any
+        message size limit among them is a learned one (lower than the configured one)."""
+        msg, body = self.max_msg_size, self.max_body_size
+        for address in addresses:
+            learned = self._learned.get(address)
+            if learned is not None:
+                msg, body = min(msg, learned[0]), min(body, learned[1])
+        return msg, body, msg < self.max_msg_size
+
+    def check(self, address: str, messages: Sequence[OutgoingMessage], name: bytes) -> None:
+        """Refuse (BodyTooLargeError, nothing sent) a batch of several messages that breaks a
+        limit ``address`` named: the sender then cuts it again instead of sending it."""
+        learned = self._learned.get(address)
+        if learned is None or len(messages) < 2:
+            return
+        body, largest = mpub_sizes(messages, name)
+        if largest > learned[0]:
+            raise BodyTooLargeError(
+                f"a message of this {name.decode()} (nsqd {address} named its limit)",
+                largest,
+                learned[0],
+            )
+        if body > learned[1]:
+            raise BodyTooLargeError(
+                f"this {name.decode()} body (nsqd {address} named its limit)", body, learned[1]
+            )
+
+
+class _Queued(NamedTuple):
+    """A message as :meth:`BatchBuilder.take` sees it."""
+
+    message: OutgoingMessage
+
+
+def split_batch(
+    messages: Sequence[OutgoingMessage], builder: BatchBuilder
+) -> list[list[OutgoingMessage]]:
+    """Cut a refused batch of two or more messages into parts, in order: as ``builder`` cuts
+    batches (under the limits known now; a message over the message limit alone), or, when
+    that leaves it whole, in two halves."""
+    if len(messages) < 2:
+        raise InvalidArgumentError("only a batch of two or more messages can be split")
+    queue = deque(map(_Queued, messages))
+    parts: list[list[OutgoingMessage]] = []
+    while queue:
+        parts.append([item.message for item in builder.take(queue)])
+    if len(parts) < 2:
+        half = len(messages) // 2
+        parts = [list(messages[:half]), list(messages[half:])]
+    return parts
