@@ -463,7 +463,10 @@ class Consumer:
 
         Messages are fetched from the loop in batches (what has arrived, up to
         ``max_in_flight``, one hand-over each) and handed out here one by one; what was
-        fetched and not handed out when the consumer closes is requeued at once."""
+        fetched and not handed out when the consumer closes is requeued at once. A call
+        interrupted while it waits (Ctrl-C: KeyboardInterrupt, or any exception raised in
+        this thread) takes nothing with it: its fetch is cancelled, and what the fetch took
+        anyway is handed out by the next call (or requeued by :meth:`close`)."""
         limit = optional_seconds(timeout, "timeout")
         runner = self._live()
         fetched = self._fetched
@@ -474,10 +477,21 @@ class Consumer:
                 pass
             if self._closing:
                 return None
-            batch = runner.run(self._consumer.get_many(self._batch, limit))
+            batch = runner.run_or_give_back(
+                self._consumer.get_many(self._batch, limit), self._give_back
+            )
             if not batch:
                 return None
             fetched.extend(Message(message, runner) for message in batch)
+
+    def _give_back(self, batch: list[AsyncMessage]) -> None:
+        """On the loop: an interrupted :meth:`get` fetched ``batch``; the next one hands it out
+        first (closing: requeued, as what :meth:`close` found fetched)."""
+        if self._closing:
+            for message in batch:
+                _requeue_quietly(message)
+        else:
+            self._fetched.extendleft(Message(m, self._runner) for m in reversed(batch))
 
     def sync(self, timeout: float | None = None) -> None:
         """Block until nsqd has processed every answer given so far (:meth:`Message.finish`
@@ -524,7 +538,7 @@ class Consumer:
         self._closing = True
         if not self._runner.alive_here:
             return None
-        self._requeue_fetched()
+        self._runner.post(self._requeue_fetched)  # on the loop, after any _give_back
         config = self._settings.connection_config()
         wait = _backstop(
             self._consumer.drain_timeout if limit is None else limit,
@@ -534,14 +548,15 @@ class Consumer:
         return self._runner.submit(self._consumer.close(drain_timeout=limit)), wait
 
     def _requeue_fetched(self) -> None:
-        """Closing: give back at once what was fetched and not handed out (no backoff)."""
+        """On the loop, closing: give back at once what was fetched and not handed out (no
+        backoff)."""
         fetched = self._fetched
         while True:
             try:
                 message = fetched.popleft()
             except IndexError:
                 return
-            self._runner.post(functools.partial(_requeue_quietly, message.aio))
+            _requeue_quietly(message.aio)
 
 
 def _requeue_quietly(message: AsyncMessage) -> None:
