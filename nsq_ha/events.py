@@ -22,8 +22,11 @@ handle on each. An event names its ``role`` (``"producer"``/``"consumer"``), top
 (consumers) channel, which is what tells clients apart.
 
 Listeners are called synchronously on the client's event loop, where the event happens, in the
-order they subscribed; they must be quick and must not block. One that raises is logged and
-the others still run: an event never changes what the client does. With no listener,
+order they subscribed; they must be quick and must not block. Nothing a listener raises reaches
+the client: an exception, ``sys.exit()`` or KeyboardInterrupt alike is logged (naming the
+listener) and the others still run, so an event never changes what the client does (the call
+that caused it gets its own result or error). To stop a program on an event, act on the error
+the call raises, or signal the main thread from the listener. With no listener,
 :func:`emit` returns after one check: the clients emit events only on rare paths (a leader move,
 a connection lost, retries exhausted), never per message.
 """
@@ -178,8 +181,35 @@ def emit(event: Event) -> None:
         if isinstance(event, kinds):
             try:
                 listener(event)
-            except Exception:  # a listener must not change what the client does
-                log.exception("event listener %r failed on %r", listener, event)
+            except BaseException as exc:  # nothing a listener does may stop a client
+                _report(listener, event, exc)
+
+
+def _report(listener: Listener, event: Event, exc: BaseException) -> None:
+    """One error record for a listener that raised (the clients carry on)."""
+    name = _name_of(listener)
+    if isinstance(exc, SystemExit | KeyboardInterrupt):
+        log.error(
+            "event listener %s raised %s on %r: a listener must not call sys.exit() or raise "
+            "KeyboardInterrupt (it runs on the client's event loop, which would stop every "
+            "client on it); the clients keep running. To stop the program, act on the error "
+            "the call raises, or signal the main thread",
+            name,
+            type(exc).__name__,
+            event,
+            exc_info=exc,
+        )
+    else:
+        log.error("event listener %s failed on %r", name, event, exc_info=exc)
+
+
+def _name_of(listener: Listener) -> str:
+    """``module.qualname`` of a function or method, else its repr."""
+    qualname = getattr(listener, "__qualname__", None)
+    if not isinstance(qualname, str):
+        return repr(listener)
+    module = getattr(listener, "__module__", None)
+    return f"{module}.{qualname}" if isinstance(module, str) else qualname
 
 
 def _names() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -21,7 +22,7 @@ GAVE_UP = events.PublishGaveUp(topic="t", partition=3, attempts=5, error="E_FAIL
 SKIPPED = events.MessageGaveUp(
     topic="t", channel="c", partition=None, message_id="00", attempts=6, max_attempts=5
 )
-ALL = [MOVED, LOST, GAVE_UP, SKIPPED]
+ALL: list[events.Event] = [MOVED, LOST, GAVE_UP, SKIPPED]
 
 
 @pytest.fixture(autouse=True)
@@ -104,6 +105,52 @@ def test_a_failing_listener_is_logged_and_the_others_still_run(
     assert "listener bug" in caplog.text
 
 
+class ListenerBug(BaseException):
+    """Not an Exception: what a listener raises that ``except Exception`` would let out."""
+
+
+@pytest.mark.parametrize(
+    "raised", [SystemExit(3), KeyboardInterrupt(), ListenerBug("broken"), GeneratorExit()]
+)
+def test_a_listener_raising_any_base_exception_is_contained(
+    caplog: pytest.LogCaptureFixture, raised: BaseException
+) -> None:
+    """emit() returns normally (the client's code goes on), the later listeners still run,
+    and one error record names the listener."""
+    got: list[events.Event] = []
+
+    def quits(event: events.Event) -> None:
+        raise raised
+
+    events.subscribe(quits)
+    events.subscribe(got.append)
+    with caplog.at_level(logging.ERROR, logger="nsq_ha.events"):
+        events.emit(GAVE_UP)
+        events.emit(GAVE_UP)
+    assert got == [GAVE_UP, GAVE_UP]
+    records = [r for r in caplog.records if r.name == "nsq_ha.events"]
+    assert len(records) == 2  # one per failed call
+    assert all(r.levelno == logging.ERROR for r in records)
+    assert all("quits" in r.getMessage() for r in records)
+    assert records[0].exc_info is not None
+    assert records[0].exc_info[1] is raised
+
+
+def test_a_listener_calling_sys_exit_is_told_it_must_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def stop_on_give_up(event: events.Event) -> None:
+        sys.exit(1)
+
+    events.subscribe(stop_on_give_up, events.PublishGaveUp)
+    with caplog.at_level(logging.ERROR, logger="nsq_ha.events"):
+        events.emit(GAVE_UP)
+    message = caplog.records[-1].getMessage()
+    assert "stop_on_give_up" in message
+    assert "sys.exit" in message
+    assert "keep running" in message
+
+
 def test_a_listener_may_unsubscribe_itself_while_called() -> None:
     calls: list[events.Event] = []
 
@@ -134,7 +181,7 @@ def test_events_are_frozen_and_slotted(event: events.Event) -> None:
 
 def test_events_are_keyword_only() -> None:
     with pytest.raises(TypeError):
-        events.LeaderChanged("consumer", "t", 0, "a", "b")  # type: ignore[misc]
+        events.LeaderChanged("consumer", "t", 0, "a", "b")  # type: ignore[call-arg]
 
 
 def fork_map(leaders: dict[int, int]) -> PartitionMap:
