@@ -78,7 +78,21 @@ class LoopThread:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        while True:
+            try:
+                self.loop.run_forever()
+            except (SystemExit, KeyboardInterrupt) as exc:  # asyncio lets only these out
+                # user code on the loop (a callback, on_give_up) raised it: stopping here
+                # would leave every blocking call of the process waiting for nothing
+                log.error(
+                    "%s raised on the nsq_ha.sync event loop thread (by code run there, such "
+                    "as a callback): the loop keeps running; stop the program from the main "
+                    "thread instead",
+                    type(exc).__name__,
+                    exc_info=exc,
+                )
+                continue
+            return  # stopped on purpose
 
     def post(self, call: Callable[[], object]) -> None:
         """Run ``call()`` on the loop soon, without waiting for it; calls posted together run
@@ -97,7 +111,7 @@ class LoopThread:
             call = posted.popleft()
             try:
                 call()
-            except Exception:
+            except BaseException:  # the calls posted after it still run
                 log.warning("a call posted from a blocking caller failed", exc_info=True)
 
     @property
