@@ -15,9 +15,10 @@ It owns the connection state (every move goes through
 :class:`~nsq_ha.protocol.state.ConnectionStateMachine`), the FIFO of commands waiting for an
 answer (nsqd answers in order, §1.5, so it knows which command an error frame answers), the
 message format the subscribe command chose, the ids in flight, the RDY check on receipt
-(:class:`~nsq_ha.protocol.flow.DeliveryLedger`), heartbeat detection, and whether an error frame
-means the connection must be dropped (:mod:`nsq_ha.protocol.error_frames`). After a fatal error
-nothing more can be sent. Clocks stay outside: the caller passes the time with the bytes.
+(:class:`~nsq_ha.protocol.flow.DeliveryLedger`), heartbeat detection (a flood of heartbeats is
+a protocol violation), and whether an error frame means the connection must be dropped
+(:mod:`nsq_ha.protocol.error_frames`). After a fatal error nothing more can be sent. Clocks
+stay outside: the caller passes the time with the bytes.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from nsq_ha.protocol.state import ConnectionStateMachine, ConnState, check_comma
 __all__ = [
     "DEFAULT_MSG_TIMEOUT",
     "FORK_ONLY_COMMANDS",
+    "MAX_HEARTBEATS_PER_SECOND",
     "NO_RESPONSE_COMMANDS",
     "SUBSCRIBE_COMMANDS",
     "SYNC_ID_FORK",
@@ -81,6 +83,10 @@ FORK_ONLY_COMMANDS = frozenset(
 )
 #: msg_timeout assumed when nsqd does not announce one (nsqd's default), seconds.
 DEFAULT_MSG_TIMEOUT = 60.0
+#: Heartbeats nsqd may send within one second. It sends one per heartbeat interval, 1 s at the
+#: least (§1.4), and closes a client silent for 2-3 intervals, so a stall bunches only a few;
+#: more is a flood, a protocol violation (one compressed read may hold millions).
+MAX_HEARTBEATS_PER_SECOND = 10
 #: Ids a sync TOUCHes: never in flight (a fork internal id of 2**63-1; on vanilla, where ids
 #: are 16 hex characters, a value its id generator cannot reach soon).
 SYNC_ID_FORK = b"\x7f" + b"\xff" * 7 + b"\x00" * 8
@@ -100,6 +106,8 @@ class ClientSession:
     """The protocol state of one client connection to nsqd; see the module docstring."""
 
     __slots__ = (
+        "_beats",
+        "_beats_since",
         "_decoder",
         "_fatal",
         "_format",
@@ -126,6 +134,9 @@ class ClientSession:
         self._syncs = 0
         self._fatal: BrokerError | None = None
         self._now = 0.0
+        #: heartbeats received since ``_beats_since`` (the first of the current second)
+        self._beats = 0
+        self._beats_since = float("-inf")
 
     def __repr__(self) -> str:
         """Show the state and the queue sizes."""
@@ -340,7 +351,7 @@ class ClientSession:
     def _answered(self, data: bytes) -> Event:
         """A response frame: a heartbeat, or the answer to the oldest pending command."""
         if data == HEARTBEAT:
-            return HEARTBEAT_EVENT
+            return self._heartbeat()
         if not self._pending:
             raise RemoteProtocolError(f"response {data[:64]!r} answers no pending command")
         name = self._pending.popleft()
@@ -352,6 +363,21 @@ class ClientSession:
         if name in SUBSCRIBE_COMMANDS and self._machine.state is ConnState.SUBSCRIBING:
             self._machine.move(ConnState.SUBSCRIBED)
         return _new(Answer, (data, name))
+
+    def _heartbeat(self) -> Event:
+        """A heartbeat, unless more than :data:`MAX_HEARTBEATS_PER_SECOND` came within 1 s."""
+        now = self._now
+        if now - self._beats_since >= 1.0:
+            self._beats_since = now
+            self._beats = 0
+        self._beats += 1
+        if self._beats > MAX_HEARTBEATS_PER_SECOND:
+            raise RemoteProtocolError(
+                f"nsqd sent more than {MAX_HEARTBEATS_PER_SECOND} heartbeats within 1 s, where "
+                "nsqd sends one per heartbeat interval (1 s at the least): a broken or hostile "
+                "server; check what listens at this address"
+            )
+        return HEARTBEAT_EVENT
 
     def _failed(self, data: bytes) -> Event:
         """An error frame: FIN/REQ/TOUCH failures answer no pending command (they have no

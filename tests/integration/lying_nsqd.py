@@ -16,6 +16,8 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import snappy  # type: ignore[import-untyped]
+
 from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder, Magic
 from nsq_ha.protocol.frames import OK, FrameType, encode_frame
 
@@ -89,6 +91,12 @@ class Peer:
         compressor for the server-to-client direction."""
         self._deflate = zlib.decompressobj(-15)
         return zlib.compressobj(6, zlib.DEFLATED, -15)
+
+    def start_snappy(self) -> Any:
+        """Switch both directions to snappy framing (after a ``snappy: true`` answer); return
+        the ``snappy.StreamCompressor`` for the server-to-client direction."""
+        self._deflate = snappy.StreamDecompressor()  # the client's bytes, whatever the codec
+        return snappy.StreamCompressor()
 
     async def send(self, data: bytes) -> None:
         """Write ``data`` and wait until the socket took it."""

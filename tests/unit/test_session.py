@@ -181,6 +181,36 @@ def test_an_answer_without_a_command_is_a_protocol_violation() -> None:
         events(session, response(b"OK"))
 
 
+def _heartbeats_at(session: ClientSession, times: list[float]) -> list[Event]:
+    """Feed one heartbeat at each time (seconds) and return the events."""
+    got: list[Event] = []
+    for now in times:
+        session.receive_data(response(b"_heartbeat_"), now)
+        while (event := session.next_event()) is not NEED_DATA:
+            got.append(event)
+    return got
+
+
+def test_heartbeats_at_the_interval_or_bunched_by_a_stall_are_events() -> None:
+    """nsqd sends one heartbeat per interval (1 s at the least); a stall may deliver a few
+    together. Ten within one second and one a second for a minute are all heartbeats."""
+    session = ready()
+    assert _heartbeats_at(session, [5.0] * 10) == [HEARTBEAT] * 10
+    assert _heartbeats_at(session, [6.0 + i for i in range(60)]) == [HEARTBEAT] * 60
+    assert _heartbeats_at(session, [65.5] * 9) == [HEARTBEAT] * 9  # 10 within 65.0..65.5
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.9])
+def test_a_flood_of_heartbeats_is_a_protocol_violation(spread: float) -> None:
+    """More than ten heartbeats within one second is no nsqd: RemoteProtocolError, at once (a
+    compressed stream of heartbeats would otherwise keep the client busy for minutes)."""
+    session = ready()
+    times = [1.0 + spread * i / 10 for i in range(10)]
+    assert _heartbeats_at(session, times) == [HEARTBEAT] * 10
+    with pytest.raises(RemoteProtocolError, match=r"more than 10 heartbeats within 1 s"):
+        _heartbeats_at(session, [1.0 + spread])
+
+
 @given(st.lists(st.integers(min_value=1, max_value=30), max_size=20))
 def test_any_split_of_the_stream_gives_the_same_events(cuts: list[int]) -> None:
     """h11's habit: byte-at-a-time or arbitrary chunks give identical events."""
