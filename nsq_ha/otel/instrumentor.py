@@ -104,7 +104,9 @@ def instrument(
 
 
 def uninstrument() -> None:
-    """Undo :func:`instrument` (clients made meanwhile keep working, untraced)."""
+    """Undo :func:`instrument` (clients made meanwhile keep working, untraced). The consumer
+    lag thread ends before it returns (a request under way is abandoned; it waits
+    :data:`~nsq_ha.otel.lag.STOP_TIMEOUT` seconds at most)."""
     global _state
     state, _state = _state, None
     if state is None:
@@ -167,8 +169,8 @@ def _consumer_close(state: _State, original: Any) -> Any:
             await original(self, *args, **kwargs)
         finally:
             state.metrics.consumer_closed(self)
-            if state.lag is not None:
-                state.lag.forget()
+            if state.lag is not None and state.lag.forget():  # the last one: no poller left
+                await state.lag.wait_ended()
 
     return close
 

@@ -2,46 +2,46 @@
 
 nsqd does not send a channel's lag over the TCP protocol; its HTTP ``/stats`` has it. A
 :class:`LagPoller` runs one daemon thread while instrumented consumers exist (started by the
-first consumer's ``start()``, ended by :func:`~nsq_ha.otel.uninstrument` or once no consumer is
-left). Every ``lag_interval`` seconds it asks, per (topic, channel) of the live consumers:
+first consumer's ``start()``, ended by :func:`~nsq_ha.otel.uninstrument` or by the close of the
+last one, each of which waits for the thread to end, :data:`STOP_TIMEOUT` seconds at most; a
+request under way is abandoned at once). The thread runs its requests on an event loop of its
+own. Every ``lag_interval`` seconds it asks, per (topic, channel) of the live consumers:
 
 * where the partitions are: nsqlookupd's ``/lookup?topic=T&access=r`` through the consumer's
   ``lookupd=`` addresses (their credentials as basic auth, ``https://`` verified as the
   consumer's :class:`~nsq_ha.lookup.LookupClient` verifies it), or, for a ``lookup=`` consumer,
   the map its shared :class:`~nsq_ha.lookup.LookupClient` has cached (no request);
-* each partition leader's ``/stats?format=json&topic=T&channel=C`` (plain HTTP at the node's
-  ``http_port``, as ``nsq-ha stats`` reads it; nsqd's ``/stats`` needs no credentials), lag as
-  :func:`nsq_ha.admin.entry_lag` computes it. On vanilla nsqd the lag of the channel is summed
-  over the nsqds producing the topic and has no partition.
+* each partition leader's ``/stats?format=json&topic=T&channel=C`` without clients (plain HTTP
+  at the node's ``http_port``, as ``nsq-ha stats`` reads it; nsqd's ``/stats`` needs no
+  credentials), lag as :func:`nsq_ha.admin.entry_lag` computes it. On vanilla nsqd the lag of
+  the channel is summed over the nsqds producing the topic and has no partition.
 
-Every request has a timeout (:data:`HTTP_TIMEOUT`) and the observable gauges' callbacks only read
-the cache (:class:`LagCache`), so a metric collection never waits for a server and nothing runs
-on a consumer's event loop. A value not refreshed for :data:`STALE_INTERVALS` intervals is
-dropped; a (topic, channel) no live consumer has any more is forgotten. A failing poll is logged
-once (WARNING) per failure streak, then at DEBUG.
+Every request has an overall deadline (:data:`HTTP_TIMEOUT`, from connecting to the last byte)
+and a size cap (:mod:`nsq_ha.otel.lag_http`), and the observable gauges' callbacks only read the
+cache (:class:`LagCache`), so a metric collection never waits for a server and nothing runs on a
+consumer's event loop. A value not refreshed for :data:`STALE_INTERVALS` intervals is dropped; a
+(topic, channel) no live consumer has any more is forgotten. A failing poll is logged once
+(WARNING) per failure streak, then at DEBUG.
 
 Consumers given ``nsqd=`` addresses have no lag: their nsqds' HTTP addresses are not known.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import contextlib
 import logging
 import math
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from nsq_ha.admin import ChannelLag, entry_lag
-from nsq_ha.admin.lag import is_fork_entry, stat_int
-from nsq_ha.errors import LookupdUnavailableError, NsqError, RemoteProtocolError
-from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap, merge_maps, parse_lookup, unwrap
-from nsq_ha.lookup.client import DEFAULT_MAX_ANSWER_BYTES
-from nsq_ha.lookup.http import Endpoint, normalize_lookupd, tls_context
-from nsq_ha.lookup.wire import V1_ACCEPT
+from nsq_ha.admin import ChannelLag
+from nsq_ha.lookup.http import tls_context
+from nsq_ha.otel.lag_http import Source, lags_from_stats, read_lags
 from nsq_ha.redact import redact_text
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HTTP_TIMEOUT",
     "STALE_INTERVALS",
+    "STOP_TIMEOUT",
     "LagCache",
     "LagPoller",
     "check_interval",
@@ -60,17 +61,16 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: seconds one HTTP request of a poll may take (connect, read, the whole answer)
+#: seconds one HTTP request of a poll may take, whole (connect, send, the answer's last byte)
 HTTP_TIMEOUT = 5.0
+#: seconds :meth:`LagPoller.stop` (``uninstrument()``) and the last consumer's close wait for
+#: the thread to end; it ends in milliseconds, as what it awaits is cancelled
+STOP_TIMEOUT = 5.0
 #: a value is dropped once this many intervals passed without a fresh one
 STALE_INTERVALS = 3
-#: the largest ``/stats`` answer read (one topic and channel: a few KB per partition)
-MAX_STATS_BYTES = 8 << 20
 
 #: (topic, channel, partition or None on vanilla)
 LagKey = tuple[str, str, int | None]
-#: how to find a channel's partitions: a shared LookupClient, or lookupd seed addresses
-Source = LookupClient | tuple[str, ...]
 
 
 def check_interval(value: object) -> float | None:
@@ -132,30 +132,6 @@ class LagCache:
             del self._entries[key]
 
 
-def lags_from_stats(
-    entries: Iterable[Mapping[str, Any]], channel: str, partitions: Iterable[int] | None
-) -> dict[int | None, ChannelLag]:
-    """The lags of ``channel`` in one nsqd's ``/stats`` entries: per partition of
-    ``partitions`` this node leads (the fork), or one value with key None (vanilla, whose
-    ``partitions`` is None)."""
-    wanted = None if partitions is None else set(partitions)
-    found: dict[int | None, ChannelLag] = {}
-    for entry in entries:
-        fork = is_fork_entry(entry)
-        partition = stat_int(entry.get("topic_partition")) if fork else None
-        if fork != (wanted is not None) or (wanted is not None and partition not in wanted):
-            continue
-        lag = entry_lag(entry, channel)
-        if lag is not None and lag.messages is not None:
-            found[partition] = lag
-    return found
-
-
-def _sum(lags: Iterable[ChannelLag]) -> ChannelLag:
-    messages = [lag.messages or 0 for lag in lags]
-    return ChannelLag(sum(messages), None)
-
-
 def _live(consumers: weakref.WeakSet[Consumer]) -> list[Consumer]:
     for _ in range(5):  # the set may change while it is copied (another thread adds to it)
         try:
@@ -176,7 +152,7 @@ def _source(consumer: Consumer) -> Source | None:
 
 class LagPoller:
     """The daemon thread that fills a :class:`LagCache` every ``interval`` seconds while
-    ``consumers`` has live members."""
+    ``consumers`` has live members; its requests run on an event loop of its own."""
 
     def __init__(
         self, consumers: weakref.WeakSet[Consumer], cache: LagCache, interval: float
@@ -186,8 +162,15 @@ class LagPoller:
         self.cache = cache
         self.interval = interval
         self._lock = threading.Lock()
-        self._wake = threading.Event()
+        #: the thread that polls; None once it decided to end (it may still be ending)
         self._thread: threading.Thread | None = None
+        #: every thread started that may be alive (the ended ones are pruned at start)
+        self._threads: list[threading.Thread] = []
+        #: what waits for each thread to end, until its last moment
+        self._waiters: dict[threading.Thread, list[Callable[[], None]]] = {}
+        #: the poller thread's loop and the poll (and wait) it runs now
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._step: asyncio.Task[None] | None = None
         self._stopped = False
         #: (topic, channel) whose last poll failed: logged once per streak
         self._failing: set[tuple[str, str]] = set()
@@ -198,62 +181,142 @@ class LagPoller:
 
     @property
     def running(self) -> bool:
-        """True while the thread is alive."""
-        thread = self._thread
-        return thread is not None and thread.is_alive()
+        """True while a poller thread is alive (also one that is ending)."""
+        with self._lock:
+            return any(thread.is_alive() for thread in self._threads)
 
     def start(self) -> None:
         """Start the thread unless it runs (called after a consumer was added)."""
         with self._lock:
             if self._stopped or self._thread is not None:
                 return
-            self._thread = threading.Thread(target=self._run, name="nsq_ha-otel-lag", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._run, name="nsq_ha-otel-lag", daemon=True)
+            self._thread = thread
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+            self._waiters[thread] = []
+            thread.start()
 
-    def forget(self, now: float | None = None) -> None:
-        """Drop what no live consumer needs (called after a consumer closed), and let the
-        thread end at once if none is left."""
+    def forget(self, now: float | None = None) -> bool:
+        """Drop what no live consumer needs (called after a consumer closed); with none left,
+        end the thread at once (a request under way is abandoned) and return True."""
         groups = {(c.topic, c.channel) for c in _live(self.consumers)}
         self.cache.retain(groups, time.monotonic() if now is None else now)
         if not groups:
-            self._wake.set()
+            self._interrupt()
+        return not groups
 
-    def stop(self, timeout: float = 1.0) -> None:
-        """End the thread (waits ``timeout`` seconds at most: a request under way ends by
-        itself, within :data:`HTTP_TIMEOUT`, and its answer is not kept)."""
+    def stop(self, timeout: float = STOP_TIMEOUT) -> bool:
+        """End the thread for good: a request under way is abandoned. Waits ``timeout``
+        seconds at most for the thread to end; True once it has."""
         with self._lock:
             self._stopped = True
-            thread = self._thread
-        self._wake.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        self._interrupt()
+        return self.join(timeout)
+
+    def join(self, timeout: float = STOP_TIMEOUT) -> bool:
+        """Wait ``timeout`` seconds at most until no poller thread is alive; True if none is
+        (the calling thread aside)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = [t for t in self._threads if t is not threading.current_thread()]
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in threads)
+
+    async def wait_ended(self, within: float = STOP_TIMEOUT) -> bool:
+        """:meth:`join` for a coroutine: waits without blocking the running event loop."""
+        loop = asyncio.get_running_loop()
+        ended = loop.create_future()
+        with self._lock:
+            threads = [t for t in self._threads if t in self._waiters]  # not at their end yet
+            left = [len(threads)]
+
+            def one_ended() -> None:  # on ``loop``
+                left[0] -= 1
+                if left[0] == 0 and not ended.done():
+                    ended.set_result(None)
+
+            def wake() -> None:  # on the thread that ends
+                loop.call_soon_threadsafe(one_ended)
+
+            for thread in threads:
+                self._waiters[thread].append(wake)
+        if threads:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(within):
+                    await ended
+        return self.join(0.1 if ended.done() else 0.0)  # each thread is at its very end
+
+    def _interrupt(self) -> None:
+        """Have the poller thread look at its consumers again now: a poll under way, or the
+        wait for the next one, is cancelled."""
+        with self._lock:
+            loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._cancel_step)
+
+    def _cancel_step(self) -> None:  # on the poller's loop
+        step = self._step
+        if step is not None:
+            step.cancel()
 
     def _run(self) -> None:
+        me = threading.current_thread()
+        try:
+            asyncio.run(self._main())
+        except Exception:  # not expected: the thread ends, a later start() makes another
+            log.exception("the consumer lag poller failed")
+        finally:
+            with self._lock:
+                if self._thread is me:
+                    self._thread = None
+                waiters = self._waiters.pop(me, [])
+            for wake in waiters:
+                with contextlib.suppress(RuntimeError):  # that loop closed meanwhile
+                    wake()
+
+    async def _main(self) -> None:
         import httpx
 
-        with httpx.Client(timeout=HTTP_TIMEOUT, verify=tls_context()) as http:
+        loop = asyncio.get_running_loop()
+        me = threading.current_thread()
+        async with httpx.AsyncClient(timeout=HTTP_TIMEOUT, verify=tls_context()) as http:
             while True:
-                self._wake.clear()  # a wake from now on ends the wait below at once
-                with self._lock:
+                with self._lock:  # _interrupt() sees this loop and this step, or the change
                     consumers = _live(self.consumers)
-                    if self._stopped or not consumers:
-                        self._thread = None
+                    if self._stopped or not consumers or self._thread is not me:
+                        if self._thread is me:
+                            self._thread = None
+                        self._loop = self._step = None
                         return
-                sources: dict[tuple[str, str], Source] = {}
-                for consumer in consumers:
-                    source = _source(consumer)
-                    if source is not None:
-                        sources.setdefault((consumer.topic, consumer.channel), source)
-                del consumers  # no strong reference kept while waiting
-                self.poll(http, sources)
+                    sources: dict[tuple[str, str], Source] = {}
+                    for consumer in consumers:
+                        source = _source(consumer)
+                        if source is not None:
+                            sources.setdefault((consumer.topic, consumer.channel), source)
+                    del consumers  # no strong reference kept while polling and waiting
+                    step = loop.create_task(self._poll_then_wait(http, sources))
+                    self._loop, self._step = loop, step
                 del sources
-                self._wake.wait(self.interval)
+                await asyncio.wait([step])
+                if not step.cancelled() and step.exception() is not None:
+                    log.warning("consumer lag poll failed", exc_info=step.exception())
 
-    def poll(self, http: httpx.Client, sources: Mapping[tuple[str, str], Source]) -> None:
-        """Read the lag of every (topic, channel) of ``sources`` once, into the cache."""
+    async def _poll_then_wait(
+        self, http: httpx.AsyncClient, sources: Mapping[tuple[str, str], Source]
+    ) -> None:
+        await self.poll(http, sources)
+        await asyncio.sleep(self.interval)
+
+    async def poll(
+        self, http: httpx.AsyncClient, sources: Mapping[tuple[str, str], Source]
+    ) -> None:
+        """Read the lag of every (topic, channel) of ``sources`` once, into the cache; each
+        request within :data:`HTTP_TIMEOUT` seconds."""
         for (topic, channel), source in sources.items():
             try:
-                lags = _read(http, source, topic, channel)
+                lags = await read_lags(http, source, topic, channel, request_timeout=HTTP_TIMEOUT)
             except Exception as exc:  # unreachable, refused, malformed: the thread goes on
                 self._failed(topic, channel, exc)
                 continue
@@ -279,99 +342,3 @@ class LagPoller:
             reason,
             self.interval * STALE_INTERVALS,
         )
-
-
-# -- HTTP ---------------------------------------------------------------------------------------
-
-
-def _read(
-    http: httpx.Client, source: Source, topic: str, channel: str
-) -> dict[int | None, ChannelLag]:
-    """The lag of ``topic``/``channel`` per partition (vanilla: one value, key None)."""
-    pmap = source.cached(topic, "r") if isinstance(source, LookupClient) else None
-    if isinstance(source, tuple):
-        pmap = _lookup(http, source, topic)
-    if pmap is None:
-        return {}  # the shared client has not looked the topic up yet
-    if not pmap.fork:
-        per_node = [
-            lags_from_stats(_stats(http, node, topic, channel), channel, None)
-            for node in pmap.producers
-        ]
-        found = [lags[None] for lags in per_node if None in lags]
-        return {None: _sum(found)} if found else {}
-    by_node: dict[str, tuple[NodeInfo, list[int]]] = {}
-    for partition, node in sorted(pmap.partitions.items()):
-        by_node.setdefault(node.http_url, (node, []))[1].append(partition)
-    lags: dict[int | None, ChannelLag] = {}
-    for node, partitions in by_node.values():
-        lags.update(lags_from_stats(_stats(http, node, topic, channel), channel, partitions))
-    return lags
-
-
-def _get(
-    http: httpx.Client, url: str, params: Mapping[str, str], auth: Any, max_bytes: int
-) -> tuple[int, httpx.Headers, bytes]:
-    """GET ``url``; the answer, refused past ``max_bytes``."""
-    import httpx
-
-    headers = {**V1_ACCEPT, "Accept-Encoding": "identity"}
-    with http.stream(
-        "GET",
-        url,
-        params=params,
-        headers=headers,
-        auth=auth if auth is not None else httpx.USE_CLIENT_DEFAULT,
-    ) as response:
-        body = bytearray()
-        for chunk in response.iter_raw():
-            body += chunk
-            if len(body) > max_bytes:
-                raise RemoteProtocolError(f"{url} answered more than {max_bytes} bytes")
-        return response.status_code, response.headers, bytes(body)
-
-
-def _lookup(http: httpx.Client, seeds: tuple[str, ...], topic: str) -> PartitionMap:
-    """``/lookup?topic=T&access=r``: the first fork answer, or vanilla's merged over seeds."""
-    import httpx
-
-    maps: list[PartitionMap] = []
-    errors: list[str] = []
-    for seed in seeds:
-        endpoint = Endpoint.parse(normalize_lookupd(seed))
-        url = f"{endpoint.url}/lookup"
-        params = {"topic": topic, "access": "r"}
-        try:
-            status, headers, body = _get(http, url, params, endpoint.auth, DEFAULT_MAX_ANSWER_BYTES)
-            pmap = parse_lookup(topic, "r", unwrap(status, headers, body, endpoint.shown))
-        except (httpx.HTTPError, NsqError, ValueError) as exc:  # this lookupd: ask the next
-            errors.append(f"{endpoint.shown}: {type(exc).__name__}: {exc}")
-            continue
-        if pmap.fork:
-            return pmap
-        maps.append(pmap)
-    if maps:
-        return merge_maps(maps)
-    raise LookupdUnavailableError(f"lookup of {topic!r} failed: " + "; ".join(errors))
-
-
-def _stats(http: httpx.Client, node: NodeInfo, topic: str, channel: str) -> list[dict[str, Any]]:
-    """The topic entries of ``node``'s ``/stats`` for ``topic``/``channel`` (no clients)."""
-    params = {
-        "format": "json",
-        "topic": topic,
-        "channel": channel,
-        "needClients": "false",  # the fork's name
-        "include_clients": "false",  # vanilla's
-    }
-    url = f"{node.http_url}/stats"
-    status, _, body = _get(http, url, params, None, MAX_STATS_BYTES)
-    if status != 200:
-        raise RemoteProtocolError(f"nsqd {node.http_url} /stats answered HTTP {status}")
-    data = json.loads(body)
-    if isinstance(data, dict) and "topics" not in data and isinstance(data.get("data"), dict):
-        data = data["data"]  # the wrapped form
-    topics = data.get("topics") if isinstance(data, dict) else None
-    if topics is not None and not isinstance(topics, list):
-        raise RemoteProtocolError(f"nsqd {node.http_url} /stats: 'topics' is not a list")
-    return [t for t in topics or () if isinstance(t, dict)]

@@ -110,3 +110,35 @@ def answer(body: object, status: str = "200 OK", *, extra: str = "") -> Handler:
         await writer.drain()
 
     return handle
+
+
+def by_path(routes: dict[str, Handler]) -> Handler:
+    """Dispatch on the request's path (query left out) to ``routes``, read at each request (a
+    test may fill it once it knows the server's port); 404 for a path it does not name."""
+
+    async def handle(request_head: str, writer: asyncio.StreamWriter) -> None:
+        target = request_head.split(" ", 2)[1] if request_head.count(" ") >= 2 else ""
+        route = routes.get(target.split("?", 1)[0])
+        if route is None:
+            await answer({"message": "NOT_FOUND"}, "404 Not Found")(request_head, writer)
+        else:
+            await route(request_head, writer)
+
+    return handle
+
+
+def repeated(prefix: bytes, unit: bytes, suffix: bytes, *, total: int) -> Handler:
+    """Answer 200 with ``prefix``, ``unit`` repeated, then ``suffix``: ``total`` bytes at most
+    (valid JSON when the three make it), in 64 KiB writes, without a Content-Length."""
+    count = max(0, (total - len(prefix) - len(suffix)) // len(unit))
+    step = max(1, 65536 // len(unit))
+
+    async def handle(_head: str, writer: asyncio.StreamWriter) -> None:
+        writer.write(head() + prefix)
+        for done in range(0, count, step):
+            writer.write(unit * min(step, count - done))
+            await writer.drain()
+        writer.write(suffix)
+        await writer.drain()
+
+    return handle

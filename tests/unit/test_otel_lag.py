@@ -235,7 +235,7 @@ def test_poller_thread_runs_while_consumers_live_and_ends_without_them() -> None
     assert len(poller.cache) == 0
 
 
-def test_a_failing_poll_is_logged_once_per_streak_without_secrets(
+async def test_a_failing_poll_is_logged_once_per_streak_without_secrets(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     import httpx
@@ -245,9 +245,9 @@ def test_a_failing_poll_is_logged_once_per_streak_without_secrets(
     seed = f"http://user:s3cret@127.0.0.1:{closed_port()}"
     cache.put("t", "c", {0: ChannelLag(4, 40)}, time.monotonic())
     caplog.set_level(logging.DEBUG, logger="nsq_ha.otel.lag")
-    with httpx.Client(timeout=2.0) as http:
+    async with httpx.AsyncClient(timeout=2.0) as http:
         for _ in range(3):
-            poller.poll(http, {("t", "c"): (seed,)})
+            await poller.poll(http, {("t", "c"): (seed,)})
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     debugs = [r for r in caplog.records if r.levelno == logging.DEBUG and "still" in r.message]
     assert len(warnings) == 1
