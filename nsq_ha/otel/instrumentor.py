@@ -363,10 +363,11 @@ def _process_span(
 
 
 def _remember_offsets(state: _State, messages: Sequence[Message]) -> None:
-    offsets = state.metrics.offsets
     for message in messages:
         if message.offset is not None and message.partition is not None:
-            offsets[(message.topic, message.channel, message.partition)] = message.offset
+            state.metrics.remember_offset(
+                message.topic, message.channel, message.partition, message.offset
+            )
 
 
 def _traced(state: _State, handler: Callable[[Any], Any], batch: bool) -> Callable[[Any], Any]:

@@ -57,6 +57,7 @@ __all__ = [
     "LagPoller",
     "check_interval",
     "lags_from_stats",
+    "live_consumers",
 ]
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,8 @@ class LagCache:
             del self._entries[key]
 
 
-def _live(consumers: weakref.WeakSet[Consumer]) -> list[Consumer]:
+def live_consumers(consumers: weakref.WeakSet[Consumer]) -> list[Consumer]:
+    """The members of ``consumers`` (a copy, taken while other threads may add to it)."""
     for _ in range(5):  # the set may change while it is copied (another thread adds to it)
         try:
             return list(consumers)
@@ -199,7 +201,7 @@ class LagPoller:
     def forget(self, now: float | None = None) -> bool:
         """Drop what no live consumer needs (called after a consumer closed); with none left,
         end the thread at once (a request under way is abandoned) and return True."""
-        groups = {(c.topic, c.channel) for c in _live(self.consumers)}
+        groups = {(c.topic, c.channel) for c in live_consumers(self.consumers)}
         self.cache.retain(groups, time.monotonic() if now is None else now)
         if not groups:
             self._interrupt()
@@ -284,7 +286,7 @@ class LagPoller:
         async with httpx.AsyncClient(timeout=HTTP_TIMEOUT, verify=tls_context()) as http:
             while True:
                 with self._lock:  # _interrupt() sees this loop and this step, or the change
-                    consumers = _live(self.consumers)
+                    consumers = live_consumers(self.consumers)
                     if self._stopped or not consumers or self._thread is not me:
                         if self._thread is me:
                             self._thread = None

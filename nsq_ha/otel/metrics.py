@@ -9,9 +9,20 @@ Three sources, none of them on the client's hot path when nothing is instrumente
   metric reader collects (observable instruments): received, finished, requeued, timed out,
   given up and abandoned messages per partition, in flight, RDY, publish retries.
 
-A client's counters stay in the totals after it closes (they are added to a closed-clients
-tally then). A client dropped without ``close()`` takes its counters with it: a counter's total
-may then go down, which the reader's next collection shows as a reset.
+A consumer's counters stay in its channel's totals after it closes (they are added to a
+closed-consumers tally) while another instrumented consumer of the same topic and channel runs.
+Once none does, nsq_ha forgets the channel: its tallies and offsets are dropped and the
+observable instruments (the counters read from the consumers, the offset and lag gauges) report
+none of its series from the next collection on, so short-lived consumers on channels of their
+own leave nothing behind in nsq_ha. The OpenTelemetry SDK keeps its own state: with cumulative
+temporality (the default, and Prometheus') it keeps, and exports for ever, every series a
+*synchronous* instrument recorded, here ``messaging.process.duration`` per channel (bounded by
+the SDK's cardinality limit, 2000 series per instrument by default). A reader with delta
+temporality exports a series only when it changed, and the SDK then forgets it; a
+:class:`~opentelemetry.sdk.metrics.view.View` can also drop ``messaging.consumer.group.name``
+from that histogram. A producer's retries stay in the totals after it closes (one series). A
+client dropped without ``close()`` takes its counters with it: a counter's total may then go
+down, which the reader's next collection shows as a reset.
 
 Consumer lag: ``nsq.consumer.lag`` (messages) and ``nsq.consumer.lag.bytes`` per topic,
 channel and partition of every live instrumented consumer, as ``nsq-ha stats`` computes it
@@ -24,7 +35,7 @@ dropped when older than three intervals (:mod:`nsq_ha.otel.lag`; consumers given
 addresses have none). The client also knows the queue offset of the last message a handler got
 on each partition (``nsq.consumer.offset``, on ordered and ``with_offsets`` subscriptions of the
 fork, handled through :meth:`Consumer.run`, :meth:`Consumer.run_batches` or
-:func:`nsq_ha.otel.processing`).
+:func:`nsq_ha.otel.processing`, for consumers started while instrumented).
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from nsq_ha import events
 from nsq_ha.otel import attributes as a
-from nsq_ha.otel.lag import STALE_INTERVALS, LagCache
+from nsq_ha.otel.lag import STALE_INTERVALS, LagCache, live_consumers
 
 if TYPE_CHECKING:
     from nsq_ha.consumer import Consumer
@@ -71,10 +82,14 @@ class Metrics:
         self.lag = LagCache(STALE_INTERVALS * (lag_interval or 0.0))
         self.producers: weakref.WeakSet[Producer] = weakref.WeakSet()
         self.consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
-        #: counters of closed clients: (instrument, attributes) -> value
+        #: counters of closed clients: (instrument, attributes) -> value; a channel's are
+        #: dropped once no live instrumented consumer has it
         self.closed: Counter[tuple[str, _Key]] = Counter()
-        #: (topic, channel, partition) -> the queue offset a handler last got
+        #: (topic, channel, partition) -> the queue offset a handler last got, for the
+        #: (topic, channel) of live instrumented consumers only
         self.offsets: dict[tuple[str, str, int], int] = {}
+        #: (topic, channel) of the live instrumented consumers, as of their last start or close
+        self.groups: frozenset[tuple[str, str]] = frozenset()
         self.duration = meter.create_histogram(
             "messaging.client.operation.duration",
             unit="s",
@@ -170,6 +185,7 @@ class Metrics:
     def add_consumer(self, consumer: Consumer) -> None:
         """Read ``consumer``'s counters from now on."""
         self.consumers.add(consumer)
+        self.groups = self.groups | {(consumer.topic, consumer.channel)}
 
     def producer_closed(self, producer: Producer) -> None:
         """Keep a closed producer's counters in the totals."""
@@ -179,12 +195,32 @@ class Metrics:
                 self.closed[key] += value
 
     def consumer_closed(self, consumer: Consumer) -> None:
-        """Keep a closed consumer's counters in the totals."""
+        """Keep a closed consumer's counters in its channel's totals, or forget the channel
+        when no live consumer has it any more."""
         if consumer in self.consumers:
             self.consumers.discard(consumer)
             for key, value in _consumer_counts(consumer):
                 if key[0] != "in_flight":  # what it held went back to nsqd
                     self.closed[key] += value
+        self.forget_channels()
+
+    def forget_channels(self) -> None:
+        """Drop the tallies and offsets of every (topic, channel) no live consumer has."""
+        live = {(c.topic, c.channel) for c in live_consumers(self.consumers)}
+        self.groups = frozenset(live)
+        for offset_key in list(self.offsets):
+            if offset_key[:2] not in live:
+                self.offsets.pop(offset_key, None)
+        for counted in list(self.closed):
+            group = _group(counted[1])
+            if group is not None and group not in live:
+                self.closed.pop(counted, None)
+
+    def remember_offset(self, topic: str, channel: str, partition: int, offset: int) -> None:
+        """The queue offset a handler just got on ``topic``/``channel``'s ``partition`` (kept
+        only for the channel of a live instrumented consumer)."""
+        if (topic, channel) in self.groups:
+            self.offsets[(topic, channel, partition)] = offset
 
     # -- events -------------------------------------------------------------------------------
 
@@ -243,6 +279,7 @@ class Metrics:
     def _offset(self, options: CallbackOptions) -> Iterable[Observation]:
         if not self.active:
             return []
+        self.forget_channels()  # also those of consumers dropped without close()
         return [
             Observation(
                 offset,
@@ -279,6 +316,13 @@ class Metrics:
                 attrs[a.PARTITION] = str(partition)
             found.append(Observation(value, attrs))
         return found
+
+
+def _group(key: _Key) -> tuple[str, str] | None:
+    """The (topic, channel) that counter attributes name; None for a producer's."""
+    attrs = dict(key)
+    topic, channel = attrs.get(a.DESTINATION), attrs.get(a.CONSUMER_GROUP)
+    return (str(topic), str(channel)) if channel is not None else None
 
 
 def _consumer_attributes(consumer: Consumer) -> a.Attributes:

@@ -117,10 +117,13 @@ async def until(check: Callable[[], bool], within: float = 30.0) -> None:
 
 
 async def publish_and_handle(
-    cluster: Backend, spec: TopicSpec, count: int
+    cluster: Backend,
+    spec: TopicSpec,
+    count: int,
+    before_close: Callable[[Consumer], None] = lambda _: None,
 ) -> tuple[list[PublishResult], list[Message], Consumer]:
-    """Publish ``count`` keyed messages to ``spec`` and handle them with ``run()``; the
-    consumer is closed on return."""
+    """Publish ``count`` keyed messages to ``spec`` and handle them with ``run()``; then
+    ``before_close(consumer)``; the consumer is closed on return."""
     handled: list[Message] = []
     consumer = Consumer(spec.name, channel(), lookupd=cluster.lookupd_http)
     await subscribed(consumer, spec.partitions)
@@ -131,6 +134,7 @@ async def publish_and_handle(
             for i in range(count)
         ]
     await until(lambda: len(handled) >= count and consumer.stats["finished"] >= count)
+    before_close(consumer)
     await consumer.close()
     await runner
     return results, handled, consumer
@@ -217,23 +221,30 @@ async def test_metrics_count_what_was_published_and_consumed(
     cluster: Backend, telemetry: Telemetry
 ) -> None:
     count = 5
-    _, _, consumer = await publish_and_handle(cluster, PLAIN, count)
     topic = {"messaging.destination.name": PLAIN.name}
+    outcome = "nsq.message.outcome"
+
+    def consumer_side(consumer: Consumer) -> None:  # while the consumer runs
+        group = {**topic, "messaging.consumer.group.name": consumer.channel}
+        assert telemetry.total("messaging.client.consumed.messages", **group) == count
+        assert telemetry.total("nsq.consumer.messages", **group, **{outcome: "finished"}) == count
+        for other in ("requeued", "timed_out", "given_up", "abandoned"):
+            assert telemetry.total("nsq.consumer.messages", **group, **{outcome: other}) == 0
+        assert telemetry.total("nsq.consumer.in_flight", **group) == 0
+
+    _, _, consumer = await publish_and_handle(cluster, PLAIN, count, consumer_side)
     group = {**topic, "messaging.consumer.group.name": consumer.channel}
     assert telemetry.total("messaging.client.sent.messages", **topic) == count
     durations = telemetry.points("messaging.client.operation.duration", **topic)
     assert sum(p.count for p in durations) == count
     assert all(p.sum > 0 for p in durations)
     assert telemetry.total("nsq.client.publish.errors", **topic) == 0
-    assert telemetry.total("messaging.client.consumed.messages", **group) == count
-    outcome = "nsq.message.outcome"
-    assert telemetry.total("nsq.consumer.messages", **group, **{outcome: "finished"}) == count
-    for other in ("requeued", "timed_out", "given_up", "abandoned"):
-        assert telemetry.total("nsq.consumer.messages", **group, **{outcome: other}) == 0
-    assert telemetry.total("nsq.consumer.in_flight", **group) == 0
     processed = telemetry.points("messaging.process.duration", **group)
     assert sum(p.count for p in processed) == count
     assert telemetry.total("nsq.producer.retries") == 0
+    # closed, and no other consumer of its channel: the channel's observed series ended
+    for name in ("messaging.client.consumed.messages", "nsq.consumer.messages"):
+        assert telemetry.points(name, **group) == [], name
 
 
 async def test_leader_move_is_an_event_and_a_metric(

@@ -1,5 +1,6 @@
-"""OpenTelemetry instrumentation against lying servers: the consumer-lag poller ends with the
-instrumentation and bounds every ``/stats`` request in time and size.
+"""OpenTelemetry instrumentation against lying servers and many short-lived consumers: the
+consumer-lag poller ends with the instrumentation and bounds every ``/stats`` request in time
+and size, and the metrics forget the channels of closed consumers.
 
 The lying nsqd is an HTTP server in the test (:mod:`.lying_http`) that also plays lookupd: it
 answers ``/lookup`` with the embedded cluster's own answer, the node's ``http_port`` swapped for
@@ -16,18 +17,30 @@ import threading
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import (
+    Counter,
+    Histogram,
+    MeterProvider,
+    ObservableCounter,
+    ObservableGauge,
+    ObservableUpDownCounter,
+    UpDownCounter,
+)
+from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
 
 from nsq_ha import otel
-from nsq_ha.consumer import Consumer
+from nsq_ha.consumer import Consumer, Message
 from nsq_ha.devcluster import DevCluster
+from nsq_ha.otel import instrumentor
 from nsq_ha.otel.lag_http import MAX_STATS_BYTES, MAX_STATS_CONTAINERS, MAX_STATS_VALUES
+from nsq_ha.producer import Producer
 from nsq_ha.testing.servers import V1_ACCEPT
 
 from .lying_http import Handler, LyingHttpServer, answer, by_path, repeated, trickler
@@ -41,6 +54,7 @@ MiB = 1 << 20
 MEMORY_BOUND = 64 * MiB
 LAG_BOUND = 0.1
 SLACK = 2.0  # seconds allowed past a deadline on a loaded machine
+GROUP = "messaging.consumer.group.name"
 
 
 @pytest.fixture(autouse=True)
@@ -228,3 +242,105 @@ async def test_a_stats_answer_under_the_caps_stalls_the_consumer_briefly(
     assert [r.message for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert lag.worst < LAG_BOUND, f"the event loop stalled for {lag.worst * 1000:.0f} ms"
     assert growth[0] < MEMORY_BOUND, f"memory grew by {growth[0] / MiB:.1f} MiB"
+
+
+# -- metrics of closed consumers ------------------------------------------------------------
+
+
+def groups_seen(reader: InMemoryMetricReader) -> dict[str, set[str]]:
+    """Per metric, the consumer groups (channels) its data points name at this collection."""
+    found: dict[str, set[str]] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    group = (point.attributes or {}).get(GROUP)
+                    if group is not None:
+                        found.setdefault(metric.name, set()).add(str(group))
+    return found
+
+
+async def consume_one_each(
+    lookupd: str,
+    producer: Producer,
+    channels: list[str],
+    while_open: Callable[[], None] = lambda: None,
+) -> None:
+    """Start a consumer per channel, publish one message (each channel gets a copy), handle it
+    with ``run()`` in every consumer, call ``while_open()``, and close them all."""
+    consumers = [Consumer(TOPIC, c, lookupd=lookupd, with_offsets=True) for c in channels]
+    handled: list[Message] = []
+    for consumer in consumers:
+        await consumer.start()
+    await until(lambda: all(c.connections for c in consumers))
+    runners = [asyncio.ensure_future(c.run(handled.append)) for c in consumers]
+    await producer.publish(TOPIC, b"one", partition=0)
+    await until(lambda: all(c.stats["finished"] >= 1 for c in consumers))
+    assert {m.channel for m in handled} == set(channels)
+    assert all(m.offset is not None for m in handled)
+    while_open()
+    for consumer in consumers:
+        await consumer.close()
+    await asyncio.gather(*runners)
+
+
+async def test_metrics_forget_the_channels_of_closed_consumers() -> None:
+    """150 short-lived consumers, each on its own channel, 10 at a time: once they are closed,
+    nsq_ha keeps no state about their channels, its observable instruments (counters read from
+    the consumers, the offset gauge) report none of them at the next collection, and a reader
+    with delta temporality sees none of them in any instrument after one more collection.
+
+    A reader with cumulative temporality still sees them in ``messaging.process.duration``,
+    the one synchronous instrument with a channel attribute: the SDK keeps every series of a
+    synchronous instrument for ever under cumulative temporality (up to its cardinality limit).
+    """
+    delta = {
+        kind: AggregationTemporality.DELTA
+        for kind in (
+            Counter,
+            UpDownCounter,
+            Histogram,
+            ObservableCounter,
+            ObservableUpDownCounter,
+            ObservableGauge,
+        )
+    }
+    cumulative_reader = InMemoryMetricReader()
+    delta_reader = InMemoryMetricReader(preferred_temporality=delta)  # type: ignore[arg-type]
+    provider = MeterProvider(metric_readers=[cumulative_reader, delta_reader])
+    otel.instrument(meter_provider=provider, lag_interval=None)
+    state = instrumentor._state  # the state the instrumentation keeps
+    assert state is not None
+    metrics = state.metrics
+    channels = [f"short{i:03d}" for i in range(150)]
+    try:
+        async with DevCluster(nodes=1) as cluster:
+            cluster.create_topic(TOPIC, 1)
+            async with Producer(lookupd=cluster.lookupd_http) as producer:
+
+                def all_there() -> None:  # while consumers are open, their series are there
+                    seen = groups_seen(cumulative_reader)
+                    for name in ("messaging.client.consumed.messages", "nsq.consumer.offset"):
+                        assert set(channels[:10]) <= seen.get(name, set()), name
+
+                for start in range(0, len(channels), 10):
+                    batch = channels[start : start + 10]
+                    check = all_there if start == 0 else lambda: None
+                    await consume_one_each(cluster.lookupd_http, producer, batch, check)
+            closed = set(channels)
+            left: dict[str, Any] = {
+                "offsets": dict(metrics.offsets),
+                "closed counts": [k for k in metrics.closed if dict(k[1]).get(GROUP) in closed],
+                "consumers": list(metrics.consumers),
+            }
+            assert left == {"offsets": {}, "closed counts": [], "consumers": []}
+            seen = groups_seen(cumulative_reader)
+            assert {name for name, groups in seen.items() if groups & closed} == {
+                "messaging.process.duration"
+            }
+            groups_seen(delta_reader)  # what happened since the last collection
+            assert groups_seen(delta_reader) == {}
+    finally:
+        otel.uninstrument()
+        provider.shutdown()

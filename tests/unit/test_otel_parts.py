@@ -3,6 +3,7 @@ attributes, the event metrics, and instrument()/uninstrument()."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -175,3 +176,42 @@ def test_with_context_leaves_what_is_not_a_header() -> None:
     with TRACER.start_as_current_span("publish"):
         assert with_context(42) == 42  # the publish refuses it, as it would untraced
         assert not has_trace_id(42)
+
+
+def offset_points(reader: InMemoryMetricReader) -> dict[str, int]:
+    """``nsq.consumer.offset`` at this collection: channel -> offset."""
+    found: dict[str, int] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for m in scope.metrics:
+                if m.name == "nsq.consumer.offset":
+                    for p in m.data.data_points:
+                        found[str(p.attributes[a.CONSUMER_GROUP])] = int(p.value)  # type: ignore[index, union-attr]
+    return found
+
+
+def test_a_channel_is_forgotten_once_no_live_consumer_has_it() -> None:
+    reader = InMemoryMetricReader()
+    metrics = Metrics(MeterProvider(metric_readers=[reader]).get_meter("test"))
+    first, second = (Consumer("t", "c", nsqd="127.0.0.1:4150") for _ in range(2))
+    other = Consumer("t", "d", nsqd="127.0.0.1:4150")
+    for consumer in (first, second, other):
+        metrics.add_consumer(consumer)
+    metrics.remember_offset("t", "c", 0, 10)
+    metrics.remember_offset("t", "d", 0, 20)
+    metrics.remember_offset("t", "nobody", 0, 30)  # no instrumented consumer has it: not kept
+    retries = ("retries", ((a.SYSTEM, a.SYSTEM_NAME),))
+    metrics.closed[retries] += 1  # a closed producer's: no channel, kept
+    assert offset_points(reader) == {"c": 10, "d": 20}
+    metrics.consumer_closed(first)  # "c" still has a live consumer
+    assert offset_points(reader) == {"c": 10, "d": 20}
+    metrics.consumer_closed(second)
+    assert offset_points(reader) == {"d": 20}
+    assert set(metrics.offsets) == {("t", "d", 0)}
+    assert metrics.groups == {("t", "d")}
+    del other, consumer  # dropped without close(): forgotten at the next collection
+    gc.collect()
+    assert offset_points(reader) == {}
+    assert metrics.offsets == {}
+    assert list(metrics.closed) == [retries]
