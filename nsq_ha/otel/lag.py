@@ -288,9 +288,9 @@ class LagPoller:
                 with self._lock:  # _interrupt() sees this loop and this step, or the change
                     consumers = live_consumers(self.consumers)
                     if self._stopped or not consumers or self._thread is not me:
-                        if self._thread is me:
+                        if self._thread is me:  # a later start() makes a new thread
                             self._thread = None
-                        self._loop = self._step = None
+                            self._loop = self._step = None
                         return
                     sources: dict[tuple[str, str], Source] = {}
                     for consumer in consumers:
