@@ -45,7 +45,9 @@ chosen partitions (``assign``), see :mod:`.topics`. Two sources, chosen by the o
 * ``replayable`` (the fork in cluster mode): offsets are per-partition queue positions; start
   at ``earliest``, ``latest`` (default), a JSON object of partition to offset, or
   ``startingTimestamp`` (ms); ``maxBytesPerTrigger`` limits a batch; ``failOnDataLoss``
-  decides what happens when the next offsets are no longer retained. Each Spark task reads one
+  decides what happens when the next offsets are not held by nsqd (deleted by retention, or
+  past a partition's end after the topic was re-created): fail naming them (default), or log
+  and read from the first retained offset. Each Spark task reads one
   partition on a channel of the query's own (``spark_<random>``, kept in the checkpoint), so a
   restarted query reads exactly the ranges its checkpoint says. Exactly-once *processing* with
   an idempotent sink; rows carry ``(partition, offset)`` as their identity.

@@ -40,10 +40,15 @@ Read options
     ``endingOffsets`` (``latest``, the default, or JSON) or ``endingTimestamp`` (ms: the range
     ends before the first message at or after it), and start at ``earliest`` by default; a
     partition a JSON object leaves out takes the default; ``maxBytesPerTrigger``;
-    ``maxMessagesPerTrigger`` (driver mode); ``failOnDataLoss`` (``true``); ``readTimeout``
-    (60 s); ``walPath`` (driver mode: where batches are kept until Spark commits them, a local
-    path or a ``pyarrow.fs`` URI such as ``hdfs://`` or ``s3://``, see :mod:`nsq_ha.spark.wal`);
-    ``msgTimeout`` (driver mode, s); ``pollTimeout`` (driver mode, s to wait for a first message);
+    ``maxMessagesPerTrigger`` (driver mode); ``failOnDataLoss`` (``true``: an offset nsqd does
+    not hold, before the first retained one or past a partition's end as after the topic was
+    deleted and re-created, in a checkpoint or given in ``startingOffsets`` /
+    ``endingOffsets``, fails with :class:`~nsq_ha.spark.source.DataLossError` naming the topic,
+    partition and offsets; ``false``: logged, and read from the first retained offset, or up
+    to the end); ``readTimeout`` (60 s); ``walPath`` (driver mode: where batches are kept
+    until Spark commits them, a local path or a ``pyarrow.fs`` URI such as ``hdfs://`` or
+    ``s3://``, see :mod:`nsq_ha.spark.wal`); ``msgTimeout`` (driver mode, s); ``pollTimeout``
+    (driver mode, s to wait for a first message);
     ``staleChannelTimeout`` (600 s: the driver deletes a range read's channel older than this
     that no consumer holds, left by a killed task; see :mod:`nsq_ha.spark.channels`);
     ``keyHeader`` (``nsq_key``: the ext header field a row's ``key`` is read from);

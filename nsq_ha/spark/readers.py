@@ -6,7 +6,7 @@ only options and plain values."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -25,6 +25,7 @@ from .ranges import RangeTask, read_chunks, resolve_timestamp
 from .source import (
     Extent,
     apply_byte_limit,
+    check_ending,
     check_retained,
     fetch_topic_extents,
     is_fork,
@@ -93,17 +94,33 @@ def _read_extents(opts: ReadOptions, topics: TopicSet) -> dict[TopicPartition, E
     return result
 
 
+#: a check of one topic's offsets: (partition -> offset, partition -> extent, topic) -> offsets
+_Check = Callable[[Mapping[int, int], Mapping[int, Extent], str], dict[int, int]]
+
+
+def _by_topic(
+    offsets: dict[TopicPartition, int], extents: dict[TopicPartition, Extent], check: _Check
+) -> dict[TopicPartition, int]:
+    """``offsets`` after ``check``, topic by topic."""
+    result = dict(offsets)
+    parts = nest({tp: e.start for tp, e in extents.items()})
+    for topic, mine in nest(offsets).items():
+        held = {p: extents[(topic, p)] for p in parts.get(topic, {})}
+        result.update({(topic, p): o for p, o in check(mine, held, topic).items()})
+    return result
+
+
 def _retained(
-    begin: dict[TopicPartition, int], extents: dict[TopicPartition, Extent], *, fail: bool
+    begin: dict[TopicPartition, int],
+    extents: dict[TopicPartition, Extent],
+    *,
+    fail: bool,
+    what: str = "offset",
 ) -> dict[TopicPartition, int]:
     """:func:`~.source.check_retained`, topic by topic."""
-    result = dict(begin)
-    parts = nest({tp: e.start for tp, e in extents.items()})
-    for topic, offsets in nest(begin).items():
-        mine = {p: extents[(topic, p)] for p in parts.get(topic, {})}
-        for p, offset in check_retained(offsets, mine, fail=fail, topic=topic).items():
-            result[(topic, p)] = offset
-    return result
+    return _by_topic(
+        begin, extents, lambda o, e, t: check_retained(o, e, fail=fail, topic=t, what=what)
+    )
 
 
 def _positions(
@@ -216,7 +233,8 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         _, begin = decode_offset(start)
         channel, stop = decode_offset(end)
-        todo = sorted(tp for tp, offset in stop.items() if begin.get(tp, -1) < offset)
+        # a start past its end is a checkpoint of a re-created topic (checked below)
+        todo = sorted(tp for tp, offset in stop.items() if begin.get(tp, -1) != offset)
         topics = sorted({t for t, _ in todo})
         found = fetch_topic_extents(self.opts.endpoint, topics, skip_missing=not self.topics.fixed)
         extents = {(t, p): e for t, parts in found.items() for p, e in parts.items()}
@@ -229,6 +247,10 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         todo = [tp for tp in todo if tp[0] in found]
         for tp in todo:
             begin.setdefault(tp, extents[tp].start if tp in extents else stop[tp])
+            if tp in extents and begin[tp] > extents[tp].end:
+                # re-created (read from its start below, or an error): the planned end is an
+                # offset of the topic that is gone
+                stop[tp] = min(stop[tp], extents[tp].end)
         begin = _retained({tp: begin[tp] for tp in todo}, extents, fail=self.opts.fail_on_data_loss)
         return [
             _task(self.opts, channel, tp, begin[tp], stop[tp])
@@ -287,15 +309,11 @@ class NsqBatchReader(DataSourceReader):
             return []
         topics = sorted({t for t, _ in extents})
         SWEEPER.maybe_sweep_topics(opts.endpoint.lookupd, topics, opts.stale_channel_timeout)
-        begin = _positions(
-            opts, opts.starting, opts.starting_timestamp_ms, extents, channel, default=-2
-        )
-        stop = _positions(opts, opts.ending, opts.ending_timestamp_ms, extents, channel, default=-1)
-        begin = _retained(begin, extents, fail=opts.fail_on_data_loss)
+        begin, stop = _batch_range(opts, extents, channel)
         ranges = [
-            _task(opts, channel, tp, begin[tp], min(stop[tp], extents[tp].end))
+            _task(opts, channel, tp, begin[tp], stop[tp])
             for tp in sorted(extents)
-            if begin[tp] < min(stop[tp], extents[tp].end)
+            if begin[tp] < stop[tp]
         ]
         log.info(
             "%s: batch read of %s",
@@ -306,3 +324,32 @@ class NsqBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read_range_batches(partition)
+
+
+def _batch_range(
+    opts: ReadOptions, extents: dict[TopicPartition, Extent], channel: str
+) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """Each partition's ``[start, end)`` of a batch read. Positions given in
+    ``startingOffsets`` / ``endingOffsets`` that nsqd does not hold follow ``failOnDataLoss``
+    (:func:`~.source.check_retained`, :func:`~.source.check_ending`); then a start after its
+    end is an :class:`OptionError` (Kafka refuses it too). A timestamp's offset may lie past
+    the end these extents saw (written since): it is the end."""
+    fail = opts.fail_on_data_loss
+    begin = _positions(
+        opts, opts.starting, opts.starting_timestamp_ms, extents, channel, default=-2
+    )
+    stop = _positions(opts, opts.ending, opts.ending_timestamp_ms, extents, channel, default=-1)
+    if opts.starting_timestamp_ms is not None:
+        begin = {tp: min(o, extents[tp].end) for tp, o in begin.items()}
+    if opts.ending_timestamp_ms is not None:
+        stop = {tp: min(o, extents[tp].end) for tp, o in stop.items()}
+    begin = _retained(begin, extents, fail=fail, what="startingOffsets")
+    stop = _by_topic(stop, extents, lambda o, e, t: check_ending(o, e, fail=fail, topic=t))
+    if opts.starting_timestamp_ms is None and opts.ending_timestamp_ms is None:
+        for (topic, p), offset in sorted(begin.items()):
+            if offset > stop[(topic, p)]:
+                raise OptionError(
+                    f"{topic}/{p}: startingOffsets {offset} is after endingOffsets "
+                    f"{stop[(topic, p)]}: give a start at or before the end"
+                )
+    return begin, stop

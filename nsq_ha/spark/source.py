@@ -56,6 +56,8 @@ __all__ = [
     "DriverReader",
     "Extent",
     "apply_byte_limit",
+    "check_ending",
+    "check_retained",
     "fetch_extents",
     "fetch_topic_extents",
     "resolve_topics",
@@ -220,26 +222,87 @@ def apply_byte_limit(
 
 
 def check_retained(
-    start: Mapping[int, int], extents: Mapping[int, Extent], *, fail: bool, topic: str
+    start: Mapping[int, int],
+    extents: Mapping[int, Extent],
+    *,
+    fail: bool,
+    topic: str,
+    what: str = "offset",
 ) -> dict[int, int]:
-    """``start`` with every offset that is no longer retained moved to the partition's first
-    retained one, or :class:`DataLossError` when ``fail`` (``failOnDataLoss``)."""
+    """``start`` with every offset nsqd does not hold moved to the partition's first retained
+    one, or :class:`DataLossError` when ``fail`` (``failOnDataLoss``, as in Kafka's connector).
+
+    Two cases: an offset before the first retained one (retention deleted those messages),
+    and one past the partition's end (the topic was deleted and re-created: the offset counts
+    bytes of a queue that is gone, and what the new one holds would never be read). ``what``
+    names the offset in the messages (``startingOffsets`` for a batch read)."""
     result = dict(start)
     for p, offset in start.items():
         extent = extents.get(p)
-        if extent is None or offset >= extent.start:
+        if extent is None or extent.start <= offset <= extent.end:
             continue
-        gone = extent.start - offset
-        text = (
-            f"{topic}/{p}: offsets {offset}..{extent.start} ({gone} bytes) are no longer "
-            f"retained by nsqd"
-        )
-        if fail:
-            raise DataLossError(
-                f"{text}; set failOnDataLoss=false to skip to the first retained message"
+        if offset < extent.start:
+            gone = extent.start - offset
+            text = (
+                f"{topic}/{p}: offsets {offset}..{extent.start} ({gone} bytes) are no longer "
+                f"retained by nsqd"
             )
-        log.warning("%s; skipping them (failOnDataLoss=false)", text)
+            if fail:
+                raise DataLossError(
+                    f"{text}; set failOnDataLoss=false to skip to the first retained message"
+                )
+            log.warning("%s; skipping them (failOnDataLoss=false)", text)
+        else:
+            text = (
+                f"{topic}/{p}: {what} {offset} is past the partition's end {extent.end}: the "
+                "topic was deleted and re-created (or the offset is not of this cluster), so "
+                f"what it holds now ({extent.start}..{extent.end}) would never be read"
+            )
+            if fail:
+                raise DataLossError(
+                    f"{text}; set failOnDataLoss=false to read the partition from its first "
+                    f"retained offset {extent.start}"
+                )
+            log.warning(
+                "%s; reading it from its first retained offset %d (failOnDataLoss=false)",
+                text,
+                extent.start,
+            )
         result[p] = extent.start
+    return result
+
+
+def check_ending(
+    stop: Mapping[int, int], extents: Mapping[int, Extent], *, fail: bool, topic: str
+) -> dict[int, int]:
+    """A batch read's ``endingOffsets`` given as positions, checked as :func:`check_retained`
+    checks a start: an end past the partition's end (never written there: the topic was
+    re-created, or the offset is not of this cluster) or before its first retained offset
+    (the range is no longer retained) raises :class:`DataLossError` when ``fail``; otherwise
+    it is logged and the range ends at the partition's end (or is empty)."""
+    result = dict(stop)
+    for p, offset in stop.items():
+        extent = extents.get(p)
+        if extent is None or extent.start <= offset <= extent.end:
+            continue
+        if offset > extent.end:
+            text = (
+                f"{topic}/{p}: endingOffsets {offset} is past the partition's end "
+                f"{extent.end} (the topic was deleted and re-created, or those messages were "
+                "never written)"
+            )
+            result[p] = extent.end
+            advice, doing = "read up to it", f"reading up to {extent.end}"
+        else:
+            text = (
+                f"{topic}/{p}: endingOffsets {offset} is before the first retained offset "
+                f"{extent.start}: the messages up to it are no longer retained by nsqd"
+            )
+            result[p] = extent.start
+            advice, doing = "read nothing of the partition", "nothing of it is read"
+        if fail:
+            raise DataLossError(f"{text}; set failOnDataLoss=false to {advice}")
+        log.warning("%s; %s (failOnDataLoss=false)", text, doing)
     return result
 
 
