@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytest
 
@@ -83,7 +84,7 @@ def test_a_bad_spark_option_beside_a_lookupd_password_does_not_show_it(
     from nsq_ha.spark.options import OptionError, parse_read_options, parse_write_options
 
     caplog.set_level(logging.DEBUG)
-    bad = [
+    bad: list[tuple[Callable[[dict[str, str]], object], dict[str, str]]] = [
         (parse_read_options, {"lookupd": USERINFO_URL, "topic": "t", "readTimeout": "soon"}),
         (parse_read_options, {"lookupd": "u:s3cret@", "topic": "t"}),
         (parse_read_options, {"lookupd": USERINFO_URL, "nsqd": "127.0.0.1:4150", "topic": "t"}),
