@@ -12,6 +12,11 @@ vanilla where it has one).
 * :class:`TopicSpec` (:mod:`.spec`): what ``/topic/create`` is asked for.
 * :func:`channel_lag` / :func:`entry_lag` (:mod:`.lag`): a channel's lag from a ``/stats``
   entry, as ``nsq-ha stats`` and :mod:`nsq_ha.otel` compute it.
+
+Every public call of both clients has one overall deadline (the client's ``timeout``, or the
+call's own ``timeout=`` where it waits on purpose) and fails past it with
+:class:`~nsq_ha.errors.NsqTimeoutError`; every answer is read up to a cap and big JSON is parsed
+in slices that leave the event loop free (:mod:`.answers`).
 """
 
 from __future__ import annotations

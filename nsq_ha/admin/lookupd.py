@@ -7,23 +7,34 @@ node ``/listlookup`` names), after which the topic becomes writable once lookupd
 topic check has placed its partitions (seconds; re-posting the identical request triggers the
 check again and is harmless). Vanilla nsqlookupd (``/listlookup`` answers 404) has a
 ``/topic/create?topic=T`` too (no partitions, no replicas).
+
+Every public call has one overall deadline, the client's ``timeout`` or the call's own
+``timeout=`` where it waits on purpose (:meth:`LookupdAdmin.create_topic`,
+:meth:`~LookupdAdmin.move_leader`, :meth:`~LookupdAdmin.wait_stable`), counted from the call's
+start and covering connect, every request and every read of a body, however slowly a server
+trickles: past it, :class:`~nsq_ha.errors.NsqTimeoutError`. Answers are read up to
+``max_answer_bytes`` (:class:`~nsq_ha.errors.RemoteProtocolError` past it), as
+:class:`~nsq_ha.lookup.LookupClient` reads its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
+from nsq_ha.durations import seconds
 from nsq_ha.errors import (
     ConfigError,
     LookupdUnavailableError,
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import LookupClient
+from nsq_ha.lookup.client import DEFAULT_MAX_ANSWER_BYTES
 from nsq_ha.lookup.http import Endpoint, normalize_lookupd, tls_context
 from nsq_ha.lookup.wire import (
     V1_ACCEPT,
@@ -35,6 +46,7 @@ from nsq_ha.lookup.wire import (
 )
 from nsq_ha.protocol.names import validate_channel
 
+from .answers import fetch, within
 from .nsqd import AdminError, NsqdAdmin, seek_position
 from .spec import TopicSpec
 
@@ -48,14 +60,40 @@ _REPOST_INTERVAL = 6.0
 _NODES_PATIENCE = 20.0
 #: how many topics' lookups :meth:`LookupdAdmin.move_leader` reads to learn node ids
 _MAX_TOPICS_ASKED = 64
+#: the largest ``max_answer_bytes`` allowed (as for :class:`~nsq_ha.lookup.LookupClient`)
+_MAX_ANSWER_BYTES_LIMIT = 64 << 20
 
 
 class LookupdAdmin:
-    """Admin requests to an nsqlookupd cluster (``lookupd``: one or more HTTP addresses)."""
+    """Admin requests to an nsqlookupd cluster (``lookupd``: one or more HTTP addresses).
 
-    def __init__(self, lookupd: str | Sequence[str], *, timeout: float = 10.0) -> None:
+    ``timeout``: the deadline of each call that does not take its own, in seconds.
+    ``max_answer_bytes``: the largest answer read from an nsqlookupd (512 KiB by default, at
+    most 64 MiB; ``/topics`` spends some 40 bytes per topic). Bad values are a
+    :class:`ConfigError` before anything is created.
+    """
+
+    def __init__(
+        self,
+        lookupd: str | Sequence[str],
+        *,
+        timeout: float = 10.0,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    ) -> None:
         import httpx
 
+        #: the deadline of each call that takes no ``timeout=`` of its own, in seconds
+        self.timeout = seconds(timeout, "timeout")
+        if (
+            isinstance(max_answer_bytes, bool)
+            or not isinstance(max_answer_bytes, int)
+            or not 1 <= max_answer_bytes <= _MAX_ANSWER_BYTES_LIMIT
+        ):
+            raise ConfigError(
+                f"max_answer_bytes must be an int in 1..{_MAX_ANSWER_BYTES_LIMIT}, "
+                f"got {max_answer_bytes!r}"
+            )
+        self.max_answer_bytes = max_answer_bytes
         seeds = [lookupd] if isinstance(lookupd, str) else list(lookupd)
         if not seeds:
             raise ConfigError("LookupdAdmin needs at least one nsqlookupd address")
@@ -63,8 +101,10 @@ class LookupdAdmin:
         #: bare base URL -> endpoint (a seed's credentials travel as basic auth, never in a URL)
         self._endpoints = {e.url: e for e in map(Endpoint.parse, normalized)}
         self._seeds = list(self._endpoints)
-        self._http = httpx.AsyncClient(timeout=timeout, verify=tls_context())
-        self.lookup = LookupClient(normalized, http=self._http, timeout=timeout)
+        self._http = httpx.AsyncClient(timeout=self.timeout, verify=tls_context())
+        self.lookup = LookupClient(
+            normalized, http=self._http, timeout=self.timeout, max_answer_bytes=max_answer_bytes
+        )
         self._leader: str | None = None
         self._vanilla = False
 
@@ -88,7 +128,20 @@ class LookupdAdmin:
         await self.lookup.close()
         await self._http.aclose()
 
-    # -- HTTP -------------------------------------------------------------------------------
+    # -- deadlines and HTTP -----------------------------------------------------------------
+
+    def _within(
+        self, what: str, limit: float | None = None
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """One deadline for the call ``what``: ``limit`` seconds (the client's ``timeout``)."""
+        limit = self.timeout if limit is None else limit
+        seeds = ", ".join(e.shown for e in self._endpoints.values())
+        return within(
+            limit,
+            f"LookupdAdmin.{what} did not finish within {limit:g} s (nsqlookupd {seeds}): raise "
+            "the timeout (timeout=, nsq-ha --timeout), or check that the address names a "
+            "running nsqlookupd",
+        )
 
     async def _request(
         self, method: str, base: str, path: str, params: dict[str, str] | None = None
@@ -96,25 +149,32 @@ class LookupdAdmin:
         import httpx
 
         endpoint = self._endpoints.get(base)
-        auth = endpoint.auth if endpoint is not None else None
         shown = self._shown(base)
         try:
-            resp = await self._http.request(
+            answer = await fetch(
+                self._http,
                 method,
                 f"{base}{path}",
+                where=f"nsqlookupd {shown}{path}",
+                max_bytes=self.max_answer_bytes,
+                limit_name="max_answer_bytes",
                 params=params,
-                headers=dict(V1_ACCEPT),
-                auth=auth if auth is not None else httpx.USE_CLIENT_DEFAULT,
+                headers=V1_ACCEPT,
+                auth=endpoint.auth if endpoint is not None else None,
             )
         except httpx.HTTPError as exc:
             # the URL sent holds no credentials, so httpx's text may be shown as it is
             raise LookupdUnavailableError(f"nsqlookupd {shown} unreachable: {exc!r}") from exc
-        return unwrap(resp.status_code, resp.headers, resp.content, f"{shown}{path}")
+        return unwrap(answer.status, answer.headers, answer.body, f"{shown}{path}")
 
     async def leader(self) -> str:
         """The leader nsqlookupd's HTTP URL (the first seed on vanilla or standalone lookupd)."""
         if self._leader is not None:
             return self._leader
+        async with self._within("leader"):
+            return await self._find_leader()
+
+    async def _find_leader(self) -> str:
         errors: list[str] = []
         for seed in self._seeds:
             try:
@@ -135,12 +195,13 @@ class LookupdAdmin:
 
     async def post(self, path: str, params: dict[str, str]) -> object:
         """POST an admin request to the leader; :class:`AdminError` with lookupd's message."""
-        base = await self.leader()
-        try:
-            return await self._request("POST", base, path, params)
-        except LookupdError as exc:
-            message = f"nsqlookupd {path} refused: {exc.message} (HTTP {exc.status})"
-            raise AdminError(message) from exc
+        async with self._within(f"post({path!r})"):
+            base = await self.leader()
+            try:
+                return await self._request("POST", base, path, params)
+            except LookupdError as exc:
+                message = f"nsqlookupd {path} refused: {exc.message} (HTTP {exc.status})"
+                raise AdminError(message) from exc
 
     # -- topics -----------------------------------------------------------------------------
 
@@ -164,7 +225,9 @@ class LookupdAdmin:
         leader. Without ``ordered`` or ``multi_part`` the fork needs nodes >= partitions x
         replicas. ``durable`` is ``sync_every=1`` (see :class:`TopicSpec`). Re-creating with the
         same parameters succeeds; different ones raise :class:`AdminError` (``already
-        exist``)."""
+        exist``). ``timeout`` bounds the whole call, from its start."""
+        timeout = seconds(timeout, "timeout")
+        deadline = time.monotonic() + timeout
         spec = TopicSpec.with_durability(
             name,
             partitions,
@@ -177,20 +240,20 @@ class LookupdAdmin:
             retention_days=retention_days,
             channel_auto_create=channel_auto_create,
         )
-        await self.leader()
-        deadline = time.monotonic() + timeout
-        if self._vanilla:
-            if spec != TopicSpec(name):
-                raise ConfigError(
-                    "vanilla nsqlookupd creates plain topics only (no partitions, replicas, "
-                    "ordered, ext, sync_every, retention_days or channel_auto_create)"
-                )
-            await self.post("/topic/create", {"topic": name})
-            return None
-        await self._post_create(spec, deadline)
-        if not wait:
-            return None
-        return await self.wait_writable(spec, deadline)
+        async with self._within(f"create_topic({name!r})", timeout):
+            await self.leader()
+            if self._vanilla:
+                if spec != TopicSpec(name):
+                    raise ConfigError(
+                        "vanilla nsqlookupd creates plain topics only (no partitions, replicas, "
+                        "ordered, ext, sync_every, retention_days or channel_auto_create)"
+                    )
+                await self.post("/topic/create", {"topic": name})
+                return None
+            await self._post_create(spec, deadline)
+            if not wait:
+                return None
+            return await self._wait_writable(spec, deadline)
 
     async def _post_create(self, spec: TopicSpec, deadline: float) -> None:
         # right after start-up the coordinator may not know every node yet, so "No node is
@@ -204,7 +267,8 @@ class LookupdAdmin:
                 no_node = "No node is available" in str(exc)
                 if not (no_node or "unstable" in str(exc)):
                     raise
-                if time.monotonic() > (patience if no_node else deadline):
+                # the refusal itself says more than a timeout would: raise it before the end
+                if time.monotonic() + 1.0 > (patience if no_node else deadline):
                     if no_node and not (spec.ordered or spec.multi_part):
                         raise AdminError(
                             f"{exc}; a plain topic needs nodes >= partitions x replicas "
@@ -215,14 +279,19 @@ class LookupdAdmin:
             await asyncio.sleep(1.0)
 
     async def wait_writable(self, spec: TopicSpec, deadline: float) -> PartitionMap:
-        """Poll ``access=w`` until every partition of ``spec`` has a leader, nudging the check."""
+        """Poll ``access=w`` until every partition of ``spec`` has a leader, nudging the check,
+        until ``deadline`` (a :func:`time.monotonic` time)."""
+        async with self._within("wait_writable", max(0.0, deadline - time.monotonic())):
+            return await self._wait_writable(spec, deadline)
+
+    async def _wait_writable(self, spec: TopicSpec, deadline: float) -> PartitionMap:
         last_post = time.monotonic()
         while True:
             pmap = await self.lookup.lookup(spec.name, "w", force=True)
             if len(pmap.partitions) >= spec.partitions:
                 return pmap
             now = time.monotonic()
-            if now > deadline:
+            if now + 0.2 > deadline:
                 raise AdminError(
                     f"topic {spec.name!r} was created but only {len(pmap.partitions)} of "
                     f"{spec.partitions} partitions became writable in time"
@@ -233,9 +302,15 @@ class LookupdAdmin:
             await asyncio.sleep(0.2)
 
     async def wait_stable(self, timeout: float = 240.0) -> None:  # noqa: ASYNC109
-        """Wait until ``/cluster/stats`` says ``stable`` (lookupd refuses moves otherwise)."""
+        """Wait until ``/cluster/stats`` says ``stable`` (lookupd refuses moves otherwise), at
+        most ``timeout`` seconds."""
+        timeout = seconds(timeout, "timeout")
+        async with self._within("wait_stable", timeout):
+            await self._wait_stable(time.monotonic() + timeout)
+
+    async def _wait_stable(self, deadline: float) -> None:
         base = await self.leader()
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
         first = True
         while True:
             stats = await self._request("GET", base, "/cluster/stats")
@@ -244,8 +319,9 @@ class LookupdAdmin:
             if first:
                 first = False
                 log.info("waiting for lookupd to deem the cluster stable (checked once a minute)")
-            if time.monotonic() > deadline:
-                raise AdminError(f"the cluster did not become stable within {timeout:.0f}s")
+            if time.monotonic() + 1.0 > deadline:
+                waited = time.monotonic() - started
+                raise AdminError(f"the cluster did not become stable within {waited:.0f}s")
             await asyncio.sleep(1.0)
 
     async def move_leader(
@@ -260,13 +336,20 @@ class LookupdAdmin:
         new leader once ``access=w`` names it. ``to`` asks for a node (its TCP ``host:port``,
         HTTP URL or ``host:http_port``, or distributed id); lookupd may still pick another
         replica, so compare the result. Vanilla has no leaders: :class:`UnsupportedByServerError`.
+        ``timeout`` bounds the whole call, from its start.
         """
+        timeout = seconds(timeout, "timeout")
+        async with self._within(f"move_leader({topic!r}, {partition})", timeout):
+            return await self._move_leader(topic, partition, to, time.monotonic() + timeout)
+
+    async def _move_leader(
+        self, topic: str, partition: int, to: str | None, deadline: float
+    ) -> NodeInfo:
         await self.leader()
         if self._vanilla:
             raise UnsupportedByServerError(
                 "vanilla nsqd has no partition leaders to move (every nsqd holds its own copy)"
             )
-        deadline = time.monotonic() + timeout
         pmap = await self.lookup.lookup(topic, "w", force=True)
         old = pmap.leader(partition)
         if old is None:
@@ -284,7 +367,7 @@ class LookupdAdmin:
                 f"{topic}/{partition}: no other node known to move the leader to (the lookups "
                 "name no other nsqd): pass its distributed id as to= (nsq-ha leader move --to)"
             )
-        await self.wait_stable(max(0.0, deadline - time.monotonic()))
+        await self._wait_stable(deadline)
         await self.post(
             "/topic/partition/move",
             {
@@ -326,32 +409,34 @@ class LookupdAdmin:
     async def topics(self) -> list[str]:
         """Every topic name nsqlookupd lists (``GET /topics``: the leader's on the fork, the
         union over the seeds on vanilla, whose nsqlookupds share nothing)."""
-        leader = await self.leader()
-        names: set[str] = set()
-        for base in self._seeds if self._vanilla else [leader]:
-            try:
-                answer = await self._request("GET", base, "/topics")
-            except LookupdError as exc:
-                raise AdminError(f"nsqlookupd /topics refused: {exc.message}") from exc
-            listed = answer.get("topics") if isinstance(answer, dict) else None
-            names.update(t for t in listed or () if isinstance(t, str))
-        return sorted(names)
+        async with self._within("topics"):
+            leader = await self.leader()
+            names: set[str] = set()
+            for base in self._seeds if self._vanilla else [leader]:
+                try:
+                    answer = await self._request("GET", base, "/topics")
+                except LookupdError as exc:
+                    raise AdminError(f"nsqlookupd /topics refused: {exc.message}") from exc
+                listed = answer.get("topics") if isinstance(answer, dict) else None
+                names.update(t for t in listed or () if isinstance(t, str))
+            return sorted(names)
 
     async def nodes(self) -> list[NodeInfo]:
         """Every nsqd registered with nsqlookupd (``GET /nodes``: the leader's on the fork,
         the union over the seeds on vanilla), without distributed ids (``/nodes`` has none)."""
-        leader = await self.leader()
-        found: dict[str, NodeInfo] = {}
-        for base in self._seeds if self._vanilla else [leader]:
-            try:
-                answer = await self._request("GET", base, "/nodes")
-            except LookupdError as exc:
-                raise AdminError(f"nsqlookupd /nodes refused: {exc.message}") from exc
-            listed = answer.get("producers") if isinstance(answer, dict) else None
-            for raw in listed if isinstance(listed, list) else ():
-                node = NodeInfo.from_wire(raw)
-                found.setdefault(node.http_url, node)
-        return list(found.values())
+        async with self._within("nodes"):
+            leader = await self.leader()
+            found: dict[str, NodeInfo] = {}
+            for base in self._seeds if self._vanilla else [leader]:
+                try:
+                    answer = await self._request("GET", base, "/nodes")
+                except LookupdError as exc:
+                    raise AdminError(f"nsqlookupd /nodes refused: {exc.message}") from exc
+                listed = answer.get("producers") if isinstance(answer, dict) else None
+                for raw in listed if isinstance(listed, list) else ():
+                    node = NodeInfo.from_wire(raw)
+                    found.setdefault(node.http_url, node)
+            return list(found.values())
 
     async def delete_topic(self, topic: str) -> list[str]:
         """Delete ``topic`` with its channels and data; returns what was asked to delete it.
@@ -359,38 +444,42 @@ class LookupdAdmin:
         The fork: nsqlookupd's ``/topic/delete?partition=**`` (every partition). Vanilla: the
         ``/topic/delete`` of every nsqd producing it, then each nsqlookupd's (which forgets the
         registrations)."""
-        await self.leader()
-        if not self._vanilla:
-            await self.post("/topic/delete", {"topic": topic, "partition": "**"})
-            return [self._shown(self._leader) or ""]
-        done: list[str] = []
-        pmap = await self.lookup.lookup(topic, "r", force=True)
-        for node in pmap.producers:
-            await NsqdAdmin(node.http_url, http=self._http).delete_topic(topic)
-            done.append(node.http_url)
-        for base in self._seeds:
-            try:
-                await self._request("POST", base, "/topic/delete", {"topic": topic})
-            except LookupdError as exc:
-                raise AdminError(f"nsqlookupd /topic/delete refused: {exc.message}") from exc
-            done.append(self._shown(base) or base)
-        return done
+        async with self._within(f"delete_topic({topic!r})"):
+            await self.leader()
+            if not self._vanilla:
+                await self.post("/topic/delete", {"topic": topic, "partition": "**"})
+                return [self._shown(self._leader) or ""]
+            done: list[str] = []
+            pmap = await self.lookup.lookup(topic, "r", force=True)
+            for node in pmap.producers:
+                await NsqdAdmin(node.http_url, http=self._http, timeout=self.timeout).delete_topic(
+                    topic
+                )
+                done.append(node.http_url)
+            for base in self._seeds:
+                try:
+                    await self._request("POST", base, "/topic/delete", {"topic": topic})
+                except LookupdError as exc:
+                    raise AdminError(f"nsqlookupd /topic/delete refused: {exc.message}") from exc
+                done.append(self._shown(base) or base)
+            return done
 
     async def channel_targets(self, topic: str) -> list[tuple[int | None, NodeInfo]]:
         """Where ``topic``'s channel calls go, as (partition, nsqd) pairs: on the fork each
         partition's leader (``access=w``, completed by ``access=r`` for a partition that has
         no writer listed), on vanilla every nsqd producing it (partition None). A topic
         nsqlookupd does not know is an :class:`AdminError`."""
-        readers = await self.lookup.lookup(topic, "r", force=True)
-        if not readers.fork:
-            if not readers.producers:
-                raise AdminError(f"topic {topic!r} has no nsqd producing it")
-            return [(None, node) for node in readers.producers]
-        found = dict(readers.partitions)
-        found.update((await self.lookup.lookup(topic, "w", force=True)).partitions)
-        if not found:
-            raise AdminError(f"topic {topic!r} does not exist (or has no partition leader)")
-        return sorted(found.items())
+        async with self._within(f"channel_targets({topic!r})"):
+            readers = await self.lookup.lookup(topic, "r", force=True)
+            if not readers.fork:
+                if not readers.producers:
+                    raise AdminError(f"topic {topic!r} has no nsqd producing it")
+                return [(None, node) for node in readers.producers]
+            found = dict(readers.partitions)
+            found.update((await self.lookup.lookup(topic, "w", force=True)).partitions)
+            if not found:
+                raise AdminError(f"topic {topic!r} does not exist (or has no partition leader)")
+            return sorted(found.items())
 
     # -- channels (nsqd, on each partition's leader) -----------------------------------------
 
@@ -412,24 +501,25 @@ class LookupdAdmin:
         creating and rewinding it first lets the consumer see what the topic already holds.
         """
         validate_channel(channel)
-        pmap = await self.lookup.lookup(topic, "w", force=True)
-        if not pmap.fork:
-            raise UnsupportedByServerError("channel create/rewind per partition is the fork's")
-        done: list[int] = []
-        for partition, node in sorted(pmap.partitions.items()):
-            if partitions is not None and partition not in partitions:
-                continue
-            nsqd = NsqdAdmin(node.http_url, http=self._http)
-            await nsqd.create_channel(topic, channel, partition)
-            if rewind:
-                try:
-                    await nsqd.set_offset(topic, channel, partition, seek_position(offset=0))
-                except AdminError as exc:
-                    # a partition that never had a message: its start is its end already
-                    if "commit log end of file" not in str(exc):
-                        raise
-            done.append(partition)
-        return done
+        async with self._within(f"create_channel({topic!r}, {channel!r})"):
+            pmap = await self.lookup.lookup(topic, "w", force=True)
+            if not pmap.fork:
+                raise UnsupportedByServerError("channel create/rewind per partition is the fork's")
+            done: list[int] = []
+            for partition, node in sorted(pmap.partitions.items()):
+                if partitions is not None and partition not in partitions:
+                    continue
+                nsqd = NsqdAdmin(node.http_url, http=self._http, timeout=self.timeout)
+                await nsqd.create_channel(topic, channel, partition)
+                if rewind:
+                    try:
+                        await nsqd.set_offset(topic, channel, partition, seek_position(offset=0))
+                    except AdminError as exc:
+                        # a partition that never had a message: its start is its end already
+                        if "commit log end of file" not in str(exc):
+                            raise
+                done.append(partition)
+            return done
 
 
 def _target_id(to: str, nodes: Sequence[NodeInfo]) -> str:

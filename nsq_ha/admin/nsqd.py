@@ -4,26 +4,46 @@ raises (:class:`AdminError`) and the ``/channel/setoffset`` position (:func:`see
 The fork's channel calls go to the partition's leader and name the ``partition``; vanilla nsqd
 has no partitions (leave ``partition`` out), no ``/channel/setoffset`` or ``/channel/setorder``,
 and deletes a topic with its own ``/topic/delete`` (the fork's nsqd has none: nsqlookupd does).
+
+Every call has one deadline, the client's ``timeout``, and reads nsqd's answer up to a cap
+(:data:`MAX_STATS_BYTES` and :data:`MAX_STATS_VALUES` for ``/stats``, whose JSON is parsed in
+slices that leave the event loop free, :data:`MAX_REPLY_BYTES` for the others).
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from nsq_ha.durations import seconds
-from nsq_ha.errors import ConfigError, DiscoveryError
+from nsq_ha.errors import ConfigError, DiscoveryError, RemoteProtocolError
 from nsq_ha.lookup.http import tls_context
 from nsq_ha.lookup.wire import V1_ACCEPT
+
+from .answers import fetch, parse_json, within
 
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
 
-__all__ = ["MAX_STATS_BYTES", "AdminError", "NsqdAdmin", "seek_position"]
+__all__ = [
+    "MAX_REPLY_BYTES",
+    "MAX_STATS_BYTES",
+    "MAX_STATS_VALUES",
+    "AdminError",
+    "NsqdAdmin",
+    "seek_position",
+]
 
 #: the largest ``/stats`` answer :meth:`NsqdAdmin.stats` reads (a few KB per topic partition)
-MAX_STATS_BYTES = 64 << 20
+MAX_STATS_BYTES = 8 << 20
+#: the most JSON values (counted as commas, colons, objects and arrays) a ``/stats`` answer may
+#: hold: each costs up to ~80 bytes once parsed, so 500,000 stay under 40 MiB (a fork nsqd's
+#: answer without clients holds ~350 values per topic partition)
+MAX_STATS_VALUES = 500_000
+#: the largest answer to the other calls read (nsqd answers them ``OK`` or a short error)
+MAX_REPLY_BYTES = 64 << 10
+_NARROW = "ask for one topic (topic=) or leave the clients out (clients=False)"
 
 
 class AdminError(DiscoveryError):
@@ -63,19 +83,25 @@ class NsqdAdmin:
     """nsqd's HTTP admin calls on one node (``http_url``, e.g. a lookup NodeInfo's).
 
     Give ``http`` to share a client (it is then not closed here). Every refusal, and an
-    unreachable nsqd, is an :class:`AdminError` naming the call.
+    unreachable nsqd, is an :class:`AdminError` naming the call; a call that does not end
+    within ``timeout`` seconds, an :class:`~nsq_ha.errors.NsqTimeoutError`.
     """
 
     def __init__(
         self, http_url: str, *, http: httpx.AsyncClient | None = None, timeout: float = 10.0
     ) -> None:
-        """Admin calls to the nsqd at ``http_url``."""
+        """Admin calls to the nsqd at ``http_url``, each within ``timeout`` seconds (also with
+        a shared ``http`` client); a bad ``timeout`` is a :class:`ConfigError`."""
         import httpx
 
+        #: the deadline of each call, in seconds
+        self.timeout = seconds(timeout, "timeout")
         self.http_url = http_url.rstrip("/")
         self._owns_http = http is None
         self._http = (
-            http if http is not None else httpx.AsyncClient(timeout=timeout, verify=tls_context())
+            http
+            if http is not None
+            else httpx.AsyncClient(timeout=self.timeout, verify=tls_context())
         )
 
     def __repr__(self) -> str:
@@ -156,9 +182,7 @@ class NsqdAdmin:
         """``GET /stats?format=json[&topic=T][&partition=P][&channel=C]``: the entries of
         ``topics`` (every topic partition the node holds when ``topic`` is None); ``clients``
         False leaves the consumers' connections out. An answer over :data:`MAX_STATS_BYTES`
-        is refused."""
-        import httpx
-
+        or :data:`MAX_STATS_VALUES` is refused (:class:`AdminError`)."""
         params = {"format": "json"}
         if topic is not None:
             params["topic"] = topic
@@ -169,30 +193,13 @@ class NsqdAdmin:
         if not clients:
             params["needClients"] = "false"  # the fork's name
             params["include_clients"] = "false"  # vanilla's
-        url = f"{self.http_url}/stats"
-        headers = {**V1_ACCEPT, "Accept-Encoding": "identity"}
-        body = bytearray()
-        try:
-            async with self._http.stream("GET", url, params=params, headers=headers) as resp:
-                status = resp.status_code
-                async for chunk in resp.aiter_raw():
-                    body += chunk
-                    if len(body) > MAX_STATS_BYTES:
-                        raise AdminError(
-                            f"nsqd {self.http_url} /stats answered more than "
-                            f"{MAX_STATS_BYTES} bytes"
-                        )
-        except httpx.HTTPError as exc:
-            raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
-        if status != 200:
-            raise AdminError(
-                f"nsqd {self.http_url} refused /stats for {topic or 'all topics'}: "
-                f"HTTP {status} {bytes(body[:200]).decode('utf-8', 'replace')}"
-            )
-        try:
-            data = json.loads(body)
-        except ValueError as exc:
-            raise AdminError(f"nsqd {self.http_url} /stats is not JSON: {exc}") from None
+        async with self._within("/stats"):
+            text = await self._stats_text(params, topic)
+            try:
+                data = await parse_json(text)
+            except ValueError as exc:
+                raise AdminError(f"nsqd {self.http_url} /stats is not JSON: {exc}") from None
+            del text
         if isinstance(data, dict) and "topics" not in data and isinstance(data.get("data"), dict):
             data = data["data"]  # an nsqd that ignores the Accept header (the wrapped form)
         topics = data.get("topics") if isinstance(data, dict) else None
@@ -218,17 +225,74 @@ class NsqdAdmin:
         where = f"{topic}/{'-' if partition is None else partition}/{channel}"
         await self._post(path, params, where, body)
 
+    def _within(self, what: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return within(
+            self.timeout,
+            f"nsqd {self.http_url} did not answer {what} within {self.timeout:g} s: raise the "
+            "timeout (timeout=, nsq-ha --timeout), or check that the address is nsqd's HTTP port",
+        )
+
+    async def _stats_text(self, params: dict[str, str], topic: str | None) -> str:
+        """The ``/stats`` answer as text, under both caps (the bytes are let go on return)."""
+        import httpx
+
+        url = f"{self.http_url}/stats"
+        where = f"nsqd {self.http_url} /stats"
+        try:
+            answer = await fetch(
+                self._http,
+                "GET",
+                url,
+                where=where,
+                max_bytes=MAX_STATS_BYTES,
+                limit_name="MAX_STATS_BYTES",
+                params=params,
+                headers=V1_ACCEPT,
+            )
+        except httpx.HTTPError as exc:
+            raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
+        except RemoteProtocolError as exc:
+            raise AdminError(f"{exc}; {_NARROW}") from exc
+        body = answer.body
+        if answer.status != 200:
+            raise AdminError(
+                f"nsqd {self.http_url} refused /stats for {topic or 'all topics'}: "
+                f"HTTP {answer.status} {body[:200].decode('utf-8', 'replace')}"
+            )
+        values = sum(body.count(c) for c in (b",", b":", b"{", b"["))
+        if values > MAX_STATS_VALUES:
+            raise AdminError(
+                f"{where} answered {len(body)} bytes holding about {values} JSON values, over "
+                f"the limit of {MAX_STATS_VALUES} values (MAX_STATS_VALUES); {_NARROW}"
+            )
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise AdminError(f"{where} is not UTF-8 JSON: {exc}") from None
+
     async def _post(self, path: str, params: dict[str, str], where: str, body: str = "") -> None:
         import httpx
 
         url = f"{self.http_url}{path}"
-        try:
-            resp = await self._http.post(url, params=params, content=body.encode())
-        except httpx.HTTPError as exc:
-            raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
-        if resp.status_code != 200:
+        async with self._within(path):
+            try:
+                answer = await fetch(
+                    self._http,
+                    "POST",
+                    url,
+                    where=f"nsqd {self.http_url}{path}",
+                    max_bytes=MAX_REPLY_BYTES,
+                    limit_name="MAX_REPLY_BYTES",
+                    params=params,
+                    content=body.encode(),
+                )
+            except httpx.HTTPError as exc:
+                raise AdminError(f"nsqd {self.http_url} unreachable: {exc!r}") from exc
+            except RemoteProtocolError as exc:
+                raise AdminError(str(exc)) from exc
+        if answer.status != 200:
             what = f"{path} {body!r}" if body else path
+            text = answer.body[:200].decode("utf-8", "replace")
             raise AdminError(
-                f"nsqd {self.http_url} refused {what} for {where}: "
-                f"HTTP {resp.status_code} {resp.text[:200]}"
+                f"nsqd {self.http_url} refused {what} for {where}: HTTP {answer.status} {text}"
             )
