@@ -24,6 +24,8 @@ from typing import Any
 
 from nsq_ha._version import __version__
 
+from .arguments import duration
+from .deadline import add_timeout_option
 from .where import add_where_options
 
 __all__ = ["build_parser", "main"]
@@ -60,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.add_argument("--topic", required=True)
     lookup.add_argument("--access", choices=["r", "w"], default="w", help="readers or writers (w)")
     lookup.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_timeout_option(lookup)
 
     topic = sub.add_parser("topic", help="topic administration (create: fork)")
     topic_sub = topic.add_subparsers(dest="topic_command", metavar="ACTION", required=True)
@@ -98,7 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="SUB to a channel that /channel/create did not make fails",
     )
     create.add_argument("--no-wait", action="store_true", help="return once lookupd accepted")
-    create.add_argument("--timeout", type=float, default=120.0, help="seconds to wait (120)")
+    create.add_argument(
+        "--timeout",
+        type=duration,
+        default=120.0,
+        metavar="SECONDS",
+        help="seconds the whole command may take, waiting until writable included (120)",
+    )
     create.add_argument("--json", action="store_true", help="print the map as JSON")
     admin_commands.add_topic_parsers(topic_sub, where)
 

@@ -6,7 +6,7 @@ or, for vanilla nsqd without a lookupd, through ``--nsqd-http URL`` (nsqd's HTTP
 ``--nsqd`` TCP address does not say where nsqd's HTTP API is). On the fork a channel call goes to
 the leader of each partition (all, or ``--partition P``). What vanilla NSQ has no call for
 (``channel seek``, ``channel setorder``, ``leader move``, ``channel create --from start``) fails
-with one line saying so (exit 2).
+with one line saying so (exit 2). ``--timeout`` bounds each command, every request included.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from nsq_ha.errors import ConfigError
 from nsq_ha.lookup.wire import NodeInfo
 from nsq_ha.protocol.names import validate_channel, validate_topic
 
+from .arguments import duration
 from .commands import CliError
+from .deadline import add_timeout_option, command_deadline
 
 __all__ = [
     "Addresses",
@@ -128,6 +130,7 @@ def add_topic_parsers(topic_sub: Any, where: argparse.ArgumentParser) -> None:
         "partitions, replicas, ordered and ext flags and channels.",
     )
     listing.add_argument("--json", action="store_true", help="one JSON object with the meta")
+    add_timeout_option(listing)
     listing.set_defaults(run=cmd_topic_list, cli_name="topic list")
     delete = topic_sub.add_parser(
         "delete",
@@ -137,6 +140,7 @@ def add_topic_parsers(topic_sub: Any, where: argparse.ArgumentParser) -> None:
         "or vanilla nsqd's /topic/delete on every nsqd producing it.",
     )
     delete.add_argument("--topic", required=True)
+    add_timeout_option(delete)
     delete.set_defaults(run=cmd_topic_delete, cli_name="topic delete")
 
 
@@ -153,6 +157,7 @@ def add_parsers(sub: Any, where: argparse.ArgumentParser) -> None:
             "--partition", type=int, action="append", metavar="P", help="only these (repeatable)"
         )
         one.add_argument("--json", action="store_true", help="print a JSON summary")
+        add_timeout_option(one)
         one.set_defaults(run=cmd_channel, cli_name=f"channel {action}")
         if action == "create":
             one.add_argument(
@@ -186,7 +191,13 @@ def add_parsers(sub: Any, where: argparse.ArgumentParser) -> None:
     move.add_argument(
         "--to", metavar="NODE", help="the node wanted: TCP host:port, HTTP URL or distributed id"
     )
-    move.add_argument("--timeout", type=float, default=240.0, help="seconds to wait (240)")
+    move.add_argument(
+        "--timeout",
+        type=duration,
+        default=240.0,
+        metavar="SECONDS",
+        help="seconds the whole command may take, the wait for the new leader included (240)",
+    )
     move.add_argument("--json", action="store_true", help="print a JSON summary")
     move.set_defaults(run=cmd_leader_move, cli_name="leader move")
 
@@ -237,12 +248,13 @@ class _Target:
 
 
 @contextlib.asynccontextmanager
-async def _admin(where: Addresses) -> AsyncIterator[LookupdAdmin | None]:
-    """A LookupdAdmin for --lookupd, None for --nsqd-http (vanilla nsqd)."""
+async def _admin(where: Addresses, limit: float) -> AsyncIterator[LookupdAdmin | None]:
+    """A LookupdAdmin for --lookupd (each call within ``limit`` seconds), None for --nsqd-http
+    (vanilla nsqd)."""
     if not where.lookupd:
         yield None
         return
-    async with LookupdAdmin(where.lookupd) as admin:
+    async with LookupdAdmin(where.lookupd, timeout=limit) as admin:
         await admin.leader()
         yield admin
 
@@ -275,13 +287,13 @@ async def _targets(
 async def cmd_topic_list(args: argparse.Namespace) -> int:
     """``nsq-ha topic list``: topic names, one per line; ``--json`` with their meta."""
     where = addresses(args)
-    async with _admin(where) as admin:
+    async with command_deadline(args, "no topic list"), _admin(where, args.timeout) as admin:
         if admin is None:
             names = sorted(
                 {
                     str(entry.get("topic_name"))
                     for url in where.nsqd_http
-                    for entry in await _node_stats(url)
+                    for entry in await _node_stats(url, args.timeout)
                 }
             )
             infos = [{"topic": n, "fork": False, "nsqd": where.nsqd_http} for n in names]
@@ -296,9 +308,9 @@ async def cmd_topic_list(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _node_stats(url: str) -> list[dict[str, Any]]:
-    async with NsqdAdmin(url) as nsqd:
-        return await nsqd.stats()
+async def _node_stats(url: str, limit: float) -> list[dict[str, Any]]:
+    async with NsqdAdmin(url, timeout=limit) as nsqd:
+        return await nsqd.stats(clients=False)
 
 
 async def _topic_info(admin: LookupdAdmin, topic: str) -> dict[str, Any]:
@@ -330,13 +342,14 @@ async def cmd_topic_delete(args: argparse.Namespace) -> int:
     """``nsq-ha topic delete``: the fork's lookupd /topic/delete, or vanilla nsqd's."""
     where = addresses(args)
     topic = _name(validate_topic, args.topic)
-    async with _admin(where) as admin:
+    deadline = command_deadline(args, f"topic {topic!r} was not deleted")
+    async with deadline, _admin(where, args.timeout) as admin:
         if admin is not None:
             done = await admin.delete_topic(topic)
         else:
             done = []
             for url in where.nsqd_http:
-                async with NsqdAdmin(url) as nsqd:
+                async with NsqdAdmin(url, timeout=args.timeout) as nsqd:
                     await nsqd.delete_topic(topic)
                 done.append(url)
     print(f"deleted topic {topic} (via {', '.join(done) or 'nothing: no nsqd had it'})")
@@ -353,7 +366,8 @@ async def cmd_channel(args: argparse.Namespace) -> int:
     topic = _name(validate_topic, args.topic)
     channel = _name(validate_channel, args.channel)
     position = parse_position(args.position) if action == "seek" else None
-    async with _admin(where) as admin:
+    deadline = command_deadline(args, f"channel {action} did not finish")
+    async with deadline, _admin(where, args.timeout) as admin:
         vanilla = admin is None or bool(admin.vanilla)
         if vanilla and action == "seek":
             raise _refuse_on_vanilla(
@@ -369,7 +383,7 @@ async def cmd_channel(args: argparse.Namespace) -> int:
             raise CliError("offset=N is one partition's byte offset: give --partition P", 2)
         registered = await _registration(admin, topic, channel, action)
         for target in targets:
-            async with NsqdAdmin(target.http_url) as nsqd:
+            async with NsqdAdmin(target.http_url, timeout=args.timeout) as nsqd:
                 if not registered:
                     await _channel_call(nsqd, args, action, topic, channel, target, position)
                 elif action == "create" and args.start == "start" and target.partition is not None:
@@ -467,7 +481,8 @@ async def cmd_leader_move(args: argparse.Namespace) -> int:
     topic = _name(validate_topic, args.topic)
     if args.partition < 0:
         raise CliError("--partition must be >= 0", 2)
-    async with _admin(where) as admin:
+    deadline = command_deadline(args, f"the leader of {topic}/{args.partition} did not move")
+    async with deadline, _admin(where, args.timeout) as admin:
         if admin is None or admin.vanilla:
             raise _refuse_on_vanilla("leader move", "has no partition leaders or replicas")
         before = (await admin.lookup.lookup(topic, "w", force=True)).leader(args.partition)

@@ -18,6 +18,7 @@ from nsq_ha.admin import LookupdAdmin
 from nsq_ha.lookup import LookupClient
 from nsq_ha.lookup.wire import NodeInfo, PartitionMap
 
+from .deadline import command_deadline
 from .output import print_table
 from .where import CliError, existing_map, topic_of
 
@@ -102,7 +103,10 @@ async def cmd_lookup(args: argparse.Namespace) -> int:
         raise CliError("lookup asks nsqlookupd: give --lookupd URL, not --nsqd", 2)
     seeds = _need_lookupd(args, "lookup")
     topic = topic_of(args)
-    async with LookupClient(seeds) as lookup:
+    async with (
+        command_deadline(args, f"no map of {topic!r}"),
+        LookupClient(seeds, timeout=args.timeout) as lookup,
+    ):
         pmap = await existing_map(lookup, topic, args.access)
     if args.json:
         print(json.dumps(map_to_json(pmap), sort_keys=True))
@@ -124,7 +128,8 @@ async def cmd_topic_create(args: argparse.Namespace) -> int:
         )
     seeds = _need_lookupd(args, "topic create")
     topic = topic_of(args)
-    async with LookupdAdmin(seeds) as admin:
+    what = f"topic {topic!r} was not created" + ("" if args.no_wait else " and writable")
+    async with command_deadline(args, what), LookupdAdmin(seeds, timeout=args.timeout) as admin:
         pmap = await admin.create_topic(
             topic,
             args.partitions,

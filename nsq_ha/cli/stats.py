@@ -10,7 +10,8 @@ offset). Vanilla nsqd has no offsets: a channel's lag there is its unfinished me
 is :func:`nsq_ha.admin.channel_lag`'s, which :mod:`nsq_ha.otel` reports too.
 
 ``--watch [SECONDS]`` prints a new table every SECONDS (2) until Ctrl-C (exit 0) or
-``--count N`` tables.
+``--count N`` tables. ``--timeout`` bounds each table (every request to lookupd and the nsqd
+included); the nodes are asked without their client lists, which the table does not need.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from nsq_ha.admin.lag import is_fork_entry, stat_int
 from nsq_ha.protocol.names import validate_topic
 
 from .admin_commands import Addresses, addresses
+from .arguments import duration
 from .commands import CliError
+from .deadline import add_timeout_option, command_deadline
 from .output import print_table
 
 __all__ = ["COLUMNS", "StatsRow", "add_parsers", "cmd_stats", "rows_from_stats", "table_rows"]
@@ -103,11 +106,12 @@ def add_parsers(sub: Any, where: argparse.ArgumentParser) -> None:
     )
     stats.add_argument("--count", type=int, metavar="N", help="with --watch: stop after N tables")
     stats.add_argument("--json", action="store_true", help="one JSON object per refresh")
+    add_timeout_option(stats, what="each refresh")
     stats.set_defaults(run=cmd_stats, cli_name="stats")
 
 
 def _interval(text: str) -> float:
-    value = float(text)
+    value = duration(text)  # a finite number first (nan, inf refused in the library's words)
     if not 0.05 <= value <= 86400:
         raise argparse.ArgumentTypeError(f"must be 0.05..86400 seconds, got {text}")
     return value
@@ -192,15 +196,16 @@ async def _nodes(admin: LookupdAdmin | None, where: Addresses) -> list[_Node]:
 
 
 async def collect(
-    admin: LookupdAdmin | None, where: Addresses, topic: str | None
+    admin: LookupdAdmin | None, where: Addresses, topic: str | None, limit: float = 30.0
 ) -> list[StatsRow]:
-    """Every row of one refresh, sorted by topic, partition and channel."""
+    """Every row of one refresh, sorted by topic, partition and channel; every nsqd is asked
+    within ``limit`` seconds."""
     names = None if topic is not None or admin is None else set(await admin.topics())
     nodes = await _nodes(admin, where)
 
     async def one(node: _Node) -> list[tuple[_Node, dict[str, Any]]]:
-        async with NsqdAdmin(node.http_url) as nsqd:
-            return [(node, e) for e in await nsqd.stats(topic)]
+        async with NsqdAdmin(node.http_url, timeout=limit) as nsqd:
+            return [(node, e) for e in await nsqd.stats(topic, clients=False)]
 
     answers = await asyncio.gather(*(one(n) for n in nodes))
     #: (topic, partition) -> (is leader, rows); vanilla: (topic, node) -> rows
@@ -247,16 +252,24 @@ async def cmd_stats(args: argparse.Namespace) -> int:
             raise CliError(str(exc), 2) from None
     if args.count is not None and (args.count < 1 or args.watch is None):
         raise CliError("--count needs --watch and must be at least 1", 2)
-    admin = LookupdAdmin(where.lookupd) if where.lookupd else None
+    admin = LookupdAdmin(where.lookupd, timeout=args.timeout) if where.lookupd else None
     try:
         if args.watch is None:
-            _print(await collect(admin, where, topic), args)
+            _print(await _refresh(admin, where, topic, args), args)
             return 0
         await _watch(admin, where, topic, args)
     finally:
         if admin is not None:
             await admin.close()
     return 0
+
+
+async def _refresh(
+    admin: LookupdAdmin | None, where: Addresses, topic: str | None, args: argparse.Namespace
+) -> list[StatsRow]:
+    """One table's rows, within ``--timeout``."""
+    async with command_deadline(args, "no stats"):
+        return await collect(admin, where, topic, args.timeout)
 
 
 async def _watch(
@@ -271,7 +284,7 @@ async def _watch(
     shown = 0
     try:
         while not stop.is_set():
-            _print(await collect(admin, where, topic), args)
+            _print(await _refresh(admin, where, topic, args), args)
             shown += 1
             if args.count is not None and shown >= args.count:
                 break

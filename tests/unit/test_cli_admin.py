@@ -149,6 +149,40 @@ def test_watch_defaults_to_two_seconds() -> None:
     assert (args.watch, args.count, args.json) == (0.5, 3, True)
 
 
+@pytest.mark.parametrize(
+    ("argv", "default"),
+    [
+        (["topic", "create", "--topic", "t"], 120.0),
+        (["leader", "move", "--topic", "t", "--partition", "0"], 240.0),
+        (["topic", "list"], 30.0),
+        (["topic", "delete", "--topic", "t"], 30.0),
+        (["channel", "empty", "--topic", "t", "--channel", "c"], 30.0),
+        (["stats"], 30.0),
+        (["lookup", "--topic", "t"], 30.0),
+    ],
+)
+def test_every_admin_command_has_a_deadline_that_follows_the_duration_rule(
+    argv: list[str], default: float, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert parse(*argv).timeout == default
+    assert parse(*argv, "--timeout", "0.5").timeout == 0.5
+    for bad in ("nan", "inf", "-1", "0", "soon"):
+        with pytest.raises(SystemExit) as caught:
+            parse(*argv, "--timeout", bad)
+        assert caught.value.code == 2
+        assert "argument --timeout" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "1e400"])
+def test_watch_refuses_what_is_not_a_finite_interval(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parse("stats", "--watch", bad)
+    assert caught.value.code == 2
+    assert "finite number of seconds" in capsys.readouterr().err
+
+
 # -- addresses -------------------------------------------------------------------------------
 
 
