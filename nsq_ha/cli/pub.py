@@ -4,6 +4,14 @@ A record is a line (the default), a ``--delimiter``-separated piece, or a whole 
 (``--whole-file``); FILE ``-`` is stdin. ``--rate N/s`` spaces publishes with a token bucket
 (a sleep until the next token, never a busy loop); ``--defer`` sends DPUB (vanilla only: the
 fork has no DPUB); on a terminal a progress line is kept up to date on stderr.
+
+Records are published in rounds (``--batch``; a round also goes as soon as the input pauses, so
+``tail -f log | nsq-ha pub`` publishes each line as it comes). Every record gets its own verdict:
+one refused by the client's checks (too long, empty) or by nsqd (its ``--max-msg-size``) does
+not stop the others of its round, and none is published twice. Exit 0: all published; 1: some
+record failed; 130: Ctrl-C, which stops reading at once (even from a stdin that stays open),
+lets what the producer holds be acknowledged (or reported as not published) and prints the
+summary first.
 """
 
 from __future__ import annotations
@@ -11,20 +19,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import codecs
+import contextlib
 import json
 import secrets
+import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from nsq_ha.errors import NsqError, PublishError
 from nsq_ha.lookup import LookupClient
-from nsq_ha.producer import Producer, PublishResult
+from nsq_ha.producer import Producer
 
+from .arguments import wait
+from .records import Oversized, read_records
+from .rounds import Record, Rounds, Tally
 from .where import CliError, existing_map, json_object, topic_of, where_of
 
 __all__ = [
@@ -34,12 +46,9 @@ __all__ = [
     "parse_ext",
     "parse_rate",
     "parse_separator",
-    "read_records",
     "run_pub",
 ]
 
-#: bytes read at once when records are not lines
-_CHUNK = 64 * 1024
 #: the progress line appears after this many seconds, then is refreshed this often
 _PROGRESS_AFTER = 1.0
 
@@ -83,7 +92,7 @@ def add_pub_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--defer",
-        type=float,
+        type=wait,
         metavar="SECONDS",
         help="deliver each message this much later (DPUB: vanilla nsqd only)",
     )
@@ -177,35 +186,12 @@ class TokenBucket:
 # -- reading ---------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Record:
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A record refused before it reached the producer (too long, no key, ...)."""
+
     number: int
-    key: str | None
-    body: bytes
-    trace_id: int | None
-
-
-async def read_records(stream: BinaryIO, delimiter: bytes | None) -> AsyncIterator[bytes]:
-    """The records of ``stream``: ``delimiter``-separated (a line's ``\\r\\n`` counts as its
-    end), or the whole stream with ``None``. Reads in a worker thread, so that a slow or
-    interactive stdin does not stall the event loop (heartbeats, publishes in flight)."""
-    if delimiter is None:
-        yield await asyncio.to_thread(stream.read)
-        return
-    if delimiter == b"\n":
-        while raw := await asyncio.to_thread(stream.readline):
-            line = raw[:-1] if raw.endswith(b"\n") else raw
-            yield line[:-1] if line.endswith(b"\r") else line
-        return
-    read = getattr(stream, "read1", stream.read)
-    pending = b""
-    while chunk := await asyncio.to_thread(read, _CHUNK):
-        pending += chunk
-        *records, pending = pending.split(delimiter)
-        for record in records:
-            yield record
-    if pending:
-        yield pending
+    error: str
 
 
 def _streams(files: Sequence[str]) -> list[str]:
@@ -230,34 +216,58 @@ def _open(name: str, stdin: BinaryIO) -> BinaryIO:
         raise CliError(f"cannot read {name!r}: {exc.strerror or type(exc).__name__}", 2) from None
 
 
+def _too_long(piece: Oversized) -> str:
+    return (
+        f"the record is {piece.size} bytes, over the message size limit of {piece.limit} "
+        "bytes: not published (split it into smaller records)"
+    )
+
+
 async def _records(
-    args: argparse.Namespace, key: str | None, sep: bytes | None
-) -> AsyncIterator[_Record | CliError]:
-    """Every record of every FILE, numbered from 1, keyed (``--key-sep``) and traced."""
+    args: argparse.Namespace,
+    key: str | None,
+    sep: bytes | None,
+    *,
+    max_size: int,
+    stop: asyncio.Event,
+    on_idle: Callable[[], Awaitable[None]],
+) -> AsyncGenerator[Record | _Refused, None]:
+    """Every record of every FILE, numbered from 1, keyed (``--key-sep``) and traced; nothing
+    more once ``stop`` is set (Ctrl-C)."""
     delimiter = None if args.whole_file else parse_delimiter(args.delimiter)
     number = 0
     for name in _streams(args.files):
+        if stop.is_set():
+            return
         stream = _open(name, sys.stdin.buffer)
-        try:
-            async for body in read_records(stream, delimiter):
+        pieces = read_records(
+            stream,
+            delimiter,
+            max_size=max_size,
+            stop=stop,
+            on_idle=on_idle,
+            close=stream is not sys.stdin.buffer,
+        )
+        async with contextlib.aclosing(pieces):
+            async for body in pieces:
                 number += 1
+                if isinstance(body, Oversized):
+                    yield _Refused(number, _too_long(body))
+                    continue
                 trace_id = secrets.randbits(63) if args.trace else None
                 if sep is None:
-                    yield _Record(number, key, body, trace_id)
+                    yield Record(number, key, body, trace_id)
                     continue
                 head, found, rest = body.partition(sep)
                 if not found:
-                    yield CliError(f"line {number} has no key separator {sep!r}")
+                    yield _Refused(number, f"line {number} has no key separator {sep!r}")
                     continue
                 try:
                     record_key = head.decode()
                 except UnicodeDecodeError:
-                    yield CliError(f"line {number}: the key is not UTF-8")
+                    yield _Refused(number, f"line {number}: the key is not UTF-8")
                     continue
-                yield _Record(number, record_key, rest, trace_id)
-        finally:
-            if stream is not sys.stdin.buffer:
-                stream.close()
+                yield Record(number, record_key, rest, trace_id)
 
 
 # -- progress --------------------------------------------------------------------------------
@@ -295,21 +305,9 @@ class _ProgressLine:
 
 # -- the command -----------------------------------------------------------------------------
 
-
-@dataclass(slots=True)
-class _Tally:
-    summary: dict[str, Any]
-    errors: Counter[str]
-    per_partition: Counter[str]
-
-    def failed(self, number: int | None, key: str | None, error: object, as_json: bool) -> None:
-        self.summary["failed"] += 1
-        self.errors[str(error)] += 1
-        if as_json:
-            line: dict[str, Any] = {"ok": False, "error": str(error)}
-            if number is not None:
-                line = {"line": number, "ok": False, "key": key, "error": str(error)}
-            print(json.dumps(line), flush=True)
+#: seconds the publishes in flight at Ctrl-C get to be acknowledged; then they are reported as
+#: not published (and a second Ctrl-C ends at once, without a summary)
+INTERRUPT_GRACE = 3.0
 
 
 def _check(args: argparse.Namespace, sep: bytes | None) -> None:
@@ -320,7 +318,7 @@ def _check(args: argparse.Namespace, sep: bytes | None) -> None:
     if args.partition is not None and args.partition < 0:
         raise CliError("--partition must be 0 or more", 2)
     if args.defer is not None:
-        if not 0 <= args.defer <= 3600:
+        if args.defer > 3600:
             raise CliError("--defer must be 0..3600 seconds (nsqd's limit)", 2)
         if args.key is not None or sep is not None or args.partition is not None:
             raise CliError("--defer cannot be combined with --key, --key-sep or --partition", 2)
@@ -329,7 +327,11 @@ def _check(args: argparse.Namespace, sep: bytes | None) -> None:
 
 
 async def run_pub(args: argparse.Namespace) -> int:
-    """``nsq-ha pub``: one message per record; a JSON summary at the end."""
+    """``nsq-ha pub``: one message per record; a JSON summary at the end.
+
+    Exit 0: every record published; 1: some record failed (each has its own error); 130:
+    interrupted (Ctrl-C), after the summary of what was published.
+    """
     where = where_of(args)
     topic = topic_of(args)
     ext = parse_ext(args.ext)
@@ -340,10 +342,11 @@ async def run_pub(args: argparse.Namespace) -> int:
     bucket = None if rate is None else TokenBucket(rate)
     batch_size = 1 if args.defer is not None else args.batch
     lookup = LookupClient(where.lookupd) if where.lookupd else None
-    tally = _Tally(
+    tally = Tally(
         {"topic": topic, "published": 0, "failed": 0, "partitions": {}}, Counter(), Counter()
     )
     progress = _ProgressLine(sys.stderr)
+    stop = asyncio.Event()
     try:
         if lookup is not None:
             pmap = await existing_map(lookup, topic, "w")  # fail fast on an unknown topic
@@ -357,24 +360,35 @@ async def run_pub(args: argparse.Namespace) -> int:
         kwargs = where.client_kwargs()
         if lookup is not None:
             kwargs = {"lookup": lookup, **{k: v for k, v in kwargs.items() if k != "lookupd"}}
-        async with Producer(**kwargs) as producer:
-            batch: list[_Record] = []
-            async for item in _records(args, args.key, sep):
-                if isinstance(item, CliError):
-                    tally.failed(None, None, item, args.json)
-                    continue
-                if bucket is not None:
-                    if batch and not bucket.ready():
-                        await _publish_batch(producer, topic, batch, ext, args, tally)
-                        batch = []
-                    await bucket.take()
-                batch.append(item)
-                if len(batch) >= batch_size:
-                    await _publish_batch(producer, topic, batch, ext, args, tally)
-                    batch = []
-                progress.update(tally.summary)
-            if batch:
-                await _publish_batch(producer, topic, batch, ext, args, tally)
+        async with Producer(**kwargs) as producer, _ctrl_c(stop, producer):
+            rounds = Rounds(producer, topic, ext, args, tally, stop)
+            records = _records(
+                args,
+                args.key,
+                sep,
+                max_size=producer.config.max_msg_size,
+                stop=stop,
+                on_idle=rounds.flush,
+            )
+            async with contextlib.aclosing(records):
+                async for item in records:
+                    if isinstance(item, _Refused):
+                        tally.failed(item.number, None, item.error, args.json)
+                        continue
+                    if bucket is not None:
+                        if rounds.batch and not bucket.ready():
+                            await rounds.flush()
+                        if not await _unless_stopped(stop, bucket.take()):
+                            rounds.batch.append(item)  # its turn had not come: not sent
+                            break
+                    rounds.batch.append(item)
+                    if len(rounds.batch) >= batch_size:
+                        await rounds.flush()
+                    progress.update(tally.summary)
+            if stop.is_set():
+                rounds.drop()
+            else:
+                await rounds.flush()
     finally:
         progress.clear()
         if lookup is not None:
@@ -382,78 +396,52 @@ async def run_pub(args: argparse.Namespace) -> int:
     summary = tally.summary
     summary["partitions"] = dict(sorted(tally.per_partition.items()))
     summary["errors"] = [{"error": e, "count": n} for e, n in tally.errors.most_common(10)]
+    if stop.is_set():
+        summary["interrupted"] = True
     print(json.dumps(summary, sort_keys=True), flush=True)
+    if stop.is_set():
+        print("nsq-ha pub: interrupted", file=sys.stderr, flush=True)
+        return 130
     return 1 if summary["failed"] else 0
 
 
-def _result_json(record: _Record, result: PublishResult) -> dict[str, Any]:
-    message_id = result.message_id
-    return {
-        "line": record.number,
-        "ok": True,
-        "key": record.key,
-        "partition": result.partition,
-        "offset": result.offset,
-        "id": message_id.hex() if message_id else None,
-        "trace_id": result.trace_id,
-        "attempts": result.attempts,
-        "nsqd": result.address,
-    }
+@contextlib.asynccontextmanager
+async def _ctrl_c(stop: asyncio.Event, producer: Producer) -> AsyncIterator[None]:
+    """While inside, Ctrl-C (SIGINT) sets ``stop`` (reading ends, even a read waiting on an
+    open stdin) and closes ``producer`` with :data:`INTERRUPT_GRACE`: what it holds is then
+    acknowledged or failed, and nothing new is accepted. A second Ctrl-C interrupts at once."""
+    loop = asyncio.get_running_loop()
+    closing: list[asyncio.Task[None]] = []
 
+    def interrupted() -> None:
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)
+        closing.append(loop.create_task(producer.close(timeout=INTERRUPT_GRACE)))
 
-async def _publish_group(
-    producer: Producer,
-    topic: str,
-    key: str | None,
-    records: list[_Record],
-    ext: dict[str, Any] | None,
-    args: argparse.Namespace,
-) -> list[PublishResult | BaseException]:
     try:
-        if args.defer is not None:
-            return [await producer.publish(topic, r.body, defer=args.defer) for r in records]
-        results = await producer.publish_many(
-            topic,
-            [r.body for r in records],
-            sharding_key=key,
-            partition=args.partition,
-            trace_ids=[r.trace_id for r in records] if args.trace else None,
-            ext=ext,
-        )
-        return list(results)
-    except PublishError as exc:
-        if exc.results is not None and len(exc.results) == len(records):
-            return [r if isinstance(r, PublishResult | BaseException) else exc for r in exc.results]
-        return [exc] * len(records)
-    except NsqError as exc:
-        return [exc] * len(records)
+        loop.add_signal_handler(signal.SIGINT, interrupted)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        await asyncio.gather(*closing, return_exceptions=True)
 
 
-async def _publish_batch(
-    producer: Producer,
-    topic: str,
-    batch: list[_Record],
-    ext: dict[str, Any] | None,
-    args: argparse.Namespace,
-    tally: _Tally,
-) -> None:
-    """Publish ``batch``: one ``publish_many`` per key (in record order), keys concurrently."""
-    groups: dict[str | None, list[_Record]] = {}
-    for record in batch:
-        groups.setdefault(record.key, []).append(record)
-    outcomes = await asyncio.gather(
-        *(_publish_group(producer, topic, k, rs, ext, args) for k, rs in groups.items())
-    )
-    by_number: dict[int, tuple[_Record, PublishResult | BaseException]] = {}
-    for records, results in zip(groups.values(), outcomes, strict=True):
-        for record, result in zip(records, results, strict=True):
-            by_number[record.number] = (record, result)
-    for number in sorted(by_number):
-        record, result = by_number[number]
-        if isinstance(result, PublishResult):
-            tally.summary["published"] += 1
-            tally.per_partition["-" if result.partition is None else str(result.partition)] += 1
-            if args.json:
-                print(json.dumps(_result_json(record, result)), flush=True)
-        else:
-            tally.failed(number, record.key, result, args.json)
+async def _unless_stopped(stop: asyncio.Event, waiting: Awaitable[None]) -> bool:
+    """Await ``waiting`` unless ``stop`` is set first (then it is cancelled): True if done."""
+    if stop.is_set():
+        if asyncio.iscoroutine(waiting):
+            waiting.close()
+        return False
+    task = asyncio.ensure_future(waiting)
+    stopper = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    for pending in (task, stopper):
+        pending.cancel()
+    if task in done:
+        task.result()
+        return True
+    return False

@@ -1,14 +1,13 @@
 """The pure parts of ``nsq-ha tail`` and ``nsq-ha pub``: ``--from``, ``--format``, ``--rate``,
-``--delimiter``, the token bucket (a fake clock: no wall-clock thresholds) and record reading."""
+``--delimiter``, ``--defer``, the token bucket (a fake clock: no wall-clock thresholds); record
+reading is in ``test_cli_pub_records.py``."""
 
 from __future__ import annotations
-
-import io
 
 import pytest
 
 from nsq_ha.cli import build_parser
-from nsq_ha.cli.pub import TokenBucket, parse_delimiter, parse_rate, read_records
+from nsq_ha.cli.pub import TokenBucket, parse_delimiter, parse_rate
 from nsq_ha.cli.tail import FIELDS, Start, check_template, parse_start
 from nsq_ha.cli.where import CliError
 
@@ -141,30 +140,6 @@ async def test_token_bucket_does_not_sleep_when_tokens_have_accrued() -> None:
     assert fake.sleeps == pytest.approx([0.5])
 
 
-async def _records(data: bytes, delimiter: bytes | None) -> list[bytes]:
-    return [r async for r in read_records(io.BufferedReader(io.BytesIO(data)), delimiter)]
-
-
-@pytest.mark.parametrize(
-    ("data", "delimiter", "records"),
-    [
-        (b"a\nb\r\nc", b"\n", [b"a", b"b", b"c"]),
-        (b"a\nb\n", b"\n", [b"a", b"b"]),
-        (b"a\0b\0\0c", b"\0", [b"a", b"b", b"", b"c"]),
-        (b"x||y||", b"||", [b"x", b"y"]),
-        (b"one\ntwo\n", None, [b"one\ntwo\n"]),
-        (b"", b"\n", []),
-    ],
-)
-async def test_records(data: bytes, delimiter: bytes | None, records: list[bytes]) -> None:
-    assert await _records(data, delimiter) == records
-
-
-async def test_a_delimiter_split_across_reads() -> None:
-    data = b"r" * (64 * 1024 - 1) + b"||" + b"s"
-    assert await _records(data, b"||") == [b"r" * (64 * 1024 - 1), b"s"]
-
-
 def test_pub_and_tail_options_parse() -> None:
     parser = build_parser()
     pub = parser.parse_args(
@@ -181,3 +156,17 @@ def test_pub_and_tail_options_parse() -> None:
         parser.parse_args(["pub", "--topic", "t", "--key", "k", "--partition", "1"])
     with pytest.raises(SystemExit):
         parser.parse_args(["tail", "--topic", "t", "--json", "--format", "{body}"])
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-1", "soon"])
+def test_pub_defer_must_be_a_finite_delay(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse refuses the delay (exit 2) before the command runs, so nothing is sent."""
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["pub", "--topic", "t", "--defer", text])
+    assert info.value.code == 2
+    assert "argument --defer" in capsys.readouterr().err
+
+
+def test_pub_defer_takes_seconds() -> None:
+    assert build_parser().parse_args(["pub", "--topic", "t", "--defer", "2.5"]).defer == 2.5
+    assert build_parser().parse_args(["pub", "--topic", "t", "--defer", "0"]).defer == 0.0
