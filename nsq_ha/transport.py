@@ -70,6 +70,10 @@ def _discard(data: bytes) -> None:
     """The receiver after :meth:`StreamTransport.stop_receiving`: the stream is ending."""
 
 
+def _ignore_end(error: NsqError | None) -> None:
+    """The end callback before :meth:`StreamTransport.receive`."""
+
+
 class _Pipe(asyncio.BufferedProtocol):
     """The protocol under a :class:`StreamTransport`: keeps what arrives until it is pulled,
     or hands it to the receiver at once; tracks EOF, loss and write flow control.
@@ -208,6 +212,10 @@ class StreamTransport:
         self._write_buffer_limit = 64 * 1024
         self._slice_handle: asyncio.Handle | None = None
         self._receiving = False
+        #: the receiver asked for nothing more until it resumes (it has frames left to handle)
+        self._held = False
+        self._on_data: Callable[[bytes], None] = _discard
+        self._on_end: Callable[[NsqError | None], None] = _ignore_end
         self.tls = False
 
     def __repr__(self) -> str:
@@ -359,12 +367,14 @@ class StreamTransport:
 
         With compression, one bounded slice is decoded per loop turn and the socket is not
         read while slices wait (a compression bomb neither fills memory nor stalls the loop).
-        Nothing is handed on after ``on_end`` or :meth:`stop_receiving`.
+        Nothing is handed on after ``on_end`` or :meth:`stop_receiving`, nor between
+        :meth:`hold` and :meth:`release`.
         """
         pipe = self._pipe
         if pipe.receiver is not None:
             raise LocalProtocolError("the transport already has a receiver")
         self._receiving = True
+        self._on_data, self._on_end = on_data, on_end
         what = f"reading from {self.address}"
 
         def ended(error: Exception | None) -> None:
@@ -392,9 +402,10 @@ class StreamTransport:
                 return
             if data:
                 on_data(data)
-            if codec.pending and self._slice_handle is None and self._receiving:
+            if codec.pending and self._receiving:
                 pipe.pause_reading()
-                self._slice_handle = pipe.loop.call_soon(self._slice, on_data, on_end)
+                if self._slice_handle is None and not self._held:
+                    self._slice_handle = pipe.loop.call_soon(self._slice)
 
         pipe.receiver = take
         pipe.on_end = ended
@@ -404,30 +415,49 @@ class StreamTransport:
             take(data)
         if pipe.eof and pipe.on_end is not None:
             pipe.end(pipe.error)
-        else:
+        elif not self._held and not (self._codec is not None and self._codec.pending):
             pipe.resume_reading()
 
-    def _slice(
-        self, on_data: Callable[[bytes], None], on_end: Callable[[NsqError | None], None]
-    ) -> None:
+    def hold(self) -> None:
+        """Hand nothing more to the receiver until :meth:`release`: the socket is not read and
+        no slice is decoded meanwhile (the receiver has more than one turn's work already)."""
+        self._held = True
+        self._cancel_slices()
+        self._pipe.pause_reading()
+
+    def release(self) -> None:
+        """Undo :meth:`hold`: decode the next waiting slice a loop turn later, or read on."""
+        if not self._held:
+            return
+        self._held = False
+        if not self._receiving:
+            return
+        codec = self._codec
+        if codec is not None and codec.pending:
+            if self._slice_handle is None:
+                self._slice_handle = self._pipe.loop.call_soon(self._slice)
+        else:
+            self._pipe.resume_reading()
+
+    def _slice(self) -> None:
         """Decode the next slice of compressed input already read (one per loop turn)."""
         self._slice_handle = None
         pipe = self._pipe
         codec = self._codec
-        if not self._receiving or codec is None:
+        if not self._receiving or self._held or codec is None:
             return
         try:
             data = codec.decompress(b"")
         except NsqError as exc:
             self.stop_receiving()
-            on_end(exc)
+            self._on_end(exc)
             return
         if data:
-            on_data(data)  # may stop the receiving
-        if self.stopped:
+            self._on_data(data)  # may stop or hold the receiving
+        if self.stopped or self._held:
             return
         if codec.pending:
-            self._slice_handle = pipe.loop.call_soon(self._slice, on_data, on_end)
+            self._slice_handle = pipe.loop.call_soon(self._slice)
         else:
             pipe.resume_reading()
 
@@ -445,7 +475,9 @@ class StreamTransport:
         """Hand nothing more to the receiver (bytes that arrive later are dropped)."""
         pipe = self._pipe
         self._receiving = False
+        self._held = False
         self._cancel_slices()
+        self._on_data, self._on_end = _discard, _ignore_end
         if pipe.receiver is not None:
             pipe.receiver = _discard
         pipe.on_end = None

@@ -4,7 +4,8 @@
 between them) to the :class:`~nsq_ha.protocol.session.ClientSession` and acts on its events:
 answers complete the oldest pending future, error frames fail it (or go to ``on_error`` when
 they answer no command), messages go to the message sink, heartbeats are answered with
-``NOP``. Its
+``NOP``. Heartbeats and error frames are handled at most :data:`EVENTS_PER_TURN` per event-loop
+turn, the transport held while the rest waits (one decompressed read may hold thousands). Its
 :meth:`~FrameReader.run` ends only by raising the error that ended the stream: nsqd closed it,
 a fatal error frame, a protocol violation, or no complete frame for two heartbeat intervals (a
 dead peer; bytes that complete no frame, a trickle, do not count).
@@ -20,18 +21,31 @@ from typing import NoReturn
 from nsq_ha.connection.answers import PendingAnswers
 from nsq_ha.connection.writer import CommandWriter
 from nsq_ha.errors import BrokerError, ConnectionClosedError, NsqError, NsqTimeoutError
-from nsq_ha.protocol.events import NEED_DATA, Answer, CloseWait, Delivered, Failed, Heartbeat
+from nsq_ha.protocol.events import (
+    NEED_DATA,
+    Answer,
+    CloseWait,
+    Delivered,
+    Event,
+    Failed,
+    Heartbeat,
+)
 from nsq_ha.protocol.frames import CLOSE_WAIT
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.session import ClientSession
 from nsq_ha.transport import StreamTransport
 
-__all__ = ["DEAD_PEER_INTERVALS", "FrameReader"]
+__all__ = ["DEAD_PEER_INTERVALS", "EVENTS_PER_TURN", "FrameReader"]
 
 log = logging.getLogger(__name__)
 
 #: Heartbeat intervals without a complete frame from nsqd after which the peer counts as dead.
 DEAD_PEER_INTERVALS = 2
+#: Events other than messages and answers (heartbeats, error frames, ...) handled per event-loop
+#: turn. Messages are bounded by the RDY given and answers by the commands sent, but one read
+#: (a decompressed slice above all) may hold thousands of error frames nothing asked for: the
+#: rest waits for the next turn, and the socket is not read meanwhile.
+EVENTS_PER_TURN = 128
 
 
 class FrameReader:
@@ -39,6 +53,7 @@ class FrameReader:
 
     __slots__ = (
         "_answers",
+        "_backlogged",
         "_deliver",
         "_on_error",
         "_session",
@@ -65,6 +80,8 @@ class FrameReader:
         self._writer = writer
         self._deliver = deliver
         self._on_error = on_error
+        #: :meth:`dispatch` stopped at :data:`EVENTS_PER_TURN` with frames left
+        self._backlogged = False
         self.address = transport.address
 
     def __repr__(self) -> str:
@@ -89,6 +106,7 @@ class FrameReader:
         ended: asyncio.Future[NoReturn] = loop.create_future()
         last_frame = loop.time()  # liveness: a complete frame, not any byte
         watchdog: asyncio.TimerHandle | None = None
+        backlog: asyncio.Handle | None = None  # the next turn's share of a backlog
 
         def end(exc: BaseException) -> None:
             transport.stop_receiving()
@@ -96,12 +114,30 @@ class FrameReader:
                 ended.set_exception(exc)
 
         def received(data: bytes) -> None:
-            nonlocal last_frame
+            nonlocal last_frame, backlog
             now = loop.time()
             try:
                 session.receive_data(data, now)
+                if backlog is not None:  # bytes the transport had before it held
+                    return
                 if self.dispatch():
                     last_frame = now
+                if self._backlogged:
+                    transport.hold()
+                    backlog = loop.call_soon(work_off)
+            except Exception as exc:  # run() raises it
+                end(exc)
+
+        def work_off() -> None:
+            nonlocal last_frame, backlog
+            backlog = None
+            try:
+                if self.dispatch():
+                    last_frame = loop.time()
+                if self._backlogged:
+                    backlog = loop.call_soon(work_off)
+                else:
+                    transport.release()
             except Exception as exc:  # run() raises it
                 end(exc)
 
@@ -109,6 +145,8 @@ class FrameReader:
             try:
                 if error is not None:
                     raise error
+                while self.dispatch() and self._backlogged:  # frames that came before the end
+                    pass
                 session.receive_eof()
                 raise self.closed_error()
             except Exception as exc:  # run() raises it
@@ -128,21 +166,29 @@ class FrameReader:
                 )
 
         self.dispatch()  # frames that arrived with the handshake's last read
+        if self._backlogged:
+            backlog = loop.call_soon(work_off)
         if window is not None:
             watchdog = loop.call_at(last_frame + window, check, window)
         try:
             transport.receive(received, closed)
+            if backlog is not None:
+                transport.hold()
             await ended
         finally:
             transport.stop_receiving()
             if watchdog is not None:
                 watchdog.cancel()
+            if backlog is not None:
+                backlog.cancel()
 
     def dispatch(self) -> bool:
-        """Handle every event the buffered bytes make; True if there was any."""
+        """Handle the events the buffered bytes make, up to :data:`EVENTS_PER_TURN` other than
+        messages and answers (then frames are left: ``_backlogged``); True if there was any."""
         next_event = self._session.next_event
         deliver = self._deliver
         got = False
+        budget = EVENTS_PER_TURN
         while True:
             event = next_event()
             if isinstance(event, Delivered):  # the hot path first
@@ -151,20 +197,30 @@ class FrameReader:
                 except Exception:
                     log.exception("on_message handler of %s failed", self.address)
             elif event is NEED_DATA:
+                self._backlogged = False
                 return got
             elif isinstance(event, Answer):
                 self._answers.answer(event.data)
-            elif isinstance(event, Heartbeat):
-                log.debug("heartbeat from %s", self.address)
-                if not self._session.closed:
-                    self._writer.answer_heartbeat()  # one NOP per write, even for a flood
-            elif isinstance(event, Failed):
-                self._failed(event)
-            elif isinstance(event, CloseWait):
-                self._answers.answer(CLOSE_WAIT)
             else:
-                self._answers.synced()
+                self._other(event)
+                budget -= 1
+                if not budget:
+                    self._backlogged = True
+                    return True
             got = True
+
+    def _other(self, event: Event) -> None:
+        """Handle an event that is neither a message nor an answer."""
+        if isinstance(event, Heartbeat):
+            log.debug("heartbeat from %s", self.address)
+            if not self._session.closed:
+                self._writer.answer_heartbeat()  # one NOP per write, even for a flood
+        elif isinstance(event, Failed):
+            self._failed(event)
+        elif isinstance(event, CloseWait):
+            self._answers.answer(CLOSE_WAIT)
+        else:
+            self._answers.synced()
 
     def _failed(self, event: Failed) -> None:
         """Fail the command an error frame answers, or report it; a fatal one ends the read."""

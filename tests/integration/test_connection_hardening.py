@@ -23,7 +23,9 @@ import pytest
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.consumer import Consumer
 from nsq_ha.errors import (
+    BrokerError,
     ConfigError,
+    FinFailedError,
     HandshakeError,
     NsqTimeoutError,
     PubFailedError,
@@ -204,19 +206,26 @@ async def test_a_deflate_bomb_is_refused_in_bounded_memory_without_stalling(kind
     assert lag.worst < LAG_BOUND, f"the event loop stalled for {lag.worst * 1000:.0f} ms"
 
 
+def _compressed(compression: str, peer: Peer, blocks: list[bytes]) -> tuple[bytes, bytes]:
+    """Switch ``peer`` to ``compression`` (unless ``plain``); return the upgrade's ``OK`` and
+    ``blocks``, both compressed."""
+    ok = encode_frame(FrameType.RESPONSE, OK)
+    if compression == "plain":
+        return b"", b"".join(blocks)
+    if compression == "snappy":
+        framer = peer.start_snappy()
+        return framer.compress(ok), b"".join(framer.compress(block) for block in blocks)
+    deflate = peer.start_deflate()
+    upgraded = deflate.compress(ok) + deflate.flush(zlib.Z_SYNC_FLUSH)
+    stream = b"".join(deflate.compress(block) for block in blocks)
+    return upgraded, stream + deflate.flush(zlib.Z_SYNC_FLUSH)
+
+
 def _heartbeat_flood(compression: str, peer: Peer, mib: int = 256) -> tuple[bytes, bytes]:
     """Switch ``peer`` to ``compression``; return the upgrade's ``OK`` and ``mib`` MiB of heartbeat
     frames back to back, both compressed (256 MiB: 636 KiB of deflate, 12 MiB of snappy)."""
     heartbeat = encode_frame(FrameType.RESPONSE, b"_heartbeat_")
-    block = heartbeat * (MiB // len(heartbeat))
-    ok = encode_frame(FrameType.RESPONSE, OK)
-    if compression == "snappy":
-        framer = peer.start_snappy()
-        return framer.compress(ok), b"".join(framer.compress(block) for _ in range(mib))
-    deflate = peer.start_deflate()
-    upgraded = deflate.compress(ok) + deflate.flush(zlib.Z_SYNC_FLUSH)
-    flood = b"".join(deflate.compress(block) for _ in range(mib))
-    return upgraded, flood + deflate.flush(zlib.Z_SYNC_FLUSH)
+    return _compressed(compression, peer, [heartbeat * (MiB // len(heartbeat))] * mib)
 
 
 @pytest.mark.parametrize("compression", ["deflate", "snappy"])
@@ -253,6 +262,51 @@ async def test_a_compressed_heartbeat_flood_ends_the_connection_without_stalling
     assert growth[0] < MEMORY_BOUND, f"memory grew by {growth[0] / MiB:.1f} MiB"
     assert isinstance(conn.close_reason, RemoteProtocolError), conn.close_reason
     assert "heartbeats" in str(conn.close_reason)
+
+
+@pytest.mark.parametrize("compression", ["plain", "deflate", "snappy"])
+async def test_a_flood_of_error_frames_is_handled_without_stalling(compression: str) -> None:
+    """nsqd sends 65536 error frames that answer no command and keep the connection
+    (E_FIN_FAILED, 1.25 MiB: 3276 frames in one 64 KiB read, 13107 in each 256 KiB slice a
+    compressed read inflates to). Every one reaches on_error and the connection stays open, but
+    only a bounded number is handled per event-loop turn: memory grows by less than 64 MiB and
+    the loop never stalls for 100 ms."""
+    frames = 65_536
+    options = {} if compression == "plain" else {compression: True}
+    ready = asyncio.Event()
+
+    async def script(peer: Peer) -> None:
+        await peer.handshake(identify_answer(**options))
+        block = encode_frame(FrameType.ERROR, b"E_FIN_FAILED") * (frames // 16)
+        upgraded, flood = _compressed(compression, peer, [block] * 16)
+        await peer.send(upgraded)
+        await ready.wait()
+        await peer.send(flood)
+        await peer.until_client_closes()
+
+    reported = 0
+    all_reported = asyncio.Event()
+
+    def on_error(error: BrokerError) -> None:
+        nonlocal reported
+        reported += isinstance(error, FinFailedError)
+        if reported == frames:
+            all_reported.set()
+
+    config = ConnectionConfig(close_timeout=0.5, **options)
+    async with lying_nsqd(script) as server:
+        conn = await NsqdConnection.open(server.address, config=config, on_error=on_error)
+        try:
+            with traced_growth() as growth:
+                async with LoopLag() as lag:
+                    ready.set()
+                    async with asyncio.timeout(60):
+                        await all_reported.wait()
+            assert not conn.closed, conn.close_reason
+        finally:
+            await conn.close()
+    assert lag.worst < LAG_BOUND, f"the event loop stalled for {lag.worst * 1000:.0f} ms"
+    assert growth[0] < MEMORY_BOUND, f"memory grew by {growth[0] / MiB:.1f} MiB"
 
 
 async def test_a_heartbeat_flood_ends_the_connection_without_a_nop_each() -> None:
