@@ -8,6 +8,7 @@ no byte of the next layer is consumed by the old one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 
@@ -151,6 +152,7 @@ class Handshake:
         upgraded; heartbeats are answered here."""
         transport = self._transport
         session = self._session
+        clock = asyncio.get_running_loop().time  # the heartbeat-flood rule counts real time
         while True:
             event = session.next_event()
             if isinstance(event, Heartbeat):
@@ -162,10 +164,10 @@ class Handshake:
                 data = await transport.read()
                 if not data:
                     raise ConnectionClosedError(f"nsqd {self._address} closed during the handshake")
-                session.receive_data(data)
+                session.receive_data(data, clock())
                 continue
             header = await transport.read_exactly(_FRAME_SIZE.size)
-            session.receive_data(header)
+            session.receive_data(header, clock())
             session.next_event()  # checks the size field before reading that much
             (size,) = _FRAME_SIZE.unpack(header)
-            session.receive_data(await transport.read_exactly(size))
+            session.receive_data(await transport.read_exactly(size), clock())

@@ -33,7 +33,7 @@ from nsq_ha.errors import (
     RemoteProtocolError,
 )
 from nsq_ha.producer import Producer, RetryPolicy
-from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder
+from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder, Magic
 from nsq_ha.protocol.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     OK,
@@ -332,6 +332,30 @@ async def test_a_heartbeat_flood_ends_the_connection_without_a_nop_each() -> Non
     assert "heartbeats within 1 s" in str(conn.close_reason)
     sent = CommandDecoder().feed(bytes(server.received[0]))
     assert sum(command == ClientCommand(b"NOP") for command in sent) <= 1, sent
+
+
+async def test_heartbeats_spread_over_a_slow_handshake_are_no_flood() -> None:
+    """A slow nsqd sends 14 heartbeats, 0.25 s apart, before it answers IDENTIFY: at most 4 in
+    any second, so the handshake answers each and completes (the flood rule counts real time
+    during the handshake as it does afterwards)."""
+    beats = 14
+
+    async def script(peer: Peer) -> None:
+        magic = await peer.next_event()
+        assert magic == Magic(b"  V2"), magic
+        await peer.expect(b"IDENTIFY")
+        for _ in range(beats):
+            await peer.send(encode_frame(FrameType.RESPONSE, b"_heartbeat_"))
+            await asyncio.sleep(0.25)
+        await peer.send(identify_answer())
+        await peer.until_client_closes()
+
+    config = ConnectionConfig(connect_timeout=15.0, close_timeout=0.5)
+    async with lying_nsqd(script) as server:
+        conn = await NsqdConnection.open(server.address, config=config)
+        await conn.close()
+    sent = CommandDecoder().feed(bytes(server.received[0]))
+    assert sum(command == ClientCommand(b"NOP") for command in sent) == beats, sent
 
 
 # -- item 13: messages beyond RDY are a protocol violation -----------------------------------------
