@@ -15,19 +15,22 @@ new messages; tail refuses a ``--from`` vanilla cannot honour, saying why.
 ``--exit-at-end``: stop once the channel's depth and in-flight count are 0 on every partition
 (nsqd's ``/stats``, polled while messages are printed), i.e. once the backlog is printed and
 finished.
+
+Output (:class:`~nsq_ha.cli.stdout.Stdout`): a message is finished only once its line is
+written. Lines are written from a thread, so a stdout nobody reads never blocks the event loop:
+Ctrl-C then gives the message being printed back (REQ) and exits 130. A reader that goes away
+(``tail | head -1``) ends tail at once with status 0: the message being printed is given back
+and the consumer closes cleanly (the ephemeral channel goes with it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import secrets
 import signal
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,6 +48,8 @@ from nsq_ha.lookup.http import tls_context
 from nsq_ha.lookup.wire import NodeInfo, PartitionMap
 from nsq_ha.protocol.names import validate_channel
 
+from .stdout import Stdout
+from .tail_format import FIELDS, check_template, format_message, message_fields, message_json
 from .where import CliError, existing_map, json_object, topic_of, where_of
 
 __all__ = [
@@ -63,22 +68,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsq_ha.cli")
 
-#: the fields a ``--format`` template may name
-FIELDS = (
-    "topic",
-    "channel",
-    "partition",
-    "offset",
-    "id",
-    "trace_id",
-    "attempts",
-    "timestamp",
-    "time",
-    "tag",
-    "ext",
-    "body",
-    "body_base64",
-)
 #: how often ``--exit-at-end`` asks nsqd's /stats (seconds)
 _AT_END_POLL = 0.2
 #: how many printed messages tail remembers to print a copy nsqd sends again only once
@@ -192,99 +181,8 @@ def _timestamp(value: str) -> float:
     return stamp
 
 
-def check_template(template: str | None) -> None:
-    """A ``--format`` template names only :data:`FIELDS` (no attribute or index access) and
-    formats a sample message; else a CliError (exit 2)."""
-    if template is None:
-        return
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        raise CliError(f"--format {template!r}: {exc}", 2) from None
-    for _, name, _, _ in parsed:
-        if name is None:
-            continue
-        if name not in FIELDS:
-            raise CliError(
-                f"--format: unknown field {{{name}}} (fields: {', '.join(FIELDS)})"
-                if name and not name.isdigit()
-                else "--format: name each field, e.g. {body} ({} and {0} are not fields)",
-                2,
-            )
-    sample = dict.fromkeys(FIELDS, "")
-    try:
-        template.format_map(sample)
-    except (ValueError, TypeError) as exc:
-        raise CliError(f"--format {template!r}: {exc}", 2) from None
-
-
 def _ext_filter(text: str | None) -> dict[str, Any] | None:
     return json_object(text, "--ext-filter")
-
-
-# -- one message -----------------------------------------------------------------------------
-
-
-def message_json(message: Message) -> dict[str, Any]:
-    """One delivered message as the JSON object ``nsq-ha tail --json`` prints."""
-    try:
-        body: str = message.body.decode("utf-8")
-        is_b64 = False
-    except UnicodeDecodeError:
-        body, is_b64 = base64.b64encode(message.body).decode("ascii"), True
-    return {
-        "partition": message.partition,
-        "offset": message.offset,
-        "id": message.id.hex(),
-        "trace_id": message.trace_id,
-        "attempts": message.attempts,
-        "timestamp": message.timestamp,
-        "ext": _ext_of(message),
-        "body": body,
-        "body_base64": is_b64,
-    }
-
-
-def _ext_of(message: Message) -> Any:
-    try:
-        return dict(message.ext) if message.ext_version is not None else None
-    except NsqError:
-        return None
-
-
-def message_fields(message: Message, topic: str, channel: str) -> dict[str, object]:
-    """The values a ``--format`` template can name (``-`` for what the message lacks)."""
-    ext = _ext_of(message)
-    tag = ext.get("##client_dispatch_tag") if isinstance(ext, dict) else None
-    fields: dict[str, object] = {
-        "topic": topic,
-        "channel": channel,
-        "partition": message.partition,
-        "offset": message.offset,
-        "id": message.id.hex(),
-        "trace_id": message.trace_id,
-        "attempts": message.attempts,
-        "timestamp": message.timestamp,
-        "time": datetime.fromtimestamp(message.timestamp / 1e9, UTC).isoformat(),
-        "tag": tag,
-        "ext": None if ext is None else json.dumps(ext, sort_keys=True),
-        "body": message.body.decode("utf-8", "backslashreplace"),
-        "body_base64": base64.b64encode(message.body).decode("ascii"),
-    }
-    return {name: "-" if value is None else value for name, value in fields.items()}
-
-
-def _format(message: Message, args: argparse.Namespace, topic: str, channel: str) -> str:
-    if args.json:
-        return json.dumps(message_json(message))
-    if args.template is not None:
-        try:
-            return str(args.template.format_map(message_fields(message, topic, channel)))
-        except (ValueError, TypeError) as exc:
-            raise CliError(f"--format {args.template!r}: {exc}", 2) from None
-    where_from = "-" if message.partition is None else str(message.partition)
-    offset = "" if message.offset is None else f"@{message.offset}"
-    return f"[{where_from}{offset}] {message.body.decode('utf-8', 'backslashreplace')}"
 
 
 # -- positions and cleanup (nsqd's HTTP admin API) -------------------------------------------
@@ -516,9 +414,10 @@ async def _consume(
     #: it ordered) is finished, not printed or counted a second time
     printed = _RecentIds(_PRINTED_MEMORY)
     at_end = asyncio.Event()
-    async with consumer:
+    async with Stdout() as out, consumer:
         stopper = asyncio.ensure_future(stop.wait())
         ender = asyncio.ensure_future(at_end.wait())
+        leaver = asyncio.ensure_future(out.gone.wait())  # stdout's reader went away
         watcher = None
         if args.exit_at_end and http is not None and pmap is not None:
             watcher = asyncio.ensure_future(
@@ -527,7 +426,7 @@ async def _consume(
         try:
             while args.count is None or seen < args.count:
                 getter = asyncio.ensure_future(consumer.get())
-                waiting = {getter, stopper, ender} | ({watcher} if watcher else set())
+                waiting = {getter, stopper, ender, leaver} | ({watcher} if watcher else set())
                 done, _ = await asyncio.wait(
                     waiting, timeout=args.timeout, return_when=asyncio.FIRST_COMPLETED
                 )
@@ -537,7 +436,7 @@ async def _consume(
                     getter.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await getter
-                    if stop.is_set() or at_end.is_set():
+                    if stop.is_set() or at_end.is_set() or out.gone.is_set():
                         break
                     raise CliError(
                         f"only {seen} of {args.count} messages arrived within {args.timeout:g}s"
@@ -548,7 +447,9 @@ async def _consume(
                 if message is None:
                     break
                 if printed.add((message.partition, message.id)):
-                    print(_format(message, args, topic, channel), flush=True)
+                    line = format_message(message, args, topic, channel)
+                    if not await _print(out, line, message, stopper):
+                        break  # the reader is gone; the message was given back
                     seen += 1
                 else:
                     log.info("%r came again; it is not printed twice", message)
@@ -557,13 +458,45 @@ async def _consume(
                 except (MessageAlreadyRespondedError, MessageConnectionGoneError) as exc:
                     log.info("%r comes again (%s)", message, exc)
         finally:
-            for task in (stopper, ender, watcher):
+            for task in (stopper, ender, leaver, watcher):
                 if task is not None:
                     task.cancel()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError):
                     loop.remove_signal_handler(sig)
     return 0
+
+
+async def _print(out: Stdout, line: str, message: Message, stopper: asyncio.Future[Any]) -> bool:
+    """Print ``line`` for ``message``: True once written; False once stdout's reader is gone.
+
+    Whatever stops the write (the reader gone, Ctrl-C while nobody reads, a write error) gives
+    the message back to nsqd (REQ, no delay) instead of leaving it held until the drain's
+    timeout: another consumer of a durable channel gets it. Ctrl-C raises CliError (130).
+    """
+    writer = asyncio.ensure_future(out.write(line + "\n"))
+    try:
+        await asyncio.wait({writer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if writer.done() and writer.result():
+            return True
+    except BaseException:
+        writer.cancel()
+        _give_back(message)
+        raise
+    writer.cancel()  # Ctrl-C: the write stays blocked in its thread
+    _give_back(message)
+    if out.gone.is_set():
+        return False
+    raise CliError(
+        "interrupted while stdout was not read; the message being printed was given back", 130
+    )
+
+
+def _give_back(message: Message) -> None:
+    try:
+        message.requeue_nowait(0, backoff=False)
+    except (MessageAlreadyRespondedError, MessageConnectionGoneError) as exc:
+        log.info("%r is not given back: %s", message, exc)
 
 
 class _RecentIds:
