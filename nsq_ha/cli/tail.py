@@ -48,6 +48,7 @@ from nsq_ha.lookup.http import tls_context
 from nsq_ha.lookup.wire import NodeInfo, PartitionMap
 from nsq_ha.protocol.names import validate_channel
 
+from .arguments import duration
 from .stdout import Stdout
 from .tail_format import FIELDS, check_template, format_message, message_fields, message_json
 from .where import CliError, existing_map, json_object, topic_of, where_of
@@ -117,7 +118,7 @@ def add_tail_options(parser: argparse.ArgumentParser) -> None:
         '\'{"type": 1, "filter_ext_key": "k", "filter_data": "v"}\'',
     )
     parser.add_argument(
-        "--timeout", type=float, default=None, help="fail if a message takes longer (seconds)"
+        "--timeout", type=duration, default=None, help="fail if a message takes longer (seconds)"
     )
 
 

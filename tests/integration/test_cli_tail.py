@@ -1,7 +1,8 @@
 """``nsq-ha tail`` at the edges of its output and input, run as a user runs it (a subprocess
 each, a real pipe) on the embedded cluster and on the real fork: a reader that goes away
 (``tail | head -1``) ends tail at once with status 0, the message it held given back and its
-ephemeral channel gone; Ctrl-C ends it even while nobody reads its stdout."""
+ephemeral channel gone; Ctrl-C ends it even while nobody reads its stdout; a bad ``--timeout``
+is refused before any channel is made."""
 
 from __future__ import annotations
 
@@ -210,3 +211,17 @@ def _pending(read_end: int) -> int:
     """Bytes written to the pipe and not read yet."""
     buffer = fcntl.ioctl(read_end, termios.FIONREAD, b"\0\0\0\0")
     return int.from_bytes(buffer, sys.byteorder)
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
+def test_a_bad_timeout_is_refused_before_any_channel_is_made(cluster: Backend, value: str) -> None:
+    started = time.monotonic()
+    proc = nsq_ha(
+        "tail", "--lookupd", cluster.lookupd_http, "--topic", T_BAD.name,
+        "--channel", "probe", "--timeout", value, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "--timeout" in proc.stderr.splitlines()[-1]
+    assert "Traceback" not in proc.stderr
+    assert time.monotonic() - started < PROMPT
+    assert channel_stats(cluster, T_BAD.name) == {}
