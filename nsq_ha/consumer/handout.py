@@ -197,11 +197,13 @@ class Intake:
                     result = self.on_give_up(message)
                     if inspect.isawaitable(result):
                         await result
-            except Exception:
-                log.exception("on_give_up failed for %r: requeueing it instead", message)
+            except BaseException as exc:  # sys.exit() in on_give_up must not hold the message
+                _report_give_up(message, exc)
                 if not message.responded:
                     with contextlib.suppress(MessageResponseError):
                         slot.requeue(message, None, False)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
                 return
             if not message.responded:
                 with contextlib.suppress(MessageResponseError):
@@ -340,3 +342,21 @@ class Intake:
                 requeued += 1
         self._queue.put_nowait(None)  # readers stop (each puts it back for the next)
         return requeued
+
+
+def _report_give_up(message: Message, exc: BaseException) -> None:
+    """Log why ``on_give_up`` did not end normally (its message is requeued)."""
+    if isinstance(exc, asyncio.CancelledError):
+        return  # close() cut it off; Background.finish logged that
+    if isinstance(exc, SystemExit | KeyboardInterrupt):
+        log.error(
+            "on_give_up raised %s on %r: on_give_up must not call sys.exit() or raise "
+            "KeyboardInterrupt (it runs on the client's event loop, which would stop every client "
+            "on it); the message is requeued and the consumer keeps running. To stop the program, "
+            "close the consumer or signal the main thread",
+            type(exc).__name__,
+            message,
+            exc_info=exc,
+        )
+    else:
+        log.error("on_give_up failed for %r: requeueing it instead", message, exc_info=exc)

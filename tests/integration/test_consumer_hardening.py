@@ -13,13 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import math
+import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
 
+from nsq_ha import sync
 from nsq_ha.consumer import Consumer, Message
 from nsq_ha.devcluster import DevClusterThread
 from nsq_ha.errors import ConfigError, MessageResponseError
@@ -320,3 +324,51 @@ async def test_fork_unknown_partition_is_refused_at_start(fork_cluster: ForkClus
         await consumer.close()
     async with Consumer(topic, "c", lookupd=fork_cluster.lookupd_http, partitions=[1]) as good:
         assert [key[1] for key in good.connections] == [1]
+
+
+@pytest.mark.devcluster(nodes=1)
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt()], ids=["exit", "ctrl-c"])
+def test_an_on_give_up_that_calls_sys_exit_requeues_its_message(
+    devcluster: DevClusterThread, raised: BaseException, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``on_give_up`` runs on the client's event loop: sys.exit() (or KeyboardInterrupt) there
+    is logged as the callback's error and the message is requeued, as for any other failure,
+    instead of being held, unanswered, until nsqd's msg_timeout (and close's drain)."""
+    devcluster.create_topic("give_up_exit", 1, 1)
+    lookupd = devcluster.lookupd_http
+    attempts: list[int] = []
+    again = threading.Event()
+
+    def stops(message: Message) -> None:
+        attempts.append(message.attempts)
+        if len(attempts) == 1:
+            raise raised
+        again.set()  # the requeued message, given up once more: this time it returns
+
+    consumer = sync.Consumer(
+        "give_up_exit",
+        "c",
+        lookupd=lookupd,
+        max_attempts=1,
+        on_give_up=stops,
+        backoff=None,
+        requeue_delay=0,
+        drain_timeout=30,
+    )
+    try:
+        with sync.Producer(lookupd=lookupd) as producer:
+            producer.publish("give_up_exit", b"poison")
+        first = consumer.get(timeout=10)
+        assert first is not None
+        with caplog.at_level(logging.ERROR):
+            first.requeue(0)  # attempt 2 > max_attempts: on_give_up
+            came_back = again.wait(10)
+    finally:
+        started = time.monotonic()
+        consumer.close()
+        closed_in = time.monotonic() - started
+    assert came_back, f"the message given up was never requeued (on_give_up saw {attempts})"
+    assert attempts == [2, 3]
+    assert closed_in < 10, f"close waited {closed_in:.1f} s for a held message"
+    assert "on_give_up" in caplog.text
+    assert "must not" in caplog.text
