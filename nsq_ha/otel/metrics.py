@@ -11,18 +11,29 @@ Three sources, none of them on the client's hot path when nothing is instrumente
 
 A consumer's counters stay in its channel's totals after it closes (they are added to a
 closed-consumers tally) while another instrumented consumer of the same topic and channel runs.
-Once none does, nsq_ha forgets the channel: its tallies and offsets are dropped and the
-observable instruments (the counters read from the consumers, the offset and lag gauges) report
-none of its series from the next collection on, so short-lived consumers on channels of their
-own leave nothing behind in nsq_ha. The OpenTelemetry SDK keeps its own state: with cumulative
-temporality (the default, and Prometheus') it keeps, and exports for ever, every series a
-*synchronous* instrument recorded, here ``messaging.process.duration`` per channel (bounded by
-the SDK's cardinality limit, 2000 series per instrument by default). A reader with delta
-temporality exports a series only when it changed, and the SDK then forgets it; a
-:class:`~opentelemetry.sdk.metrics.view.View` can also drop ``messaging.consumer.group.name``
-from that histogram. A producer's retries stay in the totals after it closes (one series). A
-client dropped without ``close()`` takes its counters with it: a counter's total may then go
-down, which the reader's next collection shows as a reset.
+When the last one closes (or, dropped without ``close()``, is found gone by a collection), the
+channel is *retired*: the next collection still reports its final counts and offsets, once
+(``messaging.client.consumed.messages``, ``nsq.consumer.messages``, ``nsq.consumer.offset``;
+each of these instruments in the first of its callback calls after the retirement, whatever
+order the reader calls them in), and then nsq_ha forgets the channel: its tallies and offsets
+are dropped and no later collection reports its series, so a consumer that closes between two
+scrapes is counted in full and short-lived consumers on channels of their own leave nothing
+behind in nsq_ha. A consumer that starts on a retired channel before it is forgotten
+un-retires it (its totals continue). With several readers, the reader that collects first
+after the retirement is the one that gets the final counts. When nothing collects (metrics
+instrumented and never read), at most :data:`MAX_RETIRED` retired channels are kept, the
+oldest forgotten first. The lag gauges (below) end at the close: nsqd's lag of a channel
+nobody consumes is not the consumer's.
+
+The OpenTelemetry SDK keeps its own state: with cumulative temporality (the default, and
+Prometheus') it keeps, and exports for ever, every series a *synchronous* instrument recorded,
+here ``messaging.process.duration`` per channel (bounded by the SDK's cardinality limit, 2000
+series per instrument by default). A reader with delta temporality exports a series only when
+it changed, and the SDK then forgets it; a :class:`~opentelemetry.sdk.metrics.view.View` can
+also drop ``messaging.consumer.group.name`` from that histogram. A producer's retries stay in
+the totals after it closes (one series). A client dropped without ``close()`` takes its
+counters with it: a counter's total may then go down, which the reader's next collection shows
+as a reset.
 
 Consumer lag: ``nsq.consumer.lag`` (messages) and ``nsq.consumer.lag.bytes`` per topic,
 channel and partition of every live instrumented consumer, as ``nsq-ha stats`` computes it
@@ -40,6 +51,7 @@ fork, handled through :meth:`Consumer.run`, :meth:`Consumer.run_batches` or
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections import Counter
@@ -56,12 +68,20 @@ if TYPE_CHECKING:
     from nsq_ha.consumer import Consumer
     from nsq_ha.producer import Producer
 
-__all__ = ["CONSUMER_OUTCOMES", "Metrics"]
+__all__ = ["CONSUMER_OUTCOMES", "MAX_RETIRED", "Metrics"]
 
 #: the consumer counters ``nsq.consumer.messages`` reports, as its ``nsq.message.outcome``
 CONSUMER_OUTCOMES = ("finished", "requeued", "timed_out", "given_up", "abandoned")
 
+#: retired (topic, channel) groups kept at most until a collection reports and forgets them;
+#: past it the oldest are forgotten first (when nothing collects)
+MAX_RETIRED = 1000
+
 _Key = tuple[tuple[str, str | int | bool], ...]
+_Group = tuple[str, str]
+
+#: the observable callbacks that report a retired channel (its tallies, its offsets)
+_REPORTERS = ("received", "outcome", "offset")
 
 #: seconds: the boundaries the messaging conventions advise for their duration histograms
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
@@ -82,14 +102,20 @@ class Metrics:
         self.lag = LagCache(STALE_INTERVALS * (lag_interval or 0.0))
         self.producers: weakref.WeakSet[Producer] = weakref.WeakSet()
         self.consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
-        #: counters of closed clients: (instrument, attributes) -> value; a channel's are
-        #: dropped once no live instrumented consumer has it
-        self.closed: Counter[tuple[str, _Key]] = Counter()
-        #: (topic, channel, partition) -> the queue offset a handler last got, for the
-        #: (topic, channel) of live instrumented consumers only
-        self.offsets: dict[tuple[str, str, int], int] = {}
+        #: counters of closed clients per (topic, channel), None for producers:
+        #: (instrument, attributes) -> value; a channel's are dropped once it is forgotten
+        self.closed: dict[_Group | None, Counter[tuple[str, _Key]]] = {}
+        #: (topic, channel) -> partition -> the queue offset a handler last got, for the
+        #: channels of live instrumented consumers (and retired ones, until forgotten)
+        self.offsets: dict[_Group, dict[int, int]] = {}
         #: (topic, channel) of the live instrumented consumers, as of their last start or close
-        self.groups: frozenset[tuple[str, str]] = frozenset()
+        #: (or the last collection)
+        self.groups: frozenset[_Group] = frozenset()
+        #: retired (topic, channel), oldest first -> per reporting callback, how many times it
+        #: had been called at the retirement (its next call reports the channel, once)
+        self.retired: dict[_Group, dict[str, int]] = {}
+        self._calls: Counter[str] = Counter()  # per reporting callback, the calls so far
+        self._lock = threading.Lock()  # the reader's thread collects, the clients' loop counts
         self.duration = meter.create_histogram(
             "messaging.client.operation.duration",
             unit="s",
@@ -183,44 +209,80 @@ class Metrics:
         self.producers.add(producer)
 
     def add_consumer(self, consumer: Consumer) -> None:
-        """Read ``consumer``'s counters from now on."""
-        self.consumers.add(consumer)
-        self.groups = self.groups | {(consumer.topic, consumer.channel)}
+        """Read ``consumer``'s counters from now on (its channel, if retired, is live again:
+        its totals continue)."""
+        group = (consumer.topic, consumer.channel)
+        with self._lock:
+            self.consumers.add(consumer)
+            self.groups = self.groups | {group}
+            self.retired.pop(group, None)
 
     def producer_closed(self, producer: Producer) -> None:
         """Keep a closed producer's counters in the totals."""
-        if producer in self.producers:
-            self.producers.discard(producer)
-            for key, value in _producer_counts(producer):
-                self.closed[key] += value
+        with self._lock:
+            if producer in self.producers:
+                self.producers.discard(producer)
+                tally = self.closed.setdefault(None, Counter())
+                for key, value in _producer_counts(producer):
+                    tally[key] += value
 
     def consumer_closed(self, consumer: Consumer) -> None:
-        """Keep a closed consumer's counters in its channel's totals, or forget the channel
-        when no live consumer has it any more."""
-        if consumer in self.consumers:
-            self.consumers.discard(consumer)
-            for key, value in _consumer_counts(consumer):
-                if key[0] != "in_flight":  # what it held went back to nsqd
-                    self.closed[key] += value
-        self.forget_channels()
-
-    def forget_channels(self) -> None:
-        """Drop the tallies and offsets of every (topic, channel) no live consumer has."""
-        live = {(c.topic, c.channel) for c in live_consumers(self.consumers)}
-        self.groups = frozenset(live)
-        for offset_key in list(self.offsets):
-            if offset_key[:2] not in live:
-                self.offsets.pop(offset_key, None)
-        for counted in list(self.closed):
-            group = _group(counted[1])
-            if group is not None and group not in live:
-                self.closed.pop(counted, None)
+        """Keep a closed consumer's counters in its channel's totals; retire the channel when
+        no live consumer has it any more."""
+        with self._lock:
+            if consumer in self.consumers:
+                self.consumers.discard(consumer)
+                tally = self.closed.setdefault((consumer.topic, consumer.channel), Counter())
+                for key, value in _consumer_counts(consumer):
+                    if key[0] != "in_flight":  # what it held went back to nsqd
+                        tally[key] += value
+            self._retire_gone()
 
     def remember_offset(self, topic: str, channel: str, partition: int, offset: int) -> None:
         """The queue offset a handler just got on ``topic``/``channel``'s ``partition`` (kept
         only for the channel of a live instrumented consumer)."""
-        if (topic, channel) in self.groups:
-            self.offsets[(topic, channel, partition)] = offset
+        group = (topic, channel)
+        with self._lock:
+            if group in self.groups:
+                self.offsets.setdefault(group, {})[partition] = offset
+
+    # -- retired channels (called with the lock held) -------------------------------------------
+
+    def _retire_gone(self) -> None:
+        """Retire the channels no live consumer has any more (closed, or dropped unclosed)."""
+        live = frozenset((c.topic, c.channel) for c in live_consumers(self.consumers))
+        for group in self.groups - live:
+            self.retired.pop(group, None)  # the newest retired, last
+            self.retired[group] = {name: self._calls[name] for name in _REPORTERS}
+        self.groups = live
+        while len(self.retired) > MAX_RETIRED:
+            self._forget(next(iter(self.retired)))
+
+    def _forget(self, group: _Group) -> None:
+        self.retired.pop(group, None)
+        self.closed.pop(group, None)
+        self.offsets.pop(group, None)
+
+    def _begin(self, reporter: str) -> frozenset[_Group]:
+        """Count a call of ``reporter`` (one of the reporting callbacks): the retired channels
+        it reported already, not to report again."""
+        self._retire_gone()  # also those of consumers dropped without close()
+        call = self._calls[reporter]
+        self._calls[reporter] = call + 1
+        reported = []
+        for group, calls in self.retired.items():  # oldest first: those reported come first
+            if calls[reporter] >= call:
+                break
+            reported.append(group)
+        return frozenset(reported)
+
+    def _end(self) -> None:
+        """Forget the retired channels every reporting callback has reported."""
+        while self.retired:
+            group, calls = next(iter(self.retired.items()))
+            if any(self._calls[name] <= calls[name] for name in _REPORTERS):
+                break
+            self._forget(group)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -239,59 +301,83 @@ class Metrics:
 
     # -- observable callbacks -----------------------------------------------------------------
 
-    def _observe(self, name: str, live: Iterable[tuple[tuple[str, _Key], int]]) -> list[Any]:
-        if not self.active:
-            return []
+    def _observe(
+        self,
+        name: str,
+        live: Iterable[tuple[tuple[str, _Key], int]],
+        reported: frozenset[_Group] = frozenset(),
+    ) -> list[Any]:
         totals: Counter[_Key] = Counter()
-        for (metric, key), value in self.closed.items():
-            if metric == name:
-                totals[key] += value
+        for group, tally in self.closed.items():
+            if group not in reported:
+                for (metric, key), value in tally.items():
+                    if metric == name:
+                        totals[key] += value
         for (metric, key), value in live:
             if metric == name:
                 totals[key] += value
         return [Observation(value, dict(key)) for key, value in totals.items()]
 
     def _live_consumers(self) -> Iterator[tuple[tuple[str, _Key], int]]:
-        for consumer in list(self.consumers):
+        for consumer in live_consumers(self.consumers):
             yield from _consumer_counts(consumer)
 
     def _retries(self, options: CallbackOptions) -> Iterable[Observation]:
-        live = (kv for p in list(self.producers) for kv in _producer_counts(p))
-        return self._observe("retries", live)
+        if not self.active:
+            return []
+        with self._lock:
+            live = (kv for p in list(self.producers) for kv in _producer_counts(p))
+            return self._observe("retries", live)
 
     def _received(self, options: CallbackOptions) -> Iterable[Observation]:
-        return self._observe("received", self._live_consumers())
+        return self._report("received")
 
     def _outcomes(self, options: CallbackOptions) -> Iterable[Observation]:
-        return self._observe("outcome", self._live_consumers())
+        return self._report("outcome")
+
+    def _report(self, name: str) -> list[Any]:
+        if not self.active:
+            return []
+        with self._lock:
+            found = self._observe(name, self._live_consumers(), self._begin(name))
+            self._end()
+        return found
 
     def _in_flight(self, options: CallbackOptions) -> Iterable[Observation]:
-        return self._observe("in_flight", self._live_consumers())
+        if not self.active:
+            return []
+        with self._lock:
+            return self._observe("in_flight", self._live_consumers())
 
     def _rdy(self, options: CallbackOptions) -> Iterable[Observation]:
         if not self.active:
             return []
         totals: Counter[_Key] = Counter()
-        for consumer in list(self.consumers):
+        for consumer in live_consumers(self.consumers):
             totals[_key(_consumer_attributes(consumer))] += consumer.stats["rdy"]
         return [Observation(value, dict(key)) for key, value in totals.items()]
 
     def _offset(self, options: CallbackOptions) -> Iterable[Observation]:
         if not self.active:
             return []
-        self.forget_channels()  # also those of consumers dropped without close()
-        return [
-            Observation(
-                offset,
-                {
-                    a.SYSTEM: a.SYSTEM_NAME,
-                    a.DESTINATION: topic,
-                    a.CONSUMER_GROUP: channel,
-                    a.PARTITION: str(partition),
-                },
-            )
-            for (topic, channel, partition), offset in list(self.offsets.items())
-        ]
+        with self._lock:
+            reported = self._begin("offset")
+            found = [
+                Observation(
+                    offset,
+                    {
+                        a.SYSTEM: a.SYSTEM_NAME,
+                        a.DESTINATION: topic,
+                        a.CONSUMER_GROUP: channel,
+                        a.PARTITION: str(partition),
+                    },
+                )
+                for (topic, channel), partitions in self.offsets.items()
+                if (topic, channel) not in reported
+                for partition, offset in partitions.items()
+            ]
+            self._end()
+        return found
 
     def _lag_messages(self, options: CallbackOptions) -> Iterable[Observation]:
         return self._lag_observations(in_bytes=False)
@@ -316,13 +402,6 @@ class Metrics:
                 attrs[a.PARTITION] = str(partition)
             found.append(Observation(value, attrs))
         return found
-
-
-def _group(key: _Key) -> tuple[str, str] | None:
-    """The (topic, channel) that counter attributes name; None for a producer's."""
-    attrs = dict(key)
-    topic, channel = attrs.get(a.DESTINATION), attrs.get(a.CONSUMER_GROUP)
-    return (str(topic), str(channel)) if channel is not None else None
 
 
 def _consumer_attributes(consumer: Consumer) -> a.Attributes:

@@ -1,6 +1,7 @@
 """OpenTelemetry instrumentation against lying servers and many short-lived consumers: the
 consumer-lag poller ends with the instrumentation and bounds every ``/stats`` request in time
-and size, and the metrics forget the channels of closed consumers.
+and size, and the metrics export the final counts of closed consumers once, then forget their
+channels.
 
 The lying nsqd is an HTTP server in the test (:mod:`.lying_http`) that also plays lookupd: it
 answers ``/lookup`` with the embedded cluster's own answer, the node's ``http_port`` swapped for
@@ -247,18 +248,34 @@ async def test_a_stats_answer_under_the_caps_stalls_the_consumer_briefly(
 # -- metrics of closed consumers ------------------------------------------------------------
 
 
-def groups_seen(reader: InMemoryMetricReader) -> dict[str, set[str]]:
-    """Per metric, the consumer groups (channels) its data points name at this collection."""
-    found: dict[str, set[str]] = {}
+def points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], Any]]]:
+    """Per metric, (attributes, value) of each data point at this collection (a histogram's
+    value is its count)."""
+    found: dict[str, list[tuple[dict[str, Any], Any]]] = {}
     data = reader.get_metrics_data()
     for resource in data.resource_metrics if data else []:
         for scope in resource.scope_metrics:
             for metric in scope.metrics:
-                for point in metric.data.data_points:
-                    group = (point.attributes or {}).get(GROUP)
-                    if group is not None:
-                        found.setdefault(metric.name, set()).add(str(group))
+                found[metric.name] = [
+                    (dict(p.attributes or {}), getattr(p, "value", getattr(p, "count", None)))
+                    for p in metric.data.data_points
+                ]
     return found
+
+
+def groups_of(found: dict[str, list[tuple[dict[str, Any], Any]]]) -> dict[str, set[str]]:
+    """Per metric of ``found``, the consumer groups (channels) its data points name."""
+    groups: dict[str, set[str]] = {}
+    for name, found_points in found.items():
+        for attributes, _ in found_points:
+            if GROUP in attributes:
+                groups.setdefault(name, set()).add(str(attributes[GROUP]))
+    return groups
+
+
+def groups_seen(reader: InMemoryMetricReader) -> dict[str, set[str]]:
+    """Per metric, the consumer groups (channels) its data points name at this collection."""
+    return groups_of(points(reader))
 
 
 async def consume_one_each(
@@ -285,11 +302,12 @@ async def consume_one_each(
     await asyncio.gather(*runners)
 
 
-async def test_metrics_forget_the_channels_of_closed_consumers() -> None:
-    """150 short-lived consumers, each on its own channel, 10 at a time: once they are closed,
-    nsq_ha keeps no state about their channels, its observable instruments (counters read from
-    the consumers, the offset gauge) report none of them at the next collection, and a reader
-    with delta temporality sees none of them in any instrument after one more collection.
+async def test_metrics_export_the_final_counts_of_closed_consumers_once_then_forget_them() -> None:
+    """150 short-lived consumers, each on its own channel, 10 at a time, and no collection
+    while most of them run: the next collection after they closed exports each channel's final
+    counts (received, finished, its offset), the collection after that none of them, and nsq_ha
+    then keeps no state about their channels; a reader with delta temporality sees none of
+    them in any instrument after one more collection.
 
     A reader with cumulative temporality still sees them in ``messaging.process.duration``,
     the one synchronous instrument with a channel attribute: the SDK keeps every series of a
@@ -329,16 +347,30 @@ async def test_metrics_forget_the_channels_of_closed_consumers() -> None:
                     check = all_there if start == 0 else lambda: None
                     await consume_one_each(cluster.lookupd_http, producer, batch, check)
             closed = set(channels)
-            left: dict[str, Any] = {
-                "offsets": dict(metrics.offsets),
-                "closed counts": [k for k in metrics.closed if dict(k[1]).get(GROUP) in closed],
-                "consumers": list(metrics.consumers),
-            }
-            assert left == {"offsets": {}, "closed counts": [], "consumers": []}
-            seen = groups_seen(cumulative_reader)
+            final = points(cumulative_reader)  # the first collection since they closed
+            for name in ("messaging.client.consumed.messages", "nsq.consumer.offset"):
+                assert groups_of(final).get(name, set()) >= closed, name
+            received = [
+                v for p, v in final["messaging.client.consumed.messages"] if p[GROUP] in closed
+            ]
+            assert received == [1] * len(channels)
+            finished = [
+                v
+                for p, v in final["nsq.consumer.messages"]
+                if p[GROUP] in closed and p["nsq.message.outcome"] == "finished"
+            ]
+            assert finished == [1] * len(channels)
+            seen = groups_seen(cumulative_reader)  # the next one
             assert {name for name, groups in seen.items() if groups & closed} == {
                 "messaging.process.duration"
             }
+            left: dict[str, Any] = {
+                "offsets": dict(metrics.offsets),
+                "closed counts": [g for g in metrics.closed if g and g[1] in closed],
+                "retired": dict(metrics.retired),
+                "consumers": list(metrics.consumers),
+            }
+            assert left == {"offsets": {}, "closed counts": [], "retired": {}, "consumers": []}
             groups_seen(delta_reader)  # what happened since the last collection
             assert groups_seen(delta_reader) == {}
     finally:

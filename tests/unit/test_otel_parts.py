@@ -1,9 +1,11 @@
 """``nsq_ha.otel`` without a server: trace context in ext headers, the fork trace id, the
-attributes, the event metrics, and instrument()/uninstrument()."""
+attributes, the event metrics, the channels of closed consumers (retired, reported once,
+forgotten), and instrument()/uninstrument()."""
 
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
 from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -20,7 +23,7 @@ from nsq_ha import events, otel
 from nsq_ha.consumer import Consumer
 from nsq_ha.errors import BrokerError, NotLeaderError, PublishError
 from nsq_ha.otel import attributes as a
-from nsq_ha.otel.metrics import Metrics
+from nsq_ha.otel.metrics import MAX_RETIRED, Metrics
 from nsq_ha.otel.propagation import fork_trace_id, has_trace_id, with_context
 from nsq_ha.producer import Producer
 
@@ -191,7 +194,23 @@ def offset_points(reader: InMemoryMetricReader) -> dict[str, int]:
     return found
 
 
-def test_a_channel_is_forgotten_once_no_live_consumer_has_it() -> None:
+def counted(consumer: Consumer, partition: int, **counts: int) -> None:
+    """As if ``consumer`` had counted ``counts`` (received, finished, ...) on ``partition``."""
+    consumer._tally.of(partition).update(counts)
+
+
+def consumed(reader: InMemoryMetricReader) -> dict[str, int]:
+    """``messaging.client.consumed.messages`` at this collection: channel -> received."""
+    found: dict[str, int] = {}
+    for attrs, value in collect(reader).get("messaging.client.consumed.messages", []):
+        channel = str(attrs[a.CONSUMER_GROUP])
+        found[channel] = found.get(channel, 0) + int(value)
+    return found
+
+
+def test_a_channel_is_retired_when_its_last_consumer_goes_and_forgotten_a_collection_later() -> (
+    None
+):
     reader = InMemoryMetricReader()
     metrics = Metrics(MeterProvider(metric_readers=[reader]).get_meter("test"))
     first, second = (Consumer("t", "c", nsqd="127.0.0.1:4150") for _ in range(2))
@@ -202,16 +221,125 @@ def test_a_channel_is_forgotten_once_no_live_consumer_has_it() -> None:
     metrics.remember_offset("t", "d", 0, 20)
     metrics.remember_offset("t", "nobody", 0, 30)  # no instrumented consumer has it: not kept
     retries = ("retries", ((a.SYSTEM, a.SYSTEM_NAME),))
-    metrics.closed[retries] += 1  # a closed producer's: no channel, kept
+    metrics.closed.setdefault(None, Counter())[retries] += 1  # a closed producer's: kept
     assert offset_points(reader) == {"c": 10, "d": 20}
     metrics.consumer_closed(first)  # "c" still has a live consumer
     assert offset_points(reader) == {"c": 10, "d": 20}
-    metrics.consumer_closed(second)
-    assert offset_points(reader) == {"d": 20}
-    assert set(metrics.offsets) == {("t", "d", 0)}
+    assert metrics.retired == {}
+    metrics.consumer_closed(second)  # "c" is retired: the next collection still reports it
+    assert set(metrics.retired) == {("t", "c")}
     assert metrics.groups == {("t", "d")}
-    del other, consumer  # dropped without close(): forgotten at the next collection
-    gc.collect()
+    metrics.remember_offset("t", "c", 0, 11)  # a late handler of a retired channel: not kept
+    assert offset_points(reader) == {"c": 10, "d": 20}
+    assert offset_points(reader) == {"d": 20}  # and the one after that forgets it
+    assert metrics.offsets == {("t", "d"): {0: 20}}
+    assert metrics.retired == {}
+    del other, consumer  # dropped without close(): retired by the next collection, which
+    gc.collect()  # reports it, and forgotten by the one after
+    assert offset_points(reader) == {"d": 20}
     assert offset_points(reader) == {}
     assert metrics.offsets == {}
-    assert list(metrics.closed) == [retries]
+    assert metrics.retired == {}
+    assert metrics.closed == {None: Counter({retries: 1})}
+
+
+def test_a_closed_consumers_final_counts_are_exported_by_one_collection() -> None:
+    reader = InMemoryMetricReader()
+    metrics = Metrics(MeterProvider(metric_readers=[reader]).get_meter("test"))
+    consumer = Consumer("t", "c", nsqd="127.0.0.1:4150")
+    metrics.add_consumer(consumer)
+    counted(consumer, 0, received=3, finished=3)
+    assert consumed(reader) == {"c": 3}
+    counted(consumer, 0, received=4, finished=2, requeued=2)  # after that collection
+    metrics.consumer_closed(consumer)
+    found = collect(reader)  # the next collection exports the final counts
+    assert found.get("messaging.client.consumed.messages") == [
+        ({a.SYSTEM: a.SYSTEM_NAME, a.DESTINATION: "t", a.CONSUMER_GROUP: "c", a.PARTITION: "0"}, 7)
+    ]
+    outcomes = {str(attrs[a.NSQ_OUTCOME]): value for attrs, value in found["nsq.consumer.messages"]}
+    assert outcomes == {
+        "finished": 5,
+        "requeued": 2,
+        "timed_out": 0,
+        "given_up": 0,
+        "abandoned": 0,
+    }
+    assert consumed(reader) == {}  # and the one after that none
+    assert "nsq.consumer.messages" not in collect(reader)
+    assert metrics.closed == {}
+    assert metrics.retired == {}
+
+
+def test_a_consumer_that_restarts_on_a_retired_channel_continues_its_totals() -> None:
+    reader = InMemoryMetricReader()
+    metrics = Metrics(MeterProvider(metric_readers=[reader]).get_meter("test"))
+    before = Consumer("t", "c", nsqd="127.0.0.1:4150")
+    metrics.add_consumer(before)
+    counted(before, 0, received=3)
+    metrics.consumer_closed(before)
+    after = Consumer("t", "c", nsqd="127.0.0.1:4150")
+    metrics.add_consumer(after)  # before the next collection: the channel is live again
+    assert metrics.retired == {}
+    counted(after, 0, received=2)
+    assert consumed(reader) == {"c": 5}
+    assert consumed(reader) == {"c": 5}  # live: not forgotten
+    metrics.consumer_closed(after)
+    assert consumed(reader) == {"c": 5}
+    assert consumed(reader) == {}
+
+
+def test_each_instrument_exports_a_retired_channel_once_whatever_the_callback_order() -> None:
+    """A consumer closed in the middle of a collection (another thread collects): every
+    observable instrument reports the channel's final values in exactly one of its calls, the
+    first one after the close, whichever ran first; then the channel is forgotten."""
+    metrics = Metrics(MeterProvider().get_meter("test"))
+    consumer = Consumer("t", "c", nsqd="127.0.0.1:4150")
+    metrics.add_consumer(consumer)
+    counted(consumer, 0, received=2, finished=2)
+    metrics.remember_offset("t", "c", 0, 7)
+    callbacks = {
+        "messaging.client.consumed.messages": metrics._received,
+        "nsq.consumer.messages": metrics._outcomes,
+        "nsq.consumer.offset": metrics._offset,
+    }
+    reported: dict[str, list[int]] = {name: [] for name in callbacks}
+
+    def call(name: str, collection: int) -> None:
+        observations = list(callbacks[name](CallbackOptions()))
+        if any(o.attributes and o.attributes.get(a.CONSUMER_GROUP) == "c" for o in observations):
+            reported[name].append(collection)
+
+    call("nsq.consumer.messages", 1)  # the consumer is live yet
+    metrics.consumer_closed(consumer)
+    call("nsq.consumer.offset", 1)
+    call("messaging.client.consumed.messages", 1)
+    for collection in (2, 3, 4):
+        for name in reversed(callbacks):
+            call(name, collection)
+    assert reported == {
+        "messaging.client.consumed.messages": [1],
+        "nsq.consumer.messages": [1, 2],
+        "nsq.consumer.offset": [1],
+    }
+    assert (metrics.closed, metrics.offsets, metrics.retired) == ({}, {}, {})
+
+
+def test_retired_channels_are_capped_when_nothing_collects() -> None:
+    """Metrics instrumented and never read: at most MAX_RETIRED retired channels are kept,
+    the oldest dropped first, and a later collection reports those and then none."""
+    reader = InMemoryMetricReader()
+    metrics = Metrics(MeterProvider(metric_readers=[reader]).get_meter("test"))
+    channels = [f"c{i:04d}" for i in range(MAX_RETIRED + 500)]
+    for channel in channels:
+        consumer = Consumer("t", channel, nsqd="127.0.0.1:4150")
+        metrics.add_consumer(consumer)
+        counted(consumer, 0, received=1, finished=1)
+        metrics.remember_offset("t", channel, 0, 1)
+        metrics.consumer_closed(consumer)
+    kept = channels[-MAX_RETIRED:]
+    assert list(metrics.retired) == [("t", c) for c in kept]
+    assert set(metrics.closed) == {("t", c) for c in kept}
+    assert set(metrics.offsets) == {("t", c) for c in kept}
+    assert consumed(reader) == dict.fromkeys(kept, 1)
+    assert consumed(reader) == {}
+    assert (metrics.closed, metrics.offsets, metrics.retired) == ({}, {}, {})
