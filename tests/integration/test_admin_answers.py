@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -31,7 +32,12 @@ async def _measured(
 ) -> tuple[object, int, float]:
     """Run ``call`` on the client ``make(url)`` builds, against ``handler``, twice: once under
     a loop-lag ticker, once under tracemalloc (traced apart: tracing slows everything down).
-    Returns what the first run returned or raised, the memory peak and the worst lag."""
+    Returns what the first run returned or raised, the memory peak and the worst lag.
+
+    The garbage left by earlier tests is collected first: else the objects a parse makes can
+    set off a full collection of the whole test process (tens of ms per few 100,000 objects),
+    a cost of what the process holds, not of this call."""
+    gc.collect()
     async with LyingHttpServer(handler) as liar:
         client = make(liar.url)
         try:
