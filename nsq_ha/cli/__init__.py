@@ -198,12 +198,17 @@ def build_parser() -> argparse.ArgumentParser:
         "devcluster",
         help="run the embedded fork cluster (lookupd + N nsqd) until Ctrl-C",
         description="Run the embedded fork cluster on loopback until interrupted; prints the "
-        "lookupd address to give clients as --lookupd / lookupd=.",
+        "lookupd address to give clients as --lookupd / lookupd=, and the export line that "
+        "sets NSQ_HA_LOOKUPD for nsq-ha in another terminal.",
     )
     dev.add_argument("--nodes", type=_positive, default=3, help="number of nsqd (default 3)")
     dev.add_argument("--host", default="127.0.0.1", help="address to listen on")
     dev.add_argument(
-        "--lookupd-port", type=_port, default=0, help="lookupd HTTP port (default: a free one)"
+        "--lookupd-port",
+        type=_port,
+        default=None,
+        help="lookupd HTTP port (default: 4161, nsqlookupd's usual one, or a free one with a "
+        "note when 4161 is taken; 0: a free one)",
     )
     dev.add_argument(
         "--topic",

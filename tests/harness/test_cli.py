@@ -83,3 +83,99 @@ def test_devcluster_rejects_a_bad_topic_spec() -> None:
     )
     assert out.returncode == 2
     assert "bad --topic 'orders:4:2:sorted'" in out.stderr
+
+
+def _start_devcluster(*argv: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """Start ``nsq-ha devcluster`` and read its stdout up to the ready line."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nsq_ha", "devcluster", "--nodes", "1", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if line.startswith("ready in") or len(lines) > 50:
+            break
+    return proc, lines
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    import signal
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def _port_is_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_devcluster_binds_the_usual_lookupd_port_and_prints_the_export_line() -> None:
+    import pytest
+
+    if not _port_is_free(4161):
+        pytest.skip("127.0.0.1:4161 is taken by another program on this machine")
+    proc, lines = _start_devcluster()
+    try:
+        assert lines[0] == "lookupd http://127.0.0.1:4161", lines
+        assert "export NSQ_HA_LOOKUPD=http://127.0.0.1:4161" in lines, lines
+    finally:
+        _stop(proc)
+
+
+def test_devcluster_takes_a_free_port_with_a_note_when_4161_is_taken() -> None:
+    import socket
+
+    holder = socket.socket()
+    try:
+        try:  # hold 4161; if another program already holds it, it is taken all the same
+            holder.bind(("127.0.0.1", 4161))
+            holder.listen()
+        except OSError:
+            pass
+        proc, lines = _start_devcluster()
+        try:
+            assert lines[0].startswith("lookupd http://127.0.0.1:"), lines
+            url = lines[0].split()[1]
+            assert not url.endswith(":4161")
+            assert f"export NSQ_HA_LOOKUPD={url}" in lines, lines
+        finally:
+            _out, err = _stop(proc)
+        assert "4161 is taken" in err, err
+    finally:
+        holder.close()
+
+
+def test_devcluster_fails_when_the_port_it_was_given_is_taken() -> None:
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "nsq_ha", "devcluster", "--lookupd-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert out.returncode == 1
+    assert f"port {port}" in out.stderr, out.stderr
+    assert "--lookupd-port" in out.stderr, out.stderr
