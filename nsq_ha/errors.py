@@ -18,6 +18,7 @@
     │   └── RemoteProtocolError                    the peer sent bytes we cannot understand
     ├── DiscoveryError
     │   ├── LookupdUnavailableError                no nsqlookupd answered
+    │   │   └── LookupdNeverAnsweredError          none ever has: a wrong address (not retried)
     │   ├── TopicNotFoundError                     lookup does not know the topic
     │   │   └── TopicNotWritableError              known, but no partition is writable now
     │   └── PartitionNotAvailableError             the partition has no writable leader now
@@ -107,6 +108,7 @@ __all__ = [
     "InvalidNameError",
     "InvalidTraceIdError",
     "LocalProtocolError",
+    "LookupdNeverAnsweredError",
     "LookupdUnavailableError",
     "MessageAlreadyRespondedError",
     "MessageCommandError",
@@ -173,9 +175,7 @@ class BodyTooLargeError(InvalidArgumentError):
     def __init__(self, what: str, size: int, limit: int) -> None:
         """Record which body was too large, its size and the limit, in bytes."""
         super().__init__(f"{what} is {size} bytes, over the limit of {limit} bytes")
-        self.what = what
-        self.size = size
-        self.limit = limit
+        self.what, self.size, self.limit = what, size, limit
 
 
 class UnsupportedByServerError(ConfigError):
@@ -241,9 +241,16 @@ class DiscoveryError(NsqError):
 
 
 class LookupdUnavailableError(DiscoveryError):
-    """No nsqlookupd answered."""
+    """No nsqlookupd answered (retried: one that answered before may be restarting)."""
 
     retriable = True
+
+
+class LookupdNeverAnsweredError(LookupdUnavailableError):
+    """No nsqlookupd given has answered since the client started (refused, unknown host, or an
+    answer that is not HTTP): a wrong address, not an outage, so it is not retried."""
+
+    retriable = False
 
 
 class TopicNotFoundError(DiscoveryError):
@@ -297,8 +304,7 @@ class BrokerError(NsqError):
         """Create the error from its code and description (``fatal`` overrides the default)."""
         text = f"{code} {description}".rstrip() if description else code
         super().__init__(text)
-        self.code = code
-        self.description = description
+        self.code, self.description = code, description
         if fatal is not None:
             self.fatal = fatal
 
@@ -547,7 +553,6 @@ class TooManyConnectionsError(BrokerError):
     """``too much client connections``: nsqd's connection limit (plain text, no code)."""
 
     wire_code = "too much client connections"  # the whole text stands for the code
-
     retriable = True
 
 
@@ -562,8 +567,7 @@ class PublishError(NsqError):
     ) -> None:
         """Record the number of attempts and chain the last error."""
         super().__init__(message)
-        self.attempts = attempts
-        self.last_error = last_error
+        self.attempts, self.last_error = attempts, last_error
         #: publish_many: per message, its PublishResult or the exception that stopped it
         self.results: list[object] | None = None
         if last_error is not None:
@@ -587,10 +591,8 @@ class MessageAlreadyRespondedError(MessageResponseError):
 
 
 class MessageConnectionGoneError(MessageResponseError, NsqConnectionError):
-    """The connection that delivered the message is gone: FIN/REQ/TOUCH must go to the
-    delivering connection, so nothing can be sent. nsqd redelivers the message after its
-    ``msg_timeout`` (or at once, to another consumer, when the partition's leader moved).
-
+    """The connection that delivered the message is gone (FIN/REQ/TOUCH must go there): nsqd
+    redelivers it after ``msg_timeout`` (at once to another consumer after a leader move).
     Not retriable: answering again cannot reach a connection that is gone."""
 
     retriable = False

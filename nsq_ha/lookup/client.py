@@ -13,6 +13,12 @@
   they may hold (:mod:`nsq_ha.lookup.wire`). A lookupd whose answer is refused counts as failed.
 * Refreshes are coalesced: however many callers ask at once, one request per lookupd goes out.
 * A lookupd that fails is skipped until a backoff (doubling, with jitter, capped) has passed.
+  Its first failure in a row is a warning, the others debug lines, and its next answer says it
+  is back (info); the periodic refresh of a watched topic logs its failures the same way.
+* While no lookupd given has ever answered, a failed lookup raises
+  :class:`~nsq_ha.errors.LookupdNeverAnsweredError` (not retried: a wrong address), saying what
+  each address did and what to check (:mod:`nsq_ha.lookup.failures`); once one has answered,
+  failures are :class:`~nsq_ha.errors.LookupdUnavailableError`, retried by producers.
 * Watched topics are refreshed on a timer with jitter; listeners hear about changed maps.
 * Credentials in a seed (``http://user:secret@host:4161``) are sent as HTTP basic auth, never as
   part of a URL; reprs, logs and errors show ``http://user:***@host:4161``.
@@ -28,7 +34,6 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, TypeVar
 
@@ -39,9 +44,15 @@ from nsq_ha.errors import (
     LookupdUnavailableError,
     NsqError,
     RemoteProtocolError,
-    TopicNotFoundError,
-    TopicNotWritableError,
 )
+from nsq_ha.lookup.failures import (
+    looks_like_nsqd,
+    lookup_failure,
+    never_answered,
+    not_http,
+    unwritable,
+)
+from nsq_ha.lookup.health import LookupdHealth
 from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd, tls_context
 from nsq_ha.lookup.wire import (
     Access,
@@ -69,26 +80,6 @@ ANSWER_GRACE = 0.5
 #: 512 KiB of the costliest JSON allowed takes ~15 ms of one idle core (the event loop stall).
 DEFAULT_MAX_ANSWER_BYTES = 512 << 10
 _MAX_ANSWER_BYTES_LIMIT = 64 << 20
-
-
-@dataclass
-class _LookupdState:
-    endpoint: Endpoint
-    failures: int = 0
-    retry_at: float = 0.0
-
-    @property
-    def url(self) -> str:
-        """The base URL requests go to (no userinfo)."""
-        return self.endpoint.url
-
-    @property
-    def shown(self) -> str:
-        """The base URL for logs, reprs and errors (password redacted)."""
-        return self.endpoint.shown
-
-    def usable(self, now: float) -> bool:
-        return now >= self.retry_at
 
 
 class LookupClient:
@@ -147,7 +138,7 @@ class LookupClient:
             endpoints.setdefault(endpoint.url, endpoint)
         self._seeds = list(endpoints)
         self._seed_endpoints = endpoints
-        self._lookupds = {u: _LookupdState(e) for u, e in endpoints.items()}
+        self._lookupds = {u: LookupdHealth(e) for u, e in endpoints.items()}
         self._owns_http = http is None
         self._http = http or httpx.AsyncClient(timeout=self._timeout, verify=tls_context())
         self._maps: dict[tuple[str, Access], PartitionMap] = {}
@@ -157,6 +148,10 @@ class LookupClient:
         #: requests still running after their lookup returned (they end by its deadline)
         self._stragglers: set[asyncio.Task[object]] = set()
         self._discovered = False
+        #: some lookupd has sent an HTTP answer (until then, failures are not retried)
+        self._answered = False
+        #: watched keys whose last periodic refresh failed (their failures log once)
+        self._refresh_failing: set[tuple[str, Access]] = set()
         self._watch: dict[tuple[str, Access], list[Listener]] = {}
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
@@ -183,6 +178,11 @@ class LookupClient:
     def timeout(self) -> float:
         """The deadline of one lookup, in seconds."""
         return self._timeout
+
+    @property
+    def answered(self) -> bool:
+        """True once some lookupd has sent an HTTP answer (any status)."""
+        return self._answered
 
     @property
     def lookupds(self) -> list[str]:
@@ -224,7 +224,7 @@ class LookupClient:
 
     async def _ask(
         self,
-        state: _LookupdState,
+        state: LookupdHealth,
         path: str,
         params: dict[str, str] | None,
         parse: Callable[[object], T],
@@ -233,7 +233,8 @@ class LookupClient:
         """GET ``path`` of one lookupd by ``deadline`` (loop time) and parse the answer.
 
         A lookupd that cannot be reached, misses the deadline or sends an answer we refuse is
-        marked failed (backoff); an error status is not (it answered).
+        marked failed (backoff); an error status is not (it answered). While no lookupd has
+        ever answered, an answer that is not HTTP is checked for nsqd's TCP port.
         """
         import httpx
 
@@ -244,42 +245,43 @@ class LookupClient:
                     self._http, state.endpoint, path, params, max_bytes=self.max_answer_bytes
                 )
         except TimeoutError:
-            self._mark_failed(state, "no answer by the deadline")
+            self._mark_failed(state, f"did not answer {path} within {self._timeout:.1f} s")
             raise LookupdUnavailableError(
                 f"nsqlookupd {state.shown} did not answer {path} within {self._timeout:.1f} s "
                 "(timeout)"
             ) from None
         except httpx.HTTPError as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            self._mark_failed(state, reason)
-            raise LookupdUnavailableError(
-                f"nsqlookupd {state.shown} unreachable: {reason}"
-            ) from exc
+            what = f"unreachable: {reason}"
+            if isinstance(exc, httpx.RemoteProtocolError) and not self._answered:
+                what = not_http(reason, await self._nsqd_port(state, deadline))
+            self._mark_failed(state, what)
+            raise LookupdUnavailableError(f"nsqlookupd {state.shown} {what}") from exc
         except RemoteProtocolError as exc:
+            self._answered = True  # an HTTP answer, refused for its size or encoding
             self._mark_failed(state, str(exc))
             raise
+        self._answered = True
         if answer.status < 500:
-            state.failures, state.retry_at = 0, 0.0
+            state.answered()
         try:
             return parse(unwrap(answer.status, answer.headers, answer.body, state.shown + path))
         except RemoteProtocolError as exc:
             self._mark_failed(state, str(exc))
             raise
 
-    def _mark_failed(self, state: _LookupdState, reason: str) -> None:
-        state.failures += 1
-        delay = min(self.max_backoff, 0.5 * 2 ** min(state.failures - 1, 30))
-        delay *= 1 + random.uniform(-self.jitter, self.jitter)  # noqa: S311 - jitter, not crypto
-        state.retry_at = time.monotonic() + delay
-        log.warning(
-            "nsqlookupd %s failed (%s); next try in %.1fs (%d failures in a row)",
-            state.shown,
-            reason,
-            delay,
-            state.failures,
-        )
+    @staticmethod
+    async def _nsqd_port(state: LookupdHealth, deadline: float) -> bool:
+        """Whether ``state``'s address answers like nsqd's TCP port (by ``deadline``)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                return await looks_like_nsqd(state.url)
+        return False
 
-    def _usable(self) -> list[_LookupdState]:
+    def _mark_failed(self, state: LookupdHealth, reason: str) -> None:
+        state.failed(reason, time.monotonic(), max_backoff=self.max_backoff, jitter=self.jitter)
+
+    def _usable(self) -> list[LookupdHealth]:
         now = time.monotonic()
         usable = [s for s in self._lookupds.values() if s.usable(now)]
         if usable:
@@ -289,7 +291,7 @@ class LookupClient:
 
     def _start(
         self,
-        states: list[_LookupdState],
+        states: list[LookupdHealth],
         path: str,
         params: dict[str, str] | None,
         parse: Callable[[object], T],
@@ -370,7 +372,7 @@ class LookupClient:
         """
         ordered = found + [u for u in self._seeds if u not in found]
         self._lookupds = {
-            u: self._lookupds.get(u) or _LookupdState(self._seed_endpoints.get(u) or Endpoint(u, u))
+            u: self._lookupds.get(u) or LookupdHealth(self._seed_endpoints.get(u) or Endpoint(u, u))
             for u in ordered
         }
 
@@ -431,7 +433,11 @@ class LookupClient:
         answers = await self._gather(self._usable(), "/lookup", params, parse, deadline)
         maps = [a for a in answers if isinstance(a, PartitionMap)]
         if not maps:
-            raise self._lookup_failure(topic, access, [a for a in answers if a not in maps])
+            errors = [a for a in answers if a not in maps]
+            if not self._answered and all(isinstance(e, LookupdUnavailableError) for e in errors):
+                tried = [(s.shown, s.reason) for s in self._lookupds.values() if s.failures]
+                raise never_answered(tried)
+            raise lookup_failure(topic, access, errors)
         merged = merge_maps(maps)
         old = self._maps.get((topic, access))
         if (topic, access) not in self._uncached:
@@ -449,7 +455,7 @@ class LookupClient:
 
     async def _gather(
         self,
-        states: list[_LookupdState],
+        states: list[LookupdHealth],
         path: str,
         params: dict[str, str] | None,
         parse: Callable[[object], T],
@@ -494,57 +500,12 @@ class LookupClient:
                 raise exc
         return results
 
-    @staticmethod
-    def _lookup_failure(topic: str, access: Access, errors: Sequence[object]) -> NsqError:
-        for err in errors:
-            # matched on the message: the wrapped envelope reports these as HTTP 500
-            msg = err.message if isinstance(err, LookupdError) else ""
-            if msg in ("Key not found", "TOPIC_NOT_FOUND") or "no channel" in msg:
-                if "no channel" in msg:
-                    return TopicNotWritableError(
-                        f"topic {topic!r} has no channel yet, so nsqlookupd hides it from "
-                        "writers: subscribe a consumer (or nsqd POST /channel/create) first, or "
-                        "run nsqlookupd with --allow-write-with-nochannels=true"
-                    )
-                if "TOPIC_NOT_FOUND" in msg:
-                    return TopicNotFoundError(
-                        f"topic {topic!r} is not known to nsqlookupd (vanilla): it is created "
-                        "by the first PUB to an nsqd (use nsqd= addresses) or nsqd "
-                        "POST /topic/create"
-                    )
-                return TopicNotFoundError(
-                    f"topic {topic!r} does not exist in the cluster ({msg}): on the fork, "
-                    "topics are created by an operator with nsqlookupd POST /topic/create "
-                    "(partition_num, replicator)"
-                )
-        for err in errors:
-            if isinstance(err, LookupdError):
-                return err
-        for err in errors:
-            if isinstance(err, RemoteProtocolError):
-                return err
-        detail = "; ".join(str(e) for e in errors) or "no nsqlookupd to ask"
-        return LookupdUnavailableError(f"lookup of {topic!r} (access={access}) failed: {detail}")
-
     async def writable(self, topic: str, *, force: bool = False) -> PartitionMap:
         """The ``access=w`` map, raising a typed error that says what to do if it has no route."""
         pmap = await self.lookup(topic, "w", force=force)
         if pmap.routes():
             return pmap
-        if pmap.fork and (pmap.meta is None or pmap.partition_num == 0):
-            raise TopicNotFoundError(
-                f"topic {topic!r} does not exist in the cluster: on the fork, topics are "
-                "created by an operator with nsqlookupd POST /topic/create"
-            )
-        if pmap.fork:
-            raise TopicNotWritableError(
-                f"topic {topic!r} has {pmap.partition_num} partitions but none is writable now "
-                "(new topic not yet checked by nsqlookupd, writes disabled, or leaders failing "
-                "over): retry later"
-            )
-        raise TopicNotFoundError(
-            f"no nsqd has topic {topic!r} (vanilla): publish through nsqd= addresses to create it"
-        )
+        raise unwritable(pmap)
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -569,6 +530,7 @@ class LookupClient:
             listeners.remove(listener)
         if listener is None or not listeners:
             del self._watch[(topic, access)]
+            self._refresh_failing.discard((topic, access))
             self._maps.pop((topic, access), None)
             if (topic, access) in self._inflight:  # its answer must not cache the map again
                 self._uncached.add((topic, access))
@@ -594,4 +556,22 @@ class LookupClient:
                 try:
                     await self.refresh(topic, access)
                 except NsqError as exc:
-                    log.warning("periodic lookup of %s (access=%s) failed: %s", topic, access, exc)
+                    self._refresh_failed((topic, access), exc)
+                else:
+                    if (topic, access) in self._refresh_failing:
+                        self._refresh_failing.discard((topic, access))
+                        log.info("periodic lookup of %s (access=%s) works again", topic, access)
+
+    def _refresh_failed(self, key: tuple[str, Access], exc: NsqError) -> None:
+        """Log a failed periodic refresh: a warning for the first in a row, then debug."""
+        if key in self._refresh_failing:
+            log.debug("periodic lookup of %s (access=%s) failed again: %s", *key, exc)
+            return
+        if key in self._watch:  # not unwatched while it ran
+            self._refresh_failing.add(key)
+        log.warning(
+            "periodic lookup of %s (access=%s) failed: %s; further failures in a row are logged "
+            "at debug level",
+            *key,
+            exc,
+        )

@@ -37,7 +37,9 @@ Failures (§6.3): ``E_FAILED_ON_NOT_LEADER``, ``E_FAILED_ON_NOT_WRITABLE`` and
 same batch is tried again under :class:`~nsq_ha.producer.policy.RetryPolicy`; so do lost
 connections and timeouts. A retriable failure that outlasts the policy raises
 :class:`~nsq_ha.errors.PublishError` (``__cause__``: the last error); anything else (bad input,
-``E_EXT_NOT_SUPPORT``, an unknown topic) is raised as it is. A batch nsqd refuses for one of
+``E_EXT_NOT_SUPPORT``, an unknown topic, lookupds none of which has ever answered: a wrong
+address, :class:`~nsq_ha.errors.LookupdNeverAnsweredError`) is raised as it is. A retried
+failure logs one warning per streak (``producer/sender.py``). A batch nsqd refuses for one of
 its messages or for its size (``E_BAD_MESSAGE``, ``E_BAD_BODY``: nothing of it stored) is cut
 and sent again in parts, so only the refused message's caller gets the refusal; the limit the
 refusal names keeps later batches under it (``producer/limits.py``).

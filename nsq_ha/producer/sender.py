@@ -80,9 +80,15 @@ class Sender:
     acknowledged") instead of another try. ``stats`` counts commands, messages published,
     retries, forced lookups and batches split after a refusal (``batches_split``).
     ``limits`` holds the size limits nsqd named in its refusals.
+
+    Logging: a retry loop's first failure is a warning, unless a loop for the same target
+    (``what``: a topic's lookup, its unkeyed batches, or one slot) already warned in the same
+    streak; later failures are debug lines; the retried call that succeeds ends the streak with
+    an info line, and a loop that gives up ends it silently (its caller gets the error).
     """
 
     __slots__ = (
+        "_streaks",
         "_windows",
         "closing",
         "config",
@@ -122,6 +128,8 @@ class Sender:
             max_msg_size=config.max_msg_size, max_body_size=config.max_body_size
         )
         self._windows: dict[tuple[str, int], Window] = {}
+        #: (topic, what) -> failed tries, while a streak of failures of ``what`` lasts
+        self._streaks: dict[tuple[str, str], int] = {}
 
     def builder(self, routes: Routes | None) -> BatchBuilder:
         """How batches for ``routes``' topic are cut: under the configured size limits, or
@@ -154,45 +162,113 @@ class Sender:
         another try, or the policy gives up (PublishError, ``__cause__`` the last error, and a
         :class:`~nsq_ha.events.PublishGaveUp` event)."""
         started = time.monotonic()  # the loop's clock, without asking for the running loop
-        number = 1
-        while True:
-            try:
-                return await attempt(number)
-            except NsqError as exc:
-                if not decide(exc).retry:
-                    raise
-                if self.pool.aborting:
-                    raise PublishError(
-                        f"{what}: the producer closed before nsqd acknowledged it",
-                        attempts=number,
-                        last_error=exc,
-                    ) from None
-                if self.policy.exhausted(number, time.monotonic() - started):
-                    events.emit(
-                        events.PublishGaveUp(
-                            topic=topic,
-                            partition=slot,
-                            attempts=number,
-                            error=redact(str(exc)),
-                            operation=operation,
-                        )
-                    )
-                    raise PublishError(
-                        f"{what} failed after {number} attempts: {redact(str(exc))}",
-                        attempts=number,
-                        last_error=exc,
-                    ) from None
+        try:
+            return await attempt(1)
+        except NsqError as exc:
+            stop = self._stop(what, exc, 1, started, topic=topic, slot=slot, operation=operation)
+            if stop is exc:
+                raise
+            if stop is not None:
+                raise stop from exc
+            failure = exc
+        number, succeeded = 1, False
+        try:  # a streak of failures: logged once, ended by however this loop ends
+            while True:
                 wait = self.policy.delay(number)
                 self.stats["retries"] += 1
-                log.warning(
-                    "%s failed on attempt %d (%s); retrying in %.2fs",
-                    what,
-                    number,
-                    redact(str(exc)),
-                    wait,
-                )
-            await asyncio.sleep(wait)
-            number += 1
+                self._failed_try(topic, what, number, failure, wait)
+                await asyncio.sleep(wait)
+                number += 1
+                try:
+                    result = await attempt(number)
+                except NsqError as exc:
+                    stop = self._stop(
+                        what, exc, number, started, topic=topic, slot=slot, operation=operation
+                    )
+                    if stop is exc:
+                        raise
+                    if stop is not None:
+                        raise stop from exc
+                    failure = exc
+                else:
+                    succeeded = True
+                    return result
+        finally:
+            self._streak_over(topic, what, number, succeeded=succeeded)
+
+    def _stop(
+        self,
+        what: str,
+        exc: NsqError,
+        number: int,
+        started: float,
+        *,
+        topic: str,
+        slot: int | None,
+        operation: Literal["publish", "lookup"],
+    ) -> NsqError | None:
+        """After try ``number`` failed with ``exc``: None to try again, else what to raise
+        (``exc`` itself when it is not worth another try; PublishError when the producer is
+        closing or the policy gives up)."""
+        if not decide(exc).retry:
+            return exc
+        if self.pool.aborting:
+            return PublishError(
+                f"{what}: the producer closed before nsqd acknowledged it",
+                attempts=number,
+                last_error=exc,
+            )
+        if not self.policy.exhausted(number, time.monotonic() - started):
+            return None
+        events.emit(
+            events.PublishGaveUp(
+                topic=topic,
+                partition=slot,
+                attempts=number,
+                error=redact(str(exc)),
+                operation=operation,
+            )
+        )
+        return PublishError(
+            f"{what} failed after {number} attempts: {redact(str(exc))}",
+            attempts=number,
+            last_error=exc,
+        )
+
+    def _failed_try(self, topic: str, what: str, number: int, exc: NsqError, wait: float) -> None:
+        """Log a failed try: a warning when it starts a streak for ``what``, else debug."""
+        key = (topic, what)
+        failed = self._streaks.get(key)
+        self._streaks[key] = (failed or 0) + 1
+        if failed is None:
+            log.warning(
+                "%s failed (%s); retrying under the retry policy (up to %d attempts%s), "
+                "further failures are logged at debug level until it succeeds",
+                what,
+                redact(str(exc)),
+                self.policy.attempts,
+                "" if self.policy.deadline is None else f" or {self.policy.deadline:g} s",
+            )
+        else:
+            log.debug(
+                "%s failed on attempt %d (%s); retrying in %.2fs",
+                what,
+                number,
+                redact(str(exc)),
+                wait,
+            )
+
+    def _streak_over(self, topic: str, what: str, number: int, *, succeeded: bool) -> None:
+        """A retried call ended: the streak of ``what``, if one is on, ends (with an info line
+        when the call succeeded: the target works again)."""
+        failed = self._streaks.pop((topic, what), None)
+        if failed is not None and succeeded:
+            log.info(
+                "%s succeeded again on attempt %d (%d failed tries in the streak)",
+                what,
+                number,
+                failed,
+            )
 
     async def resolve(self, topic: str, *, keyed: bool) -> Routes:
         """The topic's routes, looked up again under the policy while it has no writable
@@ -372,6 +448,8 @@ class Sender:
         names = set(topics)
         for key in [k for k in self._windows if k[0] in names]:
             del self._windows[key]
+        for streak in [k for k in self._streaks if k[0] in names]:
+            del self._streaks[streak]
 
     @property
     def window_topics(self) -> set[str]:

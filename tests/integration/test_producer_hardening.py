@@ -19,6 +19,7 @@ from nsq_ha.devcluster import DevCluster
 from nsq_ha.errors import (
     ConfigError,
     InvalidArgumentError,
+    LookupdUnavailableError,
     PublishError,
     UnsupportedByServerError,
 )
@@ -29,6 +30,7 @@ from nsq_ha.testing.servers import ForkCluster
 
 from .helpers import drain
 from .lookupd_proxy import LookupdProxy
+from .tcp_relay import TcpRelay
 
 MURMUR3 = get_strategy("murmur3")
 KEYS = [f"user-{i}" for i in range(24)]
@@ -218,24 +220,34 @@ async def test_idle_topics_are_freed_and_no_longer_looked_up() -> None:
 async def test_lookupd_credentials_stay_out_of_repr_logs_and_errors(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """In the producer's repr, its retry logs (a lookupd that answered once, then went away)
+    and its errors, and in the error of a lookupd that never answered."""
     secret = "s3cr3t-pw"  # noqa: S105 - the test's own fake credential
-    async with DevCluster(nodes=1) as cluster:
-        cluster.create_topic("creds", partitions=1, replicas=1)
-        url = cluster.lookupd_http.replace("http://", f"http://alice:{secret}@")
-        async with Producer(lookupd=url) as producer:
-            await producer.publish("creds", b"x")
-            assert secret not in repr(producer)
-            assert "alice:***@" in repr(producer) or "***" in repr(producer)
     caplog.set_level(logging.DEBUG)
     retry = RetryPolicy(attempts=3, deadline=5.0, initial_backoff=0.01, max_backoff=0.01)
-    async with Producer(lookupd=f"http://alice:{secret}@127.0.0.1:1", retry=retry) as producer:
-        with pytest.raises(PublishError) as caught:
+    async with DevCluster(nodes=1) as cluster, LookupdProxy(cluster.lookupd_http) as proxy:
+        cluster.create_topic("creds", partitions=1, replicas=1)
+        cluster.create_topic("creds_later", partitions=1, replicas=1)
+        async with TcpRelay("127.0.0.1", int(proxy.url.rsplit(":", 1)[1])) as relay:
+            url = f"http://alice:{secret}@127.0.0.1:{relay.port}"
+            async with Producer(lookupd=url, retry=retry) as producer:
+                await producer.publish("creds", b"x")
+                assert secret not in repr(producer)
+                assert "alice:***@" in repr(producer) or "***" in repr(producer)
+                await relay.down()
+                with pytest.raises(PublishError) as caught:
+                    await producer.publish("creds_later", b"x")
+    async with Producer(lookupd=f"http://alice:{secret}@127.0.0.1:1") as producer:
+        with pytest.raises(LookupdUnavailableError) as never:
             await producer.publish("creds", b"x")
         assert secret not in repr(producer)
     assert secret not in str(caught.value)
-    producer_logs = [r.getMessage() for r in caplog.records if r.name.startswith("nsq_ha.producer")]
-    assert any("lookup of 'creds' failed" in line for line in producer_logs)
-    assert not [line for line in producer_logs if secret in line]
+    assert secret not in str(caught.value.__cause__)
+    assert secret not in str(never.value)
+    assert "alice:***@127.0.0.1:1" in str(never.value)
+    logs = [r.getMessage() for r in caplog.records if r.name.startswith("nsq_ha")]
+    assert any("lookup of 'creds_later' failed" in line for line in logs)
+    assert not [line for line in logs if secret in line]
 
 
 # -- item 18: bad input refused before anything is sent ----------------------------------------

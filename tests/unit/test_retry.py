@@ -49,6 +49,7 @@ TABLE: dict[str, tuple[bool, bool, bool]] = {
     "InvalidNameError": (False, False, False),
     "InvalidTraceIdError": (False, False, False),
     "LocalProtocolError": (False, False, False),
+    "LookupdNeverAnsweredError": (False, False, False),
     "LookupdUnavailableError": (True, False, False),
     "MessageAlreadyRespondedError": (False, False, False),
     "MessageCommandError": (False, False, False),

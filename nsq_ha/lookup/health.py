@@ -1,0 +1,75 @@
+"""One nsqlookupd as a :class:`~nsq_ha.lookup.LookupClient` sees it: its address, its failures
+in a row and the backoff that follows them, and the log lines of a failure streak: a warning
+when it starts, debug lines while it lasts, an info line when the lookupd answers again."""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+
+from nsq_ha.lookup.http import Endpoint
+
+__all__ = ["LookupdHealth"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LookupdHealth:
+    """One lookupd: where it is, and how its recent requests went."""
+
+    endpoint: Endpoint
+    failures: int = 0
+    #: ``time.monotonic()`` before which it is asked only if no other lookupd may be
+    retry_at: float = 0.0
+    #: what its last failure was (for the error when no lookupd has ever answered)
+    reason: str = ""
+
+    @property
+    def url(self) -> str:
+        """The base URL requests go to (no userinfo)."""
+        return self.endpoint.url
+
+    @property
+    def shown(self) -> str:
+        """The base URL for logs, reprs and errors (password redacted)."""
+        return self.endpoint.shown
+
+    def usable(self, now: float) -> bool:
+        """Its backoff is over at ``now``."""
+        return now >= self.retry_at
+
+    def failed(self, reason: str, now: float, *, max_backoff: float, jitter: float) -> None:
+        """Back off (doubling from 0.5 s, capped, with jitter); log a warning for the first
+        failure in a row and a debug line for the others."""
+        self.failures += 1
+        self.reason = reason
+        delay = min(max_backoff, 0.5 * 2 ** min(self.failures - 1, 30))
+        delay *= 1 + random.uniform(-jitter, jitter)  # noqa: S311 - jitter, not crypto
+        self.retry_at = now + delay
+        if self.failures == 1:
+            log.warning(
+                "nsqlookupd %s failed (%s); backing off, further failures in a row are "
+                "logged at debug level until it answers again",
+                self.shown,
+                reason,
+            )
+        else:
+            log.debug(
+                "nsqlookupd %s failed again (%s): %d failures in a row, backoff %.1fs",
+                self.shown,
+                reason,
+                self.failures,
+                delay,
+            )
+
+    def answered(self) -> None:
+        """It answered (not with a server error): the streak, if any, ends with an info line."""
+        if self.failures:
+            log.info(
+                "nsqlookupd %s answers again (after %d failures in a row)",
+                self.shown,
+                self.failures,
+            )
+        self.failures, self.retry_at = 0, 0.0
