@@ -254,13 +254,9 @@ class LookupdNeverAnsweredError(LookupdUnavailableError):
 
 
 class TopicNotFoundError(DiscoveryError):
-    """nsqlookupd does not know the topic at all.
-
-    Not retriable: a topic does not appear by waiting. On the fork an operator creates it
-    (nsqlookupd ``/topic/create``), on vanilla the first publish to an nsqd does. A publish
-    fails at once with it; a consumer started on such a topic keeps watching lookup (that is
-    the consumer's choice to wait, not a retry of a failed operation).
-    """
+    """nsqlookupd does not know the topic. Not retriable: a topic does not appear by waiting
+    (on the fork ``nsq-ha topic create`` or ``LookupdAdmin.create_topic`` makes it; on vanilla
+    the first publish to an nsqd). A consumer started on it keeps watching lookup instead."""
 
 
 class TopicNotWritableError(TopicNotFoundError):
@@ -420,6 +416,12 @@ class SubOrderRequiredError(BrokerError):
     """E_SUB_ORDER_IS_MUST: an ordered topic accepts only SUB_ORDERED."""
 
     wire_code = "E_SUB_ORDER_IS_MUST"
+
+    def __str__(self) -> str:
+        return (
+            f"{super().__str__()}: the topic is ordered; leave the consumer's ordered=None (it "
+            "then subscribes with SUB_ORDERED) or set ordered=True, not ordered=False"
+        )
 
 
 class ExtendSupportRequiredError(BrokerError):

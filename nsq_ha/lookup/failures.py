@@ -1,6 +1,8 @@
 """What a failed lookup raises, and what its message tells the user to do next.
 
-* A topic lookupd does not know: :class:`TopicNotFoundError` saying how it is created.
+* A topic lookupd does not know: :class:`TopicNotFoundError` naming the command and the call that
+  create it (``nsq-ha topic create``, ``LookupdAdmin.create_topic``) on the fork, or the nsqd
+  publish that creates it on vanilla.
 * No lookupd given has ever answered: :class:`LookupdNeverAnsweredError` (a wrong address, not an
   outage) naming each address and what it did, and what to check. One that answered something
   that is not HTTP is asked once more, in NSQ's own protocol: nsqd's TCP port (4150, given for
@@ -53,8 +55,9 @@ def missing_on_fork(topic: str, detail: str = "") -> TopicNotFoundError:
     said = f" ({detail})" if detail else ""
     return TopicNotFoundError(
         f"topic {topic!r} does not exist in the cluster{said}: on the fork, topics are created "
-        "by an operator with nsqlookupd POST /topic/create"
-        + (" (partition_num, replicator)" if detail else "")
+        f"by an operator, with nsq-ha topic create --lookupd URL --topic {topic} --partitions N "
+        f"--replicas R or nsq_ha.admin.LookupdAdmin.create_topic({topic!r}, partitions=N, "
+        "replicas=R)"
     )
 
 
@@ -72,7 +75,7 @@ def lookup_failure(topic: str, access: Access, errors: Sequence[object]) -> NsqE
         if msg == "TOPIC_NOT_FOUND":
             return TopicNotFoundError(
                 f"topic {topic!r} is not known to nsqlookupd (vanilla): it is created by the "
-                "first PUB to an nsqd (use nsqd= addresses) or nsqd POST /topic/create"
+                "first publish to an nsqd (use nsqd= addresses, or nsq-ha pub --nsqd HOST:4150)"
             )
         if msg == "Key not found":
             return missing_on_fork(topic, msg)

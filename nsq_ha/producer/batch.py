@@ -103,6 +103,8 @@ def prepare_message(
     The size checked against ``max_msg_size`` is what nsqd compares: the body plus the 8-byte
     trace id or the ``2 + len(header)`` ext prefix.
     """
+    if isinstance(body, str):
+        raise InvalidArgumentError("message body must be bytes, not str: encode it: body.encode()")
     data = as_bytes(body, "message body")
     if not data:
         raise InvalidArgumentError("message body must not be empty (nsqd refuses empty messages)")

@@ -49,6 +49,8 @@ class Routes:
     #: how many slots keys are spread over; 0 on the fork while the count is not known
     count: int
     ext: bool | None = None
+    #: lookup's ``meta`` says the topic is ordered (per-partition order, SUB_ORDERED)
+    ordered: bool = False
     #: slots that have a writable node now, in order (round-robin walks these)
     writable: tuple[int, ...] = field(init=False)
     #: every message kind and target goes here (a fork, or unknown, topic not known to lack
@@ -66,7 +68,8 @@ class Routes:
         if pmap.fork:
             count = pmap.meta.partition_num if pmap.meta is not None else 0
             ext = pmap.extend_support if pmap.meta is not None else None
-            return cls(pmap.topic, True, dict(pmap.partitions), count or known_count, ext)
+            nodes = dict(pmap.partitions)
+            return cls(pmap.topic, True, nodes, count or known_count, ext, pmap.ordered)
         nodes = dict(enumerate(pmap.producers))
         return cls(pmap.topic, False, nodes, len(nodes))
 
@@ -140,6 +143,8 @@ class RouteTable:
     ``on_routes(routes)`` hears each new map the lookup's watch brings (the connection pool
     drops connections to nodes that no longer lead their partition);
     ``closing()`` says the producer is closing (a cancelled lookup then says so).
+    Unkeyed messages placed on an ordered topic are logged once per topic (a warning: they
+    are not kept in order).
     """
 
     __slots__ = (
@@ -151,6 +156,7 @@ class RouteTable:
         "_round_robin",
         "_static",
         "_static_routes",
+        "_unkeyed_warned",
         "_valid",
         "last_used",
         "lookup",
@@ -184,6 +190,8 @@ class RouteTable:
         #: fork topics: the last leader seen per partition (a move is a LeaderChanged event)
         self._leaders: dict[str, dict[int, str]] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
+        #: ordered topics whose unkeyed messages were warned about
+        self._unkeyed_warned: set[str] = set()
 
     @property
     def topics(self) -> set[str]:
@@ -331,6 +339,16 @@ class RouteTable:
                 ext_topic=routes.ext,
             )
         if key is None and partition is None:
+            if routes.ordered and routes.topic not in self._unkeyed_warned:
+                self._unkeyed_warned.add(routes.topic)
+                log.warning(
+                    "topic %r is ordered, but messages published to it without a sharding_key "
+                    "go round-robin over its %d partitions, so their order is not kept: give "
+                    "each message a sharding_key (one key's messages go to one partition, in "
+                    "order); this is logged once per topic",
+                    routes.topic,
+                    routes.count,
+                )
             return None  # unkeyed: round-robin
         return self.slot_for(routes, key, partition)
 
@@ -351,6 +369,7 @@ class RouteTable:
             self._static_routes.pop(topic, None)
             self._counts.forget(topic)
             self._leaders.pop(topic, None)
+            self._unkeyed_warned.discard(topic)
             self.last_used.pop(topic, None)
             if topic in self.watched:
                 self.watched.discard(topic)

@@ -3,6 +3,9 @@
 * PublishError (retries exhausted) chains the last error as ``__cause__``, as documented.
 * A publish retried through a failure logs one warning for the streak and one line when it
   succeeds again, not a warning per try.
+* An unknown topic names the command and the admin call that create it.
+* Unkeyed messages to an ordered topic are not kept in order: one warning per topic says so.
+* A ``str`` body is refused before anything is sent, with the fix in the error.
 """
 
 from __future__ import annotations
@@ -14,7 +17,12 @@ import pytest
 
 from nsq_ha import events
 from nsq_ha.devcluster import DevCluster
-from nsq_ha.errors import NotWritableError, PublishError
+from nsq_ha.errors import (
+    InvalidArgumentError,
+    NotWritableError,
+    PublishError,
+    TopicNotFoundError,
+)
 from nsq_ha.producer import Producer, RetryPolicy
 
 BOUND = 15.0  # seconds: every wait of these tests
@@ -80,3 +88,58 @@ async def test_a_retried_publish_logs_one_warning_and_one_line_when_it_recovers(
     assert len(warnings) == 1, warnings
     assert "flaky" in warnings[0]
     assert any("again" in m for m in producer_records(caplog, logging.INFO))
+
+
+async def test_an_unknown_topic_names_the_command_and_the_admin_call() -> None:
+    async with (
+        DevCluster(nodes=1) as cluster,
+        Producer(lookupd=cluster.lookupd_http) as producer,
+        asyncio.timeout(BOUND),
+    ):
+        with pytest.raises(TopicNotFoundError) as info:
+            await producer.publish("no_such_topic", b"x")
+    text = str(info.value)
+    assert "nsq-ha topic create" in text
+    assert "--topic no_such_topic" in text
+    assert "LookupdAdmin.create_topic" in text
+    assert "POST /topic/create" not in text
+
+
+async def test_unkeyed_publishes_to_an_ordered_topic_warn_once_per_topic(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="nsq_ha")
+    async with DevCluster(nodes=1) as cluster:
+        cluster.create_topic("orders", partitions=2, ordered=True)
+        cluster.create_topic("payments", partitions=2, ordered=True)
+        cluster.create_topic("plain", partitions=2)
+        async with Producer(lookupd=cluster.lookupd_http) as producer, asyncio.timeout(BOUND):
+            await producer.publish("orders", b"k", sharding_key="user-1")  # keyed: no warning
+            assert producer_records(caplog, logging.WARNING) == []
+            for i in range(3):
+                await producer.publish("orders", b"%d" % i)
+            await producer.publish_many("orders", [b"a", b"b"])
+            await producer.publish("plain", b"x")  # not ordered: no warning
+            await producer.publish_many("payments", [b"a", b"b"])
+    warnings = producer_records(caplog, logging.WARNING)
+    assert len(warnings) == 2, warnings
+    assert "'orders'" in warnings[0]
+    assert "'payments'" in warnings[1]
+    assert all("sharding_key" in w for w in warnings)
+
+
+async def publish_text(producer: Producer, *, many: bool) -> object:
+    """Publish a ``str`` body, alone or after a good one."""
+    if many:
+        return await producer.publish_many("text", [b"ok", "not bytes"])  # type: ignore[list-item]
+    return await producer.publish("text", "not bytes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["publish", "publish_many"])
+async def test_a_str_body_says_to_encode_it(many: bool) -> None:
+    async with DevCluster(nodes=1) as cluster:
+        cluster.create_topic("text", partitions=1)
+        async with Producer(lookupd=cluster.lookupd_http) as producer, asyncio.timeout(BOUND):
+            with pytest.raises(InvalidArgumentError, match=r"body\.encode\(\)"):
+                await publish_text(producer, many=many)
+            assert producer.stats["commands"] == 0  # nothing was sent

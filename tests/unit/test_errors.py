@@ -82,7 +82,7 @@ def test_every_code_maps_to_its_class(code: str, expected: tuple[type[BrokerErro
     assert error.code == code
     assert error.description == "some description"
     assert error.fatal is fatal
-    assert str(error) == f"{code} some description"
+    assert str(error).startswith(f"{code} some description")  # a hint may follow
     assert BrokerError.class_for(code) is error_cls
 
 
@@ -278,3 +278,14 @@ def test_publish_error_chains_the_last_error() -> None:
 def test_explicit_fatal_overrides_the_class_default() -> None:
     assert InvalidError("E_INVALID", "x", fatal=False).fatal is False
     assert InvalidError("E_INVALID", "x").fatal is True
+
+
+def test_sub_order_required_says_to_leave_ordered_unset() -> None:
+    """nsqd's text alone names no fix: the error adds what to do (the wire fields stay)."""
+    nsqd_text = "this topic is configured only allow ordered sub"
+    error = parse_error_frame(b"E_SUB_ORDER_IS_MUST " + nsqd_text.encode())
+    assert isinstance(error, errors.SubOrderRequiredError)
+    assert (error.code, error.description) == ("E_SUB_ORDER_IS_MUST", nsqd_text)
+    text = str(error)
+    assert text.startswith(f"E_SUB_ORDER_IS_MUST {nsqd_text}")
+    assert "ordered=None" in text

@@ -69,6 +69,13 @@ def test_prepare_refuses_empty_and_non_bytes_bodies() -> None:
         prepare_message("text")
 
 
+def test_a_str_body_is_refused_with_the_fix() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"not str: encode it: body\.encode\(\)"):
+        prepare_message("text")
+    with pytest.raises(InvalidArgumentError, match=r"body\.encode\(\)"):
+        prepare_batch([b"ok", "text"])
+
+
 def test_prepare_checks_the_size_nsqd_compares() -> None:
     assert prepare_message(b"x" * 10, max_msg_size=10).body == b"x" * 10
     with pytest.raises(BodyTooLargeError, match="11 bytes"):
