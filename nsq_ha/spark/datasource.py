@@ -1,5 +1,11 @@
 """The ``nsq`` data source: the entry point Spark's Python Data Source API calls, handing out
-the readers (:mod:`.readers`) and writers (:mod:`.writers`)."""
+the readers (:mod:`.readers`) and writers (:mod:`.writers`).
+
+Spark asks a read for its schema at ``load()`` (unless the read was given one): the options
+are checked there, so a bad one fails ``load()`` rather than a stream's ``start()``, where
+PySpark reports it behind an ``UnboundLocalError`` of its own. A write's are checked when Spark
+makes its writer, at ``save()`` or ``start()``.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from pyspark.sql.types import StructType
 from ..errors import ConfigError
 from .compat import DRIVER_STREAM_CONTROL, REPLAYABLE_STREAM_READ, require, supports
 from .driver import NsqDriverReader, NsqDriverStreamReader
-from .options import ReadOptions, parse_read_options
+from .options import ReadOptions, check_read_options, parse_read_options
 from .readers import NsqBatchReader, NsqReplayableReader, read_mode
 from .rows import SCHEMA
 from .writers import NsqCommitMessage, batch_writer, stream_writer, write_options
@@ -33,6 +39,8 @@ class NsqDataSource(DataSource):
         return "nsq"
 
     def schema(self) -> str:
+        """Called at ``load()`` (without a given schema), before Spark says batch or stream."""
+        check_read_options(self.options)
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

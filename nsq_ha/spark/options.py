@@ -3,7 +3,9 @@
 Spark hands a data source its options as a case-insensitive mapping of strings. This module
 turns them into :class:`WriteOptions` and :class:`ReadOptions` in one place, so that every
 value is checked before a task starts, and every mistake reads like ``option 'maxBatch' must
-be an integer >= 1, got 'ten'``. It imports nothing from pyspark, so it is tested on its own.
+be an integer >= 1, got 'ten'``; a name that is no option gets the closest one, or ours for
+a Kafka option (:mod:`.option_names`). It imports nothing from pyspark, so it is tested on
+its own.
 
 Common options
     ``lookupd``  nsqlookupd HTTP address(es), comma separated (the fork, or vanilla with lookupd)
@@ -72,6 +74,7 @@ from ..lookup.http import normalize_lookupd
 from ..protocol import validate_channel, validate_topic
 from ..redact import redact_url, redacted_repr
 from ..routing import get_strategy
+from .option_names import OptionKind, spell, unknown_option
 from .rows import KEY_HEADER, RowFormat
 from .sink_columns import routing_columns
 from .topics import TOPIC_OPTIONS, TopicOffsets, TopicSet, parse_json_offsets, parse_topic_set
@@ -81,69 +84,12 @@ __all__ = [
     "OptionError",
     "ReadOptions",
     "WriteOptions",
+    "check_read_options",
     "parse_read_options",
     "parse_write_options",
 ]
 
 ReadMode = Literal["auto", "replayable", "driver"]
-
-#: how connections to nsqd are secured and compressed (source and sink alike)
-_SECURITY_KEYS = {
-    "tls",
-    "tlscafile",
-    "tlscertfile",
-    "tlskeyfile",
-    "tlsserverhostname",
-    "authsecret",
-    "authsecretfile",
-    "allowplaintextauth",
-    "compression",
-    "deflatelevel",
-}
-_WRITE_KEYS = _SECURITY_KEYS | {
-    "lookupd",
-    "nsqd",
-    "topic",
-    "strategy",
-    "bodycolumn",
-    "keycolumn",
-    "tracecolumn",
-    "extcolumns",
-    "trace",
-    "maxbatch",
-    "maxpending",
-    "publishtimeout",
-    "stampbatch",
-    "topiccolumn",
-    "partitioncolumn",
-    "headerscolumn",
-}
-_READ_KEYS = _SECURITY_KEYS | {
-    "lookupd",
-    "nsqd",
-    "topic",
-    "topics",
-    "topicpattern",
-    "assign",
-    "mode",
-    "channel",
-    "startingoffsets",
-    "startingtimestamp",
-    "endingoffsets",
-    "endingtimestamp",
-    "maxbytespertrigger",
-    "maxmessagespertrigger",
-    "failondataloss",
-    "readtimeout",
-    "walpath",
-    "msgtimeout",
-    "polltimeout",
-    "stalechanneltimeout",
-    "keyheader",
-    "keybodyfield",
-}
-# options Spark itself adds or that users commonly pass along to every source and sink
-_SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
 
 
 class OptionError(ConfigError):
@@ -234,21 +180,22 @@ class ReadOptions:
 class _Options:
     """Case-insensitive view of the raw options that remembers how the user spelled them."""
 
-    def __init__(self, raw: Mapping[str, Any], known: set[str], what: str) -> None:
+    def __init__(self, raw: Mapping[str, Any], kind: OptionKind, what: str) -> None:
         self.values: dict[str, str] = {}
         self.spelled: dict[str, str] = {}
         for key, value in raw.items():
-            low = key.lower()
-            if low not in known and low not in _SPARK_KEYS:
-                hint = ", ".join(sorted(_spell(k) for k in known))
-                raise OptionError(f"unknown option {key!r} for {what}; known options: {hint}")
+            problem = unknown_option(key, kind, what)
+            if problem is not None:
+                raise OptionError(problem)
             if value is None:
                 continue
+            low = key.lower()
             self.values[low] = str(value)
-            self.spelled[low] = key
+            # Spark lower-cases every key: then the documented spelling reads better
+            self.spelled[low] = key if key != low else spell(low)
 
     def name(self, low: str) -> str:
-        return self.spelled.get(low, _spell(low))
+        return self.spelled.get(low, spell(low))
 
     def text(self, low: str) -> str | None:
         value = self.values.get(low)
@@ -368,25 +315,6 @@ class _Options:
             ) from None
 
 
-#: the documented camelCase spelling of each option key that has capitals, by its lower case
-_CAMEL = {
-    name.lower(): name
-    for name in (  # noqa: SIM905 - one name a line would be 34 lines
-        "tlsCaFile tlsCertFile tlsKeyFile tlsServerHostname authSecret authSecretFile "
-        "allowPlaintextAuth deflateLevel bodyColumn keyColumn traceColumn extColumns maxBatch "
-        "maxPending publishTimeout stampBatch topicColumn partitionColumn headersColumn "
-        "startingOffsets startingTimestamp endingOffsets endingTimestamp maxBytesPerTrigger "
-        "maxMessagesPerTrigger failOnDataLoss readTimeout walPath msgTimeout pollTimeout "
-        "staleChannelTimeout keyHeader keyBodyField topicPattern"
-    ).split()
-}
-
-
-def _spell(low: str) -> str:
-    """The documented camelCase spelling of a lower-cased option key."""
-    return _CAMEL.get(low, low)
-
-
 def _split(value: str | None) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -406,12 +334,12 @@ def parse_write_options(
     Without ``columns``, only explicitly named columns are used. The option ``topic`` wins over
     the topic column (as in Kafka's sink); without either the write is refused."""
     what = "df.write.format('nsq')"
-    opts = _Options(raw, _WRITE_KEYS, what)
+    opts = _Options(raw, "write", what)
     if opts.text("topic") is not None:
         endpoint = opts.endpoint()
     else:  # each row names its topic: the endpoint's other checks still apply
         others = {k: v for k, v in raw.items() if k.lower() != "topic"}
-        found = _Options({**others, "topic": "_"}, _WRITE_KEYS, what).endpoint()
+        found = _Options({**others, "topic": "_"}, "write", what).endpoint()
         endpoint = Endpoint(
             topic="", lookupd=found.lookupd, nsqd=found.nsqd, security=found.security
         )
@@ -458,11 +386,30 @@ def parse_write_options(
     )
 
 
+def check_read_options(raw: Mapping[str, Any]) -> None:
+    """Refuse what every read of an ``nsq`` source refuses, batch or stream; raises
+    :class:`OptionError`. For ``load()``, which does not tell which read it is: what only one
+    of them refuses (``endingOffsets`` on a stream, ``mode=driver`` on a batch read) is
+    refused when Spark makes that reader."""
+    _parse_read(raw, batch=None)
+
+
 def parse_read_options(raw: Mapping[str, Any], *, batch: bool = False) -> ReadOptions:
     """Check and convert the options of an ``nsq`` source (``batch``: of ``spark.read``, which
     starts at ``earliest`` by default and may end); raises :class:`OptionError`."""
-    what = "spark.read.format('nsq')" if batch else "spark.readStream.format('nsq')"
-    opts = _Options(raw, _READ_KEYS, what)
+    return _parse_read(raw, batch=batch)
+
+
+_READ_WHAT = {
+    True: "spark.read.format('nsq')",
+    False: "spark.readStream.format('nsq')",
+    None: "spark.read/readStream.format('nsq')",
+}
+
+
+def _parse_read(raw: Mapping[str, Any], *, batch: bool | None) -> ReadOptions:
+    """:func:`parse_read_options`; ``batch=None``: either kind of read."""
+    opts = _Options(raw, "read", _READ_WHAT[batch])
     given = {k: v for k in TOPIC_OPTIONS if (v := opts.text(k)) is not None}
     # the endpoint's checks want a topic; the topic options are checked below
     endpoint = (opts if "topic" in given else _with_topic(opts, "_")).endpoint()
@@ -490,7 +437,7 @@ def parse_read_options(raw: Mapping[str, Any], *, batch: bool = False) -> ReadOp
     ending_ms = _timestamp(opts, "endingtimestamp", "endingoffsets")
     _check_topic_offsets(opts, "startingoffsets", starting, topic_set)
     _check_topic_offsets(opts, "endingoffsets", ending, topic_set)
-    if not batch:
+    if batch is False:
         for key in ("endingoffsets", "endingtimestamp"):
             if opts.text(key) is not None:
                 raise OptionError(

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from nsq_ha.errors import ConfigError
-from nsq_ha.spark.options import OptionError, parse_read_options, parse_write_options
+from nsq_ha.spark.options import (
+    OptionError,
+    check_read_options,
+    parse_read_options,
+    parse_write_options,
+)
 from nsq_ha.spark.sink import STAMP_KEYS, BatchStamp, prepare
 from nsq_ha.spark.source import (
     DataLossError,
@@ -234,3 +239,92 @@ def test_batch_read_options_start_at_earliest_and_may_end() -> None:
         parse_read_options({**base, "endingOffsets": "latest", "endingTimestamp": "1"}, batch=True)
     with pytest.raises(OptionError, match="batch read needs offsets"):
         parse_read_options({**base, "mode": "driver", "channel": "c"}, batch=True)
+
+
+# Spark hands a data source its option keys lower-cased, so the tests below spell them so.
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"topc": "t"},
+            "unknown option 'topc' for spark.readStream.format('nsq'): did you mean 'topic'?",
+        ),
+        ({"topic": "t", "startingoffset": "earliest"}, "did you mean 'startingOffsets'?"),
+        ({"topic": "t", "maxbytespertriger": "1"}, "did you mean 'maxBytesPerTrigger'?"),
+        ({"topic": "t", "failondatalos": "false"}, "did you mean 'failOnDataLoss'?"),
+        ({"topic": "t", "keycolumn": "k"}, "option 'keyColumn' is for writing"),
+    ],
+)
+def test_a_mistyped_read_option_gets_a_did_you_mean(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError) as caught:
+        parse_read_options({"lookupd": L, **options})
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"topic": "t", "bodycolum": "b"}, "did you mean 'bodyColumn'?"),
+        ({"topic": "t", "maxbatchsize": "10"}, "did you mean 'maxBatch'?"),
+        ({"topic": "t", "startingoffsets": "earliest"}, "option 'startingOffsets' is for reading"),
+    ],
+)
+def test_a_mistyped_write_option_gets_a_did_you_mean(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError) as caught:
+        parse_write_options({"lookupd": L, **options})
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("subscribe", "'subscribe' is Kafka's option: use 'topics' (comma separated) or 'topic'"),
+        ("subscribepattern", "'subscribePattern' is Kafka's option: use 'topicPattern'"),
+        ("maxoffsetspertrigger", "use 'maxBytesPerTrigger', which counts bytes"),
+        ("kafka.bootstrap.servers", "'kafka.bootstrap.servers' is Kafka's option: use 'lookupd'"),
+        ("groupidprefix", "'groupIdPrefix' is Kafka's option: use 'channel'"),
+        ("kafka.group.id", "'kafka.group.id' is Kafka's option: use 'channel'"),
+        ("startingoffsetsbytimestamp", "use 'startingTimestamp'"),
+        ("kafkaconsumer.polltimeoutms", "use 'readTimeout'"),
+        ("minpartitions", "'minPartitions' is Kafka's option"),
+        ("kafka.max.poll.records", "nsq has no Kafka consumer settings; see the option list"),
+        ("kafka.batch.size", "'kafka.batch.size' is an option of Kafka's sink, not for"),
+    ],
+)
+def test_a_kafka_read_option_points_at_ours(key: str, message: str) -> None:
+    with pytest.raises(OptionError) as caught:
+        parse_read_options({"lookupd": L, "topic": "t", key: "x"})
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("kafka.bootstrap.servers", "'kafka.bootstrap.servers' is Kafka's option: use 'lookupd'"),
+        ("kafka.batch.size", "use 'maxBatch'"),
+        ("kafka.delivery.timeout.ms", "use 'publishTimeout'"),
+        ("kafka.compression.type", "use 'compression'"),
+        ("kafka.linger.ms", "nsq has no Kafka producer settings; see the option list"),
+        ("subscribe", "'subscribe' is an option of Kafka's source, not for df.write"),
+    ],
+)
+def test_a_kafka_write_option_points_at_ours(key: str, message: str) -> None:
+    with pytest.raises(OptionError) as caught:
+        parse_write_options({"lookupd": L, "topic": "t", key: "x"})
+    assert message in str(caught.value)
+
+
+def test_a_value_error_names_the_documented_spelling_of_a_lower_cased_key() -> None:
+    with pytest.raises(OptionError, match="option 'startingOffsets' must be latest, earliest"):
+        parse_read_options({"lookupd": L, "topic": "t", "startingoffsets": "bogus"})
+
+
+def test_read_checks_before_the_kind_of_read_is_known() -> None:
+    """``load()`` does not say whether a batch or a stream reads: what both refuse is refused,
+    what only one of them refuses is left for later."""
+    check_read_options({"lookupd": L, "topic": "t", "endingoffsets": "latest"})
+    check_read_options({"lookupd": L, "topic": "t", "mode": "driver", "channel": "c"})
+    with pytest.raises(OptionError, match="option 'startingOffsets' must be"):
+        check_read_options({"lookupd": L, "topic": "t", "startingoffsets": "bogus"})
+    with pytest.raises(OptionError, match="did you mean 'topic'"):
+        check_read_options({"lookupd": L, "topc": "t"})
