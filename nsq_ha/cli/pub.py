@@ -1,17 +1,23 @@
-"""``nsq-ha pub``: publish records of stdin or files; a JSON summary at the end.
+"""``nsq-ha pub``: publish records of stdin or files; a summary at the end.
 
 A record is a line (the default), a ``--delimiter``-separated piece, or a whole file
 (``--whole-file``); FILE ``-`` is stdin. ``--rate N/s`` spaces publishes with a token bucket
 (a sleep until the next token, never a busy loop); ``--defer`` sends DPUB (vanilla only: the
-fork has no DPUB); on a terminal a progress line is kept up to date on stderr.
+fork has no DPUB); on a terminal a progress line is kept up to date on stderr. A keyed record
+(``--key``, ``--key-sep``) goes to the partition ``--strategy`` picks (one of
+:data:`nsq_ha.routing.STRATEGIES`; murmur3 by default): every producer of a topic must use the
+same strategy, or a key's messages are split between partitions and lose their order.
 
 Records are published in rounds (``--batch``; a round also goes as soon as the input pauses, so
 ``tail -f log | nsq-ha pub`` publishes each line as it comes). Every record gets its own verdict:
 one refused by the client's checks (too long, empty) or by nsqd (its ``--max-msg-size``) does
-not stop the others of its round, and none is published twice. Exit 0: all published; 1: some
-record failed; 130: Ctrl-C, which stops reading at once (even from a stdin that stays open),
-lets what the producer holds be acknowledged (or reported as not published) and prints the
-summary first.
+not stop the others of its round, and none is published twice.
+
+The summary goes to stdout: one line for a person when stdout is a terminal, else (a pipe, a
+file: what scripts parse) one JSON object, as with ``--json``, which also prints a JSON line per
+record before it. Exit 0: all published; 1: some record failed; 130: Ctrl-C, which stops
+reading at once (even from a stdin that stays open), lets what the producer holds be
+acknowledged (or reported as not published) and prints the summary first.
 """
 
 from __future__ import annotations
@@ -33,13 +39,15 @@ from typing import Any, BinaryIO, TextIO
 
 from nsq_ha.lookup import LookupClient
 from nsq_ha.producer import Producer
+from nsq_ha.routing import DEFAULT_STRATEGY, STRATEGIES
 
 from .arguments import wait
 from .records import Oversized, read_records
-from .rounds import Record, Rounds, Tally
+from .rounds import Record, Rounds, Tally, summary_line
 from .where import CliError, existing_map, json_object, topic_of, where_of
 
 __all__ = [
+    "DESCRIPTION",
     "TokenBucket",
     "add_pub_options",
     "parse_delimiter",
@@ -53,8 +61,29 @@ __all__ = [
 _PROGRESS_AFTER = 1.0
 
 
+#: ``nsq-ha pub --help``'s description
+DESCRIPTION = (
+    "Publish each line (or each --delimiter separated record, or each whole file) of the "
+    "FILEs, or of stdin, as one message. Keyed records (--key, --key-sep) go to the partition "
+    "--strategy picks: every producer of a topic must use the same strategy, or a key's "
+    "messages lose their order. At the end a summary goes to stdout (published, failed, "
+    "per-partition counts, errors): one line when stdout is a terminal; one JSON object when "
+    "it is not a terminal (a pipe or a file: scripts parse it) or with --json. "
+    "Exit status 0: every record published; 1: some record failed (each gets its own error, "
+    "the others are still published); 2: bad input, nothing sent; 130: Ctrl-C, after the "
+    "summary of what was published."
+)
+
+
+def _strategy_help() -> str:
+    named = "; ".join(f"{s.name}: {s.description}" for s in STRATEGIES.values())
+    text = f"how a key picks its partition ({named}; default: {DEFAULT_STRATEGY.name})"
+    return text.replace("%", "%%")  # argparse formats help with %
+
+
 def add_pub_options(parser: argparse.ArgumentParser) -> None:
-    """The options of ``pub`` (after ``--topic``)."""
+    """The options of ``pub`` (after ``--topic``), and its description."""
+    parser.description = DESCRIPTION
     parser.add_argument(
         "files", nargs="*", metavar="FILE", help="read these in turn ('-': stdin; default: stdin)"
     )
@@ -81,6 +110,12 @@ def add_pub_options(parser: argparse.ArgumentParser) -> None:
         "--partition", type=int, metavar="P", help="publish every message to partition P (fork)"
     )
     parser.add_argument(
+        "--strategy",
+        choices=list(STRATEGIES),
+        default=DEFAULT_STRATEGY.name,
+        help=_strategy_help(),
+    )
+    parser.add_argument(
         "--trace", action="store_true", help="PUB_TRACE with a random trace id each"
     )
     parser.add_argument("--ext", metavar="JSON", help="JSON header of every message (ext topics)")
@@ -96,7 +131,12 @@ def add_pub_options(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="deliver each message this much later (DPUB: vanilla nsqd only)",
     )
-    parser.add_argument("--json", action="store_true", help="also one JSON line per publish result")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON line per record, and the summary as JSON even on a terminal (when "
+        "stdout is not a terminal the summary is JSON anyway)",
+    )
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -327,7 +367,8 @@ def _check(args: argparse.Namespace, sep: bytes | None) -> None:
 
 
 async def run_pub(args: argparse.Namespace) -> int:
-    """``nsq-ha pub``: one message per record; a JSON summary at the end.
+    """``nsq-ha pub``: one message per record; a summary at the end (one line on a terminal,
+    else JSON).
 
     Exit 0: every record published; 1: some record failed (each has its own error); 130:
     interrupted (Ctrl-C), after the summary of what was published.
@@ -357,7 +398,7 @@ async def run_pub(args: argparse.Namespace) -> int:
             count = pmap.partition_num if pmap.meta is not None else len(pmap.partitions)
             if args.partition is not None and args.partition >= count:
                 raise CliError(f"--partition {args.partition}: {topic!r} has {count} partitions", 2)
-        kwargs = where.client_kwargs()
+        kwargs = {**where.client_kwargs(), "strategy": args.strategy}
         if lookup is not None:
             kwargs = {"lookup": lookup, **{k: v for k, v in kwargs.items() if k != "lookupd"}}
         async with Producer(**kwargs) as producer, _ctrl_c(stop, producer):
@@ -393,12 +434,11 @@ async def run_pub(args: argparse.Namespace) -> int:
         progress.clear()
         if lookup is not None:
             await lookup.close()
-    summary = tally.summary
-    summary["partitions"] = dict(sorted(tally.per_partition.items()))
-    summary["errors"] = [{"error": e, "count": n} for e, n in tally.errors.most_common(10)]
-    if stop.is_set():
-        summary["interrupted"] = True
-    print(json.dumps(summary, sort_keys=True), flush=True)
+    summary = tally.final(interrupted=stop.is_set())
+    if args.json or not sys.stdout.isatty():
+        print(json.dumps(summary, sort_keys=True), flush=True)
+    else:
+        print(summary_line(summary), flush=True)
     if stop.is_set():
         print("nsq-ha pub: interrupted", file=sys.stderr, flush=True)
         return 130

@@ -15,13 +15,23 @@ import argparse
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from nsq_ha.errors import BadBodyError, BadMessageError, ConfigError, NsqError, PublishError
 from nsq_ha.producer import Producer, PublishResult
 
-__all__ = ["NOT_SENT", "REFUSALS", "Outcome", "Record", "Rounds", "Tally", "result_json"]
+__all__ = [
+    "NOT_SENT",
+    "REFUSALS",
+    "Outcome",
+    "Record",
+    "Rounds",
+    "Tally",
+    "result_json",
+    "summary_line",
+]
 
 
 @dataclass(slots=True)
@@ -58,6 +68,51 @@ class Tally:
             if number is not None:
                 line = {"line": number, "ok": False, "key": key, "error": str(error)}
             print(json.dumps(line), flush=True)
+
+    def final(self, *, interrupted: bool) -> dict[str, Any]:
+        """The summary at the end: counts, per-partition counts, the ten commonest errors,
+        ``interrupted`` after Ctrl-C (the JSON summary, and what :func:`summary_line` says)."""
+        summary = dict(self.summary)
+        summary["partitions"] = dict(sorted(self.per_partition.items()))
+        summary["errors"] = [{"error": e, "count": n} for e, n in self.errors.most_common(10)]
+        if interrupted:
+            summary["interrupted"] = True
+        return summary
+
+
+#: the distinct errors the one-line summary names (the JSON summary has up to ten), and how
+#: much of each it shows
+_LINE_ERRORS = 3
+_LINE_ERROR_CHARS = 160
+
+
+def _partition_order(item: tuple[str, int]) -> tuple[int, str]:
+    name = item[0]
+    return (int(name), "") if name.isdigit() else (-1, name)
+
+
+def _short(error: object) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= _LINE_ERROR_CHARS else text[: _LINE_ERROR_CHARS - 3] + "..."
+
+
+def summary_line(summary: Mapping[str, Any]) -> str:
+    """The summary of :meth:`Tally.final` as one line for a person, e.g. ``published 5 of 6 to
+    orders (partitions 0:2 1:3), 1 failed: E_BAD_MESSAGE ... (x1)``: partitions in numeric
+    order (none for a topic without partitions), the commonest errors, each with its count."""
+    published, failed = int(summary["published"]), int(summary["failed"])
+    line = f"published {published} of {published + failed} to {summary['topic']}"
+    partitions = sorted(dict(summary.get("partitions") or {}).items(), key=_partition_order)
+    if any(name != "-" for name, _ in partitions):
+        line += " (partitions " + " ".join(f"{name}:{n}" for name, n in partitions) + ")"
+    if failed:
+        errors = list(summary.get("errors") or [])[:_LINE_ERRORS]
+        named = [f"{_short(e['error'])} (x{e['count']})" for e in errors]
+        others = failed - sum(int(e["count"]) for e in errors)
+        if others > 0:
+            named.append(f"{others} more (--json shows each record)")
+        line += f", {failed} failed: " + "; ".join(named)
+    return line
 
 
 def result_json(record: Record, result: PublishResult) -> dict[str, Any]:

@@ -1,14 +1,18 @@
 """``nsq-ha pub`` run as a user runs it (a subprocess each): every record gets its own verdict
 (a record refused by the client's checks or by nsqd does not stop the others, and none is
-published twice), and Ctrl-C with a stdin that stays open (``tail -f log | nsq-ha pub``) ends it
-at once, after the summary of what it published."""
+published twice), Ctrl-C with a stdin that stays open (``tail -f log | nsq-ha pub``) ends it
+at once, after the summary of what it published, keyed records go where ``--strategy`` says,
+and the summary is one line for a person on a terminal, JSON for a pipe or with ``--json``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import pty
+import re
 import secrets
+import select
 import signal
 import subprocess
 import sys
@@ -20,6 +24,7 @@ import pytest
 from nsq_ha.admin import LookupdAdmin, NsqdAdmin
 from nsq_ha.cli.pub import INTERRUPT_GRACE
 from nsq_ha.devcluster import DevClusterThread
+from nsq_ha.routing import STRATEGIES, partition_for_key
 from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import VanillaCluster
 
@@ -140,6 +145,116 @@ def test_a_round_the_server_refuses_is_published_record_by_record(
     assert "E_BAD_MESSAGE" in str(records[2]["error"])
     assert (summary["published"], summary["failed"]) == (3, 1)
     assert asyncio.run(_stored(http_urls, topic)) == 3
+
+
+# -- routing keys: --strategy ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_keyed_records_land_where_the_strategy_routes_them(lookupd: str, strategy: str) -> None:
+    """With ``--strategy`` each keyed record is stored on the partition that strategy of
+    :mod:`nsq_ha.routing` computes (``java``: the fork's Java SDK), read back by ``tail``; each
+    other strategy puts some of the keys elsewhere, so a strategy not passed on would show."""
+    partitions = 3  # the clusters have 3 nodes
+    keys = [f"order-{i}" for i in range(50)]
+    want = {k: partition_for_key(k, partitions, strategy) for k in keys}
+    for other in STRATEGIES:
+        if other != strategy:
+            assert any(partition_for_key(k, partitions, other) != want[k] for k in keys), other
+    topic = _name(f"pb_{strategy}")
+    create(lookupd, topic, "--partitions", str(partitions))
+    argv = ["--lookupd", lookupd, "--topic", topic, "--key-sep", "\\t", "--strategy", strategy]
+    stdin = "".join(f"{k}\t{k}\n" for k in keys).encode()
+    summary = json.loads(ok(nsq_ha("pub", *argv, stdin=stdin)).splitlines()[-1])
+    assert (summary["published"], summary["failed"]) == (len(keys), 0), summary
+    tail = ["--lookupd", lookupd, "--topic", topic, "--exit-at-end", "--json", "--timeout", "60"]
+    got = json_lines(ok(nsq_ha("tail", *tail)))
+    assert {str(m["body"]): m["partition"] for m in got} == want
+
+
+# -- the summary: a line on a terminal, JSON for a pipe ----------------------------------------
+
+
+def _on_a_terminal(argv: list[str], stdin: bytes) -> tuple[int, str, str]:
+    """Run ``nsq-ha ARGV`` with its stdout a terminal (a pty) and stdin, stderr pipes: (exit
+    status, what the terminal showed without carriage returns, stderr)."""
+    controller, terminal = pty.openpty()
+    shown = b""
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nsq_ha", *argv],
+            stdin=subprocess.PIPE,
+            stdout=terminal,
+            stderr=subprocess.PIPE,
+            env={k: v for k, v in os.environ.items() if k not in ("NSQ_HA_LOOKUPD", "NSQ_HA_NSQD")},
+        )
+        os.close(terminal)
+        terminal = -1
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # until the terminal's last writer is gone
+                ready, _, _ = select.select([controller], [], [], 1.0)
+                if not ready:
+                    continue
+                try:
+                    chunk = os.read(controller, 65536)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            code = proc.wait(timeout=30)
+            assert proc.stderr is not None
+            err = proc.stderr.read().decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
+    finally:
+        if terminal != -1:
+            os.close(terminal)
+        os.close(controller)
+    return code, shown.decode().replace("\r", ""), err
+
+
+def test_on_a_terminal_the_summary_is_one_line_for_a_person(lookupd: str) -> None:
+    """stdout a terminal, no --json: one line (published, of how many, to which topic, per
+    partition, each distinct error with its count) and no JSON; exit 1 for the failed record."""
+    topic = _name("pb_human")
+    create(lookupd, topic)
+    code, shown, err = _on_a_terminal(
+        ["pub", "--lookupd", lookupd, "--topic", topic], b"one\ntwo\n\nfour\n"
+    )
+    assert code == 1, (shown, err)
+    assert "{" not in shown, shown
+    lines = shown.splitlines()
+    assert len(lines) == 1, shown
+    assert re.fullmatch(
+        rf"published 3 of 4 to {re.escape(topic)} \(partitions 0:3\), 1 failed: .*empty.* \(x1\)",
+        lines[0],
+    ), lines[0]
+    assert "Traceback" not in err
+
+
+def test_with_json_on_a_terminal_and_on_a_pipe_the_summary_is_json(lookupd: str) -> None:
+    """--json on a terminal: a JSON line per record, then the JSON summary; stdout a pipe
+    (scripts parse it): the JSON summary alone, as before (a pipe with --json: the tests above)."""
+    topic = _name("pb_json")
+    create(lookupd, topic)
+    argv = ["pub", "--lookupd", lookupd, "--topic", topic]
+    code, shown, err = _on_a_terminal([*argv, "--json"], b"a\nb\n")
+    assert code == 0, (shown, err)
+    *records, summary = json_lines(shown)
+    assert [(r["line"], r["ok"]) for r in records] == [(1, True), (2, True)]
+    assert (summary["topic"], summary["published"], summary["partitions"]) == (topic, 2, {"0": 2})
+    piped = ok(nsq_ha(*argv, stdin=b"c\n")).splitlines()
+    assert len(piped) == 1, piped
+    assert json.loads(piped[0])["published"] == 1
 
 
 # -- Ctrl-C with a stdin that stays open ------------------------------------------------------

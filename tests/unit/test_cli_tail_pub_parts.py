@@ -10,6 +10,7 @@ from nsq_ha.cli import build_parser
 from nsq_ha.cli.pub import TokenBucket, parse_delimiter, parse_rate
 from nsq_ha.cli.tail import FIELDS, Start, check_template, parse_start
 from nsq_ha.cli.where import CliError
+from nsq_ha.routing import DEFAULT_STRATEGY, STRATEGIES
 
 
 @pytest.mark.parametrize(
@@ -170,3 +171,35 @@ def test_pub_defer_must_be_a_finite_delay(text: str, capsys: pytest.CaptureFixtu
 def test_pub_defer_takes_seconds() -> None:
     assert build_parser().parse_args(["pub", "--topic", "t", "--defer", "2.5"]).defer == 2.5
     assert build_parser().parse_args(["pub", "--topic", "t", "--defer", "0"]).defer == 0.0
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_pub_strategy_is_one_of_the_librarys(name: str) -> None:
+    """``--strategy`` takes every name of :data:`nsq_ha.routing.STRATEGIES`; murmur3 (the
+    library's default, the fork's Go SDK) when not given."""
+    parser = build_parser()
+    assert parser.parse_args(["pub", "--topic", "t", "--strategy", name]).strategy == name
+    assert parser.parse_args(["pub", "--topic", "t"]).strategy == DEFAULT_STRATEGY.name
+
+
+def test_pub_refuses_an_unknown_strategy(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse refuses it (exit 2) before anything is sent, naming the strategies there are."""
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["pub", "--topic", "t", "--strategy", "crc32"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --strategy: invalid choice: 'crc32'" in err
+    assert all(repr(name) in err for name in STRATEGIES), err
+
+
+def test_pub_help_names_the_strategies_the_summary_and_the_exit_statuses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["pub", "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in STRATEGIES), text
+    assert "not a terminal" in text
+    assert "1: some record failed" in text
+    assert "130: Ctrl-C" in text
