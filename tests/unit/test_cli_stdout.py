@@ -88,6 +88,32 @@ async def test_a_write_nobody_reads_leaves_the_loop_free(
     ticker.cancel()
 
 
+async def test_short_lines_to_a_full_pipe_leave_the_loop_free(
+    pipe: tuple[int, io.TextIOWrapper],
+) -> None:
+    """Short lines go straight to a pipe with room; once it is full they wait in the thread."""
+    read_end, stream = pipe
+    capacity = fcntl.fcntl(read_end, fcntl.F_GETPIPE_SZ)
+    line = "y" * 999 + "\n"
+    lines = capacity // len(line) + 10
+    written = 0
+
+    async def write_all(out: Stdout) -> None:
+        nonlocal written
+        for _ in range(lines):
+            assert await out.write(line)
+            written += 1
+
+    async with Stdout(stream) as out:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(write_all(out), 0.5)
+        assert capacity // len(line) - 5 <= written < lines
+        got = b""
+        while len(got) < written * len(line):
+            got += os.read(read_end, 65536)
+        assert got == line.encode() * written
+
+
 async def test_a_stream_without_a_descriptor_is_written_directly() -> None:
     stream = io.StringIO()
     async with Stdout(stream) as out:
