@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -126,26 +125,6 @@ async def test_read_records_from_a_stream() -> None:
     data = b"r" * (CHUNK - 1) + b"||" + b"s"
     assert await _read(data, b"||", max_size=CHUNK) == [b"r" * (CHUNK - 1), b"s"]
     assert await _read(b"x" * 101 + b"\ny\n", b"\n") == [Oversized(101, 100), b"y"]
-
-
-async def _seconds_to_read(size: int) -> float:
-    data = b"r" * size
-    best = float("inf")
-    for _ in range(3):
-        started = time.perf_counter()
-        assert len(await _read(data, b"\x1e", max_size=64 * MiB)) == 1
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
-async def test_a_record_without_its_delimiter_is_read_in_linear_time() -> None:
-    """8 times the input takes about 8 times as long (a quadratic split took over 100 times:
-    0.07 s for 4 MiB, 9 s for 32 MiB). The best of three runs of each, and a bound of 24x, so
-    that a busy machine slowing one run down does not fail it; the exact bound is on
-    ``scanned`` above."""
-    small = await _seconds_to_read(4 * MiB)
-    large = await _seconds_to_read(32 * MiB)
-    assert large / small < 24, (small, large)
 
 
 async def test_stop_ends_a_read_waiting_on_a_pipe_that_stays_open() -> None:
