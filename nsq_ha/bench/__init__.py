@@ -11,7 +11,8 @@ package (not only in ``bench/``) so that the installed command can run it.
 * :mod:`nsq_ha.bench.results`: samples, cells, the machine;
 * :mod:`nsq_ha.bench.drivers`: nsq_ha's side of every workload (one process per run);
 * :mod:`nsq_ha.bench.peers`: the peers' side, run by the peers' own Python;
-* :mod:`nsq_ha.bench.report`: medians, ratios, targets, Markdown and JSON.
+* :mod:`nsq_ha.bench.report`: medians, ratios, targets, Markdown and JSON;
+* :mod:`nsq_ha.bench.cpu`: the CPU mode, instructions per message under callgrind.
 """
 
 from __future__ import annotations
@@ -36,12 +37,31 @@ def run_bench(
     markdown_path: Path | None = None,
     pip_args: Sequence[str] = (),
     strict: bool = False,
+    cpu: bool = False,
 ) -> int:
     """Run the benchmark ``profile`` (smoke, quick, full); print the table; return an exit code.
 
     ``strict`` (the smoke run of ``make test``): exit 1 if any run failed or any peer could not
     be installed, so that the harness cannot rot unseen. Targets never decide the exit code.
+    ``cpu``: the CPU mode instead (:func:`nsq_ha.bench.cpu.run_cpu`, instructions per message
+    under callgrind; the smoke profile divides its counts by 10).
     """
+    if cpu:
+        from nsq_ha.bench.cpu import run_cpu
+
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            return run_cpu(
+                profile,
+                fork=fork,
+                peers=peers,
+                only=only,
+                json_path=json_path,
+                markdown_path=markdown_path,
+                pip_args=pip_args,
+            )
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     from nsq_ha.bench.report import Report
     from nsq_ha.bench.runner import PROFILES, Bench
 

@@ -186,11 +186,25 @@ FORK_WORKLOADS = (
     ),
     Workload(
         "fork-keyed",
-        "fork, 4 partitions: keyed publish, one message per call (100 concurrent)",
+        "fork, 4 partitions: keyed publish, one message per call (100 concurrent), warm",
         "k4",
         "pub1",
         ("nsq_ha",),
         keyed=True,
+    ),
+    # from a fresh producer: the clock starts before its first publish (lookup, connections)
+    *(
+        Workload(
+            f"fork-keyed-cold-{tasks}",
+            f"fork, 4 partitions: keyed publish from a fresh producer ({tasks} concurrent), cold",
+            "k4",
+            "pub1-cold",
+            ("nsq_ha",),
+            concurrency=tasks,
+            keyed=True,
+            slow=tasks == 1,  # one call at a time: a round trip each
+        )
+        for tasks in (1, 100, 2000)
     ),
     Workload(
         "fork-ordered",

@@ -194,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--json", type=Path, default=None, help="write the results here")
     bench.add_argument("--markdown", type=Path, default=None, help="write the tables here")
+    bench.add_argument(
+        "--cpu",
+        action="store_true",
+        help="instructions per message under valgrind's callgrind (two counts per client; "
+        "with --smoke a tenth of them) instead of wall-clock rates",
+    )
     dev = sub.add_parser(
         "devcluster",
         help="run the embedded fork cluster (lookupd + N nsqd) until Ctrl-C",
@@ -245,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             json_path=args.json,
             markdown_path=args.markdown,
             strict=args.profile == "smoke",
+            cpu=args.cpu,
         )
     if args.command == "servers":
         from nsq_ha.testing.build import main as build_main
