@@ -47,7 +47,7 @@ from nsq_ha.lookup.wire import (
 from nsq_ha.protocol.names import validate_channel
 
 from .answers import fetch, within
-from .nsqd import AdminError, NsqdAdmin, seek_position
+from .nsqd import AdminError, NsqdAdmin, PartitionEmptyError, seek_position
 from .spec import TopicSpec
 
 __all__ = ["LookupdAdmin"]
@@ -494,8 +494,8 @@ class LookupdAdmin:
         """Create ``channel`` on the leader of each partition (all, or ``partitions``) with
         nsqd's ``POST /channel/create``; with ``rewind``, move it to the partition's first
         retained message (``/channel/setoffset virtual_queue:0``; nsqd refuses that with
-        ``commit log end of file`` on a partition that never had a message, which is then
-        already at its start). Returns the partitions done.
+        ``commit log end of file``, :class:`PartitionEmptyError`, on a partition that never had a
+        message, which is then already at its start). Returns the partitions done.
 
         On the fork a channel made by a consumer's first SUB starts at the partition's end;
         creating and rewinding it first lets the consumer see what the topic already holds.
@@ -512,12 +512,9 @@ class LookupdAdmin:
                 nsqd = NsqdAdmin(node.http_url, http=self._http, timeout=self.timeout)
                 await nsqd.create_channel(topic, channel, partition)
                 if rewind:
-                    try:
+                    # a partition that never had a message is at its start already
+                    with contextlib.suppress(PartitionEmptyError):
                         await nsqd.set_offset(topic, channel, partition, seek_position(offset=0))
-                    except AdminError as exc:
-                        # a partition that never had a message: its start is its end already
-                        if "commit log end of file" not in str(exc):
-                            raise
                 done.append(partition)
             return done
 

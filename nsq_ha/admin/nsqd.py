@@ -1,5 +1,6 @@
 """nsqd's HTTP admin calls on one node (:class:`NsqdAdmin`), the error every admin refusal
-raises (:class:`AdminError`) and the ``/channel/setoffset`` position (:func:`seek_position`).
+raises (:class:`AdminError`; :class:`PartitionEmptyError` for a seek into a partition that never
+had a message) and the ``/channel/setoffset`` position (:func:`seek_position`).
 
 The fork's channel calls go to the partition's leader and name the ``partition``; vanilla nsqd
 has no partitions (leave ``partition`` out), no ``/channel/setoffset`` or ``/channel/setorder``,
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_STATS_VALUES",
     "AdminError",
     "NsqdAdmin",
+    "PartitionEmptyError",
     "seek_position",
 ]
 
@@ -44,11 +46,20 @@ MAX_STATS_VALUES = 500_000
 #: the largest answer to the other calls read (nsqd answers them ``OK`` or a short error)
 MAX_REPLY_BYTES = 64 << 10
 _NARROW = "ask for one topic (topic=) or leave the clients out (clients=False)"
+#: the fork's answer to ``/channel/setoffset`` (any position but the end) on a partition whose
+#: commit log holds no message (HTTP 500)
+_EMPTY_LOG = "commit log end of file"
 
 
 class AdminError(DiscoveryError):
     """nsqlookupd or nsqd refused an admin request (or was unreachable), or it did not take
     effect in time."""
+
+
+class PartitionEmptyError(AdminError):
+    """:meth:`NsqdAdmin.set_offset` into a partition that never had a message (the fork answers
+    ``commit log end of file``): nothing moved, and nothing needs to, since an empty partition
+    is already at every position. Callers that seek every partition count it as done."""
 
 
 def seek_position(
@@ -145,8 +156,17 @@ class NsqdAdmin:
 
     async def set_offset(self, topic: str, channel: str, partition: int, position: str) -> None:
         """``POST /channel/setoffset`` on the partition's leader (the fork): move ``channel``
-        to ``position`` (see :func:`seek_position`)."""
-        await self._channel_post("/channel/setoffset", topic, channel, partition, position)
+        to ``position`` (see :func:`seek_position`). A partition that never had a message
+        raises :class:`PartitionEmptyError` (it is at every position already)."""
+        try:
+            await self._channel_post("/channel/setoffset", topic, channel, partition, position)
+        except AdminError as exc:
+            if _EMPTY_LOG not in str(exc):
+                raise
+            raise PartitionEmptyError(
+                f"{topic}/{partition} has no message yet: channel {channel!r} is already at any "
+                f"position (nsqd {self.http_url} answered {_EMPTY_LOG!r} to {position!r})"
+            ) from exc
 
     async def set_order(
         self, topic: str, channel: str, partition: int | None, *, ordered: bool

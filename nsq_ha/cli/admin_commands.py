@@ -22,11 +22,13 @@ from datetime import datetime
 from typing import Any
 
 from nsq_ha.admin import AdminError, LookupdAdmin, NsqdAdmin, seek_position
-from nsq_ha.errors import ConfigError
+from nsq_ha.admin.nsqd import PartitionEmptyError
+from nsq_ha.errors import ConfigError, NsqTimeoutError
 from nsq_ha.lookup.wire import NodeInfo
 from nsq_ha.protocol.names import validate_channel, validate_topic
 
 from .arguments import duration
+from .channel_report import DONE, ChannelReport
 from .commands import CliError
 from .deadline import add_timeout_option, command_deadline
 
@@ -54,16 +56,6 @@ CHANNEL_ACTIONS = {
 }
 #: how long a channel nsqlookupd registered may take to appear on the nodes
 _SYNC_WAIT = 15.0
-
-_DONE = {
-    "create": "created",
-    "delete": "deleted",
-    "pause": "paused",
-    "unpause": "unpaused",
-    "empty": "emptied",
-    "seek": "moved",
-    "setorder": "set the order of",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,53 +352,80 @@ async def cmd_topic_delete(args: argparse.Namespace) -> int:
 
 
 async def cmd_channel(args: argparse.Namespace) -> int:
-    """``nsq-ha channel ACTION``: the action on every partition's leader (or every nsqd)."""
+    """``nsq-ha channel ACTION``: the action on every partition's leader (or every nsqd), each
+    in turn; one that fails does not stop the others, and the command then exits 1 with a
+    line saying what was done and what was not (:class:`ChannelReport`)."""
     action: str = args.channel_command
     where = addresses(args)
     topic = _name(validate_topic, args.topic)
     channel = _name(validate_channel, args.channel)
     position = parse_position(args.position) if action == "seek" else None
-    deadline = command_deadline(args, f"channel {action} did not finish")
-    async with deadline, _admin(where, args.timeout) as admin:
-        vanilla = admin is None or bool(admin.vanilla)
-        if vanilla and action == "seek":
-            raise _refuse_on_vanilla(
-                "channel seek", "has no /channel/setoffset (channel empty drops the backlog)"
-            )
-        if vanilla and action == "setorder":
-            raise _refuse_on_vanilla("channel setorder", "has no ordered channels")
-        if vanilla and action == "create" and args.start == "start":
-            raise _refuse_on_vanilla("channel create --from start", "cannot rewind a channel")
-        targets = await _targets(admin, where, topic, args.partition)
-        byte_offset = position is not None and position.startswith("virtual_queue:")
-        if byte_offset and position != "virtual_queue:0" and len(targets) > 1:
-            raise CliError("offset=N is one partition's byte offset: give --partition P", 2)
-        registered = await _registration(admin, topic, channel, action)
-        for target in targets:
-            async with NsqdAdmin(target.http_url, timeout=args.timeout) as nsqd:
-                if not registered:
-                    await _channel_call(nsqd, args, action, topic, channel, target, position)
-                elif action == "create" and args.start == "start" and target.partition is not None:
-                    # nsqlookupd has the nodes create it: wait for that, then rewind it
-                    await _seek_when_there(nsqd, topic, channel, target.partition)
-    done = [{"partition": t.partition, "nsqd": t.address} for t in targets]
-    if args.json:
-        summary: dict[str, Any] = {
-            "topic": topic,
-            "channel": channel,
-            "action": action,
-            "done": done,
-        }
-        if registered:
-            summary["registered_with_lookupd"] = True
-        print(json.dumps(summary, sort_keys=True))
-    else:
-        for t in targets:
-            part = "" if t.partition is None else f" partition {t.partition}"
-            print(f"{_DONE[action]} {topic}/{channel}{part} on {t.address}")
-        if registered and not targets:
-            print(f"{_DONE[action]} {topic}/{channel} in nsqlookupd")
+    report = ChannelReport(action, topic, channel, as_json=args.json)
+    registered = False
+    try:
+        async with (
+            command_deadline(args, f"channel {action} did not finish"),
+            _admin(where, args.timeout) as admin,
+        ):
+            targets = await _channel_targets(admin, where, args, topic, position)
+            registered = await _registration(admin, topic, channel, action)
+            report.places.extend(targets)
+            for target in targets:
+                await report.run(
+                    target, _one_target(args, action, topic, channel, target, position, registered)
+                )
+    except NsqTimeoutError:
+        if not report.places:
+            raise
+        report.out_of_time(args.timeout)
+    extra = {"registered_with_lookupd": True} if registered else {}
+    report.finish(**extra)
+    if registered and not report.places and not args.json:
+        print(f"{DONE[action]} {topic}/{channel} in nsqlookupd")
     return 0
+
+
+async def _channel_targets(
+    admin: LookupdAdmin | None,
+    where: Addresses,
+    args: argparse.Namespace,
+    topic: str,
+    position: str | None,
+) -> list[_Target]:
+    """Where the action goes; the actions vanilla lacks, and a byte offset for several
+    partitions, are refused (exit 2) before anything is changed."""
+    action: str = args.channel_command
+    vanilla = admin is None or bool(admin.vanilla)
+    if vanilla and action == "seek":
+        raise _refuse_on_vanilla(
+            "channel seek", "has no /channel/setoffset (channel empty drops the backlog)"
+        )
+    if vanilla and action == "setorder":
+        raise _refuse_on_vanilla("channel setorder", "has no ordered channels")
+    if vanilla and action == "create" and args.start == "start":
+        raise _refuse_on_vanilla("channel create --from start", "cannot rewind a channel")
+    targets = await _targets(admin, where, topic, args.partition)
+    byte_offset = position is not None and position.startswith("virtual_queue:")
+    if byte_offset and position != "virtual_queue:0" and len(targets) > 1:
+        raise CliError("offset=N is one partition's byte offset: give --partition P", 2)
+    return targets
+
+
+async def _one_target(
+    args: argparse.Namespace,
+    action: str,
+    topic: str,
+    channel: str,
+    target: _Target,
+    position: str | None,
+    registered: bool,
+) -> None:
+    async with NsqdAdmin(target.http_url, timeout=args.timeout) as nsqd:
+        if not registered:
+            await _channel_call(nsqd, args, action, topic, channel, target, position)
+        elif action == "create" and args.start == "start" and target.partition is not None:
+            # nsqlookupd has the nodes create it: wait for that, then rewind it
+            await _seek_when_there(nsqd, topic, channel, target.partition)
 
 
 async def _registration(admin: LookupdAdmin | None, topic: str, channel: str, action: str) -> bool:
@@ -444,7 +463,7 @@ async def _channel_call(
     elif action == "empty":
         await nsqd.empty_channel(topic, channel, part)
     elif action == "seek" and position is not None and part is not None:
-        await _seek(nsqd, topic, channel, part, position)
+        await nsqd.set_offset(topic, channel, part, position)  # PartitionEmptyError: empty
     elif action == "setorder":
         await nsqd.set_order(topic, channel, part, ordered=args.order == "on")
 
@@ -464,12 +483,9 @@ async def _seek_when_there(nsqd: NsqdAdmin, topic: str, channel: str, partition:
 
 
 async def _seek(nsqd: NsqdAdmin, topic: str, channel: str, partition: int, body: str) -> None:
-    try:
+    # a partition that never had a message: its start is its end already
+    with contextlib.suppress(PartitionEmptyError):
         await nsqd.set_offset(topic, channel, partition, body)
-    except AdminError as exc:
-        # a partition that never had a message: its start is its end already
-        if not (body == "virtual_queue:0" and "commit log end of file" in str(exc)):
-            raise
 
 
 # -- leader move -----------------------------------------------------------------------------
