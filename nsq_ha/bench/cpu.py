@@ -283,6 +283,9 @@ class CpuBench:
                         timeout=RUN_TIMEOUT,
                         check=False,
                         env=self._env(),
+                        # not the caller's directory: ``-m`` puts it first on sys.path, and a
+                        # checkout there would be imported instead of the snapshot
+                        cwd=need(self.root, "the snapshot of nsq_ha"),
                     )
                 except subprocess.TimeoutExpired:
                     raise BenchError(f"timed out after {RUN_TIMEOUT:.0f} s") from None
