@@ -71,6 +71,14 @@ chaos: servers
 		NSQ_HA_FUZZ_EXAMPLES=$${NSQ_HA_FUZZ_EXAMPLES:-20000} \
 		$(PY) -m pytest tests/chaos $(CHAOS_ARGS)
 
+# The benchmark's CPU mode: instructions per message of every client under valgrind's
+# callgrind, two counts each (bench/README.md, "CPU mode"); about an hour on 2 cores, so
+# `make test` runs only a smoke of it.  BENCH_CPU_ARGS='--no-peers' or '--only consume'.
+BENCH_CPU_ARGS ?=
+.PHONY: bench-cpu
+bench-cpu: servers
+	$(VENV)/bin/nsq-ha bench --cpu $(BENCH_CPU_ARGS)
+
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,26 @@ def test_bench_smoke_measures_every_client_and_workload(tmp_path: Path) -> None:
             assert (cell[figure] or 0) > 0, (workload.id, client, cell)
     assert "| target |" in proc.stdout  # the table was printed
     assert {t["name"] for t in report["targets"]} >= {"consumer RSS, 10k in flight"}
+
+
+def test_bench_cpu_mode_counts_instructions_per_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CPU mode on one workload (nsq_ha consuming from vanilla nsqd) at a tenth of its
+    counts: a positive figure and its table line; the figure itself is not judged."""
+    from nsq_ha.bench.cpu import run_cpu
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed (apt-get install valgrind) for `bench --cpu`")
+    out = tmp_path / "cpu.json"
+    code = run_cpu(
+        "smoke", fork=False, peers=False, only=["consume"], clients=["nsq_ha"], json_path=out
+    )
+    printed = capsys.readouterr()
+    assert code == 0, printed.err[-4000:]
+    cell = json.loads(out.read_text())["results"]["consume/nsq_ha"]
+    assert cell["counts"] == [200, 600]
+    assert cell["ir"][1] > cell["ir"][0] > 0
+    assert cell["instructions_per_message"] > 0
+    row = next(line for line in printed.out.splitlines() if line.startswith("| consume,"))
+    assert row.startswith("| consume, FIN each (RDY 2500) | 200, 600 | "), row

@@ -161,3 +161,100 @@ def test_a_workload_with_max_rounds_runs_only_that_many() -> None:
     bench.run_rounds()
     assert len(bench.cells[("pub1", "nsq_ha")].samples) == 3
     assert len(bench.cells[("spark-read", "nsq_ha")].samples) == 2
+
+
+def test_the_cpu_mode_reads_callgrinds_total_and_divides_the_differences() -> None:
+    from nsq_ha.bench.cpu import CpuCell, read_ir
+
+    out = "events: Ir\nfn=(1) main\n5 100\nsummary: 1705000000\ntotals: 1705000000\n"
+    assert read_ir(out) == 1_705_000_000
+    assert read_ir("events: Ir\ntotals: 42\n") == 42
+    with pytest.raises(BenchError, match="summary:/totals:"):
+        read_ir("events: Ir\n")
+    # start-up cancels: 10k messages 1.705e9, 40k messages 3.764e9 -> 68.6k per message
+    cell = CpuCell((10_000, 40_000), [1_705_000_000, 3_764_000_000])
+    assert cell.per_message == pytest.approx(68_633.3, rel=1e-4)
+    assert CpuCell((10_000, 40_000), [1_705_000_000], error="boom").per_message is None
+    assert CpuCell((10_000, 40_000), [1_705_000_000]).per_message is None
+
+
+def test_the_cpu_mode_covers_every_client_of_the_client_bound_workloads() -> None:
+    from nsq_ha.bench.cpu import CPU_WORKLOADS
+    from nsq_ha.bench.drivers import _ASYNC, _BLOCKING
+    from nsq_ha.bench.workloads import PEERS
+
+    by_id = {w.id: w for w in CPU_WORKLOADS}
+    assert set(by_id) == {
+        "consume",
+        "pub1",
+        "pubmany",
+        "fork-keyed-cold",
+        "fork-keyed",
+        "fork-ordered",
+    }
+    assert set(by_id["consume"].clients) == {
+        "nsq_ha",
+        "nsq_ha-uvloop",
+        "nsq_ha-batch",
+        "nsq_ha-sync",
+        "pynsq",
+        "gnsq",
+        "ansq",
+    }
+    for wid in ("pub1", "pubmany"):
+        assert {"nsq_ha", "nsq_ha-uvloop", "pynsq", "gnsq", "ansq"} <= set(by_id[wid].clients)
+    assert {"floor", "raw"} <= set(by_id["fork-ordered"].clients)
+    for w in CPU_WORKLOADS:
+        assert w.counts[0] < w.counts[1]
+        for client in w.clients:  # the wall-clock mode's drivers, on its workloads
+            spec = base_spec(PROFILES["quick"], w.workload, client)
+            key = (spec["client"], spec["workload"])
+            assert client in PEERS or key in _ASYNC or key in _BLOCKING, (w.id, client)
+    # cold counts from before the fresh producer's first publish; warm after one
+    cold, warm = by_id["fork-keyed-cold"], by_id["fork-keyed"]
+    assert (cold.counts[0], cold.workload.kind, cold.workload.concurrency) == (0, "pub1-cold", 100)
+    assert (warm.workload.kind, warm.workload.keyed) == ("pub1", True)
+    assert by_id["fork-ordered"].counts[1] < by_id["consume"].counts[1]
+    # the smoke run: a tenth, whole calls of every task
+    assert by_id["consume"].scaled(10) == (200, 600)
+    assert by_id["pubmany"].scaled(10) == (800, 4800)
+    assert cold.scaled(10) == (0, 200)
+
+
+def test_the_keyed_cold_start_is_a_wall_clock_workload_at_three_concurrencies() -> None:
+    quick = PROFILES["quick"]
+    cold = {w.id: w for w in FORK_WORKLOADS if w.kind == "pub1-cold"}
+    assert sorted(w.concurrency for w in cold.values()) == [1, 100, 2000]
+    for workload in cold.values():
+        spec = base_spec(quick, workload, "nsq_ha")
+        assert (spec["workload"], spec["keyed"], spec["concurrency"]) == (
+            "pub1-cold",
+            True,
+            workload.concurrency,
+        )
+    assert base_spec(quick, cold["fork-keyed-cold-1"], "nsq_ha")["n"] == quick.n_slow
+
+
+def test_the_cpu_table_is_workload_by_client_in_thousands() -> None:
+    from nsq_ha.bench.cpu import CpuBench, CpuCell
+
+    bench = Bench(PROFILES["quick"], use_fork=False)
+    cpu = CpuBench(bench)
+    cpu.cells = {
+        ("consume", "nsq_ha"): CpuCell((2000, 6000), [1_000_000_000, 1_274_400_000]),
+        ("consume", "pynsq"): CpuCell((2000, 6000), [900_000_000], error="exit 1"),
+    }
+    table = cpu.markdown()
+    assert "| consume, FIN each (RDY 2500) | 2,000, 6,000 | 68.6 | failed |" in table
+    assert "| nsq_ha | pynsq |" in table
+    assert "`consume` pynsq failed: exit 1" in cpu.render()
+    record = cpu.as_json()["results"]["consume/nsq_ha"]
+    assert record["instructions_per_message"] == pytest.approx(68_600.0)
+    assert record["ir"] == [1_000_000_000, 1_274_400_000]
+
+
+def test_nsq_ha_bench_takes_the_cpu_flag() -> None:
+    from nsq_ha.cli import build_parser
+
+    assert build_parser().parse_args(["bench", "--cpu", "--no-peers"]).cpu is True
+    assert build_parser().parse_args(["bench"]).cpu is False
