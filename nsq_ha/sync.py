@@ -43,6 +43,7 @@ from nsq_ha.consumer import Consumer as AsyncConsumer
 from nsq_ha.consumer import Message as AsyncMessage
 from nsq_ha.consumer.checks import check_requeue_delay
 from nsq_ha.consumer.config import OPTIONS, GiveUp, make_config
+from nsq_ha.consumer.positions import StartPosition
 from nsq_ha.durations import optional_seconds
 from nsq_ha.errors import (
     ConsumerClosedError,
@@ -392,6 +393,7 @@ class Consumer:
         with_offsets: bool = False,
         partitions: Iterable[int] | None = None,
         member: tuple[int, int] | None = None,
+        start: StartPosition | None = None,
         desired_tag: str | None = None,
         ext_filter: ExtFilter | None = None,
         max_attempts: int = 15,

@@ -22,6 +22,7 @@ from nsq_ha.consumer.checks import (
     check_requeue_delay,
 )
 from nsq_ha.consumer.message import Message
+from nsq_ha.consumer.positions import StartPosition, check_start
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
 from nsq_ha.lookup import LookupClient
@@ -54,8 +55,9 @@ class ConsumerConfig:
     :class:`~nsq_ha.connection.ConnectionConfig` (the Consumer's ``config=`` keyword);
     ``msg_timeout``, ``sample_rate``, ``desired_tag`` and ``ext_filter`` override it when given
     (:meth:`connection_config`). Values are normalized: ``nsqd`` becomes a tuple of distinct
-    addresses, ``lookupd`` a tuple, ``partitions`` a frozenset, ``member`` a pair of ints, and
-    every duration a float.
+    addresses, ``lookupd`` a tuple, ``partitions`` a frozenset, ``member`` a pair of ints,
+    ``start`` ``"earliest"``, ``"latest"``, float Unix seconds or a dict, and every duration a
+    float.
     """
 
     topic: str
@@ -68,6 +70,7 @@ class ConsumerConfig:
     with_offsets: bool = False
     partitions: Iterable[int] | None = None
     member: tuple[int, int] | None = None
+    start: StartPosition | None = None
     desired_tag: str | None = None
     ext_filter: ExtFilter | None = None
     max_attempts: int = 15
@@ -128,6 +131,12 @@ class ConsumerConfig:
         put(self, "member", check_member(self.member))
         if self.member is not None and self.nsqd is not None:
             raise ConfigError("member= needs the partition map: use lookupd= or lookup=")
+        put(self, "start", check_start(self.start, partitions=self.partitions, member=self.member))
+        if self.start is not None and self.nsqd is not None:
+            raise ConfigError(
+                "start= needs nsqlookupd (lookupd= or lookup=): it is applied on each "
+                "partition's leader (fork), or decided from the topic's channels (vanilla)"
+            )
         if self.connection is not None and not isinstance(self.connection, ConnectionConfig):
             raise ConfigError("config must be a ConnectionConfig")
         self.connection_config()  # the overrides must make a valid ConnectionConfig too

@@ -35,6 +35,7 @@ from nsq_ha.consumer.drain import drain
 from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.handout import Intake
 from nsq_ha.consumer.message import Message
+from nsq_ha.consumer.positions import ADMIN_TIMEOUT, StartPosition, move, move_all
 from nsq_ha.consumer.runners import BatchHandler, Handler
 from nsq_ha.consumer.slots import AnswerPolicy, ConnKey, SlotContext, Tally
 from nsq_ha.consumer.tasks import Background
@@ -62,6 +63,19 @@ class Consumer:
       message carries its queue ``offset`` and ``raw_size`` (as ordered subscriptions' do)
       while delivery stays unordered, at full ``max_in_flight``; vanilla nsqd refuses it.
     * ``partitions``: consume only these; ``member=(i, n)``: only partitions ``p % n == i``.
+    * ``start``: where a **new** channel starts: ``"earliest"`` (the first retained message),
+      ``"latest"`` (the end: what the fork does anyway), a time (Unix seconds, or an aware
+      :class:`~datetime.datetime`; a naive one is refused; applied to the second, rounded down)
+      or ``{partition: offset}`` (queue offsets, e.g. a message's ``offset``; partitions not named
+      start at the end). Applied before the partition's first SUB when its leader does not have
+      the channel yet; an existing channel keeps its position (a restarted consumer does not
+      rewind its group). Two consumers of one channel starting at the same moment may both find
+      it new: the second then moves what the first may have begun to consume. Needs
+      ``lookupd=`` or ``lookup=``. Vanilla nsqd has no start position: ``"earliest"`` holds on a
+      topic's first channel, ``"latest"`` on a later one, and :meth:`start` raises
+      :class:`~nsq_ha.errors.UnsupportedByServerError` for anything else (a time, offsets,
+      ``"earliest"`` on a topic that has other channels, ``"latest"`` on one that has none)
+      before subscribing. A partition that never had a message is at any position already.
     * ``desired_tag``, ``ext_filter``, ``msg_timeout`` (s), ``sample_rate``: sent in IDENTIFY.
     * ``max_attempts`` (0 = unlimited): a message delivered more often goes to ``on_give_up``
       instead of the handler, then is finished (a failing ``on_give_up`` requeues it). The
@@ -105,6 +119,7 @@ class Consumer:
         with_offsets: bool = False,
         partitions: Iterable[int] | None = None,
         member: tuple[int, int] | None = None,
+        start: StartPosition | None = None,
         desired_tag: str | None = None,
         ext_filter: ExtFilter | None = None,
         max_attempts: int = 15,
@@ -463,27 +478,43 @@ class Consumer:
 
     async def seek(
         self,
-        partition: int,
+        partition: int | None = None,
         *,
         offset: int | None = None,
         timestamp: float | None = None,
         end: bool = False,
         count: int | None = None,
     ) -> None:
-        """Move this channel's read position in ``partition`` (fork, cluster mode).
+        """Move this channel's read position in ``partition``, or, without one, in every
+        partition this consumer reads (``partitions=``/``member=``), at once (fork, cluster mode).
 
-        Give one of ``offset`` (queue byte offset, e.g. a message's ``offset``), ``timestamp``
-        (Unix seconds: the first message at or after it), ``count`` (the N-th message, from 1)
-        or ``end=True`` (skip the backlog). Sent to the partition's leader as
-        ``POST /channel/setoffset`` (:class:`~nsq_ha.admin.NsqdAdmin`; a refusal is an
-        :class:`~nsq_ha.admin.AdminError`). nsqd first delivers what it had already read ahead
-        (a message in flight, and possibly one more); on ordered channels that is one message.
+        Give one of ``offset`` (queue byte offset, e.g. a message's ``offset``; for every
+        partition only ``0``, the start), ``timestamp`` (Unix seconds: the first message at or
+        after it), ``count`` (the N-th message, from 1) or ``end=True`` (skip the backlog). Sent
+        to each partition's leader as ``POST /channel/setoffset``
+        (:class:`~nsq_ha.admin.NsqdAdmin`; a refusal is an :class:`~nsq_ha.admin.AdminError`;
+        without a partition, one that names the partitions moved and those that failed). A
+        partition that never had a message is at any position already: done, not an error.
+        nsqd first delivers what it had already read ahead (a message in flight, and possibly
+        one more); on ordered channels that is one message.
         """
         position = seek_position(offset=offset, timestamp=timestamp, count=count, end=end)
+        if partition is None:
+            if offset:
+                raise ConfigError(
+                    f"offset={offset} is a queue offset of one partition: give the partition "
+                    "(seek(p, offset=...)), or move every partition with offset=0, timestamp=, "
+                    "count= or end=True"
+                )
+            moved = await move_all(
+                await self._discovery.leaders(), self.topic, self.channel, position
+            )
+            log.info("%s/%s partitions %s: seek to %s", self.topic, self.channel, moved, position)
+            return
         check_count(partition, "partition", 0)
         node = await self._discovery.leader(partition)
-        async with NsqdAdmin(node.http_url) as nsqd:
-            await nsqd.set_offset(self.topic, self.channel, partition, position)
+        async with NsqdAdmin(node.http_url, timeout=ADMIN_TIMEOUT) as nsqd:
+            await move(nsqd, self.topic, self.channel, partition, position)
         log.info("%s/%s partition %d: seek to %s", self.topic, self.channel, partition, position)
 
     # -- closing ------------------------------------------------------------------------------

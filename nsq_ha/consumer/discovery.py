@@ -12,6 +12,10 @@ Subscribing (§2.3): ``SUB_ORDERED`` when ``ordered=True``, or when ``ordered=No
 lookup's ``meta.ordered`` says so, or after nsqd answered ``E_SUB_ORDER_IS_MUST``; otherwise
 ``SUB``. IDENTIFY carries ``extend_support`` exactly when the topic is an ext topic (``meta``,
 or nsqd's ``E_SUB_EXTEND_NEED``/``E_SUB_EXTEND_FORBIDDON``).
+
+Start positions (``start=``, :mod:`~nsq_ha.consumer.positions`): before the first SUB of each
+partition, a channel the leader does not have yet is created and moved there; vanilla nsqd is
+checked at start for what it cannot honour.
 """
 
 from __future__ import annotations
@@ -21,9 +25,17 @@ import logging
 import time
 
 from nsq_ha import events
+from nsq_ha.admin import NsqdAdmin
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer.config import ConsumerConfig
 from nsq_ha.consumer.flow import Flow
+from nsq_ha.consumer.positions import (
+    ADMIN_TIMEOUT,
+    channel_exists,
+    move,
+    refuse_on_vanilla,
+    start_body,
+)
 from nsq_ha.consumer.slots import ConnKey, Slot, SlotContext
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.errors import (
@@ -72,6 +84,12 @@ class Discovery:
         self._connecting: dict[ConnKey, asyncio.Task[None]] = {}
         self._failures: dict[ConnKey, tuple[int, float]] = {}
         self._leaders: dict[int, str] = {}
+        #: each (address, partition)'s node, from the fork's maps (for the start position)
+        self._nodes: dict[ConnKey, NodeInfo] = {}
+        #: partitions whose start position is settled (moved, existing, or none to apply)
+        self._placed: set[int] = set()
+        #: partitions whose channel this consumer created and has not moved yet
+        self._created: set[int] = set()
         self._refresh_handle: asyncio.TimerHandle | None = None
         self._refresh_due = 0.0
         self._warned_missing = False
@@ -94,6 +112,8 @@ class Discovery:
             pmap = await self._lookup.lookup(self.topic, "r", force=True)
         except TopicNotFoundError as exc:  # vanilla: the topic may appear later
             log.warning("%s: %s; waiting for it to appear", self.topic, exc)
+        if pmap is None or not pmap.fork:
+            refuse_on_vanilla(self._config.start, pmap, self.channel)
         self._lookup.watch(self.topic, "r", self._on_map)
         if pmap is not None:
             await self._reconcile(pmap, initial=True)
@@ -117,6 +137,24 @@ class Discovery:
 
     async def leader(self, partition: int) -> NodeInfo:
         """The leader of ``partition`` now (a fresh lookup): fork, cluster mode only."""
+        node = (await self._fork_map()).leader(partition)
+        if node is None:
+            raise ConfigError(f"{self.topic!r} has no partition {partition} listed now")
+        return node
+
+    async def leaders(self) -> dict[int, NodeInfo]:
+        """The leader of every partition this consumer reads (``partitions=``/``member=``)
+        now, from a fresh lookup: fork, cluster mode only."""
+        pmap = await self._fork_map()
+        wanted = {p: n for p, n in sorted(pmap.partitions.items()) if self._config.wants(p)}
+        if not wanted:
+            raise ConfigError(
+                f"{self.topic!r}: lookup lists none of the partitions this consumer reads "
+                f"({sorted(pmap.partitions)} listed); nothing was moved"
+            )
+        return wanted
+
+    async def _fork_map(self) -> PartitionMap:
         if self._lookup is None:
             raise UnsupportedByServerError(
                 "seek needs the fork in cluster mode, found through nsqlookupd (lookupd=)"
@@ -126,10 +164,7 @@ class Discovery:
             raise UnsupportedByServerError(
                 f"seek exists only on the fork; {self.topic!r} is on vanilla nsqd"
             )
-        node = pmap.leader(partition)
-        if node is None:
-            raise ConfigError(f"{self.topic!r} has no partition {partition} listed now")
-        return node
+        return pmap
 
     # -- the partition map --------------------------------------------------------------------
 
@@ -161,18 +196,19 @@ class Discovery:
         return wanted
 
     def _check_partitions_exist(self, pmap: PartitionMap, *, initial: bool) -> None:
-        """``partitions=`` naming a partition the topic does not have: refused at start (once
-        lookup's ``meta`` gives the partition count), logged as an error afterwards."""
-        chosen = self._config.partitions
-        if chosen is None or pmap.meta is None or pmap.meta.partition_num < 1:
+        """``partitions=`` or ``start=`` naming a partition the topic does not have: refused at
+        start (once lookup's ``meta`` gives the partition count), logged as an error afterwards."""
+        start = self._config.start
+        named = [("partitions=", self._config.partitions or ())]
+        named.append(("start=", start if isinstance(start, dict) else ()))
+        if pmap.meta is None or pmap.meta.partition_num < 1:
             return
         count = pmap.meta.partition_num
-        missing = sorted(p for p in chosen if p >= count)
-        if not missing:
+        missing = [(option, sorted(p for p in chosen if p >= count)) for option, chosen in named]
+        if not any(parts for _, parts in missing):
             return
-        text = (
-            f"topic {self.topic!r} has {count} partitions (0..{count - 1}); partitions= "
-            f"names {missing}, which it does not have"
+        text = f"topic {self.topic!r} has {count} partitions (0..{count - 1}); " + "; ".join(
+            f"{option} names {parts}, which it does not have" for option, parts in missing if parts
         )
         if initial:
             raise ConfigError(text)
@@ -197,6 +233,8 @@ class Discovery:
                 log.info("%s is an ordered topic: subscribing with SUB_ORDERED", self.topic)
                 self.use_ordered = True
             self._ext = pmap.extend_support
+        if pmap.fork:
+            self._nodes.update(((n.address, p), n) for p, n in pmap.partitions.items())
         wanted = self._wanted(pmap)
         self._check_partitions_exist(pmap, initial=initial)
         for address, partition in wanted:
@@ -285,6 +323,8 @@ class Discovery:
                 self._failed(key, exc, level=logging.ERROR)
 
     async def _subscribe(self, key: ConnKey, partition: int | None) -> None:
+        if partition is not None and partition not in self._placed:
+            await self._place(key, partition)
         for _ in range(_MODE_SWITCHES):  # nsqd may say the topic is ordered / ext: switch
             ordered = self.use_ordered
             slot = Slot(self._ctx, key, partition, ordered)
@@ -331,6 +371,57 @@ class Discovery:
             self._register(slot, conn)
             return
         raise ConfigError(f"{self.topic}: nsqd keeps refusing the subscription mode")
+
+    async def _place(self, key: ConnKey, partition: int) -> None:
+        """Before the partition's first SUB: create the channel at ``start`` if it is new."""
+        body = start_body(self._config.start, partition)
+        node = self._nodes.get(key)
+        if body is None or node is None:
+            self._placed.add(partition)  # nothing to apply (or no map: nsqd= addresses)
+            return
+        async with NsqdAdmin(node.http_url, timeout=ADMIN_TIMEOUT) as admin:
+            if partition not in self._created:
+                if await channel_exists(admin, self.topic, self.channel, partition):
+                    log.info(
+                        "%s/%s partition %d: the channel exists and keeps its position (start= "
+                        "applies to new channels)",
+                        self.topic,
+                        self.channel,
+                        partition,
+                    )
+                    self._placed.add(partition)
+                    return
+                await admin.create_channel(self.topic, self.channel, partition)
+                self._created.add(partition)
+            if self.use_ordered:  # ordered before it moves: SUB_ORDERED's own switch would
+                # reset the reader after the move and send the partition's first message twice
+                await admin.set_order(self.topic, self.channel, partition, ordered=True)
+            try:
+                await move(admin, self.topic, self.channel, partition, body)
+            except NsqError as exc:
+                if not decide(exc).retry:  # leave no channel behind at the wrong position
+                    await self._unmake(admin, partition)
+                raise
+        self._created.discard(partition)
+        self._placed.add(partition)
+        log.info("%s/%s partition %d: new channel at %s", self.topic, self.channel, partition, body)
+
+    async def _unmake(self, admin: NsqdAdmin, partition: int) -> None:
+        """Delete the channel this consumer made and could not move: a later start finds it
+        new again."""
+        try:
+            await admin.delete_channel(self.topic, self.channel, partition)
+        except NsqError as exc:
+            log.error(
+                "%s/%s partition %d: created, not moved to its start, and not deleted (%s): "
+                "it starts at the partition's end; seek it",
+                self.topic,
+                self.channel,
+                partition,
+                exc,
+            )
+            return
+        self._created.discard(partition)
 
     def _register(self, slot: Slot, conn: NsqdConnection) -> None:
         self.slots[slot.key] = slot

@@ -515,3 +515,78 @@ async def test_with_offsets_needs_the_fork(vanilla_cluster: VanillaCluster) -> N
     with pytest.raises(UnsupportedByServerError, match="with_offsets"):
         await consumer.start()
     await consumer.close()
+
+
+async def _listed(cluster: VanillaCluster, topic: str, channel: str | None = None) -> None:
+    """Wait (10 s at most) until nsqlookupd lists ``topic`` (and ``channel``): nsqd registers
+    them asynchronously."""
+    async with httpx.AsyncClient() as http, asyncio.timeout(10):
+        while True:
+            answer = await http.get(f"{cluster.lookupd_http}/lookup", params={"topic": topic})
+            if answer.status_code == 200 and (
+                channel is None or channel in answer.json().get("channels", [])
+            ):
+                return
+            await asyncio.sleep(0.05)
+
+
+def _channels_on_nsqd(cluster: VanillaCluster, topic: str) -> set[str]:
+    """The channels of ``topic`` every nsqd's /stats lists."""
+    names: set[str] = set()
+    for node in cluster.nodes:
+        data = httpx.get(
+            f"{node.http_url}/stats", params={"format": "json", "topic": topic}, timeout=5
+        ).json()
+        for entry in data.get("topics") or []:
+            names.update(c["channel_name"] for c in entry.get("channels") or [])
+    return names
+
+
+async def test_start_earliest_on_a_topics_first_channel_and_again_on_the_existing_channel(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    """vanilla nsqd hands a topic's first channel what the topic buffered: start="earliest"
+    is honoured there. Restarted on the channel (now existing), it keeps its position."""
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    await publish(address, topic, [b"old-%d" % i for i in range(20)])
+    await _listed(vanilla_cluster, topic)
+    lookupd = vanilla_cluster.lookupd_http
+    async with Consumer(topic, "first", lookupd=lookupd, start="earliest") as consumer:
+        got = await collect(consumer, 20, within=20)
+    assert sorted(m.body for m in got) == sorted(b"old-%d" % i for i in range(20))
+    await _listed(vanilla_cluster, topic, "first")
+    await publish(address, topic, [b"new"])
+    async with Consumer(topic, "first", lookupd=lookupd, start="earliest") as consumer:
+        again = await collect(consumer, 1, within=20)
+    assert [m.body for m in again] == [b"new"]
+
+
+@pytest.mark.parametrize(
+    ("start", "other_channel", "why"),
+    [
+        pytest.param(1_700_000_000, False, "needs the fork", id="timestamp"),
+        pytest.param({0: 0}, False, "needs the fork", id="offsets"),
+        pytest.param("earliest", True, "only messages published after", id="earliest-not-first"),
+        pytest.param("latest", False, "everything the topic holds", id="latest-first"),
+    ],
+)
+async def test_vanilla_refuses_a_start_it_cannot_honour_before_subscribing(
+    vanilla_cluster: VanillaCluster, start: object, other_channel: bool, why: str
+) -> None:
+    topic = _topic()
+    address = vanilla_cluster.nodes[0].tcp_address
+    await publish(address, topic, [b"held"])
+    if other_channel:
+        async with Consumer(topic, "other", nsqd=address) as other:
+            assert len(await collect(other, 1, within=20)) == 1
+        await _listed(vanilla_cluster, topic, "other")
+    else:
+        await _listed(vanilla_cluster, topic)
+    lookupd = vanilla_cluster.lookupd_http
+    consumer = Consumer(topic, "mine", lookupd=lookupd, start=start)  # type: ignore[arg-type]
+    with pytest.raises(UnsupportedByServerError, match=why):
+        await consumer.start()
+    assert consumer.connections == {}
+    await consumer.close()
+    assert "mine" not in _channels_on_nsqd(vanilla_cluster, topic)  # never subscribed

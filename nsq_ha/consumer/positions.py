@@ -1,0 +1,232 @@
+"""Where a consumer's channel starts (``start=``) and moves to (:meth:`Consumer.seek`).
+
+``start`` is applied only to a **new** channel: one the partition's leader does not have when
+the consumer first subscribes that partition. An existing channel keeps its position, so a
+restarted consumer never rewinds its group. On the fork, before the partition's first SUB, the
+consumer asks the leader's ``/stats`` whether the channel exists; if not, it creates it
+(``/channel/create``) and moves it (``/channel/setoffset``), as ``nsq-ha tail --from`` does.
+
+Why not SUB_ADVANCED's start token (PROTOCOL.md §2.3.1): nsqd applies it whenever the
+subscriber is the channel's only client, which a restarted consumer is (it would rewind its
+group); with a partition the line has 5 tokens, and nsqd then ignores the partition; an ordered
+topic refuses SUB_ADVANCED; and on a partition without a message it fails the SUB.
+
+What is left to chance: two consumers of one channel that start at the same moment may both
+find it new; the second's move then rewinds (or skips) what the first consumed in between.
+
+Vanilla nsqd has no start position: a topic's first channel gets what the topic buffered, a
+later channel only new messages. ``earliest`` is honoured on a topic without channels, ``latest``
+on a topic with one; a timestamp or offsets never. :func:`refuse_on_vanilla` refuses the rest
+with :class:`~nsq_ha.errors.UnsupportedByServerError` before anything is subscribed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import numbers
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Literal, TypeAlias
+
+from nsq_ha.admin import AdminError, NsqdAdmin, seek_position
+from nsq_ha.durations import seconds
+from nsq_ha.errors import ConfigError, UnsupportedByServerError
+from nsq_ha.lookup import NodeInfo, PartitionMap
+
+__all__ = [
+    "ADMIN_TIMEOUT",
+    "Start",
+    "StartPosition",
+    "channel_exists",
+    "check_start",
+    "move",
+    "move_all",
+    "refuse_on_vanilla",
+    "start_body",
+]
+
+log = logging.getLogger(__name__)
+
+#: what ``start=`` accepts: ``"earliest"``, ``"latest"``, a time (Unix seconds, or an aware
+#: datetime), or a queue offset per partition
+StartPosition: TypeAlias = Literal["earliest", "latest"] | float | datetime | Mapping[int, int]
+#: a checked ``start``: ``"earliest"``, ``"latest"``, float Unix seconds, or a dict
+Start: TypeAlias = str | float | dict[int, int]
+
+_WORDS = ("earliest", "latest")
+#: the deadline of each HTTP call a start or a seek makes to a partition's leader (s)
+ADMIN_TIMEOUT = 10.0
+#: the largest queue offset nsqd can hold (int64)
+_MAX_OFFSET = 2**63 - 1
+#: what the fork answers a seek into a partition that never had a message
+_EMPTY_LOG = "commit log end of file"
+
+
+def check_start(
+    value: object, *, partitions: Iterable[int] | None, member: tuple[int, int] | None
+) -> Start | None:
+    """``start=`` checked and normalized, or :class:`ConfigError` saying what is accepted."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value not in _WORDS:
+            raise ConfigError(
+                f"start must be 'earliest', 'latest', Unix seconds, an aware datetime or "
+                f"{{partition: offset}}, got {value!r}"
+            )
+        return value
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ConfigError(
+                f"start={value!r} has no tzinfo: give an aware datetime "
+                "(datetime(..., tzinfo=UTC)) or Unix seconds"
+            )
+        return seconds(value.timestamp(), "start (a time)", zero=True)
+    if isinstance(value, numbers.Real):  # seconds() refuses bools, NaN, infinities, < 0
+        return seconds(value, "start (Unix seconds)", zero=True)
+    if isinstance(value, Mapping):
+        chosen = None if partitions is None else frozenset(partitions)
+        return _check_offsets(value, chosen, member)
+    raise ConfigError(
+        "start must be 'earliest', 'latest', Unix seconds, an aware datetime or "
+        f"{{partition: offset}}, got {type(value).__name__} {value!r:.60}"
+    )
+
+
+def _check_offsets(
+    value: Mapping[object, object],
+    partitions: frozenset[int] | None,
+    member: tuple[int, int] | None,
+) -> dict[int, int]:
+    offsets: dict[int, int] = {}
+    for partition, offset in value.items():
+        if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+            raise ConfigError(f"start: a partition must be an int >= 0, got {partition!r}")
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise ConfigError(
+                f"start: partition {partition}'s offset must be an int, not {offset!r}"
+            )
+        if not 0 <= offset <= _MAX_OFFSET:
+            raise ConfigError(
+                f"start: partition {partition}'s offset must be 0 .. 2**63-1, got {offset}"
+            )
+        offsets[partition] = offset
+    if not offsets:
+        raise ConfigError("start={} names no partition: give {partition: offset, ...} or None")
+    others = sorted(
+        p
+        for p in offsets
+        if (partitions is not None and p not in partitions)
+        or (member is not None and p % member[1] != member[0])
+    )
+    if others:
+        raise ConfigError(
+            f"start names partitions {others}, which this consumer does not read "
+            "(partitions=/member=): leave them out"
+        )
+    return offsets
+
+
+def start_body(start: StartPosition | None, partition: int) -> str | None:
+    """The ``/channel/setoffset`` body a new channel's ``partition`` is moved to (``None``:
+    leave it where the fork starts a new channel, the partition's end)."""
+    if start is None or start == "latest":
+        return None
+    if start == "earliest":
+        return seek_position(offset=0)
+    if isinstance(start, Mapping):
+        offset = start.get(partition)
+        return None if offset is None else seek_position(offset=offset)
+    if isinstance(start, float):
+        return seek_position(timestamp=start)  # rounded down to the second
+    raise ConfigError(f"start={start!r} was not checked (ConsumerConfig checks it)")
+
+
+def refuse_on_vanilla(start: StartPosition | None, pmap: PartitionMap | None, channel: str) -> None:
+    """Refuse a ``start`` vanilla nsqd cannot honour for ``channel`` (``pmap`` None: lookupd
+    does not know the topic yet, so the channel will be its first)."""
+    if start is None:
+        return
+    if not isinstance(start, str):
+        what = "offsets" if isinstance(start, Mapping) else "a time"
+        raise UnsupportedByServerError(
+            f"start at {what} needs the fork: vanilla nsqd has no start position (the fork's "
+            "/channel/setoffset); leave start= out"
+        )
+    channels = () if pmap is None else pmap.channels
+    if channel in channels:
+        return  # an existing channel keeps its position, on vanilla as on the fork
+    others = sorted(c for c in channels if c != channel)
+    if start == "earliest" and others:
+        raise UnsupportedByServerError(
+            f"start='earliest': vanilla nsqd gives a new channel only messages published after "
+            f"it exists, and the topic already has channels {', '.join(others)}; read one of "
+            "them, or leave start= out"
+        )
+    if start == "latest" and not others:
+        raise UnsupportedByServerError(
+            "start='latest': vanilla nsqd hands a topic's first channel everything the topic "
+            "holds, and this topic has no channel yet; leave start= out"
+        )
+
+
+# -- moving channels (the fork) --------------------------------------------------------------
+
+
+async def move(admin: NsqdAdmin, topic: str, channel: str, partition: int, body: str) -> None:
+    """``/channel/setoffset``; a partition that never had a message is at any position
+    already (the fork answers ``commit log end of file``): done, not an error."""
+    try:
+        await admin.set_offset(topic, channel, partition, body)
+    except AdminError as exc:
+        if _EMPTY_LOG not in str(exc):
+            raise
+        log.info("%s/%s partition %d is empty: already at %s", topic, channel, partition, body)
+
+
+async def channel_exists(admin: NsqdAdmin, topic: str, channel: str, partition: int) -> bool:
+    """True when the leader's ``/stats`` lists ``channel`` in ``partition``."""
+    entries = await admin.stats(topic, partition, channel=channel, clients=False)
+    return any(_lists(entry, channel) for entry in entries)
+
+
+def _lists(entry: Mapping[str, object], channel: str) -> bool:
+    channels = entry.get("channels")
+    if not isinstance(channels, list):
+        return False
+    return any(isinstance(c, dict) and c.get("channel_name") == channel for c in channels)
+
+
+async def move_all(
+    leaders: Mapping[int, NodeInfo],
+    topic: str,
+    channel: str,
+    body: str,
+    *,
+    timeout: float = ADMIN_TIMEOUT,  # noqa: ASYNC109 - each HTTP call's deadline
+) -> list[int]:
+    """Move ``channel`` to ``body`` on every partition of ``leaders`` at once; the partitions
+    moved, or an :class:`AdminError` naming those moved and those that failed (the first
+    failure as its cause)."""
+
+    async def one(partition: int, node: NodeInfo) -> None:
+        async with NsqdAdmin(node.http_url, timeout=timeout) as admin:
+            await move(admin, topic, channel, partition, body)
+
+    items = sorted(leaders.items())
+    results = await asyncio.gather(*(one(p, n) for p, n in items), return_exceptions=True)
+    moved = [p for (p, _), r in zip(items, results, strict=True) if r is None]
+    failed = [(p, r) for (p, _), r in zip(items, results, strict=True) if r is not None]
+    for _, result in failed:
+        if not isinstance(result, Exception):
+            raise result  # a cancellation, or KeyboardInterrupt: not a failed seek
+    if failed:
+        done = f"partitions {', '.join(map(str, moved))} moved" if moved else "none moved"
+        reasons = "; ".join(f"partition {p}: {r}" for p, r in failed)
+        again = ", ".join(str(p) for p, _ in failed)
+        raise AdminError(
+            f"seek of {topic}/{channel} to {body}: {done}; {reasons}. Seek those again "
+            f"(seek(partition, ...) for {again})"
+        ) from failed[0][1]
+    return moved
