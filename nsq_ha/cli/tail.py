@@ -16,6 +16,11 @@ new messages; tail refuses a ``--from`` vanilla cannot honour, saying why.
 (nsqd's ``/stats``, polled while messages are printed), i.e. once the backlog is printed and
 finished.
 
+Offsets: on the fork every line has its message's partition and queue offset: tail subscribes
+plain topics with ``SUB_ADVANCED`` (``with_offsets=True``; ordered topics get ``SUB_ORDERED``,
+which carries them too). Vanilla nsqd has neither: ``--format`` prints ``-`` for them, ``--json``
+``null``, and the default line is ``[-] body``.
+
 Output (:class:`~nsq_ha.cli.stdout.Stdout`): a message is finished only once its line is
 written. Lines are written from a thread, so a stdout nobody reads never blocks the event loop:
 Ctrl-C then gives the message being printed back (REQ) and exits 130. A reader that goes away
@@ -62,6 +67,7 @@ __all__ = [
     "message_json",
     "parse_start",
     "run_tail",
+    "wants_offsets",
 ]
 
 if TYPE_CHECKING:
@@ -85,13 +91,18 @@ def add_tail_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ordered", action="store_true", help="subscribe with SUB_ORDERED")
     parser.add_argument("-n", dest="count", type=int, metavar="N", help="exit after N messages")
     shape = parser.add_mutually_exclusive_group()
-    shape.add_argument("--json", action="store_true", help="one JSON object per message")
+    shape.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per message (null for what it lacks, e.g. vanilla's offset)",
+    )
     shape.add_argument(
         "--format",
         dest="template",
         metavar="TEMPLATE",
         help="a Python format string per message over the fields "
-        f"{', '.join(FIELDS)}, e.g. '{{partition}}@{{offset}} {{body}}'",
+        f"{', '.join(FIELDS)}, e.g. '{{partition}}@{{offset}} {{body}}'; a field the message "
+        "lacks prints '-' (vanilla nsqd: partition, offset, trace_id; tag, ext without a header)",
     )
     parser.add_argument(
         "--partition", type=int, action="append", metavar="P", help="only these (repeatable)"
@@ -327,6 +338,14 @@ async def _watch_end(
         await asyncio.sleep(_AT_END_POLL)
 
 
+def wants_offsets(pmap: PartitionMap | None, *, ordered: bool) -> bool:
+    """Whether tail subscribes with ``SUB_ADVANCED``: on every fork topic, so each line has its
+    message's queue offset (``SUB_ORDERED`` carries it anyway, and an ordered topic gets that
+    whatever tail asks); never on vanilla nsqd (it has no offsets and refuses the command) nor
+    when nothing says the nsqd is the fork (``--nsqd`` gives no partition map)."""
+    return pmap is not None and pmap.fork and not ordered
+
+
 def _http_client() -> httpx.AsyncClient:
     import httpx
 
@@ -369,13 +388,12 @@ async def run_tail(args: argparse.Namespace) -> int:
             pmap = await existing_map(admin.lookup, topic, "r")
         if pmap is None or not pmap.fork:
             _check_vanilla_start(start, pmap, channel, named)
-        template_offsets = args.template is not None and "{offset" in args.template
         consumer = Consumer(
             topic,
             channel,
             **where.client_kwargs(),
             ordered=True if args.ordered else None,
-            with_offsets=bool(pmap and pmap.fork and template_offsets and not args.ordered),
+            with_offsets=wants_offsets(pmap, ordered=args.ordered),
             partitions=partitions,
             max_in_flight=min(args.count, 100) if args.count else 100,
             desired_tag=args.desired_tag,

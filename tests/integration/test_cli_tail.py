@@ -2,13 +2,16 @@
 each, a real pipe) on the embedded cluster and on the real fork: a reader that goes away
 (``tail | head -1``) ends tail at once with status 0, the message it held given back and its
 ephemeral channel gone; Ctrl-C ends it even while nobody reads its stdout; a bad ``--timeout``
-is refused before any channel is made."""
+is refused before any channel is made; every line on a plain fork topic carries its message's
+partition and queue offset (``--format``, ``--json`` and the default line), and on vanilla nsqd,
+which has neither, the fields print ``-`` (``null`` in ``--json``)."""
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +24,7 @@ import pytest
 
 from nsq_ha.admin import NsqdAdmin, TopicSpec
 from nsq_ha.producer import Producer
+from nsq_ha.testing.servers import VanillaCluster
 
 from .backend import Backend
 from .cli_run import json_lines, nsq_ha, ok, one_line_error
@@ -30,6 +34,7 @@ T_DURABLE = TopicSpec("nsqha_cli_tail_durable", partitions=2)
 T_IDLE = TopicSpec("nsqha_cli_tail_idle", partitions=1)
 T_UNREAD = TopicSpec("nsqha_cli_tail_unread", partitions=2)
 T_BAD = TopicSpec("nsqha_cli_tail_bad", partitions=1)
+T_OFFSETS = TopicSpec("nsqha_cli_tail_offsets", partitions=2)
 
 #: more than a pipe holds (64 KiB on Linux): tail cannot print them all before the reader goes
 MANY = 2000
@@ -40,7 +45,7 @@ PROMPT = 5.0
 
 @pytest.fixture(scope="module")
 def cluster(backend: Backend) -> Backend:
-    backend.ensure_topics([T_HEAD, T_DURABLE, T_IDLE, T_UNREAD, T_BAD])
+    backend.ensure_topics([T_HEAD, T_DURABLE, T_IDLE, T_UNREAD, T_BAD, T_OFFSETS])
     return backend
 
 
@@ -225,3 +230,95 @@ def test_a_bad_timeout_is_refused_before_any_channel_is_made(cluster: Backend, v
     assert "Traceback" not in proc.stderr
     assert time.monotonic() - started < PROMPT
     assert channel_stats(cluster, T_BAD.name) == {}
+
+
+# -- partition and offset on every line -----------------------------------------------------------
+
+#: (partition, offset, body) of a printed line, per output shape
+Where = tuple[int | None, int | None, str]
+#: the argv and the parser of each output shape: the template of the README, JSON, the default
+SHAPES = {
+    "format": ("--format", "{partition}@{offset} {body}"),
+    "json": ("--json",),
+    "default": (),
+}
+
+
+def _number(text: str) -> int | None:
+    return None if text == "-" else int(text)
+
+
+def _json_int(value: object) -> int | None:
+    assert value is None or type(value) is int, value
+    return value
+
+
+def parse_lines(shape: str, out: str) -> list[Where]:
+    """Each printed line as (partition, offset, body); a line of another shape fails."""
+    if shape == "json":
+        return [
+            (_json_int(m["partition"]), _json_int(m["offset"]), str(m["body"]))
+            for m in json_lines(out)
+        ]
+    pattern = r"(-|\d+)@(-|\d+) (.*)" if shape == "format" else r"\[(-|\d+)(?:@(\d+))?\] (.*)"
+    found: list[Where] = []
+    for line in out.splitlines():
+        match = re.fullmatch(pattern, line)
+        assert match is not None, f"{line!r} is not {shape!r}'s line"
+        found.append((_number(match[1]), _number(match[2] or "-"), match[3]))
+    return found
+
+
+async def _publish_traced(lookupd: str, topic: str, count: int) -> set[Where]:
+    """Publish ``count`` messages with PUB_TRACE (whose answer carries the offset nsqd stored
+    each at), alternating partitions 0 and 1."""
+    where: set[Where] = set()
+    async with Producer(lookupd=lookupd) as producer:
+        for i in range(count):
+            body = f"offset-{i}"
+            result = await producer.publish(
+                topic, body.encode(), partition=i % 2, trace_id=7000 + i
+            )
+            assert result.offset is not None, result
+            where.add((result.partition, result.offset, body))
+    return where
+
+
+@pytest.fixture(scope="module")
+def traced(cluster: Backend) -> set[Where]:
+    """What was published to ``T_OFFSETS``: (partition, offset, body) as nsqd answered."""
+    return asyncio.run(_publish_traced(cluster.lookupd_http, T_OFFSETS.name, 8))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_line_carries_its_partition_and_offset_on_a_plain_fork_topic(
+    cluster: Backend, traced: set[Where], shape: str
+) -> None:
+    """A plain (unordered) 2-partition topic: each line shows the partition and the queue
+    offset nsqd stored the message at (the offset PUB_TRACE answered), whichever the output."""
+    argv = ["--lookupd", cluster.lookupd_http, "--topic", T_OFFSETS.name, "--exit-at-end"]
+    out = ok(nsq_ha("tail", *argv, *SHAPES[shape], "--timeout", "60"))
+    printed = parse_lines(shape, out)
+    assert sorted(printed, key=str) == sorted(traced, key=str), out
+    assert channels_left(cluster, T_OFFSETS.name) == set()
+
+
+@pytest.mark.vanilla
+@pytest.mark.parametrize("shape", SHAPES)
+def test_vanilla_lines_show_a_dash_for_partition_and_offset(
+    vanilla_cluster: VanillaCluster, shape: str
+) -> None:
+    """Vanilla nsqd has no partitions and no offsets: ``{partition}`` and ``{offset}`` print
+    ``-`` (``null`` in ``--json``, the default line is ``[-] body``), and tail still
+    subscribes with a plain SUB, which vanilla accepts."""
+    topic = f"nsqha_cli_tail_vanilla_{shape}"
+    vanilla_cluster.create_topic(topic)
+    asyncio.run(_publish_plain(vanilla_cluster.lookupd_http, topic, ["v0", "v1", "v2"]))
+    argv = ["--lookupd", vanilla_cluster.lookupd_http, "--topic", topic, "--exit-at-end"]
+    out = ok(nsq_ha("tail", *argv, *SHAPES[shape], "--timeout", "60"))
+    assert sorted(parse_lines(shape, out), key=str) == [(None, None, f"v{i}") for i in range(3)]
+
+
+async def _publish_plain(lookupd: str, topic: str, bodies: list[str]) -> None:
+    async with Producer(lookupd=lookupd) as producer:
+        await producer.publish_many(topic, [body.encode() for body in bodies])

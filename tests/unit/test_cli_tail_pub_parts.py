@@ -8,8 +8,9 @@ import pytest
 
 from nsq_ha.cli import build_parser
 from nsq_ha.cli.pub import TokenBucket, parse_delimiter, parse_rate
-from nsq_ha.cli.tail import FIELDS, Start, check_template, parse_start
+from nsq_ha.cli.tail import FIELDS, Start, check_template, parse_start, wants_offsets
 from nsq_ha.cli.where import CliError
+from nsq_ha.lookup.wire import PartitionMap
 from nsq_ha.routing import DEFAULT_STRATEGY, STRATEGIES
 
 
@@ -203,3 +204,29 @@ def test_pub_help_names_the_strategies_the_summary_and_the_exit_statuses(
     assert "not a terminal" in text
     assert "1: some record failed" in text
     assert "130: Ctrl-C" in text
+
+
+@pytest.mark.parametrize(
+    ("pmap", "ordered", "asked"),
+    [
+        (PartitionMap("t", "r", fork=True), False, True),  # a plain fork topic: SUB_ADVANCED
+        (PartitionMap("t", "r", fork=True), True, False),  # --ordered: SUB_ORDERED has them
+        (PartitionMap("t", "r"), False, False),  # vanilla nsqlookupd: no offsets, plain SUB
+        (None, False, False),  # --nsqd: nothing says it is the fork
+    ],
+)
+def test_tail_asks_for_offsets_on_every_fork_topic(
+    pmap: PartitionMap | None, ordered: bool, asked: bool
+) -> None:
+    """Whatever the output shape (--format, --json, the default line), tail on the fork
+    subscribes so that every message carries its offset; never on vanilla."""
+    assert wants_offsets(pmap, ordered=ordered) is asked
+
+
+def test_tail_help_says_what_a_missing_field_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["tail", "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "a field the message lacks prints '-' (vanilla nsqd: partition, offset" in text, text
+    assert "null for what it lacks" in text, text
