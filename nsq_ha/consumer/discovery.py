@@ -48,6 +48,7 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
+from nsq_ha.lookup.failures import missing_on_fork
 from nsq_ha.redact import redact_text as redact
 from nsq_ha.retry import decide
 
@@ -178,10 +179,7 @@ class Discovery:
                 )
             return {(node.address, -1): None for node in pmap.producers}
         if pmap.partition_num == 0 and not pmap.partitions:
-            raise TopicNotFoundError(
-                f"topic {self.topic!r} does not exist in the cluster: on the fork, topics are "
-                "created by an operator with nsqlookupd POST /topic/create"
-            )
+            raise missing_on_fork(self.topic)
         wanted: dict[ConnKey, int | None] = {}
         for partition, node in sorted(pmap.partitions.items()):
             if config.wants(partition):

@@ -26,7 +26,7 @@ import pytest
 from nsq_ha import sync
 from nsq_ha.consumer import Consumer, Message
 from nsq_ha.devcluster import DevClusterThread
-from nsq_ha.errors import ConfigError, MessageResponseError
+from nsq_ha.errors import ConfigError, MessageResponseError, TopicNotFoundError
 from nsq_ha.producer import Producer
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
 
@@ -324,6 +324,22 @@ async def test_fork_unknown_partition_is_refused_at_start(fork_cluster: ForkClus
         await consumer.close()
     async with Consumer(topic, "c", lookupd=fork_cluster.lookupd_http, partitions=[1]) as good:
         assert [key[1] for key in good.connections] == [1]
+
+
+@pytest.mark.fork
+async def test_an_unknown_fork_topic_names_the_command_and_the_admin_call_that_create_it(
+    fork_cluster: ForkCluster,
+) -> None:
+    """A consumer of a topic the fork does not have says how to create one: the command line's
+    nsq-ha topic create and LookupdAdmin.create_topic, not nsqlookupd's raw HTTP call."""
+    consumer = Consumer("ch_no_such_topic", "c", lookupd=fork_cluster.lookupd_http)
+    async with asyncio.timeout(30):
+        with pytest.raises(TopicNotFoundError) as raised:
+            await consumer.start()
+        await consumer.close()
+    text = str(raised.value)
+    assert "nsq-ha topic create" in text, text
+    assert "LookupdAdmin.create_topic" in text, text
 
 
 @pytest.mark.devcluster(nodes=1)
