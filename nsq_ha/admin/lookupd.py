@@ -31,6 +31,7 @@ from nsq_ha.durations import seconds
 from nsq_ha.errors import (
     ConfigError,
     LookupdUnavailableError,
+    NsqError,
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import LookupClient
@@ -47,6 +48,7 @@ from nsq_ha.lookup.wire import (
 from nsq_ha.protocol.names import validate_channel
 
 from .answers import fetch, within
+from .exists import ALREADY_EXISTS, TopicExistsError
 from .nsqd import AdminError, NsqdAdmin, PartitionEmptyError, seek_position
 from .spec import TopicSpec
 
@@ -224,8 +226,9 @@ class LookupdAdmin:
         """Create a topic; with ``wait`` return its ``access=w`` map once every partition has a
         leader. Without ``ordered`` or ``multi_part`` the fork needs nodes >= partitions x
         replicas. ``durable`` is ``sync_every=1`` (see :class:`TopicSpec`). Re-creating with the
-        same parameters succeeds; different ones raise :class:`AdminError` (``already
-        exist``). ``timeout`` bounds the whole call, from its start."""
+        same parameters succeeds; different ones raise :class:`TopicExistsError` (an
+        :class:`AdminError` naming the existing topic's partitions, replicas and flags).
+        ``timeout`` bounds the whole call, from its start."""
         timeout = seconds(timeout, "timeout")
         deadline = time.monotonic() + timeout
         spec = TopicSpec.with_durability(
@@ -259,12 +262,19 @@ class LookupdAdmin:
         # right after start-up the coordinator may not know every node yet, so "No node is
         # available" is retried for a while; for longer it means too few nodes
         patience = min(deadline, time.monotonic() + _NODES_PATIENCE)
+        checked = False
         while True:
             try:
                 await self.post("/topic/create", spec.query())
                 return
             except AdminError as exc:
                 no_node = "No node is available" in str(exc)
+                if ALREADY_EXISTS in str(exc) or (no_node and not checked):
+                    # lookupd checks the node count before it compares with an existing topic
+                    checked = True
+                    exists = await self._exists(spec, exc, capacity=no_node)
+                    if exists is not None:
+                        raise exists from exc
                 if not (no_node or "unstable" in str(exc)):
                     raise
                 # the refusal itself says more than a timeout would: raise it before the end
@@ -277,6 +287,21 @@ class LookupdAdmin:
                     raise
                 log.info("topic/create %s: %s; retrying", spec.name, exc)
             await asyncio.sleep(1.0)
+
+    async def _exists(
+        self, spec: TopicSpec, refusal: AdminError, *, capacity: bool = False
+    ) -> AdminError | None:
+        """:class:`TopicExistsError` naming the topic's partitions, replicas and flags (its
+        lookup) when ``spec.name`` exists with others; for ``already exist`` the refusal itself
+        when the lookup cannot say, for a ``capacity`` refusal None (it stands)."""
+        try:
+            meta = (await self.lookup.lookup(spec.name, "r", force=True)).meta
+        except NsqError:
+            return None if capacity else refusal
+        if meta is None or meta.partition_num < 1:
+            return None if capacity else refusal
+        exists = TopicExistsError(spec, meta)
+        return None if capacity and exists.same_as_shown else exists
 
     async def wait_writable(self, spec: TopicSpec, deadline: float) -> PartitionMap:
         """Poll ``access=w`` until every partition of ``spec`` has a leader, nudging the check,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -350,3 +351,23 @@ def test_demo_verifies_its_story() -> None:
     for check in ("nothing lost", "per-key order", "trace ids and message ids", "leader move"):
         assert any(check in line and " OK " in line for line in out.splitlines()), out
     assert out.strip().splitlines()[-1].startswith("PASSED in ")
+
+
+def test_a_create_with_other_parameters_names_the_topic_that_exists(lookupd: str) -> None:
+    """nsqlookupd answers only ``already exist``: the line says what exists, what was asked,
+    and what to do."""
+    topic = _name("cli_exists")
+    create(lookupd, topic, "--partitions", "2", "--replicas", "2", "--ordered")
+    argv = ["topic", "create", "--lookupd", lookupd, "--topic", topic]
+    line = one_line_error(nsq_ha(*argv, "--partitions", "3", "--ordered"), 1)
+    assert f"topic {topic!r} already exists with 2 partitions and 2 replicas (ordered)" in line
+    assert "not the 3 partitions and 1 replica (ordered) asked for" in line, line
+    assert f"nsq-ha lookup --topic {topic}" in line, line
+    assert f"nsq-ha topic delete --topic {topic}" in line, line
+    # more partitions x replicas than the cluster has nodes: lookupd says "No node is
+    # available" before it compares; the topic that exists is still what the line names
+    started = time.monotonic()
+    line = one_line_error(nsq_ha(*argv, "--partitions", "4", "--replicas", "2"), 1)
+    assert f"topic {topic!r} already exists with 2 partitions and 2 replicas (ordered)" in line
+    assert "not the 4 partitions and 2 replicas asked for" in line, line
+    assert time.monotonic() - started < 10, "retried as if nodes were missing"
