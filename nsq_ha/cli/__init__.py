@@ -26,6 +26,7 @@ from nsq_ha._version import __version__
 
 from .arguments import duration
 from .deadline import add_timeout_option
+from .parser import CliParser, add_topic_argument
 from .where import add_where_options
 
 __all__ = ["build_parser", "main"]
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .pub import add_pub_options
     from .tail import add_tail_options
 
-    parser = argparse.ArgumentParser(prog="nsq-ha", description="The nsq_ha command line.")
+    parser = CliParser(prog="nsq-ha", description="The nsq_ha command line.")
     parser.add_argument("--version", action="version", version=f"nsq-ha {__version__}")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log warnings (reconnects, retries, moves)"
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    where = argparse.ArgumentParser(add_help=False)
+    where = CliParser(add_help=False)
     group = add_where_options(where)
     group.add_argument("--plain", action="store_true", help="plain-text tables, no colours")
 
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="show a topic's partitions and their leaders",
         description="Show where a topic's partitions are (nsqlookupd /lookup).",
     )
-    lookup.add_argument("--topic", required=True)
+    add_topic_argument(lookup)
     lookup.add_argument("--access", choices=["r", "w"], default="w", help="readers or writers (w)")
     lookup.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_timeout_option(lookup)
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Create a topic through the leader nsqlookupd (/topic/create) and wait "
         "until every partition has a leader.",
     )
-    create.add_argument("--topic", required=True)
+    add_topic_argument(create, what="the topic to create")
     create.add_argument("--partitions", type=_positive, default=1, help="partition count (1)")
     create.add_argument("--replicas", type=_positive, default=1, help="replicas per partition")
     create.add_argument("--ordered", action="store_true", help="an ordered topic (SUB_ORDERED)")

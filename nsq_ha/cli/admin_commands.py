@@ -31,6 +31,7 @@ from .arguments import duration
 from .channel_report import DONE, ChannelReport
 from .commands import CliError
 from .deadline import add_timeout_option, command_deadline
+from .parser import add_topic_argument
 
 __all__ = [
     "Addresses",
@@ -131,7 +132,7 @@ def add_topic_parsers(topic_sub: Any, where: argparse.ArgumentParser) -> None:
         description="Delete a topic: the fork's nsqlookupd /topic/delete (every partition), "
         "or vanilla nsqd's /topic/delete on every nsqd producing it.",
     )
-    delete.add_argument("--topic", required=True)
+    add_topic_argument(delete, what="the topic to delete")
     add_timeout_option(delete)
     delete.set_defaults(run=cmd_topic_delete, cli_name="topic delete")
 
@@ -143,7 +144,7 @@ def add_parsers(sub: Any, where: argparse.ArgumentParser) -> None:
     actions = channel.add_subparsers(dest="channel_command", metavar="ACTION", required=True)
     for action, text in CHANNEL_ACTIONS.items():
         one = actions.add_parser(action, parents=parents, help=text, description=text + ".")
-        one.add_argument("--topic", required=True)
+        add_topic_argument(one)
         one.add_argument("--channel", required=True)
         one.add_argument(
             "--partition", type=int, action="append", metavar="P", help="only these (repeatable)"
@@ -178,7 +179,7 @@ def add_parsers(sub: Any, where: argparse.ArgumentParser) -> None:
         description="Move a partition's leadership (nsqlookupd /topic/partition/move) and wait "
         "until lookups name the new leader. nsqlookupd may pick another replica than --to.",
     )
-    move.add_argument("--topic", required=True)
+    add_topic_argument(move)
     move.add_argument("--partition", type=int, required=True)
     move.add_argument(
         "--to", metavar="NODE", help="the node wanted: TCP host:port, HTTP URL or distributed id"

@@ -35,6 +35,7 @@ from .arguments import duration
 from .commands import CliError
 from .deadline import add_timeout_option, command_deadline
 from .output import print_table
+from .parser import add_topic_argument
 
 __all__ = ["COLUMNS", "StatsRow", "add_parsers", "cmd_stats", "rows_from_stats", "table_rows"]
 
@@ -88,7 +89,9 @@ def add_parsers(sub: Any, where: argparse.ArgumentParser) -> None:
         "requeued, timeouts, consumers and lag (messages and bytes behind the partition's end; "
         "vanilla: unfinished messages, bytes unknown), from every nsqd's /stats.",
     )
-    stats.add_argument("--topic", help="only this topic (default: all topics nsqlookupd lists)")
+    add_topic_argument(
+        stats, required=False, what="only this topic (default: all topics nsqlookupd lists)"
+    )
     stats.add_argument(
         "--nsqd-http",
         action="append",
