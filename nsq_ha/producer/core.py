@@ -437,7 +437,8 @@ class Producer:
     ) -> _T:
         """``submit`` a call with the topic's routes and wait for what it queued. A keyed call
         queues at once when the routes are cached and no earlier keyed call is still waiting;
-        otherwise it takes its turn (:class:`ArrivalOrder`): keyed calls queue in call order."""
+        otherwise it takes its turn (:class:`ArrivalOrder`): keyed calls queue in call order,
+        and those that waited for one lookup are queued together once it has answered."""
         keyed = key is not None or partition is not None
         if not (keyed and self._order.waiting(topic)):
             routes = self._routes.ready(topic, keyed)
@@ -446,11 +447,12 @@ class Producer:
             if not keyed:
                 return await submit(await self._look_up(topic, key, partition))
         with self._activity:  # close() waits for a call waiting for its turn too
-            async with self._order.turn(topic):
-                routes = self._routes.ready(topic, True) or await self._look_up(
-                    topic, key, partition
-                )
-                future = submit(routes)
+            future = await self._order.turn(
+                topic,
+                lambda: self._routes.ready(topic, True),
+                lambda: self._look_up(topic, key, partition),
+                submit,
+            )
         return await future
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit
