@@ -10,19 +10,26 @@ An NSQ *channel* is what the conventions call a consumer group (every channel ge
 message, the consumers of one channel share them): ``messaging.consumer.group.name``.
 The fork's 64-bit trace id is a decimal *string* (``nsq.trace_id``): an attribute integer is
 signed 64-bit, and a u64 does not always fit.
+
+``messaging.client.id`` is the ``client_id`` the client sends in IDENTIFY, the one nsqd's
+``/stats`` and nsqadmin show for its connections: ``ConnectionConfig(client_id=...)``, else the
+host name (then every client of a host shares it: give each its own to tell them apart).
 """
 
 from __future__ import annotations
 
+import socket
 from typing import TYPE_CHECKING
 
 from nsq_ha.errors import BrokerError, PublishError
 
 if TYPE_CHECKING:
+    from nsq_ha.connection import ConnectionConfig
     from nsq_ha.consumer import Message
     from nsq_ha.producer import PublishResult
 
 __all__ = [
+    "CLIENT_ID",
     "CONSUMER_GROUP",
     "DESTINATION",
     "ERROR_TYPE",
@@ -37,6 +44,7 @@ __all__ = [
     "OPERATION_TYPE",
     "PARTITION",
     "SYSTEM",
+    "client_id",
     "error_attributes",
     "message_attributes",
     "result_attributes",
@@ -52,6 +60,7 @@ OPERATION_NAME = "messaging.operation.name"
 MESSAGE_ID = "messaging.message.id"
 BODY_SIZE = "messaging.message.body.size"
 BATCH_COUNT = "messaging.batch.message_count"
+CLIENT_ID = "messaging.client.id"
 SERVER_ADDRESS = "server.address"
 SERVER_PORT = "server.port"
 ERROR_TYPE = "error.type"
@@ -67,6 +76,14 @@ NSQ_ROLE = "nsq.client.role"
 SYSTEM_NAME = "nsq"
 
 Attributes = dict[str, str | int | bool]
+
+
+def client_id(config: ConnectionConfig | None) -> str:
+    """``messaging.client.id`` of a client whose connections use ``config`` (None: the
+    defaults): the IDENTIFY ``client_id``, as ``ConnectionConfig.to_identify()`` sends it."""
+    if config is not None and config.client_id is not None:
+        return config.client_id
+    return socket.gethostname()
 
 
 def server_attributes(address: str) -> Attributes:

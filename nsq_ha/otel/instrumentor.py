@@ -1,63 +1,68 @@
-"""Patching the clients' classes: :func:`instrument` and :func:`uninstrument`.
+"""The instrumentor: :class:`NsqHaInstrumentor`, and its shortcuts :func:`instrument` and
+:func:`uninstrument`.
+
+``opentelemetry-instrument python app.py`` finds it through the ``opentelemetry_instrumentor``
+entry point ``nsq_ha`` and calls ``NsqHaInstrumentor().instrument()`` with no argument: the
+global tracer and meter providers, the defaults below. ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=
+nsq_ha`` leaves nsq_ha alone there.
 
 What is wrapped (on the classes, so every instance, also the blocking ``nsq_ha.sync`` ones):
 
-* ``Producer.publish`` and ``Producer.publish_many``: a PRODUCER span per call, the trace
-  context in the message (:mod:`nsq_ha.otel.propagation`), publish latency, messages sent,
-  errors by code;
-* ``Consumer.run`` and ``Consumer.run_batches``: a CONSUMER span around each handler call;
+* ``Producer.publish`` and ``Producer.publish_many`` (:mod:`nsq_ha.otel.publishing`);
+* ``Consumer.run`` and ``Consumer.run_batches`` (:mod:`nsq_ha.otel.consuming`);
+* ``Consumer.get`` and ``Consumer.get_many`` (so ``async for`` and the blocking ``get()``),
+  ``Message.finish_nowait`` and ``Message.requeue_nowait`` (what ``finish()`` and
+  ``requeue()`` call) (:mod:`nsq_ha.otel.pulling`);
 * ``Producer.__init__``/``close`` and ``Consumer.start``/``close``: which clients' counters
-  the observable metrics read, and whether the consumer-lag thread (:mod:`nsq_ha.otel.lag`)
-  runs.
-
-``async for`` and ``get()`` hand messages out with no handler call to wrap: wrap your own
-handling in :func:`nsq_ha.otel.processing`.
+  the observable metrics read, whether the consumer-lag thread (:mod:`nsq_ha.otel.lag`) runs,
+  and the end of the process spans of what a closing consumer handed out.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection
+from typing import Any
 
 from opentelemetry import trace
+
+# the module opens with "# type: ignore": mypy sees none of its names
+from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
+    BaseInstrumentor,
+)
 from opentelemetry.metrics import MeterProvider, get_meter
-from opentelemetry.trace import Link, Span, SpanKind, Tracer, TracerProvider
+from opentelemetry.trace import TracerProvider
 
 from nsq_ha import events
 from nsq_ha._version import __version__
-from nsq_ha.consumer import Consumer
-from nsq_ha.otel import attributes as a
+from nsq_ha.consumer import Consumer, Message, Outcome
+from nsq_ha.otel import consuming, publishing, pulling
 from nsq_ha.otel.lag import LagPoller, check_interval
 from nsq_ha.otel.metrics import Metrics
-from nsq_ha.otel.propagation import extract, fork_trace_id, has_trace_id, with_context
+from nsq_ha.otel.state import SCOPE, State, current, replace
 from nsq_ha.producer import Producer
 
-if TYPE_CHECKING:
-    from nsq_ha.consumer import Message
-    from nsq_ha.producer import PublishResult
-    from nsq_ha.producer.routes import Routes
-
-__all__ = ["instrument", "is_instrumented", "processing", "uninstrument"]
-
-_SCOPE = "nsq_ha"
+__all__ = ["NsqHaInstrumentor", "instrument", "is_instrumented", "uninstrument"]
 
 
-@dataclass
-class _State:
-    tracer: Tracer
-    metrics: Metrics
-    propagate: bool
-    fork_trace_ids: bool
-    lag: LagPoller | None = None
-    originals: list[tuple[type, str, Any]] = field(default_factory=list)
+class NsqHaInstrumentor(BaseInstrumentor):  # type: ignore[misc] # BaseInstrumentor is Any
+    """OpenTelemetry's instrumentor of nsq_ha (one per process, as every instrumentor).
 
+    ``NsqHaInstrumentor().instrument(**options)`` takes the options of :func:`instrument`;
+    ``uninstrument()`` undoes it. Both are idempotent: instrumenting again while instrumented
+    logs a warning and changes nothing (uninstrument first to change the options), and
+    uninstrumenting when not instrumented does nothing.
+    """
 
-_state: _State | None = None
+    def instrumentation_dependencies(self) -> Collection[str]:
+        """Nothing: the instrumentor ships inside the package it instruments."""
+        return ()
+
+    def _instrument(self, **kwargs: Any) -> None:
+        _install(**kwargs)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        _remove()
 
 
 def instrument(
@@ -69,7 +74,8 @@ def instrument(
     lag_interval: float | None = 15.0,
 ) -> None:
     """Trace and measure every :class:`~nsq_ha.producer.Producer` and
-    :class:`~nsq_ha.consumer.Consumer` of the process (the global providers unless given).
+    :class:`~nsq_ha.consumer.Consumer` of the process (the global providers unless given):
+    ``NsqHaInstrumentor().instrument(...)``.
 
     ``propagate``: put the trace context into the ext header of messages to ext topics.
     ``fork_trace_ids``: publish to fork topics with the span's trace id (its low 64 bits) as
@@ -79,36 +85,67 @@ def instrument(
     ``lag_interval``: read the consumers' lag (``nsq.consumer.lag``) from nsqd's ``/stats``
     every so many seconds, in a background thread while instrumented consumers run
     (:mod:`nsq_ha.otel.lag`); None turns it off. A positive finite number, else TypeError
-    or ValueError.
-    Instrumenting twice raises RuntimeError (:func:`uninstrument` first).
+    or ValueError (and nothing is instrumented).
+    Instrumenting again while instrumented (also by ``opentelemetry-instrument``) logs a
+    warning and changes nothing: :func:`uninstrument` first to change the options.
     """
-    global _state
+    NsqHaInstrumentor().instrument(
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        propagate=propagate,
+        fork_trace_ids=fork_trace_ids,
+        lag_interval=lag_interval,
+    )
+
+
+def uninstrument() -> None:
+    """Undo :func:`instrument` (clients made meanwhile keep working, untraced; the process spans
+    still open end). The consumer lag thread ends before it returns (a request under way is
+    abandoned; it waits :data:`~nsq_ha.otel.lag.STOP_TIMEOUT` seconds at most). Does nothing
+    when not instrumented."""
+    instrumentor = NsqHaInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
+
+
+def is_instrumented() -> bool:
+    """True between :func:`instrument` and :func:`uninstrument`."""
+    return current() is not None
+
+
+def _install(
+    *,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    propagate: bool = True,
+    fork_trace_ids: bool = True,
+    lag_interval: float | None = 15.0,
+) -> None:
     interval = check_interval(lag_interval)
-    if _state is not None:
-        raise RuntimeError("nsq_ha is instrumented already: call uninstrument() first")
-    tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider)
-    metrics = Metrics(get_meter(_SCOPE, __version__, meter_provider), lag_interval=interval)
-    state = _State(tracer, metrics, propagate, fork_trace_ids)
+    tracer = trace.get_tracer(SCOPE, __version__, tracer_provider)
+    metrics = Metrics(get_meter(SCOPE, __version__, meter_provider), lag_interval=interval)
+    state = State(tracer, metrics, propagate, fork_trace_ids)
     if interval is not None:
         state.lag = LagPoller(metrics.consumers, metrics.lag, interval)
     _patch(state, Producer, "__init__", _producer_init)
     _patch(state, Producer, "close", _producer_close)
-    _patch(state, Producer, "publish", _publish_one)
-    _patch(state, Producer, "publish_many", _publish_many)
+    _patch(state, Producer, "publish", publishing.publish_one)
+    _patch(state, Producer, "publish_many", publishing.publish_many)
     _patch(state, Consumer, "start", _consumer_start)
     _patch(state, Consumer, "close", _consumer_close)
-    _patch(state, Consumer, "run", _run)
-    _patch(state, Consumer, "run_batches", _run_batches)
+    _patch(state, Consumer, "run", consuming.run)
+    _patch(state, Consumer, "run_batches", consuming.run_batches)
+    _patch(state, Consumer, "get", pulling.get)
+    _patch(state, Consumer, "get_many", pulling.get_many)
+    finished, requeued = Outcome.FINISHED.value, Outcome.REQUEUED.value
+    _patch(state, Message, "finish_nowait", _answer("finish", finished))
+    _patch(state, Message, "requeue_nowait", _answer("requeue", requeued))
     events.subscribe(metrics.on_event)
-    _state = state
+    replace(state)
 
 
-def uninstrument() -> None:
-    """Undo :func:`instrument` (clients made meanwhile keep working, untraced). The consumer
-    lag thread ends before it returns (a request under way is abandoned; it waits
-    :data:`~nsq_ha.otel.lag.STOP_TIMEOUT` seconds at most)."""
-    global _state
-    state, _state = _state, None
+def _remove() -> None:
+    state = replace(None)
     if state is None:
         return
     events.unsubscribe(state.metrics.on_event)
@@ -117,14 +154,10 @@ def uninstrument() -> None:
         state.lag.stop()
     for cls, name, original in reversed(state.originals):
         setattr(cls, name, original)
+    pulling.end_all(state)
 
 
-def is_instrumented() -> bool:
-    """True between :func:`instrument` and :func:`uninstrument`."""
-    return _state is not None
-
-
-def _patch(state: _State, cls: type, name: str, make: Callable[[_State, Any], Any]) -> None:
+def _patch(state: State, cls: type, name: str, make: Callable[[State, Any], Any]) -> None:
     original = cls.__dict__[name]
     wrapper = make(state, original)
     functools.update_wrapper(wrapper, original)
@@ -132,10 +165,17 @@ def _patch(state: _State, cls: type, name: str, make: Callable[[_State, Any], An
     setattr(cls, name, wrapper)
 
 
+def _answer(action: str, outcome: str) -> Callable[[State, Any], Any]:
+    def make(state: State, original: Any) -> Any:
+        return pulling.settle(state, original, action, outcome)
+
+    return make
+
+
 # -- client registry ----------------------------------------------------------------------------
 
 
-def _producer_init(state: _State, original: Any) -> Any:
+def _producer_init(state: State, original: Any) -> Any:
     def __init__(self: Producer, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         state.metrics.add_producer(self)
@@ -143,7 +183,7 @@ def _producer_init(state: _State, original: Any) -> Any:
     return __init__
 
 
-def _producer_close(state: _State, original: Any) -> Any:
+def _producer_close(state: State, original: Any) -> Any:
     async def close(self: Producer, *args: Any, **kwargs: Any) -> None:
         try:
             await original(self, *args, **kwargs)
@@ -153,7 +193,7 @@ def _producer_close(state: _State, original: Any) -> Any:
     return close
 
 
-def _consumer_start(state: _State, original: Any) -> Any:
+def _consumer_start(state: State, original: Any) -> Any:
     async def start(self: Consumer) -> None:
         state.metrics.add_consumer(self)
         if state.lag is not None:
@@ -163,238 +203,14 @@ def _consumer_start(state: _State, original: Any) -> Any:
     return start
 
 
-def _consumer_close(state: _State, original: Any) -> Any:
+def _consumer_close(state: State, original: Any) -> Any:
     async def close(self: Consumer, *args: Any, **kwargs: Any) -> None:
         try:
             await original(self, *args, **kwargs)
         finally:
+            pulling.end_consumer(state, self)
             state.metrics.consumer_closed(self)
             if state.lag is not None and state.lag.forget():  # the last one: no poller left
                 await state.lag.wait_ended()
 
     return close
-
-
-# -- publishing ---------------------------------------------------------------------------------
-
-
-def _publish_one(state: _State, original: Any) -> Any:
-    async def publish(self: Producer, topic: str, body: bytes, **kwargs: Any) -> PublishResult:
-        async def call(span: Span) -> list[PublishResult]:
-            options = await _carry(state, self, span, topic, 1, kwargs, many=False)
-            return [await original(self, topic, body, **options)]
-
-        size = len(body) if isinstance(body, bytes | bytearray) else None
-        return (await _publishing(state, topic, 1, size, call))[0]
-
-    return publish
-
-
-def _publish_many(state: _State, original: Any) -> Any:
-    async def publish_many(
-        self: Producer, topic: str, bodies: Sequence[bytes], **kwargs: Any
-    ) -> list[PublishResult]:
-        count = len(bodies) if isinstance(bodies, Sequence) else 0
-
-        async def call(span: Span) -> list[PublishResult]:
-            options = await _carry(state, self, span, topic, count, kwargs, many=True)
-            results: list[PublishResult] = await original(self, topic, bodies, **options)
-            return results
-
-        return await _publishing(state, topic, count, None, call)
-
-    return publish_many
-
-
-async def _publishing(
-    state: _State,
-    topic: str,
-    count: int,
-    size: int | None,
-    call: Callable[[Span], Any],
-) -> list[PublishResult]:
-    """Run ``call(span)`` in a PRODUCER span; record its results, or its error, and metrics."""
-    attrs: a.Attributes = {
-        a.SYSTEM: a.SYSTEM_NAME,
-        a.DESTINATION: topic,
-        a.OPERATION_TYPE: "send",
-        a.OPERATION_NAME: "publish",
-    }
-    span_attrs = dict(attrs)
-    if count != 1:
-        span_attrs[a.BATCH_COUNT] = count
-    elif size is not None:
-        span_attrs[a.BODY_SIZE] = size
-    started = time.perf_counter()
-    with state.tracer.start_as_current_span(
-        f"publish {topic}", kind=SpanKind.PRODUCER, attributes=span_attrs
-    ) as span:
-        try:
-            results: list[PublishResult] = await call(span)
-        except Exception as exc:
-            failed = {**attrs, **a.error_attributes(exc)}
-            span.set_attributes(failed)
-            metrics = state.metrics
-            metrics.duration.record(time.perf_counter() - started, failed)
-            metrics.sent.add(count, failed)
-            metrics.errors.add(1, failed)
-            raise
-        partitions = {r.partition for r in results}
-        if len(partitions) == 1 and None not in partitions:
-            attrs[a.PARTITION] = str(partitions.pop())
-        if results:
-            found = a.result_attributes(results[0])
-            if count != 1:  # per-message values only for one message
-                for name in (a.MESSAGE_ID, a.NSQ_OFFSET, a.NSQ_TRACE_ID):
-                    found.pop(name, None)
-            span.set_attributes(found)
-        state.metrics.duration.record(time.perf_counter() - started, attrs)
-        state.metrics.sent.add(count, attrs)
-        return results
-
-
-async def _carry(
-    state: _State,
-    producer: Producer,
-    span: Span,
-    topic: str,
-    count: int,
-    kwargs: dict[str, Any],
-    *,
-    many: bool,
-) -> dict[str, Any]:
-    """The publish's keyword arguments with the trace context added where the topic takes it:
-    ext topics get it in the header, fork topics the trace id (see
-    :mod:`nsq_ha.otel.propagation`)."""
-    if not (state.propagate or state.fork_trace_ids) or count < 1:
-        return kwargs
-    routes: Routes = await producer.topic_routes(topic)
-    if routes.fork is not True:
-        return kwargs  # vanilla, or nsqd= addresses whose kind is not known yet
-    options = dict(kwargs)
-    headers = options.get("exts") if many else None
-    if headers is not None and not (isinstance(headers, Sequence) and len(headers) == count):
-        return kwargs  # the publish refuses it as it would without tracing
-    if state.propagate and routes.ext is True:
-        if headers is not None:
-            if options.get("ext") is None:  # both given: refused by the publish
-                options["exts"] = [with_context(h) for h in headers]
-        else:
-            options["ext"] = with_context(options.get("ext"))
-    trace_id = fork_trace_id(span) if state.fork_trace_ids else None
-    if trace_id is not None:
-        if not many:
-            if options.get("trace_id") is None and not has_trace_id(options.get("ext")):
-                options["trace_id"] = trace_id
-        else:
-            given = options.get("trace_ids")
-            headers = options.get("exts")
-            if (
-                given is None or (isinstance(given, Sequence) and len(given) == count)
-            ) and not has_trace_id(options.get("ext")):
-                ids = list(given) if given is not None else [None] * count
-                for i in range(count):
-                    if ids[i] is None and not has_trace_id(None if headers is None else headers[i]):
-                        ids[i] = trace_id
-                options["trace_ids"] = ids
-    return options
-
-
-# -- consuming ----------------------------------------------------------------------------------
-
-
-@contextmanager
-def processing(message: Message) -> Iterator[Span]:
-    """A CONSUMER span (``process {topic}``) around your handling of ``message``, a child of
-    the publish span when the message's ext header carries its context. For ``async for`` /
-    ``get()`` consumers; :meth:`Consumer.run` and :meth:`Consumer.run_batches` do it
-    themselves once instrumented. Without :func:`instrument`, the global tracer is used and no
-    metric is recorded."""
-    state = _state
-    tracer = state.tracer if state is not None else trace.get_tracer(_SCOPE, __version__)
-    with _process_span(tracer, state, [message]) as span:
-        yield span
-
-
-@contextmanager
-def _process_span(
-    tracer: Tracer, state: _State | None, messages: Sequence[Message]
-) -> Iterator[Span]:
-    first = messages[0]
-    attrs: a.Attributes = {
-        a.SYSTEM: a.SYSTEM_NAME,
-        a.DESTINATION: first.topic,
-        a.CONSUMER_GROUP: first.channel,
-        a.OPERATION_TYPE: "process",
-        a.OPERATION_NAME: "process",
-    }
-    span_attrs = dict(attrs)
-    parent = None
-    links: list[Link] = []
-    if len(messages) == 1:
-        span_attrs.update(a.message_attributes(first))
-        parent = extract(first)
-    else:
-        span_attrs[a.BATCH_COUNT] = len(messages)
-        for message in messages:
-            context = extract(message)
-            if context is not None:
-                span_context = trace.get_current_span(context).get_span_context()
-                if span_context.is_valid:
-                    links.append(Link(span_context, a.message_attributes(message)))
-    started = time.perf_counter()
-    with tracer.start_as_current_span(
-        f"process {first.topic}",
-        context=parent,
-        kind=SpanKind.CONSUMER,
-        attributes=span_attrs,
-        links=links,
-    ) as span:
-        try:
-            yield span
-        except Exception as exc:
-            attrs.update(a.error_attributes(exc))
-            span.set_attributes(a.error_attributes(exc))
-            raise
-        finally:
-            if state is not None:
-                state.metrics.process_duration.record(time.perf_counter() - started, attrs)
-                _remember_offsets(state, messages)
-
-
-def _remember_offsets(state: _State, messages: Sequence[Message]) -> None:
-    for message in messages:
-        if message.offset is not None and message.partition is not None:
-            state.metrics.remember_offset(
-                message.topic, message.channel, message.partition, message.offset
-            )
-
-
-def _traced(state: _State, handler: Callable[[Any], Any], batch: bool) -> Callable[[Any], Any]:
-    async def traced(argument: Any) -> None:
-        messages: Sequence[Message] = argument if batch else [argument]
-        if not messages:
-            result = handler(argument)
-            if inspect.isawaitable(result):
-                await result
-            return
-        with _process_span(state.tracer, state, messages):
-            result = handler(argument)
-            if inspect.isawaitable(result):
-                await result
-
-    return traced
-
-
-def _run(state: _State, original: Any) -> Any:
-    async def run(self: Consumer, handler: Callable[[Any], Any], **kwargs: Any) -> None:
-        await original(self, _traced(state, handler, batch=False), **kwargs)
-
-    return run
-
-
-def _run_batches(state: _State, original: Any) -> Any:
-    async def run_batches(self: Consumer, handler: Callable[[Any], Any], **kwargs: Any) -> None:
-        await original(self, _traced(state, handler, batch=True), **kwargs)
-
-    return run_batches

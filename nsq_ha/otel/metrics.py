@@ -46,7 +46,8 @@ dropped when older than three intervals (:mod:`nsq_ha.otel.lag`; consumers given
 addresses have none). The client also knows the queue offset of the last message a handler got
 on each partition (``nsq.consumer.offset``, on ordered and ``with_offsets`` subscriptions of the
 fork, handled through :meth:`Consumer.run`, :meth:`Consumer.run_batches` or
-:func:`nsq_ha.otel.processing`, for consumers started while instrumented).
+:func:`nsq_ha.otel.processing`, or handed out by ``async for``/``get()``/``get_many()`` once
+their process spans end, for consumers started while instrumented).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMet
 from nsq_ha import otel
 from nsq_ha.consumer import Consumer, Message
 from nsq_ha.devcluster import DevCluster
-from nsq_ha.otel import instrumentor
+from nsq_ha.otel import state as otel_state
 from nsq_ha.otel.lag_http import MAX_STATS_BYTES, MAX_STATS_CONTAINERS, MAX_STATS_VALUES
 from nsq_ha.producer import Producer
 from nsq_ha.testing.servers import V1_ACCEPT
@@ -328,7 +328,7 @@ async def test_metrics_export_the_final_counts_of_closed_consumers_once_then_for
     delta_reader = InMemoryMetricReader(preferred_temporality=delta)  # type: ignore[arg-type]
     provider = MeterProvider(metric_readers=[cumulative_reader, delta_reader])
     otel.instrument(meter_provider=provider, lag_interval=None)
-    state = instrumentor._state  # the state the instrumentation keeps
+    state = otel_state.current()  # the state the instrumentation keeps
     assert state is not None
     metrics = state.metrics
     channels = [f"short{i:03d}" for i in range(150)]
