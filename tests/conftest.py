@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from nsq_ha.testing.servers import ForkCluster
@@ -28,8 +30,56 @@ _PYSPARK_SOCKET_LEAK = pytest.mark.filterwarnings(
 )
 
 
+#: The plugin's real-server fixtures and the marker of the server each one needs.
+_SERVER_MARKERS = {"fork_binaries": "fork", "vanilla_binaries": "vanilla"}
+
+
+def _mark_real_server_tests(items: list[pytest.Item]) -> None:
+    """Give a test that uses a real server's fixture (directly or through others) its marker.
+
+    So ``-m "not fork and not vanilla"`` (``make test`` on the extra interpreters) runs only the
+    embedded cluster whether or not the test's author wrote the marker.  A fixture requested at
+    run time (``request.getfixturevalue``) is not seen here: its parameter carries the marker.
+    """
+    for item in items:
+        used = getattr(item, "fixturenames", ())
+        for fixture, marker in _SERVER_MARKERS.items():
+            if fixture in used and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+
+
+class _EmbeddedOnly:
+    """Skip a test that reaches a real server: ``make test``'s extra interpreters' runs.
+
+    Those runs are the embedded cluster's only and deselect ``fork`` and ``vanilla``; a server
+    requested at run time (a fixture parameter without its marker) still gets here.  A plugin
+    rather than a conftest hook: the real servers are session fixtures, whose setup hooks are
+    the rootdir's, above this directory.
+    """
+
+    @pytest.hookimpl(tryfirst=True)  # before the plugin's fixture reaches for the server
+    def pytest_fixture_setup(
+        self, fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
+    ) -> None:
+        marker = _SERVER_MARKERS.get(fixturedef.argname)
+        if marker is not None:
+            pytest.skip(
+                f"NSQ_HA_EMBEDDED_ONLY: this run uses only the embedded cluster, and this test "
+                f"reached the real {marker} servers ({fixturedef.argname}); give the parameter "
+                f"that selects them pytest.mark.{marker} so that -m 'not {marker}' deselects it"
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``NSQ_HA_EMBEDDED_ONLY=1`` (set by ``make test-3.12`` etc.), no real server runs."""
+    if os.environ.get("NSQ_HA_EMBEDDED_ONLY", "") not in ("", "0"):
+        config.pluginmanager.register(_EmbeddedOnly(), "nsq_ha_embedded_only")
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On PySpark older than 4.2, ignore its ``collect()`` socket leak in ``spark`` tests."""
+    """Mark real-server tests; on PySpark < 4.2, ignore its socket leak in ``spark`` tests."""
+    _mark_real_server_tests(items)
     if not any(item.get_closest_marker("spark") for item in items):
         return
     try:
