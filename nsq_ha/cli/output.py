@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self, TextIO
 
-__all__ = ["Progress", "have_rich", "print_table"]
+__all__ = ["Progress", "have_rich", "print_table", "rich_table", "table_lines"]
 
 
 def have_rich() -> bool:
@@ -19,6 +19,45 @@ def have_rich() -> bool:
     except ImportError:
         return False
     return True
+
+
+def _numeric(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> list[bool]:
+    return [
+        all(isinstance(row[i], int | float) or row[i] is None for row in rows) and bool(rows)
+        for i in range(len(columns))
+    ]
+
+
+def _cells(rows: Sequence[Sequence[object]]) -> list[list[str]]:
+    return [["" if c is None else str(c) for c in row] for row in rows]
+
+
+def rich_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Any:
+    """``rows`` as a ``rich`` Table (rich must be installed: :func:`have_rich`)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for name, right in zip(columns, _numeric(columns, rows), strict=True):
+        table.add_column(name, justify="right" if right else "left")
+    for row in _cells(rows):
+        table.add_row(*row)
+    return table
+
+
+def table_lines(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """``rows`` as plain aligned text: the title, the header, a rule, a line per row."""
+    cells = _cells(rows)
+    numeric = _numeric(columns, rows)
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(w) if right else v.ljust(w)
+            for v, w, right in zip(values, widths, numeric, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return [title, line(columns), line(["-" * w for w in widths]), *(line(r) for r in cells)]
 
 
 def print_table(
@@ -31,37 +70,16 @@ def print_table(
 ) -> None:
     """Print ``rows`` under ``columns``; numbers are right-aligned."""
     out = stream or sys.stdout
-    cells = [["" if c is None else str(c) for c in row] for row in rows]
-    numeric = [
-        all(isinstance(row[i], int | float) or row[i] is None for row in rows) and bool(rows)
-        for i in range(len(columns))
-    ]
     if not plain and have_rich():
         from rich.console import Console
-        from rich.table import Table
 
-        table = Table(title=title, title_justify="left")
-        for name, right in zip(columns, numeric, strict=True):
-            table.add_column(name, justify="right" if right else "left")
-        for row in cells:
-            table.add_row(*row)
         # off a terminal rich assumes 80 columns; let the table take the width it needs
-        Console(file=out, width=None if out.isatty() else 200).print(table)
+        Console(file=out, width=None if out.isatty() else 200).print(
+            rich_table(title, columns, rows)
+        )
         return
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-
-    def line(values: Sequence[str]) -> str:
-        parts = [
-            v.rjust(w) if right else v.ljust(w)
-            for v, w, right in zip(values, widths, numeric, strict=True)
-        ]
-        return "  ".join(parts).rstrip()
-
-    print(title, file=out)
-    print(line(columns), file=out)
-    print(line(["-" * w for w in widths]), file=out)
-    for row in cells:
-        print(line(row), file=out)
+    for text in table_lines(title, columns, rows):
+        print(text, file=out)
 
 
 class Progress:

@@ -9,8 +9,10 @@ offset). Vanilla nsqd has no offsets: a channel's lag there is its unfinished me
 + in flight + deferred, as the fork counts them) and the bytes are unknown (null, ``?``). The lag
 is :func:`nsq_ha.admin.channel_lag`'s, which :mod:`nsq_ha.otel` reports too.
 
-``--watch [SECONDS]`` prints a new table every SECONDS (2) until Ctrl-C (exit 0) or
-``--count N`` tables. ``--timeout`` bounds each table (every request to lookupd and the nsqd
+``--watch [SECONDS]`` refreshes every SECONDS (2) until Ctrl-C (exit 0) or ``--count N``
+tables, with each partition's msgs/s since the last refresh: on a terminal one table redrawn
+in place, else one table (``--json``: one object) per refresh (:mod:`.stats_watch`).
+``--timeout`` bounds each table (every request to lookupd and the nsqd
 included); the nodes are asked without their client lists, which the table does not need.
 """
 
@@ -36,8 +38,17 @@ from .commands import CliError
 from .deadline import add_timeout_option, command_deadline
 from .output import print_table
 from .parser import add_topic_argument
+from .stats_watch import Rates, display_for
 
-__all__ = ["COLUMNS", "StatsRow", "add_parsers", "cmd_stats", "rows_from_stats", "table_rows"]
+__all__ = [
+    "COLUMNS",
+    "WATCH_COLUMNS",
+    "StatsRow",
+    "add_parsers",
+    "cmd_stats",
+    "rows_from_stats",
+    "table_rows",
+]
 
 COLUMNS = [
     "topic",
@@ -53,6 +64,8 @@ COLUMNS = [
     "lag msgs",
     "lag bytes",
 ]
+#: the columns of ``--watch``: the partition's msgs/s since the last refresh after its leader
+WATCH_COLUMNS = [*COLUMNS[:3], "msgs/s", *COLUMNS[3:]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +90,8 @@ class StatsRow:
     lag_messages: int | None = None
     #: None where unknown (vanilla)
     lag_bytes: int | None = None
+    #: with ``--watch``: ``messages`` added per second since the last refresh (None at first)
+    msgs_per_s: float | None = None
 
 
 def add_parsers(sub: Any, where: argparse.ArgumentParser) -> None:
@@ -165,17 +180,21 @@ def rows_from_stats(entry: dict[str, Any], leader: str) -> list[StatsRow]:
     return rows
 
 
-def table_rows(rows: list[StatsRow]) -> list[list[object]]:
-    """The cells of the table (``?``: unknown, ``-``: no channel)."""
+def table_rows(rows: list[StatsRow], *, rates: bool = False) -> list[list[object]]:
+    """The cells of the table (``?``: unknown, ``-``: no channel); with ``rates`` a msgs/s
+    cell after the leader's (blank when unknown), for :data:`WATCH_COLUMNS`."""
     cells: list[list[object]] = []
     for r in rows:
+        where: list[object] = [r.topic, _part(r.partition), r.leader]
+        if rates:
+            where.append(r.msgs_per_s)
         if r.channel is None:
-            cells.append([r.topic, _part(r.partition), r.leader, "(no channel)", *[""] * 8])
+            cells.append([*where, "(no channel)", *[""] * 8])
             continue
         name = r.channel + (" (paused)" if r.paused else "")
         numbers = [r.depth, r.in_flight, r.deferred, r.requeued, r.timeouts, r.consumers]
         lag = [r.lag_messages, "?" if r.lag_bytes is None else r.lag_bytes]
-        cells.append([r.topic, _part(r.partition), r.leader, name, *numbers, *lag])
+        cells.append([*where, name, *numbers, *lag])
     return cells
 
 
@@ -285,16 +304,24 @@ async def _watch(
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     shown = 0
+    rates = Rates()
     try:
-        while not stop.is_set():
-            _print(await _refresh(admin, where, topic, args), args)
-            shown += 1
-            if args.count is not None and shown >= args.count:
-                break
-            if not args.json:
-                print(flush=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), args.watch)
+        with display_for(plain=args.plain) as display:
+            while not stop.is_set():
+                rows = rates.apply(await _refresh(admin, where, topic, args), loop.time())
+                if args.json:
+                    print(json.dumps(_snapshot(rows), sort_keys=True), flush=True)
+                else:
+                    title = f"nsq-ha stats {time.strftime('%H:%M:%S')}"
+                    title += f" (every {args.watch:g} s; Ctrl-C stops)"
+                    if not rows:
+                        title += ": no topic" + (f" {args.topic!r}" if args.topic else "s")
+                    display.show(title, WATCH_COLUMNS, table_rows(rows, rates=True))
+                shown += 1
+                if args.count is not None and shown >= args.count:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), args.watch)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
