@@ -156,6 +156,12 @@ class HttpServer:
             await self._serve(reader, writer)
         except (ConnectionError, _ClientGone):
             pass
+        except asyncio.CancelledError:
+            # Cut by close(): end as a finished task.  asyncio's own done callback of a
+            # connection (3.11.7 and 3.12.1; 3.13.0 checks task.cancelled() first) asks a
+            # cancelled task for its exception and reports the CancelledError to the loop.
+            if self._server is not None:
+                raise
         except Exception:  # a server bug must not kill the loop's error handler
             log.exception("HTTP connection failed")
         finally:
