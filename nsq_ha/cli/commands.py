@@ -20,6 +20,7 @@ from nsq_ha.lookup.wire import NodeInfo, PartitionMap
 
 from .deadline import command_deadline
 from .output import print_table
+from .replicas import Replicas, find_replicas
 from .where import CliError, existing_map, topic_of
 
 __all__ = ["CliError", "cmd_lookup", "cmd_pub", "cmd_tail", "cmd_topic_create"]
@@ -45,10 +46,13 @@ def _node_json(node: NodeInfo) -> dict[str, Any]:
     }
 
 
-def map_to_json(pmap: PartitionMap) -> dict[str, Any]:
-    """A partition map as the JSON ``nsq-ha lookup --json`` prints."""
+def map_to_json(pmap: PartitionMap, replicas: Replicas | None = None) -> dict[str, Any]:
+    """A partition map as the JSON ``nsq-ha lookup --json`` prints (with ``replicas``: each
+    partition's holders, leader first, and ``replicas_unknown``)."""
     meta = pmap.meta
+    extra = {} if replicas is None else replicas.to_json()
     return {
+        **extra,
         "topic": pmap.topic,
         "access": pmap.access,
         "fork": pmap.fork,
@@ -68,8 +72,11 @@ def map_to_json(pmap: PartitionMap) -> dict[str, Any]:
     }
 
 
-def print_map(pmap: PartitionMap, out: TextIO, *, plain: bool = False) -> None:
-    """The partition map as a table (fork) or the producer list (vanilla)."""
+def print_map(
+    pmap: PartitionMap, out: TextIO, *, plain: bool = False, replicas: Replicas | None = None
+) -> None:
+    """The partition map as a table (fork; with ``replicas``, a column of each partition's
+    holders, leader first) or the producer list (vanilla)."""
     meta = pmap.meta
     if pmap.fork and meta is not None:
         flags = [f for f, on in (("ordered", meta.ordered), ("ext", meta.extend_support)) if on]
@@ -81,12 +88,16 @@ def print_map(pmap: PartitionMap, out: TextIO, *, plain: bool = False) -> None:
         for part in range(max(meta.partition_num, max(pmap.partitions, default=-1) + 1)):
             node = pmap.partitions.get(part)
             if node is None:
-                rows.append([part, "(no leader listed)", "", ""])
+                row: list[object] = [part, "(no leader listed)", "", ""]
             else:
-                rows.append([part, node.address, node.distributed_id, node.version])
-        print_table(
-            title, ["partition", "nsqd", "node id", "version"], rows, stream=out, plain=plain
-        )
+                row = [part, node.address, node.distributed_id, node.version]
+            rows.append(row if replicas is None else [*row, replicas.cell(part)])
+        columns = ["partition", "nsqd", "node id", "version"]
+        if replicas is not None:
+            columns.append("replicas (leader first)")
+        print_table(title, columns, rows, stream=out, plain=plain)
+        for why in replicas.unknown if replicas is not None else ():
+            print(f"replicas unknown for {why}", file=out)
     else:
         rows = [[n.address, n.http_port, n.version] for n in pmap.producers]
         title = f"{pmap.topic} (vanilla): {len(rows)} nsqd"
@@ -98,7 +109,7 @@ def print_map(pmap: PartitionMap, out: TextIO, *, plain: bool = False) -> None:
 
 
 async def cmd_lookup(args: argparse.Namespace) -> int:
-    """``nsq-ha lookup``: print the partition map."""
+    """``nsq-ha lookup``: print the partition map, and (fork) each partition's replicas."""
     if args.nsqd:
         raise CliError("lookup asks nsqlookupd: give --lookupd URL, not --nsqd", 2)
     seeds = _need_lookupd(args, "lookup")
@@ -108,10 +119,12 @@ async def cmd_lookup(args: argparse.Namespace) -> int:
         LookupClient(seeds, timeout=args.timeout) as lookup,
     ):
         pmap = await existing_map(lookup, topic, args.access)
+        # the replicas come from the nodes: at most half the deadline, the map is printed anyway
+        replicas = await find_replicas(seeds, topic, args.timeout / 2) if pmap.fork else None
     if args.json:
-        print(json.dumps(map_to_json(pmap), sort_keys=True))
+        print(json.dumps(map_to_json(pmap, replicas), sort_keys=True))
     else:
-        print_map(pmap, sys.stdout, plain=args.plain)
+        print_map(pmap, sys.stdout, plain=args.plain, replicas=replicas)
     return 0
 
 

@@ -25,7 +25,7 @@ import json
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from nsq_ha.admin import LookupdAdmin, NsqdAdmin, channel_lag
@@ -308,7 +308,10 @@ async def _watch(
     try:
         with display_for(plain=args.plain) as display:
             while not stop.is_set():
-                rows = rates.apply(await _refresh(admin, where, topic, args), loop.time())
+                rows = await _refresh(admin, where, topic, args)
+                counts = [((r.topic, r.partition, r.leader), r.messages) for r in rows]
+                per_s = rates.apply(counts, loop.time())
+                rows = [replace(r, msgs_per_s=x) for r, x in zip(rows, per_s, strict=True)]
                 if args.json:
                     print(json.dumps(_snapshot(rows), sort_keys=True), flush=True)
                 else:

@@ -13,14 +13,10 @@ from __future__ import annotations
 import contextlib
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any, Protocol, TextIO
 
 from .output import have_rich, print_table, rich_table, table_lines
-
-if TYPE_CHECKING:
-    from .stats import StatsRow
 
 __all__ = ["Display", "Rates", "display_for"]
 
@@ -29,24 +25,25 @@ class Rates:
     """msgs/s of each partition (vanilla: each nsqd's topic) between two refreshes."""
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, object], tuple[int, float]] = {}
+        self._last: dict[Hashable, tuple[int, float]] = {}
 
-    def apply(self, rows: Sequence[StatsRow], now: float) -> list[StatsRow]:
-        """``rows`` with ``msgs_per_s`` set from the counts seen at the last call (monotonic
-        ``now``); None for a partition first seen, or whose count went down (re-created)."""
-        seen: dict[tuple[str, object], tuple[int, float]] = {}
-        out = []
-        for row in rows:
-            key = (row.topic, row.leader if row.partition is None else row.partition)
+    def apply(
+        self, counts: Sequence[tuple[Hashable, int | None]], now: float
+    ) -> list[float | None]:
+        """The msgs/s of each (key, message count) since the counts of the last call (at
+        monotonic ``now``); None for a key first seen, or whose count went down (re-created)."""
+        seen: dict[Hashable, tuple[int, float]] = {}
+        rates: list[float | None] = []
+        for key, messages in counts:
             rate = None
-            if row.messages is not None:
-                seen[key] = (row.messages, now)
+            if messages is not None:
+                seen[key] = (messages, now)
                 last = self._last.get(key)
-                if last is not None and now > last[1] and row.messages >= last[0]:
-                    rate = round((row.messages - last[0]) / (now - last[1]), 1)
-            out.append(replace(row, msgs_per_s=rate))
+                if last is not None and now > last[1] and messages >= last[0]:
+                    rate = round((messages - last[0]) / (now - last[1]), 1)
+            rates.append(rate)
         self._last = seen
-        return out
+        return rates
 
 
 class Display(Protocol):

@@ -10,6 +10,7 @@ import secrets
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from nsq_ha.devcluster import DevClusterThread
@@ -372,3 +373,45 @@ def test_a_create_with_other_parameters_names_the_topic_that_exists(lookupd: str
     assert f"topic {topic!r} already exists with 2 partitions and 2 replicas (ordered)" in line
     assert "not the 4 partitions and 2 replicas asked for" in line, line
     assert time.monotonic() - started < 10, "retried as if nodes were missing"
+
+
+def _replicas_from_the_servers(lookupd: str, topic: str) -> dict[str, set[str]]:
+    """partition -> TCP addresses of the nodes holding it: the fork's coordinator (each nsqd's
+    ``/coordinator/stats``, the in-sync replicas), else each nsqd's ``/stats`` (the embedded
+    broker has no coordinator)."""
+    v1 = {"Accept": "application/vnd.nsq; version=1.0"}
+    nodes = httpx.get(f"{lookupd}/nodes", headers=v1, timeout=10).json()["producers"]
+    found: dict[str, set[str]] = {}
+    for node in nodes:
+        base = f"http://{node['broadcast_address']}:{node['http_port']}"
+        coord = httpx.get(f"{base}/coordinator/stats", params={"topic": topic}, timeout=10)
+        if coord.status_code == 200:
+            for part in coord.json()["topic_coord_stats"] or ():
+                ids = [isr["node_id"].split(":") for isr in part["isr_stats"] or ()]
+                found[str(part["partition"])] = {f"{i[0]}:{i[2]}" for i in ids}
+            continue
+        stats = httpx.get(f"{base}/stats", params={"format": "json", "topic": topic}, headers=v1)
+        for entry in stats.json().get("topics") or ():
+            address = f"{node['broadcast_address']}:{node['tcp_port']}"
+            found.setdefault(str(entry["topic_partition"]), set()).add(address)
+    return found
+
+
+def test_lookup_shows_every_replica_of_each_partition(lookupd: str) -> None:
+    topic = _name("cli_replicas")
+    create(lookupd, topic, "--partitions", "2", "--replicas", "2", "--ordered")
+    looked = json.loads(ok(nsq_ha("lookup", topic, "--lookupd", lookupd, "--json")))
+    truth = _replicas_from_the_servers(lookupd, topic)
+    assert sorted(truth) == ["0", "1"], truth
+    for part in ("0", "1"):
+        replicas = looked["replicas"][part]
+        assert len(replicas) == 2, looked["replicas"]
+        assert replicas[0] == {"address": looked["partitions"][part]["address"], "leader": True}
+        assert replicas[1]["leader"] is False
+        assert {r["address"] for r in replicas} == truth[part]
+    table = ok(nsq_ha("lookup", topic, "--lookupd", lookupd, "--plain"))
+    assert "replicas" in table.splitlines()[1]
+    for part in ("0", "1"):
+        addresses = [r["address"] for r in looked["replicas"][part]]
+        row = next(x for x in table.splitlines() if x.split()[:1] == [part])
+        assert ", ".join(addresses) in row, table
