@@ -57,8 +57,45 @@ docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -E -q -b html -d docs/_build/doctrees docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
 
-test: servers lint typecheck architecture docs
+# The whole suite on $(PYTHON) (3.11), then the extra interpreters' runs (below); `pythons`
+# first, so that a missing interpreter fails at once rather than after the 3.11 suite.
+test: pythons servers lint typecheck architecture docs
 	$(PY) -m pytest --durations=30
+	$(MAKE) --no-print-directory test-versions
+
+# The other interpreters CI tests, each in its own virtualenv (.venv-3.12, .venv-3.13: the cli
+# and otel extras and the test group): the unit tests and the integration tests on the embedded
+# cluster.  Left to the 3.11 run: the real servers (-m deselects fork and vanilla, and
+# NSQ_HA_EMBEDDED_ONLY=1 skips a test that reaches one without its marker), Spark (the spark
+# extra; its JVM runs take minutes), the benchmark and chaos runs, and the README test (its
+# Quickstart builds a venv with the python3 on PATH, not this interpreter).
+# tools/find_python.sh finds each: pythonX.Y on PATH if it runs, else pyenv's; none fails.
+PYTHON_VERSIONS := 3.12 3.13
+VERSION_EXTRAS := cli,otel
+VERSION_ARGS := tests/unit tests/integration \
+	-m "not fork and not vanilla and not spark and not bench and not chaos" \
+	--ignore-glob='tests/integration/test_spark_*' --ignore=tests/integration/test_readme.py
+VERSION_TESTS := $(addprefix test-,$(PYTHON_VERSIONS))
+
+.PHONY: pythons test-versions $(VERSION_TESTS)
+.PRECIOUS: .venv-%/.installed-test
+
+pythons:
+	@for v in $(PYTHON_VERSIONS); do \
+		found=$$(tools/find_python.sh $$v) || exit 1; echo "Python $$v: $$found"; done
+
+# A new virtualenv whenever pyproject.toml changes (the interpreter may have changed too).
+.venv-%/.installed-test: pyproject.toml
+	py=$$(tools/find_python.sh $*) && rm -rf .venv-$* && "$$py" -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-$*/bin/python -m pip install --quiet -e '.[$(VERSION_EXTRAS)]' --group test
+	touch $@
+
+test-versions: $(VERSION_TESTS)
+
+# pytest's own status fails the target, 5 (no test collected) included.
+$(VERSION_TESTS): test-%: .venv-%/.installed-test
+	NSQ_HA_EMBEDDED_ONLY=1 .venv-$*/bin/python -m pytest $(VERSION_ARGS)
 
 # The long chaos profile (>= 100 nemesis events over >= 500k messages per cluster) and a long
 # fuzz run of the decoders; `make test` runs the CI profile of the same suite.  On the fork it
@@ -83,4 +120,4 @@ unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .chaos-reports docs/_build
+	rm -rf $(VENV) $(addprefix .venv-,$(PYTHON_VERSIONS)) .pytest_cache .mypy_cache .ruff_cache .hypothesis .chaos-reports docs/_build
