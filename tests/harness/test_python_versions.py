@@ -7,14 +7,17 @@ and under a PYENV_ROOT of the test's own, so every case is the same on any machi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FINDER = ROOT / "tools" / "find_python.sh"
+MAKEFILE = ROOT / "Makefile"
 
 #: a pyenv shim for a version that is not selected: on PATH, but it does not run Python
 _SHIM = """#!/bin/sh
@@ -138,3 +141,18 @@ def test_make_test_checks_the_interpreters_first_and_runs_them_after_the_whole_s
     ]
     assert all(i > suite for i, _ in extra), plan
     assert all("NSQ_HA_EMBEDDED_ONLY=1" in line for _, line in extra), extra
+
+
+def test_the_classifiers_name_each_interpreter_make_test_runs() -> None:
+    """3.11 (the whole suite) and every PYTHON_VERSIONS run, and no other minor version."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    prefix = "Programming Language :: Python :: 3."
+    named = {
+        "3." + c.removeprefix(prefix)
+        for c in project["classifiers"]
+        if c.startswith(prefix) and c.removeprefix(prefix).isdigit()
+    }
+    made = re.search(r"^PYTHON_VERSIONS\s*:=\s*(.*)$", MAKEFILE.read_text(), re.M)
+    assert made, "the Makefile sets no PYTHON_VERSIONS"
+    assert named == {"3.11", *made.group(1).split()}
+    assert project["requires-python"] == ">=3.11"
