@@ -174,6 +174,7 @@ def callgrind_argv(out_file: Path) -> list[str]:
     ]
 
 
+_VALGRIND_LINE = re.compile(r"^==\d+==")
 _TOTAL = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
 
 
@@ -293,7 +294,13 @@ class CpuBench:
                 except subprocess.TimeoutExpired:
                     raise BenchError(f"timed out after {RUN_TIMEOUT:.0f} s") from None
                 if proc.returncode != 0 or RESULT_TAG not in proc.stdout:
-                    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+                    # the driver's last words, not valgrind's closing summary (``==pid== ...``)
+                    mine = [
+                        line
+                        for line in (proc.stderr or proc.stdout).strip().splitlines()
+                        if not _VALGRIND_LINE.match(line)
+                    ]
+                    tail = mine[-3:]
                     raise BenchError(
                         f"exit {proc.returncode}, no result: {' | '.join(tail)[-400:]}"
                     )
