@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import ForkCluster
 
 #: A 4-partition, replica-1 topic created once per session (a new fork topic needs seconds to
@@ -48,32 +49,35 @@ def _mark_real_server_tests(items: list[pytest.Item]) -> None:
                 item.add_marker(marker)
 
 
-class _EmbeddedOnly:
-    """Skip a test that reaches a real server: ``make test``'s extra interpreters' runs.
+def _embedded_only(fixture: str) -> None:
+    """Under ``NSQ_HA_EMBEDDED_ONLY=1``, skip: the run is the embedded cluster's only.
 
-    Those runs are the embedded cluster's only and deselect ``fork`` and ``vanilla``; a server
-    requested at run time (a fixture parameter without its marker) still gets here.  A plugin
-    rather than a conftest hook: the real servers are session fixtures, whose setup hooks are
-    the rootdir's, above this directory.
+    ``make test`` sets it for the extra interpreters' runs, which deselect ``fork`` and
+    ``vanilla``; a real server requested at run time (a fixture parameter without its marker,
+    resolved with ``request.getfixturevalue``) still gets here.
     """
-
-    @pytest.hookimpl(tryfirst=True)  # before the plugin's fixture reaches for the server
-    def pytest_fixture_setup(
-        self, fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
-    ) -> None:
-        marker = _SERVER_MARKERS.get(fixturedef.argname)
-        if marker is not None:
-            pytest.skip(
-                f"NSQ_HA_EMBEDDED_ONLY: this run uses only the embedded cluster, and this test "
-                f"reached the real {marker} servers ({fixturedef.argname}); give the parameter "
-                f"that selects them pytest.mark.{marker} so that -m 'not {marker}' deselects it"
-            )
+    if os.environ.get("NSQ_HA_EMBEDDED_ONLY", "") in ("", "0"):
+        return
+    marker = _SERVER_MARKERS[fixture]
+    pytest.skip(
+        f"NSQ_HA_EMBEDDED_ONLY: this run uses only the embedded cluster, and this test reached "
+        f"the real {marker} servers ({fixture}); give the parameter that selects them "
+        f"pytest.mark.{marker} so that -m 'not {marker}' deselects it"
+    )
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """Under ``NSQ_HA_EMBEDDED_ONLY=1`` (set by ``make test-3.12`` etc.), no real server runs."""
-    if os.environ.get("NSQ_HA_EMBEDDED_ONLY", "") not in ("", "0"):
-        config.pluginmanager.register(_EmbeddedOnly(), "nsq_ha_embedded_only")
+@pytest.fixture(scope="session", name="fork_binaries")
+def _fork_binaries(fork_binaries: ServerBinaries) -> ServerBinaries:
+    """The plugin's ``fork_binaries``, unless the run is the embedded cluster's only."""
+    _embedded_only("fork_binaries")
+    return fork_binaries
+
+
+@pytest.fixture(scope="session", name="vanilla_binaries")
+def _vanilla_binaries(vanilla_binaries: ServerBinaries) -> ServerBinaries:
+    """The plugin's ``vanilla_binaries``, unless the run is the embedded cluster's only."""
+    _embedded_only("vanilla_binaries")
+    return vanilla_binaries
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker

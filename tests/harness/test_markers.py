@@ -67,7 +67,7 @@ def test_embedded_only_selection_uses_no_real_server_fixture(tmp_path: Path) -> 
     assert "[devcluster" in proc.stdout
 
 
-#: a test that reaches the real fork only through a parameter resolved at run time
+#: tests that reach the real fork only through a parameter resolved at run time
 _DYNAMIC = textwrap.dedent(
     """
     import pytest
@@ -78,12 +78,18 @@ _DYNAMIC = textwrap.dedent(
 
     def test_uses_the_fork(server):
         assert server
+
+    def test_uses_the_fork_again(server):
+        assert server
     """
 )
 
 
 def test_embedded_only_run_skips_a_real_server_the_markers_could_not_see(tmp_path: Path) -> None:
-    """With ``NSQ_HA_EMBEDDED_ONLY=1`` a real server requested at run time skips, saying why."""
+    """With ``NSQ_HA_EMBEDDED_ONLY=1`` a real server requested at run time skips, saying why.
+
+    Twice: the second test gets the session fixture's cached skip.
+    """
     # laid out as here: the rootdir above tests/ (a session fixture's hooks are the rootdir's)
     (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     (tmp_path / "tests").mkdir()
@@ -100,6 +106,6 @@ def test_embedded_only_run_skips_a_real_server_the_markers_could_not_see(tmp_pat
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "1 skipped" in proc.stdout, proc.stdout[-3000:]
+    assert "2 skipped" in proc.stdout, proc.stdout[-3000:]
     assert "NSQ_HA_EMBEDDED_ONLY" in proc.stdout, proc.stdout[-3000:]
     assert "pytest.mark.fork" in proc.stdout, proc.stdout[-3000:]
