@@ -112,15 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--json", action="store_true", help="print the map as JSON")
     admin_commands.add_topic_parsers(topic_sub, where)
 
-    pub = sub.add_parser(
-        "pub",
-        parents=[where],
-        help="publish each line of stdin or files as a message",
-        description="Publish each line (or each --delimiter separated record, or each whole "
-        "file) of the FILEs, or of stdin, as one message; prints a JSON summary (count, "
-        "per-partition counts, errors) at the end. Exit 1 if any record failed.",
-    )
-    pub.add_argument("--topic", required=True)
+    pub = sub.add_parser("pub", parents=[where], help="publish each line of stdin or files")
+    add_topic_argument(pub, what="the topic to publish to", files="files")
     add_pub_options(pub)
 
     tail = sub.add_parser(
@@ -130,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Consume a topic and print its messages, finishing each; on an ephemeral "
         "channel of its own (gone when tail exits) unless --channel names one.",
     )
-    tail.add_argument("--topic", required=True)
+    add_topic_argument(tail, what="the topic to print")
     add_tail_options(tail)
 
     admin_commands.add_parsers(sub, where)

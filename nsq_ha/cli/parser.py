@@ -39,6 +39,8 @@ class CliParser(argparse.ArgumentParser):
         self.seen: list[str] = []
         #: ``None``: no positional topic; else whether a topic is required
         self.topic_required: bool | None = None
+        #: the dest of the ``FILE...`` positional after TOPIC, if the command has one
+        self.topic_files: str | None = None
         self._busy = False
 
     def parse_args(  # type: ignore[override]
@@ -81,6 +83,10 @@ class CliParser(argparse.ArgumentParser):
         if hasattr(parsed, _POSITIONAL):
             delattr(parsed, _POSITIONAL)
         flag = getattr(parsed, "topic", None)
+        if positional is not None and flag is not None and self.topic_files is not None:
+            # `pub --topic t a.txt`: with --topic, every positional is a FILE
+            setattr(parsed, self.topic_files, [positional, *getattr(parsed, self.topic_files)])
+            positional = None
         if positional is not None and flag is not None and positional != flag:
             self.error(f"the topic is given twice, as TOPIC {positional!r} and --topic {flag!r}")
         parsed.topic = flag if flag is not None else positional
@@ -115,15 +121,22 @@ class CliParser(argparse.ArgumentParser):
 
 
 def add_topic_argument(
-    parser: argparse.ArgumentParser, *, required: bool = True, what: str = "the topic"
+    parser: argparse.ArgumentParser,
+    *,
+    required: bool = True,
+    what: str = "the topic",
+    files: str | None = None,
 ) -> None:
     """``--topic T`` and the positional ``TOPIC`` (first of the command's positionals, any
     place among its options) on ``parser``, a :class:`CliParser` (every ``nsq-ha``
     subcommand's parser is one); ``what`` is its help text. Parsing sets ``args.topic``
     (None when not ``required`` and not given); TOPIC and --topic both given and different,
-    or neither when ``required``, is a usage error (exit 2)."""
+    or neither when ``required``, is a usage error (exit 2). ``files`` names the dest of a
+    ``FILE...`` positional the command adds after this one (``nsq-ha pub TOPIC [FILE...]``):
+    when ``--topic`` is given, every positional is a FILE."""
     if not isinstance(parser, CliParser):
         raise TypeError(f"add_topic_argument needs a CliParser, got {type(parser).__name__}")
     parser.add_argument(_POSITIONAL, nargs="?", metavar="TOPIC", help=f"{what} (or --topic T)")
     parser.add_argument("--topic", metavar="T", help=f"{what}, as an option")
     parser.topic_required = required
+    parser.topic_files = files

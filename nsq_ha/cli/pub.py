@@ -64,7 +64,8 @@ _PROGRESS_AFTER = 1.0
 #: ``nsq-ha pub --help``'s description
 DESCRIPTION = (
     "Publish each line (or each --delimiter separated record, or each whole file) of the "
-    "FILEs, or of stdin, as one message. Keyed records (--key, --key-sep) go to the partition "
+    "FILEs, or of stdin, as one message to TOPIC (nsq-ha pub TOPIC [FILE...]; with --topic T "
+    "every argument is a FILE). Keyed records (--key, --key-sep) go to the partition "
     "--strategy picks: every producer of a topic must use the same strategy, or a key's "
     "messages lose their order. At the end a summary goes to stdout (published, failed, "
     "per-partition counts, errors): one line when stdout is a terminal; one JSON object when "

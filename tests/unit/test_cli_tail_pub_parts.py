@@ -230,3 +230,35 @@ def test_tail_help_says_what_a_missing_field_prints(capsys: pytest.CaptureFixtur
     text = " ".join(capsys.readouterr().out.split())
     assert "a field the message lacks prints '-' (vanilla nsqd: partition, offset" in text, text
     assert "null for what it lacks" in text, text
+
+
+def test_tail_takes_the_topic_as_its_first_argument() -> None:
+    """``nsq-ha tail orders``, as the admin commands take it; ``--topic`` still works."""
+    parser = build_parser()
+    assert parser.parse_args(["tail", "orders"]).topic == "orders"
+    assert parser.parse_args(["tail", "--topic", "orders", "-n", "1"]).topic == "orders"
+
+
+@pytest.mark.parametrize(
+    ("argv", "topic", "files"),
+    [
+        (["pub", "orders"], "orders", []),
+        (["pub", "orders", "a.txt", "-"], "orders", ["a.txt", "-"]),
+        (["pub", "--topic", "orders", "a.txt"], "orders", ["a.txt"]),
+        (["pub", "--topic", "orders", "a.txt", "b.txt"], "orders", ["a.txt", "b.txt"]),
+        (["pub", "a.txt", "--topic", "orders"], "orders", ["a.txt"]),
+    ],
+)
+def test_pub_takes_the_topic_first_unless_given_as_an_option(
+    argv: list[str], topic: str, files: list[str]
+) -> None:
+    """``nsq-ha pub TOPIC [FILE...]``; with ``--topic T`` every argument is a FILE."""
+    args = build_parser().parse_args(argv)
+    assert (args.topic, args.files) == (topic, files)
+
+
+def test_pub_without_a_topic_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["pub"])
+    assert info.value.code == 2
+    assert "TOPIC (or --topic T)" in capsys.readouterr().err
