@@ -7,7 +7,9 @@ vanilla where it has one).
 * :class:`NsqdAdmin` (:mod:`.nsqd`): nsqd's own calls on one node (``/channel/create``,
   ``/channel/setoffset``, ``/channel/pause``, ``/stats``, ...), written once: the consumer's
   :meth:`~nsq_ha.consumer.Consumer.seek`, the Spark source, the CLI and
-  :meth:`LookupdAdmin.create_channel` all use it, and every refusal is an :class:`AdminError`.
+  :meth:`LookupdAdmin.create_channel` all use it, and every refusal is an :class:`AdminError`
+  (:class:`PartitionEmptyError`: a seek of a partition that never had a message, already at
+  any position; :class:`TopicExistsError`: a topic created again with other parameters).
   :func:`seek_position` spells a setoffset position.
 * :class:`TopicSpec` (:mod:`.spec`): what ``/topic/create`` is asked for.
 * :func:`channel_lag` / :func:`entry_lag` (:mod:`.lag`): a channel's lag from a ``/stats``
@@ -21,9 +23,10 @@ in slices that leave the event loop free (:mod:`.answers`).
 
 from __future__ import annotations
 
+from .exists import TopicExistsError
 from .lag import ChannelLag, channel_lag, entry_lag
 from .lookupd import LookupdAdmin
-from .nsqd import AdminError, NsqdAdmin, seek_position
+from .nsqd import AdminError, NsqdAdmin, PartitionEmptyError, seek_position
 from .spec import MAX_RETENTION_DAYS, MAX_SYNC_EVERY, TopicSpec
 
 __all__ = [
@@ -33,6 +36,8 @@ __all__ = [
     "ChannelLag",
     "LookupdAdmin",
     "NsqdAdmin",
+    "PartitionEmptyError",
+    "TopicExistsError",
     "TopicSpec",
     "channel_lag",
     "entry_lag",
