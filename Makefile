@@ -110,7 +110,7 @@ chaos: servers
 		$(PY) -m pytest tests/chaos $(CHAOS_ARGS)
 
 # The benchmark's CPU mode: instructions per message of every client under valgrind's
-# callgrind, two counts each (bench/README.md, "CPU mode"); about an hour on 2 cores, so
+# callgrind, two counts each (bench/README.md, "CPU mode"); 30 minutes to an hour on 2 shared cores, so
 # `make test` runs only a smoke of it.  BENCH_CPU_ARGS='--no-peers' or '--only consume'.
 BENCH_CPU_ARGS ?=
 .PHONY: bench-cpu
