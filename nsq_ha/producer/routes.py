@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from nsq_ha import events
 from nsq_ha.errors import (
@@ -30,9 +31,23 @@ from nsq_ha.producer.batch import OutgoingMessage
 from nsq_ha.protocol.names import validate_topic
 from nsq_ha.routing import ShardingKey, ShardingStrategy
 
-__all__ = ["ConnKey", "PartitionCounts", "RouteTable", "Routes", "check_features"]
+__all__ = [
+    "MEMO_KEY_LENGTH",
+    "MEMO_SIZE",
+    "ConnKey",
+    "PartitionCounts",
+    "RouteTable",
+    "Routes",
+    "SlotMemo",
+    "check_features",
+]
 
 log = logging.getLogger(__name__)
+
+#: keys whose slot :class:`SlotMemo` remembers: str and bytes up to this length, and int keys
+MEMO_KEY_LENGTH: Final = 128
+#: the most keys :class:`SlotMemo` remembers (every partition count together)
+MEMO_SIZE: Final = 16_384
 
 #: A connection's identity: nsqd address, and on the fork the topic and partition it serves.
 ConnKey = tuple[str, str, int]
@@ -101,6 +116,46 @@ class PartitionCounts:
         self.counts.pop(topic, None)
 
 
+class SlotMemo:
+    """The slot of keys routed before, per partition count, so that a repeated key is not
+    hashed (nor checked) again: a keyed publish's routing is then one dict lookup.
+
+    Only exact ``int`` keys and exact ``str`` and ``bytes`` keys up to
+    :data:`MEMO_KEY_LENGTH` are kept, and only once the strategy has accepted them; a key
+    that merely compares equal to one (``True``, ``1.0``) is not of those types, so it is
+    still checked. At most :data:`MEMO_SIZE` keys are kept; the memo starts over when full.
+    The strategy must be a function of the key and the count (every built-in one is).
+    """
+
+    __slots__ = ("_by_count", "_size", "strategy")
+
+    def __init__(self, strategy: ShardingStrategy) -> None:
+        self.strategy = strategy
+        self._by_count: dict[int, dict[ShardingKey, int]] = {}
+        self._size = 0
+
+    def slot(self, key: ShardingKey, count: int) -> int:
+        """``strategy.partition(key, count)``, from the memo when the key was routed before."""
+        if type(key) is str or type(key) is bytes:
+            if len(key) > MEMO_KEY_LENGTH:
+                return self.strategy.partition(key, count)
+        elif type(key) is not int:  # bool, float, subclasses: the strategy checks them
+            return self.strategy.partition(key, count)
+        memo = self._by_count.get(count)
+        if memo is None:
+            memo = self._by_count[count] = {}
+        slot = memo.get(key)
+        if slot is None:
+            slot = self.strategy.partition(key, count)
+            if self._size >= MEMO_SIZE:
+                self._by_count.clear()
+                self._size = 0
+                memo = self._by_count[count] = {}
+            memo[key] = slot
+            self._size += 1
+        return slot
+
+
 def check_features(
     fork: bool | None,
     topic: str,
@@ -154,6 +209,7 @@ class RouteTable:
         "_leaders",
         "_on_routes",
         "_round_robin",
+        "_slots",
         "_static",
         "_static_routes",
         "_unkeyed_warned",
@@ -190,6 +246,7 @@ class RouteTable:
         #: fork topics: the last leader seen per partition (a move is a LeaderChanged event)
         self._leaders: dict[str, dict[int, str]] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._slots = SlotMemo(strategy)
         #: ordered topics whose unkeyed messages were warned about
         self._unkeyed_warned: set[str] = set()
 
@@ -317,7 +374,7 @@ class RouteTable:
             raise PartitionNotAvailableError(
                 f"the partition count of topic {routes.topic!r} is not known yet"
             )
-        return self.strategy.partition(key, routes.count)
+        return self._slots.slot(key, routes.count)
 
     def place(
         self,

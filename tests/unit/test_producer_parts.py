@@ -20,8 +20,14 @@ from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.producer.batch import OutgoingMessage
 from nsq_ha.producer.lanes import Window
-from nsq_ha.producer.routes import Routes, RouteTable, check_features
-from nsq_ha.routing import get_strategy
+from nsq_ha.producer.routes import (
+    MEMO_KEY_LENGTH,
+    MEMO_SIZE,
+    Routes,
+    RouteTable,
+    check_features,
+)
+from nsq_ha.routing import ShardingKey, ShardingStrategy, get_strategy
 
 
 def node(port: int) -> NodeInfo:
@@ -176,6 +182,56 @@ def test_slot_for_keys_partitions_and_round_robin() -> None:
     with pytest.raises(UnsupportedByServerError, match="fork"):
         table.slot_for(vanilla, None, 0)
     assert [table.next_slot(routes) for _ in range(5)] == [0, 1, 2, 3, 0]
+
+
+class CountingStrategy:
+    """murmur3, counting the keys it hashes."""
+
+    def __init__(self) -> None:
+        self.hashed: list[object] = []
+        self.strategy = ShardingStrategy("counting", "murmur3, counted", self.partition)
+
+    def partition(self, key: ShardingKey, n: int) -> int:
+        self.hashed.append(key)
+        return get_strategy("murmur3").partition(key, n)
+
+
+def test_a_key_routed_before_is_not_hashed_again() -> None:
+    counting = CountingStrategy()
+    table = RouteTable(lookup=None, static=(), strategy=counting.strategy, last_used={})
+    four = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
+    seven = Routes.from_map(fork_map({p: p + 1 for p in range(7)}, 7))
+    keys: list[ShardingKey] = ["user-1", "user-2", b"user-1", 1, 2, -(1 << 63), "\u00e9t\u00e9"]
+    for _ in range(50):
+        for key in keys:
+            assert table.slot_for(four, key, None) == get_strategy("murmur3").partition(key, 4)
+            assert table.slot_for(seven, key, None) == get_strategy("murmur3").partition(key, 7)
+    assert len(counting.hashed) == 2 * len(keys)  # once per key and partition count
+
+
+def test_keys_equal_to_a_routed_key_but_not_valid_are_still_refused() -> None:
+    table = RouteTable(lookup=None, static=(), strategy=get_strategy("murmur3"), last_used={})
+    routes = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
+    table.slot_for(routes, 1, None)
+    for bad in (True, 1.0, "\ud800", "\ud800"):  # True == 1 == 1.0; a lone surrogate twice
+        with pytest.raises(InvalidArgumentError):
+            table.slot_for(routes, bad, None)  # type: ignore[arg-type]
+
+
+def test_the_keys_remembered_are_bounded() -> None:
+    """Long keys are hashed each time (not kept); past the limit the memo starts over."""
+    counting = CountingStrategy()
+    table = RouteTable(lookup=None, static=(), strategy=counting.strategy, last_used={})
+    routes = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
+    long_key = "k" * (MEMO_KEY_LENGTH + 1)
+    table.slot_for(routes, long_key, None)
+    table.slot_for(routes, long_key, None)
+    assert counting.hashed == [long_key, long_key]
+    for i in range(MEMO_SIZE + 1):
+        table.slot_for(routes, i, None)
+    counting.hashed.clear()
+    table.slot_for(routes, 0, None)
+    assert counting.hashed == [0]
 
 
 def test_features_each_server_lacks_are_refused_before_sending() -> None:
