@@ -78,7 +78,7 @@ VERSION_JOBS ?= 2
 VERSION_EXTRAS := cli,otel
 VERSION_ARGS := tests/unit tests/integration \
 	-m "not fork and not vanilla and not spark and not bench and not chaos" \
-	--ignore-glob='tests/integration/test_spark_*' --ignore=tests/integration/test_readme.py
+	--ignore-glob='tests/integration/test_spark*.py' --ignore=tests/integration/test_readme.py
 VERSION_TESTS := $(addprefix test-,$(PYTHON_VERSIONS))
 
 .PHONY: pythons test-versions $(VERSION_TESTS)
