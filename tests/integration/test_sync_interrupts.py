@@ -20,6 +20,18 @@ CHANNEL = "c"
 COUNT = 50
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in the main thread during these tests, as in a program,
+    whatever SIGINT handler an earlier test of the session left: with another handler, the
+    interrupted get(timeout=None) would wait for ever."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def ctrl_c() -> None:
     """Deliver SIGINT to the main thread, as Ctrl-C does: its wait is interrupted and
     KeyboardInterrupt raised there."""
