@@ -23,8 +23,8 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from nsq_ha.errors import NsqTimeoutError, RemoteProtocolError
-from nsq_ha.lookup.http import Answer
+from nsq_ha.errors import NsqTimeoutError
+from nsq_ha.lookup.http import Answer, read_capped
 
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
@@ -83,29 +83,7 @@ async def fetch(
     response = await http.send(
         request, auth=auth if auth is not None else httpx.USE_CLIENT_DEFAULT, stream=True
     )
-    try:
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            raise RemoteProtocolError(
-                f"{where} answered with content-encoding {encoding[:40]!r} (identity was asked)"
-            )
-        declared = response.headers.get("content-length", "").strip()
-        if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-            raise RemoteProtocolError(
-                f"{where} announced a {int(declared)}-byte answer, over the limit of "
-                f"{max_bytes} bytes ({limit_name})"
-            )
-        body = bytearray()
-        async for chunk in response.aiter_raw():
-            body += chunk
-            if len(body) > max_bytes:
-                raise RemoteProtocolError(
-                    f"{where} answered more than {max_bytes} bytes, over the limit "
-                    f"({limit_name}): the rest was not read"
-                )
-        return Answer(response.status_code, response.headers, bytes(body))
-    finally:
-        await response.aclose()
+    return await read_capped(response, where, max_bytes=max_bytes, limit_name=limit_name)
 
 
 async def parse_json(text: str) -> Any:

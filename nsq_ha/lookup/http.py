@@ -22,7 +22,14 @@ from nsq_ha.redact import redact_url, split_credentials
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
 
-__all__ = ["Answer", "Endpoint", "get_answer", "normalize_lookupd", "tls_context"]
+__all__ = [
+    "Answer",
+    "Endpoint",
+    "get_answer",
+    "normalize_lookupd",
+    "read_capped",
+    "tls_context",
+]
 
 _HEADERS = {**V1_ACCEPT, "Accept-Encoding": "identity"}
 
@@ -109,6 +116,16 @@ async def get_answer(
     auth = endpoint.auth if endpoint.auth is not None else httpx.USE_CLIENT_DEFAULT
     request = http.build_request("GET", endpoint.url + path, params=params, headers=_HEADERS)
     response = await http.send(request, auth=auth, stream=True)
+    return await read_capped(response, where, max_bytes=max_bytes, limit_name="max_answer_bytes")
+
+
+async def read_capped(
+    response: httpx.Response, where: str, *, max_bytes: int, limit_name: str
+) -> Answer:
+    """A streamed ``response`` read whole, up to ``max_bytes``: an encoded answer, a declared
+    length over the cap (before any of the body) and a body past it are a
+    :class:`RemoteProtocolError` naming ``where`` and the limit (``limit_name``). The response is
+    closed either way."""
     try:
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
@@ -119,7 +136,7 @@ async def get_answer(
         if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
             raise RemoteProtocolError(
                 f"{where} announced a {int(declared)}-byte answer, over the limit of "
-                f"{max_bytes} bytes (max_answer_bytes)"
+                f"{max_bytes} bytes ({limit_name})"
             )
         body = bytearray()
         async for chunk in response.aiter_raw():
@@ -127,7 +144,7 @@ async def get_answer(
             if len(body) > max_bytes:
                 raise RemoteProtocolError(
                     f"{where} answered more than {max_bytes} bytes, over the limit "
-                    "(max_answer_bytes): the rest was not read"
+                    f"({limit_name}): the rest was not read"
                 )
         return Answer(response.status_code, response.headers, bytes(body))
     finally:
