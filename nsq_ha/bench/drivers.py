@@ -34,6 +34,7 @@ from nsq_ha.bench.measure import (
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import Consumer
 from nsq_ha.errors import FinFailedError
+from nsq_ha.lookup import LookupClient
 from nsq_ha.producer import Producer
 from nsq_ha.protocol import MAGIC_V2
 from nsq_ha.protocol.commands import (
@@ -48,8 +49,14 @@ from nsq_ha.protocol.frames import HEARTBEAT, FrameType
 
 
 def _where(spec: dict[str, Any]) -> dict[str, Any]:
-    """``lookupd=`` when the spec names one (the partition-aware path), else ``nsqd=``."""
+    """``lookupd=`` when the spec names one (the partition-aware path), else ``nsqd=``.
+
+    With ``lookup_timeout`` (the CPU mode: under valgrind, the first ``/lookup``, httpx's
+    set-up included, outlasts the lookup client's 5 s), a :class:`LookupClient` with that
+    deadline instead; it lives as long as the driver's process, which is one run."""
     if spec.get("lookupd"):
+        if spec.get("lookup_timeout"):
+            return {"lookup": LookupClient(spec["lookupd"], timeout=spec["lookup_timeout"])}
         return {"lookupd": spec["lookupd"]}
     return {"nsqd": spec["nsqd"]}
 
