@@ -18,21 +18,66 @@ A broker error that says the partition moved (``refresh_lookup``) also drops the
 even when nsqd keeps it open: connections are per (node, partition), and that node no longer
 leads the partition. Whether the caller may still retry (a producer that is closing does not)
 is the caller's business; what the error means is decided here.
+
+**Retry loops** (:func:`retry_after`, :func:`retrying`) are tenacity's, built in one place so
+that every loop of the project stops, waits, logs and gives up the same way:
+
+* the first attempt is made by the caller, outside tenacity: an operation that succeeds (a
+  warm publish, a lookup) never builds a retry object; :func:`retry_after` takes its error and
+  makes the attempts after it;
+* it stops after ``attempts`` attempts and/or ``deadline`` seconds from the first attempt
+  (neither: it retries until cancelled);
+* the waits are one family, :class:`Backoff`: ``initial`` doubling after each failure up to
+  ``cap``, plus up to ``jitter`` seconds at random (tenacity's ``wait_exponential`` plus
+  ``wait_random``; the jitter is added after the cap, so clients that all wait the cap after
+  an outage do not come back in step). The numbers per purpose are :data:`PUBLISH`,
+  :data:`RECONNECT` and :data:`LOOKUPD`;
+* before each wait one log line names what failed, the attempt, the error and the next wait (a
+  warning for the first failure, debug lines for the others), then ``on_retry`` hears it (the
+  caller's event);
+* errors ``should_retry`` refuses are raised as they are; when the loop stops, ``give_up``
+  makes the typed error raised, with the last error as its ``__cause__`` (no ``RetryError``);
+* cancellation, KeyboardInterrupt and any other BaseException are never retried nor wrapped.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import NoReturn, TypeVar, cast
+
+from tenacity import AsyncRetrying, RetryCallState, wait_exponential, wait_random
+from tenacity.wait import wait_base
 
 from .errors import (
     BrokerError,
+    ConfigError,
     NsqConnectionError,
     NsqError,
     NsqTimeoutError,
     RemoteProtocolError,
 )
 
-__all__ = ["GIVE_UP", "Decision", "decide"]
+__all__ = [
+    "GIVE_UP",
+    "LOOKUPD",
+    "PUBLISH",
+    "RECONNECT",
+    "Backoff",
+    "Decision",
+    "Failure",
+    "decide",
+    "retriable",
+    "retry_after",
+    "retrying",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +117,219 @@ def decide(exc: BaseException) -> Decision:
             reconnect=reconnect,
         )
     return Decision(retry=exc.retriable, refresh_lookup=exc.refresh_lookup, reconnect=False)
+
+
+def retriable(exc: BaseException) -> bool:
+    """Whether ``exc`` is worth another try (:func:`decide`'s ``retry``)."""
+    return decide(exc).retry
+
+
+# -- the waits -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backoff:
+    """The waits of one kind of retry: ``initial`` seconds after the first failure, doubling
+    after each failure up to ``cap``, plus up to ``jitter`` seconds at random."""
+
+    initial: float
+    cap: float
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Refuse waits tenacity would misread (:class:`ConfigError`)."""
+        for name in ("initial", "cap", "jitter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"backoff {name} must be a number of seconds, not {value!r}")
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"backoff {name} must be a finite number >= 0, got {value!r}")
+        if self.cap < self.initial:
+            raise ConfigError(
+                f"backoff cap ({self.cap}) is below its initial wait ({self.initial})"
+            )
+
+    def wait(self) -> wait_base:
+        """The tenacity wait: the wait after attempt *n* failed."""
+        exponential = wait_exponential(multiplier=self.initial, max=self.cap)
+        return exponential + wait_random(0, self.jitter) if self.jitter else exponential
+
+    def delay(self, failures: int) -> float:
+        """The wait after ``failures`` failures in a row (1 for the first), for what waits
+        without a loop (a lookupd skipped until then, a reconnect on a timer)."""
+        state = RetryCallState(_CLOCK, fn=None, args=(), kwargs={})
+        state.attempt_number = max(1, failures)
+        return float(self.wait()(state))
+
+
+#: a retry object that only lends its clock to :meth:`Backoff.delay`'s call state
+_CLOCK = AsyncRetrying()
+
+#: A publish (or the lookup before it), with its caller waiting: nsqd's answer to a retried
+#: command usually comes within a leader failover of the fork (a new leader is listed within a
+#: few seconds of a graceful stop), so the waits stay short, and the deadline (``RetryPolicy``:
+#: 60 tries or 60 s) bounds the whole. The jitter spreads the producers of one outage.
+PUBLISH = Backoff(initial=0.05, cap=1.0, jitter=0.1)
+#: A consumer's lost connection, re-made through a fresh lookup (``ConsumerConfig``'s
+#: ``reconnect_interval`` and ``max_reconnect_interval``): nobody waits on it, each try costs a
+#: lookup and a handshake, and the cap is the lookup refresh interval, when the map would show
+#: a new leader anyway.
+RECONNECT = Backoff(initial=1.0, cap=30.0, jitter=0.5)
+#: A failing nsqlookupd, skipped while another may be asked (``LookupClient``'s
+#: ``max_backoff``): it is asked again at least once per refresh interval, the same cap.
+LOOKUPD = Backoff(initial=0.5, cap=30.0, jitter=0.5)
+
+
+# -- the loop --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed attempt, as the log line, ``on_retry`` and ``give_up`` see it."""
+
+    #: what was tried, for the log (``"publish to 'orders'"``, ``"lookup of 'orders'"``)
+    what: str
+    #: the attempt that failed, 1 for the first
+    attempt: int
+    error: BaseException
+    #: seconds before the next attempt (0.0 when the loop gives up)
+    wait: float
+    #: seconds since the first attempt began
+    elapsed: float
+
+
+def _text(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def retrying(
+    *,
+    what: str,
+    backoff: Backoff,
+    attempts: int | None = None,
+    deadline: float | None = None,
+    started: float | None = None,
+    should_retry: Callable[[BaseException], bool] = retriable,
+    on_retry: Callable[[Failure], None] | None = None,
+    give_up: Callable[[Failure], BaseException] | None = None,
+    describe: Callable[[BaseException], str] = _text,
+    logger: logging.Logger = log,
+) -> AsyncRetrying:
+    """A fresh tenacity controller for one operation (see the module's docstring).
+
+    ``started``: ``time.monotonic()`` when the first attempt began (now by default), which
+    ``deadline`` counts from. ``give_up`` makes the error raised when the loop stops (the last
+    error itself by default). ``describe`` turns an error into the text logged (the caller
+    redacts what may hold a secret).
+    """
+    if attempts is not None and (
+        isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1
+    ):
+        raise ConfigError(f"attempts must be an int >= 1 or None, got {attempts!r}")
+    if deadline is not None and not (
+        isinstance(deadline, int | float) and not isinstance(deadline, bool) and deadline > 0
+    ):
+        raise ConfigError(f"deadline must be a number of seconds > 0 or None, got {deadline!r}")
+    first = time.monotonic() if started is None else started
+
+    def failure(state: RetryCallState, wait: float) -> Failure:
+        assert state.outcome is not None  # noqa: S101 - tenacity calls these after an attempt
+        error = cast("BaseException", state.outcome.exception())
+        return Failure(what, state.attempt_number, error, wait, time.monotonic() - first)
+
+    def stop(state: RetryCallState) -> bool:
+        if attempts is not None and state.attempt_number >= attempts:
+            return True
+        return deadline is not None and time.monotonic() - first >= deadline
+
+    def before_sleep(state: RetryCallState) -> None:
+        failed = failure(state, state.upcoming_sleep)
+        if failed.attempt == 1:
+            bounds = [f"{attempts} attempts"] if attempts is not None else []
+            bounds += [f"{deadline:g} s"] if deadline is not None else []
+            logger.warning(
+                "%s failed on attempt 1 (%s); next try in %.2f s, retrying %s; further "
+                "failures in a row are logged at debug level",
+                what,
+                describe(failed.error),
+                failed.wait,
+                f"for up to {' or '.join(bounds)}" if bounds else "until it succeeds",
+            )
+        else:
+            logger.debug(
+                "%s failed on attempt %d (%s); next try in %.2f s",
+                what,
+                failed.attempt,
+                describe(failed.error),
+                failed.wait,
+            )
+        if on_retry is not None:
+            on_retry(failed)
+
+    def exhausted(state: RetryCallState) -> NoReturn:
+        failed = failure(state, 0.0)
+        if give_up is None:
+            raise failed.error
+        raise give_up(failed) from failed.error
+
+    def worth_it(state: RetryCallState) -> bool:
+        assert state.outcome is not None  # noqa: S101 - tenacity asks after an attempt
+        exc = state.outcome.exception()
+        return isinstance(exc, Exception) and should_retry(exc)
+
+    return AsyncRetrying(
+        stop=stop,
+        wait=backoff.wait(),
+        retry=worth_it,
+        before_sleep=before_sleep,
+        retry_error_callback=exhausted,
+    )
+
+
+async def retry_after(
+    first_error: BaseException,
+    attempt: Callable[[int], Awaitable[T]],
+    *,
+    what: str,
+    backoff: Backoff,
+    attempts: int | None = None,
+    deadline: float | None = None,
+    started: float | None = None,
+    should_retry: Callable[[BaseException], bool] = retriable,
+    on_retry: Callable[[Failure], None] | None = None,
+    give_up: Callable[[Failure], BaseException] | None = None,
+    describe: Callable[[BaseException], str] = _text,
+    logger: logging.Logger = log,
+) -> T:
+    """``await attempt(n)`` for n = 2, 3, ... after attempt 1, made by the caller outside
+    tenacity, failed with ``first_error`` (options as :func:`retrying`'s)::
+
+        started = time.monotonic()
+        try:
+            return await send(1)
+        except NsqError as exc:
+            first_error = exc
+        return await retry_after(first_error, send, what=..., backoff=PUBLISH, started=started)
+    """
+    controller = retrying(
+        what=what,
+        backoff=backoff,
+        attempts=attempts,
+        deadline=deadline,
+        started=started,
+        should_retry=should_retry,
+        on_retry=on_retry,
+        give_up=give_up,
+        describe=describe,
+        logger=logger,
+    )
+    number = 0
+
+    async def next_attempt() -> T:
+        nonlocal number
+        number += 1
+        if number == 1:  # tenacity's first attempt is the one already made
+            raise first_error
+        return await attempt(number)
+
+    return cast("T", await controller(next_attempt))

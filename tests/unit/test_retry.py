@@ -1,16 +1,31 @@
 """The one retry decider: every error class against its decision (retry, refresh lookup,
-reconnect), and the broker errors whose decision depends on the command that failed."""
+reconnect), and the broker errors whose decision depends on the command that failed; the one
+retry loop (tenacity): its waits, its bounds, its log, its last error and cancellation."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
+import time
 
 import pytest
 
 import nsq_ha.errors as errors
 from nsq_ha.errors import BrokerError, NsqError
 from nsq_ha.protocol.error_frames import must_drop, parse_error_frame
-from nsq_ha.retry import GIVE_UP, Decision, decide
+from nsq_ha.retry import (
+    GIVE_UP,
+    LOOKUPD,
+    PUBLISH,
+    RECONNECT,
+    Backoff,
+    Decision,
+    Failure,
+    decide,
+    retry_after,
+    retrying,
+)
 
 #: class name -> (retry, refresh lookup, reconnect) for an error built without command context
 #: (broker errors then carry their class's ``fatal``).
@@ -144,3 +159,217 @@ def test_broker_errors_decide_from_the_command_that_failed(
     error.fatal = must_drop(type(error), after, fork=fork)
     retry, refresh, reconnect = expected
     assert decide(error) == Decision(retry=retry, refresh_lookup=refresh, reconnect=reconnect)
+
+
+# -- the retry loop (tenacity, built in one place) ---------------------------------------------
+
+FAST = Backoff(initial=0.001, cap=0.002)
+
+
+class Script:
+    """An operation whose attempts (2, 3, ...) raise the scripted errors, then return "done"."""
+
+    def __init__(self, *errors_: BaseException) -> None:
+        self.errors = list(errors_)
+        self.calls: list[int] = []
+
+    async def __call__(self, number: int) -> str:
+        self.calls.append(number)
+        if self.errors:
+            raise self.errors.pop(0)
+        return "done"
+
+
+def test_the_waits_double_from_initial_up_to_the_cap() -> None:
+    backoff = Backoff(initial=0.05, cap=1.0)
+    waits = [backoff.delay(n) for n in range(1, 9)]
+    assert waits == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0])
+    assert backoff.delay(10_000) == pytest.approx(1.0)  # no overflow however long the streak
+
+
+def test_the_jitter_is_added_after_the_cap_so_capped_waits_still_spread() -> None:
+    backoff = Backoff(initial=1.0, cap=1.0, jitter=0.5)
+    waits = {backoff.delay(5) for _ in range(200)}
+    assert all(1.0 <= w <= 1.5 for w in waits)
+    assert len(waits) > 100  # spread, not one wait for every client at the cap
+
+
+def test_the_three_loops_waits_are_one_family() -> None:
+    for backoff in (PUBLISH, RECONNECT, LOOKUPD):
+        assert backoff.delay(1) >= backoff.initial
+        assert backoff.delay(100) <= backoff.cap + backoff.jitter
+    assert PUBLISH.cap <= RECONNECT.cap == LOOKUPD.cap
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"initial": -1.0, "cap": 1.0},
+        {"initial": math.nan, "cap": 1.0},
+        {"initial": 1.0, "cap": math.inf},
+        {"initial": 2.0, "cap": 1.0},
+        {"initial": True, "cap": 1.0},
+        {"initial": 0.1, "cap": 1.0, "jitter": "0.1"},
+    ],
+)
+def test_a_backoff_refuses_waits_it_cannot_keep(kwargs: dict[str, object]) -> None:
+    with pytest.raises(errors.ConfigError, match="backoff"):
+        Backoff(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"attempts": 0}, {"attempts": True}, {"deadline": 0}, {"deadline": "5"}]
+)
+def test_retrying_refuses_bounds_it_cannot_keep(kwargs: dict[str, object]) -> None:
+    with pytest.raises(errors.ConfigError):
+        retrying(what="x", backoff=FAST, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_attempts_after_the_first_run_until_one_succeeds() -> None:
+    heard: list[Failure] = []
+    op = Script(errors.ConnectError("refused again"))
+    result = await retry_after(
+        errors.ConnectError("refused"),
+        op,
+        what="publish to 'orders'",
+        backoff=FAST,
+        attempts=5,
+        on_retry=heard.append,
+    )
+    assert result == "done"
+    assert op.calls == [2, 3]  # attempt 1 was the caller's
+    assert [(f.attempt, str(f.error)) for f in heard] == [(1, "refused"), (2, "refused again")]
+    assert all(0.001 <= f.wait <= 0.002 for f in heard)
+
+
+async def test_giving_up_raises_the_typed_error_with_the_last_error_as_its_cause() -> None:
+    last = errors.ConnectError("refused 3")
+    op = Script(errors.ConnectError("refused 2"), last)
+
+    def give_up(failed: Failure) -> BaseException:
+        return errors.PublishError(f"{failed.what} failed {failed.attempt} times", attempts=3)
+
+    with pytest.raises(errors.PublishError, match="publish failed 3 times") as caught:
+        await retry_after(
+            errors.ConnectError("refused 1"),
+            op,
+            what="publish",
+            backoff=FAST,
+            attempts=3,
+            give_up=give_up,
+        )
+    assert caught.value.__cause__ is last
+    assert op.calls == [2, 3]
+
+
+async def test_giving_up_without_a_typed_error_raises_the_last_error_itself() -> None:
+    last = errors.ConnectError("refused 2")
+    with pytest.raises(errors.ConnectError) as caught:
+        await retry_after(
+            errors.ConnectError("refused 1"), Script(last), what="x", backoff=FAST, attempts=2
+        )
+    assert caught.value is last
+    assert caught.value.__cause__ is None
+
+
+async def test_the_deadline_counts_from_the_first_attempt() -> None:
+    op = Script()
+    with pytest.raises(errors.LookupdUnavailableError, match="gave up") as caught:
+        await retry_after(
+            errors.ConnectError("refused"),
+            op,
+            what="x",
+            backoff=FAST,
+            deadline=5.0,
+            started=time.monotonic() - 6.0,
+            give_up=lambda f: errors.LookupdUnavailableError(f"gave up after {f.attempt}"),
+        )
+    assert op.calls == []  # the first attempt took the whole deadline: no second one
+    assert isinstance(caught.value.__cause__, errors.ConnectError)
+
+
+async def test_an_error_not_worth_another_try_is_raised_as_it_is() -> None:
+    refused = errors.ConfigError("bad topic")
+    op = Script(refused)
+    with pytest.raises(errors.ConfigError) as caught:
+        await retry_after(errors.ConnectError("x"), op, what="x", backoff=FAST, attempts=9)
+    assert caught.value is refused
+    assert op.calls == [2]
+    first = errors.ConfigError("at once")
+    with pytest.raises(errors.ConfigError) as caught:
+        await retry_after(first, op, what="x", backoff=FAST, attempts=9)
+    assert caught.value is first
+    assert op.calls == [2]
+
+
+async def test_cancellation_is_never_retried_nor_wrapped() -> None:
+    op = Script(asyncio.CancelledError())
+    with pytest.raises(asyncio.CancelledError):
+        await retry_after(
+            errors.ConnectError("x"),
+            op,
+            what="x",
+            backoff=FAST,
+            attempts=9,
+            should_retry=lambda exc: True,
+        )
+    assert op.calls == [2]
+
+
+async def test_cancelling_the_wait_ends_the_loop_at_once() -> None:
+    waiting = asyncio.Event()
+    op = Script()
+    task = asyncio.ensure_future(
+        retry_after(
+            errors.ConnectError("x"),
+            op,
+            what="x",
+            backoff=Backoff(initial=60.0, cap=60.0),
+            on_retry=lambda _: waiting.set(),
+        )
+    )
+    async with asyncio.timeout(5):
+        await waiting.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert op.calls == []
+
+
+async def test_each_failure_logs_what_failed_the_attempt_and_the_next_wait(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="nsq_ha.retry")
+    op = Script(errors.ConnectError("refused 2"))
+    await retry_after(
+        errors.ConnectError("refused 1"),
+        op,
+        what="lookup of 'orders'",
+        backoff=Backoff(initial=0.001, cap=0.001),
+        attempts=5,
+        deadline=60.0,
+    )
+    records = [r for r in caplog.records if r.name == "nsq_ha.retry"]
+    assert [(r.levelno, r.getMessage()) for r in records] == [
+        (
+            logging.WARNING,
+            "lookup of 'orders' failed on attempt 1 (refused 1); next try in 0.00 s, retrying "
+            "for up to 5 attempts or 60 s; further failures in a row are logged at debug level",
+        ),
+        (logging.DEBUG, "lookup of 'orders' failed on attempt 2 (refused 2); next try in 0.00 s"),
+    ]
+
+
+async def test_the_logged_error_text_is_the_callers_description(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="nsq_ha.retry")
+    await retry_after(
+        errors.ConnectError("http://u:secret@h:4161 refused"),
+        Script(),
+        what="x",
+        backoff=FAST,
+        describe=lambda exc: "redacted",
+    )
+    assert "secret" not in caplog.text
+    assert "(redacted)" in caplog.text
