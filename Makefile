@@ -57,10 +57,26 @@ docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -E -q -b html -d docs/_build/doctrees docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
 
-# The whole suite on $(PYTHON) (3.11), then the extra interpreters' runs (below); `pythons`
-# first, so that a missing interpreter fails at once rather than after the 3.11 suite.
+# The whole suite on $(PYTHON) (3.11) and the extra interpreters' runs (below), as two streams
+# side by side, each one's output printed whole when it ends: the real-server tests (integration
+# and chaos: clusters, failovers and timeouts, mostly waiting) beside the rest (unit, harness,
+# conformance on 3.11, then 3.12, then 3.13: mostly computing). On 2 cores one stream each; one
+# after the other took make test to 45 minutes. `pythons` first, so that a missing interpreter
+# fails at once rather than after the 3.11 suite.
 test: pythons servers lint typecheck architecture docs
-	$(PY) -m pytest --durations=30
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-servers test-rest
+
+TEST_SERVER_DIRS := tests/integration tests/chaos
+
+.PHONY: test-servers test-rest test-fast
+test-servers: $(STAMP)
+	$(PY) -m pytest --durations=30 $(TEST_SERVER_DIRS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest --durations=10 tests $(addprefix --ignore=,$(TEST_SERVER_DIRS))
+
+test-rest:
+	$(MAKE) --no-print-directory test-fast
 	$(MAKE) --no-print-directory -j$(VERSION_JOBS) --output-sync=target test-versions
 
 # The other interpreters CI tests, each in its own virtualenv (.venv-3.12, .venv-3.13: the cli
@@ -70,11 +86,11 @@ test: pythons servers lint typecheck architecture docs
 # extra; its JVM runs take minutes), the benchmark and chaos runs, and the README test (its
 # Quickstart builds a venv with the python3 on PATH, not this interpreter).
 # tools/find_python.sh finds each: pythonX.Y on PATH if it runs, else pyenv's; none fails.
-# Side by side (VERSION_JOBS=2), each one's output printed whole when it ends: their tests
-# mostly wait, so on 2 cores both together took 6.5 min, no longer than one alone (7 min);
-# one after the other would take make test past 45 minutes.
+# make test runs them one after the other (VERSION_JOBS=1), in the stream beside the real-server
+# tests; alone, `make test-versions VERSION_JOBS=2` runs both side by side (6.5 min on 2 cores,
+# no longer than one alone).
 PYTHON_VERSIONS := 3.12 3.13
-VERSION_JOBS ?= 2
+VERSION_JOBS ?= 1
 VERSION_EXTRAS := cli,otel
 VERSION_ARGS := tests/unit tests/integration \
 	-m "not fork and not vanilla and not spark and not bench and not chaos" \
