@@ -1,16 +1,19 @@
 """Every option of a producer in one frozen, validated value: :class:`ProducerConfig`.
 
-The asyncio :class:`~nsq_ha.producer.Producer`, its blocking twin in :mod:`nsq_ha.sync`, the
-CLI and the Spark sink all build one of these from their keywords, so a bad value is refused
-the same way everywhere (a :class:`~nsq_ha.errors.ConfigError` subclass, before anything is
-sent) and no front end can drift from the others.
+The one place for the options: :class:`ProducerConfig` holds their names and defaults,
+:class:`ProducerOptions` the types a caller may give as keywords (a unit test keeps the two
+names lists equal). The asyncio :class:`~nsq_ha.producer.Producer`, its blocking twin in
+:mod:`nsq_ha.sync`, the CLI and the Spark sink all take ``**options: Unpack[ProducerOptions]``
+or a whole ``config=ProducerConfig(...)`` (:meth:`ProducerConfig.from_options`), so a bad value
+is refused the same way everywhere (a :class:`~nsq_ha.errors.ConfigError` subclass, before
+anything is sent) and no front end can drift from the others.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.durations import seconds
@@ -21,7 +24,27 @@ from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.redact import redacted_repr
 from nsq_ha.routing import ShardingStrategy, get_strategy
 
-__all__ = ["KEYWORD_DEFAULTS", "ProducerConfig"]
+__all__ = ["KEYWORD_DEFAULTS", "ProducerConfig", "ProducerOptions"]
+
+
+class ProducerOptions(TypedDict, total=False):
+    """The keywords of ``Producer(...)`` (asyncio and blocking): :class:`ProducerConfig`'s
+    fields, typed as a caller may give them (addresses as one string, a strategy by name).
+    Their defaults are ProducerConfig's; what each does is told on
+    :class:`~nsq_ha.producer.Producer`."""
+
+    lookupd: str | Sequence[str] | None
+    lookup: LookupClient | None
+    nsqd: str | Sequence[str] | None
+    strategy: str | ShardingStrategy
+    connection: ConnectionConfig
+    retry: RetryPolicy
+    trace: bool
+    unkeyed_window: int
+    max_batch: int
+    linger: float
+    close_timeout: float
+    topic_idle_timeout: float
 
 
 def _addresses(value: str | Sequence[str] | None, name: str) -> tuple[str, ...] | None:
@@ -118,6 +141,31 @@ class ProducerConfig:
     def static_nodes(self) -> tuple[NodeInfo, ...]:
         """The ``nsqd=`` addresses as nodes (empty with lookupd= or lookup=)."""
         return tuple(static_node(a) for a in self.nsqd or ())
+
+    @classmethod
+    def from_options(
+        cls, config: ProducerConfig | ConnectionConfig | None, options: ProducerOptions
+    ) -> ProducerConfig:
+        """The config of a ``Producer(config=..., **options)`` call: the whole ``config``, or
+        one made of the keyword ``options`` (ProducerConfig's defaults for the others); both at
+        once are refused (ConfigError), before anything starts."""
+        if config is None:
+            return cls(**cast("dict[str, Any]", options))
+        if isinstance(cast(object, config), ConnectionConfig):
+            # until every caller says connection= (nsq_ha/cli/where.py builds the keywords of
+            # both clients, and the Consumer's config= still takes a ConnectionConfig)
+            return cls(**{**cast("dict[str, Any]", options), "connection": config})
+        if not isinstance(cast(object, config), ProducerConfig):
+            raise InvalidArgumentError(
+                f"config must be a ProducerConfig, not {type(config).__name__} "
+                "(the connections' settings go in connection=ConnectionConfig(...))"
+            )
+        if options:
+            raise ConfigError(
+                "give the options in config=ProducerConfig(...) or as keywords, not both "
+                f"({', '.join(sorted(options))} given as keywords)"
+            )
+        return cast(ProducerConfig, config)
 
     @classmethod
     def from_keywords(

@@ -53,7 +53,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Self, TypeVar, Unpack, cast
 
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.durations import seconds
@@ -62,7 +62,7 @@ from nsq_ha.lookup import LookupClient
 from nsq_ha.producer.activity import Activity
 from nsq_ha.producer.args import per_message, sequence_of
 from nsq_ha.producer.batch import OutgoingMessage, plain_size, prepare_batch, prepare_one
-from nsq_ha.producer.config import ProducerConfig
+from nsq_ha.producer.config import ProducerConfig, ProducerOptions
 from nsq_ha.producer.idle import IdleTopics
 from nsq_ha.producer.lanes import UNKNOWN, Lanes, Outcome, Outcomes, PlainBytes
 from nsq_ha.producer.order import ArrivalOrder
@@ -90,11 +90,11 @@ class Producer:
     :class:`~nsq_ha.lookup.LookupClient`) or ``nsqd`` (TCP address(es), vanilla).
 
     ``strategy``: ``"murmur3"`` (default), ``"java"``, ``"jump"`` or a
-    :class:`~nsq_ha.routing.ShardingStrategy`. ``config``: the connections' settings (a
+    :class:`~nsq_ha.routing.ShardingStrategy`. ``connection``: the connections' settings (a
     :class:`~nsq_ha.connection.ConnectionConfig`: size limits, TLS, AUTH, compression,
-    timeouts), or every option at once as a :class:`~nsq_ha.producer.ProducerConfig`. ``retry``: the
-    :class:`~nsq_ha.producer.policy.RetryPolicy`. ``trace=True`` publishes every message traced
-    (trace id 0 unless given) so that every result carries its id and queue offset.
+    timeouts). ``retry``: the :class:`~nsq_ha.producer.policy.RetryPolicy`. ``trace=True``
+    publishes every message traced (trace id 0 unless given) so that every result carries its
+    id and queue offset.
     ``unkeyed_window``: unacknowledged unkeyed commands per partition. ``max_batch``: most
     messages per ``MPUB``. ``linger``: seconds a batch waits for more messages before it goes
     (0: it goes as soon as the previous batch of its partition is acknowledged).
@@ -110,47 +110,22 @@ class Producer:
     error. Keyed calls keep call order
     (one batch out per partition); unkeyed calls spread their batches round-robin.
 
-    Every option can instead come as one :class:`~nsq_ha.producer.config.ProducerConfig`:
-    ``Producer(config=ProducerConfig(...))`` (the other keywords then stay at their defaults);
+    The keywords are :class:`~nsq_ha.producer.config.ProducerOptions`, with
+    :class:`~nsq_ha.producer.config.ProducerConfig`'s defaults. Every option can instead come
+    as one ProducerConfig: ``Producer(config=ProducerConfig(...))`` (no other keyword then);
     :attr:`producer_config` is the one in use either way.
 
     Use ``async with Producer(...) as producer`` or call :meth:`close`.
     """
 
     def __init__(
-        self,
-        *,
-        lookupd: str | Sequence[str] | None = None,
-        lookup: LookupClient | None = None,
-        nsqd: str | Sequence[str] | None = None,
-        strategy: str | ShardingStrategy = "murmur3",
-        config: ConnectionConfig | ProducerConfig | None = None,
-        retry: RetryPolicy | None = None,
-        trace: bool = False,
-        unkeyed_window: int = 1024,
-        max_batch: int = 1000,
-        linger: float = 0.0,
-        close_timeout: float = 10.0,
-        topic_idle_timeout: float = 300.0,
+        self, *, config: ProducerConfig | None = None, **options: Unpack[ProducerOptions]
     ) -> None:
-        options = ProducerConfig.from_keywords(
-            config,
-            lookupd=lookupd,
-            lookup=lookup,
-            nsqd=nsqd,
-            strategy=strategy,
-            retry=retry,
-            trace=trace,
-            unkeyed_window=unkeyed_window,
-            max_batch=max_batch,
-            linger=linger,
-            close_timeout=close_timeout,
-            topic_idle_timeout=topic_idle_timeout,
-        )
+        settings = ProducerConfig.from_options(config, options)
         #: every option of this producer
-        self.producer_config = options
-        self._owns_lookup = options.lookupd is not None
-        self._lookup = LookupClient(options.lookupd) if options.lookupd else options.lookup
+        self.producer_config = settings
+        self._owns_lookup = settings.lookupd is not None
+        self._lookup = LookupClient(settings.lookupd) if settings.lookupd else settings.lookup
         #: counters for logs, tests and benchmarks
         self.stats: dict[str, int] = {
             "published": 0,
@@ -161,12 +136,12 @@ class Producer:
             "batches_split": 0,
         }
         self._closing_flag = asyncio.Event()  # set by close(); the pieces read is_set()
-        self._idle_topics = IdleTopics(options.topic_idle_timeout)
-        self._pool = ConnectionPool(options.connection, self.stats)
+        self._idle_topics = IdleTopics(settings.topic_idle_timeout)
+        self._pool = ConnectionPool(settings.connection, self.stats)
         self._routes = RouteTable(
             lookup=self._lookup,
-            static=options.static_nodes,
-            strategy=options.strategy,
+            static=settings.static_nodes,
+            strategy=settings.strategy,
             last_used=self._idle_topics.last_used,
             on_routes=self._pool.follow,
             closing=self._closing_flag.is_set,
@@ -174,27 +149,27 @@ class Producer:
         self._sender = Sender(
             routes=self._routes,
             pool=self._pool,
-            config=options.connection,
-            policy=options.retry,
+            config=settings.connection,
+            policy=settings.retry,
             stats=self.stats,
-            trace=options.trace,
-            max_batch=options.max_batch,
-            unkeyed_window=options.unkeyed_window,
+            trace=settings.trace,
+            max_batch=settings.max_batch,
+            unkeyed_window=settings.unkeyed_window,
             closing=self._closing_flag.is_set,
         )
         self._lanes = Lanes(
             send=self._sender.send_batch,
             builder=self._sender.builder,
             routes=self._routes.cached,
-            linger=options.linger,
-            max_batch=options.max_batch,
+            linger=settings.linger,
+            max_batch=settings.max_batch,
         )
         self._order = ArrivalOrder()
         self._activity = Activity()
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = asyncio.Event()
-        self._max_msg_size = options.connection.max_msg_size
+        self._max_msg_size = settings.connection.max_msg_size
 
     # -- options (read-only views of producer_config) ---------------------------------------
 

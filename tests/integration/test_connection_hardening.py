@@ -115,7 +115,7 @@ async def test_producer_attempt_timeout_covers_a_full_socket() -> None:
     )
     retry = RetryPolicy(attempts=2, deadline=None, attempt_timeout=1.0, initial_backoff=0.01)
     async with lying_nsqd(_stop_reading) as server:
-        producer = Producer(nsqd=server.address, config=config, retry=retry, close_timeout=1.0)
+        producer = Producer(nsqd=server.address, connection=config, retry=retry, close_timeout=1.0)
         try:
             with pytest.raises(PublishError) as info:
                 async with asyncio.timeout(2 * retry.attempt_timeout + 3.0):
@@ -412,7 +412,7 @@ async def test_consumer_with_max_in_flight_one_is_not_flooded() -> None:
                 nsqd=server.address,
                 max_in_flight=1,
                 drain_timeout=0.5,
-                config=ConnectionConfig(close_timeout=0.5),
+                connection=ConnectionConfig(close_timeout=0.5),
             )
             try:
                 await consumer.start()

@@ -84,7 +84,7 @@ def new_consumer(cluster: Backend, **options: object) -> Consumer:
         EXT.name,
         f"pull{uuid.uuid4().hex[:8]}",
         lookupd=cluster.lookupd_http,
-        config=ConnectionConfig(client_id=CLIENT),
+        connection=ConnectionConfig(client_id=CLIENT),
         **options,  # type: ignore[arg-type]
     )
 
@@ -289,7 +289,7 @@ def test_blocking_get_gives_each_message_a_receive_span_and_a_process_span(
         EXT.name,
         f"pull{uuid.uuid4().hex[:8]}",
         lookupd=cluster.lookupd_http,
-        config=ConnectionConfig(client_id=CLIENT),
+        connection=ConnectionConfig(client_id=CLIENT),
     ) as consumer:
         deadline = time.monotonic() + 30
         while consumer.stats["connections"] < EXT.partitions:
@@ -338,7 +338,7 @@ async def test_publish_spans_name_the_producers_client_id(cluster: Backend, span
     async with Producer(lookupd=cluster.lookupd_http) as producer:
         await producer.publish(EXT.name, b"default id", sharding_key="d")
     async with Producer(
-        lookupd=cluster.lookupd_http, config=ConnectionConfig(client_id="named-producer")
+        lookupd=cluster.lookupd_http, connection=ConnectionConfig(client_id="named-producer")
     ) as producer:
         await producer.publish(EXT.name, b"named id", sharding_key="n")
     found = [

@@ -220,7 +220,7 @@ async def test_close_waits_for_in_flight_publishes(producer: Producer) -> None:
 async def test_close_fails_what_a_stalled_leader_never_acknowledged(cluster: Backend) -> None:
     config = ConnectionConfig(close_timeout=1.0)
     retry = RetryPolicy(attempt_timeout=30.0)
-    producer = Producer(lookupd=cluster.lookupd_http, config=config, retry=retry)
+    producer = Producer(lookupd=cluster.lookupd_http, connection=config, retry=retry)
     await producer.publish(T4, b"warm-up", partition=2)
     with cluster.paused(cluster.leader(T4, 2)):
         tasks = [

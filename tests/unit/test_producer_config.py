@@ -1,11 +1,13 @@
-"""ProducerConfig (issue 21 item 3): one frozen, validated value holds every producer option;
+"""ProducerConfig: one frozen, validated value holds every producer option;
 the asyncio Producer, the blocking one and (later) the CLI and Spark all build it, so a bad
 value is refused the same way everywhere, with a typed error, before anything starts."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
+import typing
 
 import pytest
 
@@ -13,6 +15,7 @@ import nsq_ha
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.errors import ConfigError, InvalidArgumentError
 from nsq_ha.producer import Producer, ProducerConfig, RetryPolicy
+from nsq_ha.producer.config import ProducerOptions
 from nsq_ha.routing import ShardingStrategy, get_strategy
 
 WHERE = {"nsqd": "127.0.0.1:1"}
@@ -68,13 +71,8 @@ def test_producer_config_refuses_bad_values_with_typed_errors(
 def test_the_producer_refuses_the_same_values_the_same_way(
     options: dict[str, object], error: type[Exception], match: str
 ) -> None:
-    keywords = dict(options)
-    if "connection" in keywords:
-        keywords["config"] = keywords.pop("connection")
-        error = InvalidArgumentError
-        match = "ConnectionConfig or a ProducerConfig"
     with pytest.raises(error, match=match):
-        Producer(**keywords)  # type: ignore[arg-type]
+        Producer(**options)  # type: ignore[arg-type]
 
 
 async def test_a_producer_takes_a_whole_config_or_keywords_not_both() -> None:
@@ -83,9 +81,31 @@ async def test_a_producer_takes_a_whole_config_or_keywords_not_both() -> None:
     assert producer.producer_config is config
     assert (producer.max_batch, producer.linger) == (7, 0.5)
     await producer.close()
-    with pytest.raises(ConfigError, match="not both"):
-        Producer(config=config, max_batch=8)
-    keyed = Producer(nsqd="127.0.0.1:1", config=ConnectionConfig(), max_batch=8)
-    assert keyed.producer_config == ProducerConfig(nsqd="127.0.0.1:1", max_batch=8)
-    assert keyed.config == ConnectionConfig()
+    with pytest.raises(ConfigError, match=r"not both \(linger, max_batch given as keywords\)"):
+        Producer(config=config, max_batch=8, linger=0.0)
+    connection = ConnectionConfig(client_id="keyed")
+    keyed = Producer(nsqd="127.0.0.1:1", connection=connection, max_batch=8)
+    assert keyed.producer_config == ProducerConfig(
+        nsqd="127.0.0.1:1", connection=connection, max_batch=8
+    )
+    assert keyed.config == connection
     await keyed.close()
+
+
+def test_the_producer_keywords_are_the_config_fields_with_no_default_of_their_own() -> None:
+    """One option set: ProducerOptions names exactly ProducerConfig's fields, and the
+    Producer's signature holds no option (so no default is written twice)."""
+    fields = [f.name for f in dataclasses.fields(ProducerConfig)]
+    assert list(typing.get_type_hints(ProducerOptions)) == fields
+    parameters = inspect.signature(Producer).parameters
+    assert [(p.name, p.kind) for p in parameters.values()] == [
+        ("config", inspect.Parameter.KEYWORD_ONLY),
+        ("options", inspect.Parameter.VAR_KEYWORD),
+    ]
+    assert parameters["config"].default is None
+
+
+@pytest.mark.parametrize("config", [{"max_batch": 2}, "nsqd=127.0.0.1:1", 3])
+def test_config_takes_only_a_whole_producer_config(config: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"ProducerConfig.*connection="):
+        Producer(config=config)  # type: ignore[arg-type]
