@@ -66,7 +66,6 @@ from nsq_ha.producer.config import ProducerConfig, ProducerOptions
 from nsq_ha.producer.idle import IdleTopics
 from nsq_ha.producer.lanes import UNKNOWN, Lanes, Outcome, Outcomes, PlainBytes
 from nsq_ha.producer.order import ArrivalOrder
-from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import ConnKey, Routes, RouteTable
@@ -75,7 +74,7 @@ from nsq_ha.protocol.commands import seconds_to_ms
 from nsq_ha.protocol.names import validate_topic
 from nsq_ha.protocol.publish import ExtHeader
 from nsq_ha.redact import redact_text as redact
-from nsq_ha.routing import ShardingKey, ShardingStrategy
+from nsq_ha.routing import ShardingKey
 
 __all__ = ["Producer", "PublishResult"]
 
@@ -171,52 +170,17 @@ class Producer:
         self._closed = asyncio.Event()
         self._max_msg_size = settings.connection.max_msg_size
 
-    # -- options (read-only views of producer_config) ---------------------------------------
-
-    @property
-    def strategy(self) -> ShardingStrategy:
-        """How keys pick partitions."""
-        return self.producer_config.strategy
+    # -- options ----------------------------------------------------------------------------
 
     @property
     def config(self) -> ConnectionConfig:
-        """The connections' settings."""
+        """The connections' settings (every option: :attr:`producer_config`)."""
         return self.producer_config.connection
-
-    @property
-    def retry(self) -> RetryPolicy:
-        """How a batch is retried."""
-        return self.producer_config.retry
-
-    @property
-    def trace(self) -> bool:
-        """Every message is published traced."""
-        return self.producer_config.trace
-
-    @property
-    def unkeyed_window(self) -> int:
-        """Unacknowledged unkeyed commands per partition."""
-        return self.producer_config.unkeyed_window
-
-    @property
-    def max_batch(self) -> int:
-        """The most messages per batch."""
-        return self.producer_config.max_batch
-
-    @property
-    def linger(self) -> float:
-        """Seconds a batch waits for more messages."""
-        return self.producer_config.linger
 
     @property
     def close_timeout(self) -> float:
         """How long :meth:`close` waits for in-flight publishes by default."""
         return self.producer_config.close_timeout
-
-    @property
-    def topic_idle_timeout(self) -> float:
-        """Seconds after which an unused topic's state is freed."""
-        return self.producer_config.topic_idle_timeout
 
     # -- state ------------------------------------------------------------------------------
 
@@ -226,8 +190,8 @@ class Producer:
         else:
             where = f"nsqd={[n.address for n in self.producer_config.static_nodes]}"
         return (
-            f"<Producer {where} strategy={self.strategy.name} topics={len(self.topics)} "
-            f"conns={len(self._pool)}>"
+            f"<Producer {where} strategy={self.producer_config.strategy.name} "
+            f"topics={len(self.topics)} conns={len(self._pool)}>"
         )
 
     async def __aenter__(self) -> Self:

@@ -46,7 +46,8 @@ def test_producer_counts_must_be_ints_of_at_least_one(name: str, value: object) 
 
 def test_producer_accepts_sound_durations() -> None:
     producer = Producer(nsqd="127.0.0.1:1", linger=0, close_timeout=0.5, topic_idle_timeout=7)
-    assert (producer.linger, producer.close_timeout, producer.topic_idle_timeout) == (0, 0.5, 7)
+    config = producer.producer_config
+    assert (config.linger, config.close_timeout, config.topic_idle_timeout) == (0, 0.5, 7)
 
 
 @pytest.mark.parametrize("value", [NAN, INF, -1, True, "1"])
