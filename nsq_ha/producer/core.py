@@ -85,36 +85,46 @@ _T = TypeVar("_T")
 class Producer:
     """Publish to NSQ topics: partitions of the HA fork (through nsqlookupd) or vanilla nsqd.
 
-    Give exactly one of ``lookupd`` (nsqlookupd HTTP address(es)), ``lookup`` (a shared
-    :class:`~nsq_ha.lookup.LookupClient`) or ``nsqd`` (TCP address(es), vanilla).
+    Give exactly one of ``lookupd``, ``lookup`` or ``nsqd``. Every option can instead come as
+    one ProducerConfig: ``Producer(config=ProducerConfig(...))`` (no other keyword then);
+    :attr:`producer_config` is the one in use either way. Durations are finite seconds: NaN,
+    infinities and negatives are refused with ConfigError, before anything connects.
 
-    ``strategy``: ``"murmur3"`` (default), ``"java"``, ``"jump"`` or a
-    :class:`~nsq_ha.routing.ShardingStrategy`. ``connection``: the connections' settings (a
-    :class:`~nsq_ha.connection.ConnectionConfig`: size limits, TLS, AUTH, compression,
-    timeouts). ``retry``: the :class:`~nsq_ha.producer.policy.RetryPolicy`. ``trace=True``
-    publishes every message traced (trace id 0 unless given) so that every result carries its
-    id and queue offset.
-    ``unkeyed_window``: unacknowledged unkeyed commands per partition. ``max_batch``: most
-    messages per ``MPUB``. ``linger``: seconds a batch waits for more messages before it goes
-    (0: it goes as soon as the previous batch of its partition is acknowledged).
-    ``close_timeout``: how long :meth:`close` waits for in-flight publishes before failing them.
-    ``topic_idle_timeout``: seconds after a topic's last publish (and once none of its messages
-    is queued or in flight) when its state is freed: routes, lanes, connections, and its lookup
-    is no longer refreshed; the next publish to it looks it up again. Durations are finite
-    seconds: NaN, infinities and negatives are refused with ConfigError.
+    Args:
+        config: every option at once, as a :class:`~nsq_ha.producer.config.ProducerConfig`.
+        lookupd: nsqlookupd HTTP address(es) (``"http://127.0.0.1:4161"``), for the fork or
+            vanilla.
+        lookup: a shared :class:`~nsq_ha.lookup.LookupClient` (not closed with the producer).
+        nsqd: nsqd TCP address(es) (``"127.0.0.1:4150"``): vanilla, or the fork without keys.
+        strategy: how a sharding key picks a partition: ``"murmur3"`` (default, the fork's Go
+            SDK), ``"java"`` (its Java SDK), ``"jump"`` or a
+            :class:`~nsq_ha.routing.ShardingStrategy`.
+        connection: the connections' settings (a :class:`~nsq_ha.connection.ConnectionConfig`:
+            size limits, TLS, AUTH, compression, timeouts).
+        retry: the :class:`~nsq_ha.producer.policy.RetryPolicy` (default: up to 60 tries
+            within 60 s).
+        trace: publish every message traced (trace id 0 unless given), so that every result
+            carries its id and queue offset.
+        unkeyed_window: unacknowledged unkeyed commands per partition (1024).
+        max_batch: most messages per ``MPUB`` (1000).
+        linger: seconds a batch waits for more messages before it goes (0: it goes as soon as
+            the previous batch of its partition is acknowledged).
+        close_timeout: how long :meth:`close` waits for in-flight publishes before failing
+            them (10 s).
+        topic_idle_timeout: seconds after a topic's last publish (and once none of its
+            messages is queued or in flight) when its state is freed: routes, lanes,
+            connections, and its lookup is no longer refreshed; the next publish to it looks it
+            up again (300 s).
 
     Group commit: concurrent :meth:`publish` and :meth:`publish_many` calls are queued per
     partition and sent as one ``MPUB`` (or ``MPUB_TRACE``/``MPUB_EXT``) per batch, up to
     ``max_batch`` messages and the size limits; each caller still gets its own results or
-    error. Keyed calls keep call order
-    (one batch out per partition); unkeyed calls spread their batches round-robin.
+    error. Keyed calls keep call order (one batch out per partition); unkeyed calls spread
+    their batches round-robin.
 
     The keywords are :class:`~nsq_ha.producer.config.ProducerOptions`, with
-    :class:`~nsq_ha.producer.config.ProducerConfig`'s defaults. Every option can instead come
-    as one ProducerConfig: ``Producer(config=ProducerConfig(...))`` (no other keyword then);
-    :attr:`producer_config` is the one in use either way.
-
-    Use ``async with Producer(...) as producer`` or call :meth:`close`.
+    :class:`~nsq_ha.producer.config.ProducerConfig`'s defaults. Use ``async with
+    Producer(...) as producer`` or call :meth:`close`.
     """
 
     def __init__(
