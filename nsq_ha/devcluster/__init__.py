@@ -19,9 +19,8 @@ Pieces, each importing only those listed before it: :mod:`.store` (a partition's
 channels), :mod:`.model` (nodes, topics, partitions, channel hubs, faults, events),
 :mod:`.topology` (placement, leaders, lookup answers), :mod:`.faults` (the fault switches),
 :mod:`.view` (the :class:`~.view.ClusterView` protocol the servers are given), the servers
-(:mod:`.nsqd` with :mod:`.nsqd_args`, :mod:`.nsqd_identify`, :mod:`.nsqd_publish`,
-:mod:`.nsqd_output`, :mod:`.ext_filter`; :mod:`.nsqd_http` with :mod:`.nsqd_stats`;
-:mod:`.lookupd`; all on :mod:`.http`), :mod:`.cluster` (starts the servers around the model),
+(the package :mod:`.nsqd`, which uses :mod:`.ext_filter`; :mod:`.lookupd`; all on
+:mod:`.http`), :mod:`.cluster` (starts the servers around the model),
 :mod:`.threaded` (the same cluster driven from sync code) and :mod:`.cli`.
 """
 

@@ -7,8 +7,8 @@ A :class:`DevCluster` owns
   fault switches (:class:`~nsq_ha.devcluster.faults.FaultSwitches`) and the event log
   (:class:`~nsq_ha.devcluster.model.EventLog`: every admin action and fault, and every
   connection outcome worth seeing);
-* the **servers**: per node one nsqd-compatible TCP server (:mod:`.nsqd`) and HTTP API
-  (:mod:`.nsqd_http`), and one nsqlookupd-compatible HTTP server (:mod:`.lookupd`).  They see
+* the **servers**: per node one nsqd-compatible TCP server (:mod:`.nsqd.server`) and HTTP API
+  (:mod:`.nsqd.http`), and one nsqlookupd-compatible HTTP server (:mod:`.lookupd`).  They see
   the cluster as a :class:`~nsq_ha.devcluster.view.ClusterView`, which this class implements;
 * the **timers**: the ticker that times out in-flight messages and releases deferred ones, and
   the delayed failover after a kill.
@@ -47,8 +47,7 @@ from .model import (
     monotonic,
     wall_ns,
 )
-from .nsqd import NsqdServer
-from .nsqd_http import make_nsqd_handler
+from .nsqd import NsqdServer, make_nsqd_handler
 from .store import StoredMessage
 from .topology import Topology
 

@@ -1,6 +1,6 @@
 """What the emulated servers may ask of their cluster: the :class:`ClusterView` protocol.
 
-The TCP server (:mod:`.nsqd`), the nsqd HTTP API (:mod:`.nsqd_http`) and the lookupd API
+The TCP server (:mod:`.nsqd.server`), the nsqd HTTP API (:mod:`.nsqd.http`) and the lookupd API
 (:mod:`.lookupd`) are given a ``ClusterView`` and nothing else of the cluster;
 :class:`~nsq_ha.devcluster.cluster.DevCluster` implements it.  So the servers depend on the
 model and on this protocol, the cluster on the servers, and no import goes the other way.

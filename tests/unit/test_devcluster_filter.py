@@ -86,7 +86,7 @@ def test_patterns_re2_refuses_build_no_filter() -> None:
 
 def test_gjson_path_syntax_is_refused_at_identify() -> None:
     from nsq_ha.devcluster.model import Limits, ServerError
-    from nsq_ha.devcluster.nsqd_identify import read_identify
+    from nsq_ha.devcluster.nsqd.identify import read_identify
 
     body = b'{"ext_filter":{"type":1,"filter_ext_key":"a*","filter_data":"v"}}'
     with pytest.raises(ServerError, match="gjson path syntax"):

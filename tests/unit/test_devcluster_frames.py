@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from nsq_ha.devcluster.nsqd_output import message_frame
+from nsq_ha.devcluster.nsqd.output import message_frame
 from nsq_ha.devcluster.store import StoredMessage
 from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder
 from nsq_ha.protocol.frames import FrameType, encode_frame

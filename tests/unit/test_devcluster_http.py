@@ -19,11 +19,12 @@ import httpx
 import pytest
 from golden_data import load
 
-from nsq_ha.devcluster import DevCluster, DevNode, NodeState, nsqd_http
+from nsq_ha.devcluster import DevCluster, DevNode, NodeState
 from nsq_ha.devcluster.http import HttpServer, Request, Response, go_atoi, go_json
 from nsq_ha.devcluster.lookupd import LookupdApi, make_lookupd_handler
 from nsq_ha.devcluster.model import FORK_VERSION
-from nsq_ha.devcluster.nsqd_http import make_nsqd_handler
+from nsq_ha.devcluster.nsqd import http as nsqd_http
+from nsq_ha.devcluster.nsqd.http import make_nsqd_handler
 from nsq_ha.lookup.wire import parse_listlookup, parse_lookup, unwrap
 
 V1 = {"accept": "application/vnd.nsq; version=1.0"}

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from nsq_ha.protocol.command_decoder import ClientCommand
 from nsq_ha.protocol.names import is_valid_name
 
-from .http import go_atoi
-from .model import ChannelHub, DevNode, DevPartition, ServerError
-from .store import NotOwnedError
-from .view import ClusterView
+from ..http import go_atoi
+from ..model import ChannelHub, DevNode, DevPartition, ServerError
+from ..store import NotOwnedError
+from ..view import ClusterView
 
 __all__ = [
     "Sub",

@@ -1,4 +1,4 @@
-"""The emulated nsqd's TCP protocol (V2 as the fork speaks it), one node of a DevCluster.
+"""One client's connection to the emulated nsqd: the TCP protocol (V2 as the fork speaks it).
 
 Built on the project's server-role codec (:mod:`nsq_ha.protocol.command_decoder`) and frame
 and message encoders.  What it reproduces (PROTOCOL.md §1-§4, checklist §9):
@@ -6,14 +6,14 @@ and message encoders.  What it reproduces (PROTOCOL.md §1-§4, checklist §9):
 * the magic (``E_BAD_PROTOCOL`` and close on a wrong one), sequential command handling, the
   connection states of §1.7 and, per command, the fork's exact error texts and whether they
   close the connection (§2.19);
-* IDENTIFY validation and its JSON answer (:mod:`.nsqd_identify`), then the TLS (when the
+* IDENTIFY validation and its JSON answer (:mod:`.identify`), then the TLS (when the
   cluster has a TLS context), snappy or deflate upgrade with its ``OK`` frame;
 * heartbeats every interval to every connection and the 3 x interval read deadline;
 * SUB / SUB_ORDERED / SUB_ADVANCED with the check order of §2.3 (including the partition-token
   and 5-token quirks), RDY gating, FIN/REQ/TOUCH parsed by position, CLS and ``CLOSE_WAIT``;
-* every publish command (:mod:`.nsqd_publish`);
+* every publish command (:mod:`.publish`);
 * message frames with the ext and detail parts exactly per subscription (§4.2), sample rate,
-  ``ext_filter`` (:mod:`.ext_filter`; non-matching messages are acknowledged for the channel)
+  ``ext_filter`` (:mod:`..ext_filter`; non-matching messages are acknowledged for the channel)
   and ``desired_tag`` routing (the channel hub's dispatch).
 
 Deliberately not reproduced: nsqd's output buffering timeout (the frames of one loop turn are
@@ -27,14 +27,13 @@ connections join channels as :class:`~nsq_ha.devcluster.model.Subscriber` object
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import random
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from nsq_ha.errors import RemoteProtocolError
 from nsq_ha.protocol.command_decoder import BODY_COMMANDS, ClientCommand, CommandDecoder, Magic
@@ -42,9 +41,11 @@ from nsq_ha.protocol.compression import DeflateCodec, SnappyCodec
 from nsq_ha.protocol.frames import HEARTBEAT, FrameType, encode_frame
 from nsq_ha.protocol.message import MessageFormat
 
-from .ext_filter import filter_matches
-from .model import ChannelHub, DevNode, EventKind, NodeState, ServerError
-from .nsqd_args import (
+from ..ext_filter import filter_matches
+from ..model import ChannelHub, DevNode, EventKind, ServerError
+from ..store import InFlight, Partition, StoredMessage
+from ..view import ClusterView
+from .args import (
     apply_start,
     go_bytes,
     parse_message_id,
@@ -52,19 +53,17 @@ from .nsqd_args import (
     read_sub,
     refused,
 )
-from .nsqd_identify import Identity, identify_answer, read_identify
-from .nsqd_output import FrameWriter, message_frame
-from .nsqd_publish import (
+from .identify import Identity, identify_answer, read_identify
+from .output import FrameWriter, message_frame
+from .publish import (
     PUBLISH,
     publish_answer,
     publish_body_wanted,
     publish_target,
     read_publish,
 )
-from .store import InFlight, Partition, StoredMessage
-from .view import ClusterView
 
-__all__ = ["ClientConnection", "ClientState", "NsqdServer"]
+__all__ = ["ClientConnection", "ClientState", "Listener"]
 
 log = logging.getLogger("nsq_ha.devcluster.nsqd")
 
@@ -83,77 +82,31 @@ class ClientState(enum.IntEnum):
 _SUBSCRIBED = ClientState.SUBSCRIBED
 
 
-class NsqdServer:
-    """The TCP listener of one emulated node; its open connections are ``node.connections``."""
+class Listener(Protocol):
+    """What a connection needs of the node's listener (:class:`~.server.NsqdServer`)."""
 
-    def __init__(self, view: ClusterView, node: DevNode) -> None:
-        self.view = view
-        self.node = node
-        self._server: asyncio.Server | None = None
-        self._resumed = asyncio.Event()
-        self._resumed.set()
-
-    def __repr__(self) -> str:
-        return f"<NsqdServer node{self.node.index} {self.node.tcp_address} {self.node.state}>"
+    view: ClusterView
+    node: DevNode
 
     @property
     def clients(self) -> set[ClientConnection]:
-        """The open connections."""
-        return self.node.connections
-
-    async def start(self, port: int = 0) -> int:
-        """Listen on ``port`` (0: a free one); return the port."""
-        self._server = await asyncio.start_server(self._accept, self.node.host, port)
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def close(self, *, abort: bool = False) -> None:
-        """Stop listening and close every connection (``abort``: reset them)."""
-        if self._server is not None:
-            self._server.close()
-        for client in list(self.clients):
-            client.drop("node stopped" if not abort else "node killed", abort=abort)
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
-            self._server = None
+        """The node's open connections."""
+        ...
 
     def paused(self) -> bool:
-        """True while the node is paused (connections frozen)."""
-        return self.node.state == NodeState.PAUSED
+        """True while the node is paused."""
+        ...
 
     async def wait_resumed(self) -> None:
         """Return once the node is not paused."""
-        while self.paused():
-            self._resumed.clear()
-            await self._resumed.wait()
-
-    def resume(self) -> None:
-        """Wake the frozen connections and deliver what piled up."""
-        self._resumed.set()
-        now = self.view.now()
-        for client in list(self.clients):
-            if client.hub is not None:
-                client.hub.dispatch(now)
-
-    def arm_cut(self) -> None:
-        """Apply a new ``cut_after`` budget to every open connection."""
-        for client in self.clients:
-            client.output.arm_cut()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        client = ClientConnection(self, reader, writer)
-        self.clients.add(client)
-        try:
-            await client.run()
-        finally:
-            self.clients.discard(client)
+        ...
 
 
 class ClientConnection:
     """One client's TCP connection to an emulated nsqd."""
 
     def __init__(
-        self, server: NsqdServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, server: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         self.server = server
         self.view = server.view

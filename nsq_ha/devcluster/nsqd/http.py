@@ -19,7 +19,7 @@ Check order, status codes and error texts follow ``nsqdserver/http.go`` (youzan/
   ``BAD_BODY`` / ``BAD_MESSAGE``); the leader check comes after the body.  An MPUB of no message
   answers 500 ``INTERNAL_ERROR`` at once (the real server waits for the partition's next
   publish, then divides by zero);
-* ``/stats``: :mod:`.nsqd_stats`.
+* ``/stats``: :mod:`.stats`.
 
 Where the emulation deliberately differs: ``/channel/delete`` of an unknown channel answers 200
 (as nsqd without a coordinator does); ``/channel/setoffset`` reads a chunked body (Go panics on
@@ -38,7 +38,7 @@ from urllib.parse import unquote_plus
 
 from nsq_ha.protocol.names import is_valid_name
 
-from .http import (
+from ..http import (
     JSON_TYPE,
     NSQ_CONTENT_TYPE,
     ApiError,
@@ -50,7 +50,7 @@ from .http import (
     go_atoi,
     go_marshal_decoded,
 )
-from .model import (
+from ..model import (
     FORK_VERSION,
     ChannelHub,
     DevNode,
@@ -59,10 +59,10 @@ from .model import (
     NodeState,
     ServerError,
 )
-from .nsqd_publish import check_ext_header
-from .nsqd_stats import stats_answer
-from .store import StoredMessage
-from .view import ClusterView
+from ..store import StoredMessage
+from ..view import ClusterView
+from .publish import check_ext_header
+from .stats import stats_answer
 
 __all__ = ["PAUSE_LIMIT", "NsqdHttpApi", "make_nsqd_handler"]
 

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .ext_filter import unsupported_key
-from .model import FORK_VERSION, Limits, ServerError
+from ..ext_filter import unsupported_key
+from ..model import FORK_VERSION, Limits, ServerError
 
 __all__ = ["MAX_DEFLATE_LEVEL", "Identity", "identify_answer", "read_identify"]
 

@@ -21,8 +21,8 @@ from nsq_ha.protocol.compression import StreamCodec
 from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message
 
-from .model import DevNode, EventKind
-from .store import StoredMessage
+from ..model import DevNode, EventKind
+from ..store import StoredMessage
 
 __all__ = ["FrameWriter", "message_frame"]
 

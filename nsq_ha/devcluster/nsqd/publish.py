@@ -18,9 +18,9 @@ from typing import NoReturn
 from nsq_ha.protocol.command_decoder import ClientCommand
 from nsq_ha.protocol.trace import TracedResponse, encode_traced_response
 
-from .model import DevPartition, Limits, ServerError
-from .nsqd_args import parse_atoi, partition_token
-from .store import StoredMessage
+from ..model import DevPartition, Limits, ServerError
+from ..store import StoredMessage
+from .args import parse_atoi, partition_token
 
 __all__ = [
     "PUBLISH",

@@ -17,8 +17,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .http import go_time_string
-from .model import FORK_VERSION, ChannelHub, DevNode, DevPartition, DevTopic
+from ..http import go_time_string
+from ..model import FORK_VERSION, ChannelHub, DevNode, DevPartition, DevTopic
 
 __all__ = ["stats_answer"]
 
