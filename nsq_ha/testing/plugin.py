@@ -5,10 +5,11 @@ Fixtures:
 * ``vanilla_binaries`` / ``fork_binaries``: the built servers (:class:`ServerBinaries`).
 * ``vanilla_cluster``: nsqlookupd + 2 nsqd of vanilla NSQ 1.3.0.
 * ``fork_cluster``: etcd + nsqlookupd + 3 nsqd of the fork.
-* ``devcluster``: the embedded broker (:class:`nsq_ha.devcluster.DevClusterThread`, 3 nodes),
-  fresh for each test and started in well under a second: for testing your own producers and
-  consumers without Go or etcd.  It runs on its own loop thread, so sync and async tests can
-  both use it; ``@pytest.mark.devcluster(nodes=1, msg_timeout=2.0)`` passes options.
+* ``devcluster``: the embedded broker (:class:`nsq_ha.devcluster.DevClusterThread`, 3 nodes;
+  the ``devcluster`` extra, imported only by this fixture), fresh for each test and started in
+  well under a second: for testing your own producers and consumers without Go or etcd.  It
+  runs on its own loop thread, so sync and async tests can both use it;
+  ``@pytest.mark.devcluster(nodes=1, msg_timeout=2.0)`` passes options.
 
 A server that is not available (not built, no Go, no etcd) *skips* the tests that need it, with
 a reason saying how to get it, unless ``NSQ_HA_REQUIRE_SERVERS`` asks for it: ``1``/``all``
@@ -22,11 +23,10 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from nsq_ha.devcluster import DevClusterThread
 from nsq_ha.testing.build import (
     FORK,
     VANILLA,
@@ -37,6 +37,9 @@ from nsq_ha.testing.build import (
     last_failure,
 )
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
+
+if TYPE_CHECKING:
+    from nsq_ha.devcluster import DevClusterThread
 
 __all__ = [
     "devcluster",
@@ -128,7 +131,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def devcluster(request: pytest.FixtureRequest) -> Iterator[DevClusterThread]:
-    """A fresh embedded fork cluster for this test (3 nodes unless the marker says)."""
+    """A fresh embedded fork cluster for this test (3 nodes unless the marker says).
+
+    The embedded broker is imported here, not when pytest loads the plugin: every session of
+    every user with nsq-ha installed loads the plugin; only this fixture needs the broker (the
+    ``devcluster`` extra: ``pip install 'nsq-ha[test,devcluster]'``).
+    """
+    from nsq_ha.devcluster import DevClusterThread
+
     marker = request.node.get_closest_marker("devcluster")
     options = dict(marker.kwargs) if marker is not None else {}
     with DevClusterThread(**options) as cluster:
