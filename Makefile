@@ -13,7 +13,7 @@ $(PY):
 
 # The package with the extras the tests exercise, and the project's own tools: the dependency
 # groups of pyproject.toml (PEP 735), which need pip >= 25.1, hence the upgrade first.
-EXTRAS := spark,cli,otel
+EXTRAS := spark,cli,otel,devcluster
 GROUPS := --group test --group lint --group docs
 
 $(STAMP): $(PY) pyproject.toml

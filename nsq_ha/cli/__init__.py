@@ -231,8 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     if args.command == "devcluster":
-        from nsq_ha.devcluster.cli import run_devcluster
-
+        try:
+            from nsq_ha.devcluster.cli import run_devcluster
+        except ModuleNotFoundError as exc:  # the devcluster extra is missing: exc names it
+            print(f"nsq-ha devcluster: {_one_line(exc)}", file=sys.stderr, flush=True)
+            return 1
         return run_devcluster(args)
     if args.command == "bench":
         from nsq_ha.bench import run_bench
@@ -305,6 +308,10 @@ def run(name: str, command: Command, args: argparse.Namespace) -> int:
             logging.exception("failed")
         return fail(_one_line(exc), 1)
     except OSError as exc:
+        if args.debug:
+            logging.exception("failed")
+        return fail(_one_line(exc), 1)
+    except ModuleNotFoundError as exc:  # an extra is missing (demo: devcluster); exc says which
         if args.debug:
             logging.exception("failed")
         return fail(_one_line(exc), 1)

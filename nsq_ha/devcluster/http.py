@@ -38,7 +38,14 @@ from decimal import Decimal
 from typing import Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-import h11
+try:
+    import h11
+except ModuleNotFoundError as exc:  # the client's own install has no need of it: say the extra
+    raise ModuleNotFoundError(
+        "nsq_ha.devcluster (the embedded broker) needs h11, which is not installed: "
+        "pip install 'nsq-ha[devcluster]' (the cli extra includes it)",
+        name="h11",
+    ) from exc
 
 __all__ = [
     "JSON_TYPE",
