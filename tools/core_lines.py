@@ -6,7 +6,7 @@ file that import loaded, largest first, and the total; then the modules of the o
 it must not load (``h11``, the embedded broker, the server builder and pytest plugin, the
 benchmark, the command line, the Spark source) and exits 1 if there is one.  ``--limit N``
 also fails when the total is over ``N`` lines.  ``tests/harness/test_core_imports.py`` runs
-the same import.
+the same import; ``make architecture`` runs ``--summary``.
 """
 
 from __future__ import annotations
@@ -78,10 +78,11 @@ def core_lines(modules: dict[str, str | None]) -> dict[str, int]:
     return counts
 
 
-def report(counts: dict[str, int], extra: list[str]) -> list[str]:
-    """The lines ``main`` prints: one per file (largest first), the total, the forbidden ones."""
-    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    width = max((len(path) for path in counts), default=0)
+def report(counts: dict[str, int], extra: list[str], *, files: int | None = None) -> list[str]:
+    """The lines ``main`` prints: one per file, largest first (the first ``files`` of them when
+    given), the total, and the modules of other products that were loaded."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:files]
+    width = max((len(path) for path, _ in ranked), default=0)
     lines = [f"{path:<{width}} {count:>6}" for path, count in ranked]
     lines.append(f"client core: {len(counts)} files, {sum(counts.values())} lines ({CORE_IMPORT})")
     lines.append("modules of the other products loaded: " + (", ".join(extra) or "none"))
@@ -92,11 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     """Print the report; exit 1 if the core loads another product's module (or is too big)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="fail over this many lines")
+    parser.add_argument("--summary", action="store_true", help="only the 5 largest files")
     args = parser.parse_args(argv)
     modules = loaded_modules()
     counts = core_lines(modules)
     extra = forbidden(modules)
-    print("\n".join(report(counts, extra)))
+    print("\n".join(report(counts, extra, files=5 if args.summary else None)))
     total = sum(counts.values())
     if args.limit is not None and total > args.limit:
         print(f"client core: {total} lines is over the limit of {args.limit}")

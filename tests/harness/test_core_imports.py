@@ -60,3 +60,10 @@ def test_starting_pytest_or_the_cli_loads_no_embedded_broker(
     modules = core_lines.loaded_modules(statement)
     loaded = [name for name in modules if name == "h11" or name.startswith("nsq_ha.devcluster")]
     assert loaded == []
+
+
+def test_the_summary_lists_the_largest_files_and_the_whole_total(core_lines: ModuleType) -> None:
+    lines = core_lines.report({"a.py": 10, "b.py": 30, "c.py": 20}, [], files=2)
+    assert [line.split()[0] for line in lines[:2]] == ["b.py", "c.py"]
+    assert lines[2].startswith("client core: 3 files, 60 lines")
+    assert lines[3] == "modules of the other products loaded: none"
