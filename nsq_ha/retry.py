@@ -149,6 +149,13 @@ class Backoff:
                 f"backoff cap ({self.cap}) is below its initial wait ({self.initial})"
             )
 
+    def capped(self, cap: float, *, jitter: bool = True) -> Backoff:
+        """This family with waits of at most ``cap`` (the initial wait and the jitter lowered
+        to fit it); ``jitter=False``: without jitter."""
+        return Backoff(
+            initial=min(self.initial, cap), cap=cap, jitter=min(self.jitter, cap) if jitter else 0.0
+        )
+
     def wait(self) -> wait_base:
         """The tenacity wait: the wait after attempt *n* failed."""
         exponential = wait_exponential(multiplier=self.initial, max=self.cap)

@@ -12,14 +12,16 @@
 * Answers are read streaming and refused past ``max_answer_bytes``; the wire module caps what
   they may hold (:mod:`nsq_ha.lookup.wire`). A lookupd whose answer is refused counts as failed.
 * Refreshes are coalesced: however many callers ask at once, one request per lookupd goes out.
-* A lookupd that fails is skipped until a backoff (doubling, with jitter, capped) has passed.
-  Its first failure in a row is a warning, the others debug lines, and its next answer says it
-  is back (info); the periodic refresh of a watched topic logs its failures the same way.
+* A lookupd that fails is skipped until a backoff (:data:`nsq_ha.retry.LOOKUPD`: 0.5 s doubling
+  to ``max_backoff``) has passed. Its first failure in a row is a warning, the others debug
+  lines, and its next answer says it is back (info).
 * While no lookupd given has ever answered, a failed lookup raises
   :class:`~nsq_ha.errors.LookupdNeverAnsweredError` (not retried: a wrong address), saying what
   each address did and what to check (:mod:`nsq_ha.lookup.failures`); once one has answered,
   failures are :class:`~nsq_ha.errors.LookupdUnavailableError`, retried by producers.
-* Watched topics are refreshed on a timer with jitter; listeners hear about changed maps.
+* Watched topics are refreshed on a timer with jitter; listeners hear about changed maps. A
+  failed periodic refresh is retried before the next round (:func:`nsq_ha.retry.retry_after`:
+  0.5 s doubling to ``refresh_interval``) until it works, logged as the other retry loops are.
 * Credentials in a seed (``http://user:secret@host:4161``) are sent as HTTP basic auth, never as
   part of a URL; reprs, logs and errors show ``http://user:***@host:4161``.
 * All HTTP goes through one ``httpx.AsyncClient``.
@@ -63,6 +65,8 @@ from nsq_ha.lookup.wire import (
     parse_lookup,
     unwrap,
 )
+from nsq_ha.redact import redact_text
+from nsq_ha.retry import LOOKUPD, Failure, retry_after
 
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
@@ -93,16 +97,16 @@ class LookupClient:
         timeout: float = 5.0,
         refresh_interval: float = 30.0,
         jitter: float = 0.2,
-        max_backoff: float = 60.0,
+        max_backoff: float = LOOKUPD.cap,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         """Validate every option (:class:`ConfigError`) before anything is created.
 
         ``timeout``: the deadline of one lookup (discovery and every request included), in
         seconds. ``refresh_interval``: how often watched topics are refreshed. ``jitter``:
-        the random fraction (0 <= j < 1) spread over timers and backoffs. ``max_backoff``: the
-        longest a failing lookupd is skipped. ``max_answer_bytes``: the largest answer read
-        from a lookupd (512 KiB by default, at most 64 MiB).
+        the random fraction (0 <= j < 1) spread over the refresh timer (0: no jitter in the
+        backoffs either). ``max_backoff``: the longest a failing lookupd is skipped (30 s).
+        ``max_answer_bytes``: the largest answer read (512 KiB by default, at most 64 MiB).
         """
         import httpx
 
@@ -122,6 +126,8 @@ class LookupClient:
         ):
             raise ConfigError(f"jitter must be a number in [0, 1), got {jitter!r}")
         self.jitter = float(jitter)
+        self._backoff = LOOKUPD.capped(self.max_backoff, jitter=bool(jitter))
+        self._retry_backoff = LOOKUPD.capped(self.refresh_interval, jitter=bool(jitter))
         if (
             isinstance(max_answer_bytes, bool)
             or not isinstance(max_answer_bytes, int)
@@ -150,8 +156,8 @@ class LookupClient:
         self._discovered = False
         #: some lookupd has sent an HTTP answer (until then, failures are not retried)
         self._answered = False
-        #: watched keys whose last periodic refresh failed (their failures log once)
-        self._refresh_failing: set[tuple[str, Access]] = set()
+        #: watched keys whose periodic refresh failed, each retried by its own task
+        self._retrying: dict[tuple[str, Access], asyncio.Task[None]] = {}
         self._watch: dict[tuple[str, Access], list[Listener]] = {}
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
@@ -213,7 +219,11 @@ class LookupClient:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
             self._timer = None
-        tasks: list[asyncio.Task[object]] = [*self._inflight.values(), *self._stragglers]
+        tasks: list[asyncio.Task[object]] = [
+            *self._inflight.values(),
+            *self._stragglers,
+            *self._retrying.values(),
+        ]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -279,7 +289,7 @@ class LookupClient:
         return False
 
     def _mark_failed(self, state: LookupdHealth, reason: str) -> None:
-        state.failed(reason, time.monotonic(), max_backoff=self.max_backoff, jitter=self.jitter)
+        state.failed(reason, time.monotonic(), self._backoff)
 
     def _usable(self) -> list[LookupdHealth]:
         now = time.monotonic()
@@ -530,7 +540,9 @@ class LookupClient:
             listeners.remove(listener)
         if listener is None or not listeners:
             del self._watch[(topic, access)]
-            self._refresh_failing.discard((topic, access))
+            retrying = self._retrying.pop((topic, access), None)
+            if retrying is not None:
+                retrying.cancel()
             self._maps.pop((topic, access), None)
             if (topic, access) in self._inflight:  # its answer must not cache the map again
                 self._uncached.add((topic, access))
@@ -550,28 +562,39 @@ class LookupClient:
             await asyncio.sleep(delay)
             with contextlib.suppress(NsqError):
                 await self.discover()
-            for topic, access in list(self._watch):
-                if (topic, access) not in self._watch:
-                    continue  # unwatched while this round was under way
+            for key in list(self._watch):
+                if key not in self._watch or key in self._retrying:
+                    continue  # unwatched while this round was under way, or being retried
                 try:
-                    await self.refresh(topic, access)
+                    await self.refresh(*key)
                 except NsqError as exc:
-                    self._refresh_failed((topic, access), exc)
-                else:
-                    if (topic, access) in self._refresh_failing:
-                        self._refresh_failing.discard((topic, access))
-                        log.info("periodic lookup of %s (access=%s) works again", topic, access)
+                    task = asyncio.get_running_loop().create_task(
+                        self._retry_refresh(key, exc), name=f"nsq_ha-lookup-retry-{key}"
+                    )
+                    self._retrying[key] = task
+                    task.add_done_callback(functools.partial(self._retry_done, key))
 
-    def _refresh_failed(self, key: tuple[str, Access], exc: NsqError) -> None:
-        """Log a failed periodic refresh: a warning for the first in a row, then debug."""
-        if key in self._refresh_failing:
-            log.debug("periodic lookup of %s (access=%s) failed again: %s", *key, exc)
-            return
-        if key in self._watch:  # not unwatched while it ran
-            self._refresh_failing.add(key)
-        log.warning(
-            "periodic lookup of %s (access=%s) failed: %s; further failures in a row are logged "
-            "at debug level",
-            *key,
-            exc,
+    async def _retry_refresh(self, key: tuple[str, Access], first_error: NsqError) -> None:
+        """Retry a failed periodic refresh until it works (unwatch and close cancel it)."""
+        topic, access = key
+        failed: list[Failure] = []
+        await retry_after(
+            first_error,
+            lambda _: self.refresh(topic, access),
+            what=f"periodic lookup of {topic} (access={access})",
+            backoff=self._retry_backoff,
+            should_retry=lambda exc: isinstance(exc, NsqError),
+            on_retry=failed.append,
+            describe=lambda exc: redact_text(str(exc)),
+            logger=log,
         )
+        log.info(
+            "periodic lookup of %s (access=%s) works again (after %d failed attempts)",
+            topic,
+            access,
+            len(failed),
+        )
+
+    def _retry_done(self, key: tuple[str, Access], task: asyncio.Task[None]) -> None:
+        if self._retrying.get(key) is task:
+            del self._retrying[key]

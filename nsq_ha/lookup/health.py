@@ -1,14 +1,15 @@
 """One nsqlookupd as a :class:`~nsq_ha.lookup.LookupClient` sees it: its address, its failures
-in a row and the backoff that follows them, and the log lines of a failure streak: a warning
-when it starts, debug lines while it lasts, an info line when the lookupd answers again."""
+in a row and the backoff that follows them (:data:`nsq_ha.retry.LOOKUPD`'s family), and the
+log lines of a failure streak: a warning when it starts, debug lines while it lasts, an info
+line when the lookupd answers again."""
 
 from __future__ import annotations
 
 import logging
-import random
 from dataclasses import dataclass
 
 from nsq_ha.lookup.http import Endpoint
+from nsq_ha.retry import Backoff
 
 __all__ = ["LookupdHealth"]
 
@@ -40,27 +41,28 @@ class LookupdHealth:
         """Its backoff is over at ``now``."""
         return now >= self.retry_at
 
-    def failed(self, reason: str, now: float, *, max_backoff: float, jitter: float) -> None:
-        """Back off (doubling from 0.5 s, capped, with jitter); log a warning for the first
-        failure in a row and a debug line for the others."""
+    def failed(self, reason: str, now: float, backoff: Backoff) -> None:
+        """Skip it for ``backoff``'s wait after this many failures in a row (unless no other
+        lookupd may be asked); log a warning for the first failure in a row and a debug line
+        for the others, in the words of :mod:`nsq_ha.retry`'s loops."""
         self.failures += 1
         self.reason = reason
-        delay = min(max_backoff, 0.5 * 2 ** min(self.failures - 1, 30))
-        delay *= 1 + random.uniform(-jitter, jitter)  # noqa: S311 - jitter, not crypto
+        delay = backoff.delay(self.failures)
         self.retry_at = now + delay
         if self.failures == 1:
             log.warning(
-                "nsqlookupd %s failed (%s); backing off, further failures in a row are "
-                "logged at debug level until it answers again",
+                "nsqlookupd %s failed on attempt 1 (%s); next try in %.2f s, further failures "
+                "in a row are logged at debug level until it answers again",
                 self.shown,
                 reason,
+                delay,
             )
         else:
             log.debug(
-                "nsqlookupd %s failed again (%s): %d failures in a row, backoff %.1fs",
+                "nsqlookupd %s failed on attempt %d (%s); next try in %.2f s",
                 self.shown,
-                reason,
                 self.failures,
+                reason,
                 delay,
             )
 
