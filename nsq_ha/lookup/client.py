@@ -1,16 +1,14 @@
 """LookupClient: find topic partitions through nsqlookupd (fork or vanilla).
 
-* Seeds are nsqlookupd HTTP addresses; ``/listlookup`` finds the rest of a fork's lookupds (404 on
-  vanilla, null on a standalone fork: the seeds are used as they are). Every usable lookupd is
-  asked at once and the first decisive answer wins.
+The lookupds themselves (discovery, health, asking them all with failover, the size cap and the
+credentials) are :class:`~nsq_ha.lookup.pool.LookupdPool`'s; this module keeps the partition
+maps per topic and access:
+
 * ``/lookup?topic=T&access=r|w&metainfo=true`` is asked of every usable lookupd at once and the
-  answers merged (the leader's first). Once one lookupd has answered, the others get
-  :data:`ANSWER_GRACE` seconds more: a slow lookupd never holds back the answers of the others
-  (its request goes on in the background until the deadline, and then counts as a failure).
+  answers merged (the leader's first); a slow lookupd never holds back the others
+  (:data:`~nsq_ha.lookup.pool.ANSWER_GRACE`).
 * Every lookup has an overall deadline, ``timeout`` seconds, discovery and every request
   included, however slowly a lookupd trickles its answer.
-* Answers are read streaming and refused past ``max_answer_bytes``; the wire module caps what
-  they may hold (:mod:`nsq_ha.lookup.wire`). A lookupd whose answer is refused counts as failed.
 * Refreshes are coalesced: however many callers ask at once, one request per lookupd goes out.
 * A lookupd that fails is skipped until a backoff (:data:`nsq_ha.retry.LOOKUPD`: 0.5 s doubling
   to ``max_backoff``) has passed. Its first failure in a row is a warning, the others debug
@@ -24,7 +22,6 @@
   0.5 s doubling to ``refresh_interval``) until it works, logged as the other retry loops are.
 * Credentials in a seed (``http://user:secret@host:4161``) are sent as HTTP basic auth, never as
   part of a URL; reprs, logs and errors show ``http://user:***@host:4161``.
-* All HTTP goes through one ``httpx.AsyncClient``.
 """
 
 from __future__ import annotations
@@ -34,37 +31,16 @@ import contextlib
 import functools
 import logging
 import random
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, TypeVar
+from typing import TYPE_CHECKING, Self
 
 from nsq_ha.durations import seconds
-from nsq_ha.errors import (
-    ConfigError,
-    DiscoveryError,
-    LookupdUnavailableError,
-    NsqError,
-    RemoteProtocolError,
-)
-from nsq_ha.lookup.failures import (
-    looks_like_nsqd,
-    lookup_failure,
-    never_answered,
-    not_http,
-    unwritable,
-)
-from nsq_ha.lookup.health import LookupdHealth
-from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd, tls_context
-from nsq_ha.lookup.wire import (
-    Access,
-    LookupdError,
-    PartitionMap,
-    merge_maps,
-    parse_listlookup,
-    parse_lookup,
-    unwrap,
-)
+from nsq_ha.errors import ConfigError, DiscoveryError, NsqError
+from nsq_ha.lookup.failures import lookup_failure, unwritable
+from nsq_ha.lookup.http import normalize_lookupd
+from nsq_ha.lookup.pool import ANSWER_GRACE, LookupdPool
+from nsq_ha.lookup.wire import Access, PartitionMap, merge_maps, parse_lookup
 from nsq_ha.redact import redact_text
 from nsq_ha.retry import LOOKUPD, Failure, retry_after
 
@@ -76,10 +52,7 @@ __all__ = ["ANSWER_GRACE", "DEFAULT_MAX_ANSWER_BYTES", "LookupClient", "normaliz
 log = logging.getLogger(__name__)
 
 Listener = Callable[[PartitionMap], Awaitable[None] | None]
-T = TypeVar("T")
 
-#: Seconds the other lookupds get, once one has answered a lookup, to answer too.
-ANSWER_GRACE = 0.5
 #: Default cap on one lookupd answer: a 255-partition fork answer is about 100 KB, and parsing
 #: 512 KiB of the costliest JSON allowed takes ~15 ms of one idle core (the event loop stall).
 DEFAULT_MAX_ANSWER_BYTES = 512 << 10
@@ -108,8 +81,6 @@ class LookupClient:
         backoffs either). ``max_backoff``: the longest a failing lookupd is skipped (30 s).
         ``max_answer_bytes``: the largest answer read (512 KiB by default, at most 64 MiB).
         """
-        import httpx
-
         try:
             seed_list = [seeds] if isinstance(seeds, str) else list(seeds)
         except TypeError:
@@ -126,8 +97,6 @@ class LookupClient:
         ):
             raise ConfigError(f"jitter must be a number in [0, 1), got {jitter!r}")
         self.jitter = float(jitter)
-        self._backoff = LOOKUPD.capped(self.max_backoff, jitter=bool(jitter))
-        self._retry_backoff = LOOKUPD.capped(self.refresh_interval, jitter=bool(jitter))
         if (
             isinstance(max_answer_bytes, bool)
             or not isinstance(max_answer_bytes, int)
@@ -138,37 +107,27 @@ class LookupClient:
                 f"got {max_answer_bytes!r}"
             )
         self.max_answer_bytes = max_answer_bytes
-        endpoints: dict[str, Endpoint] = {}
-        for seed in seed_list:
-            endpoint = Endpoint.parse(normalize_lookupd(seed))
-            endpoints.setdefault(endpoint.url, endpoint)
-        self._seeds = list(endpoints)
-        self._seed_endpoints = endpoints
-        self._lookupds = {u: LookupdHealth(e) for u, e in endpoints.items()}
-        self._owns_http = http is None
-        self._http = http or httpx.AsyncClient(timeout=self._timeout, verify=tls_context())
+        self._pool = LookupdPool(
+            seed_list,
+            http=http,
+            timeout=self._timeout,
+            max_answer_bytes=max_answer_bytes,
+            backoff=LOOKUPD.capped(self.max_backoff, jitter=bool(jitter)),
+        )
+        self._retry_backoff = LOOKUPD.capped(self.refresh_interval, jitter=bool(jitter))
         self._maps: dict[tuple[str, Access], PartitionMap] = {}
         self._inflight: dict[tuple[str, Access], asyncio.Task[PartitionMap]] = {}
         #: keys unwatched while their fetch was under way: that answer is not cached
         self._uncached: set[tuple[str, Access]] = set()
-        #: requests still running after their lookup returned (they end by its deadline)
-        self._stragglers: set[asyncio.Task[object]] = set()
-        self._discovered = False
-        #: some lookupd has sent an HTTP answer (until then, failures are not retried)
-        self._answered = False
         #: watched keys whose periodic refresh failed, each retried by its own task
         self._retrying: dict[tuple[str, Access], asyncio.Task[None]] = {}
         self._watch: dict[tuple[str, Access], list[Listener]] = {}
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
-        #: how many HTTP requests this client sent, per path (for logs and tests)
-        self.requests_sent: dict[str, int] = {}
 
     def __repr__(self) -> str:
-        now = time.monotonic()
-        up = sum(s.usable(now) for s in self._lookupds.values())
         return (
-            f"<LookupClient lookupds={len(self._lookupds)} usable={up} "
+            f"<LookupClient lookupds={len(self._pool)} usable={self._pool.usable_count()} "
             f"topics={len(self._maps)} watched={len(self._watch)}>"
         )
 
@@ -188,7 +147,7 @@ class LookupClient:
     @property
     def answered(self) -> bool:
         """True once some lookupd has sent an HTTP answer (any status)."""
-        return self._answered
+        return self._pool.answered
 
     @property
     def lookupds(self) -> list[str]:
@@ -196,7 +155,12 @@ class LookupClient:
 
         Passwords are redacted (``http://user:***@host:4161``).
         """
-        return [s.shown for s in self._lookupds.values()]
+        return self._pool.lookupds
+
+    @property
+    def requests_sent(self) -> dict[str, int]:
+        """How many HTTP requests this client sent, per path (for logs and tests)."""
+        return self._pool.requests_sent
 
     @property
     def cached_keys(self) -> frozenset[tuple[str, Access]]:
@@ -208,8 +172,7 @@ class LookupClient:
 
         The URL is shown as in :attr:`lookupds` (password redacted).
         """
-        now = time.monotonic()
-        return [(s.shown, s.failures, max(0.0, s.retry_at - now)) for s in self._lookupds.values()]
+        return self._pool.status()
 
     async def close(self) -> None:
         """Stop the timer and every request, and close the HTTP client if this object made it."""
@@ -219,119 +182,11 @@ class LookupClient:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
             self._timer = None
-        tasks: list[asyncio.Task[object]] = [
-            *self._inflight.values(),
-            *self._stragglers,
-            *self._retrying.values(),
-        ]
+        tasks: list[asyncio.Task[object]] = [*self._inflight.values(), *self._retrying.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._owns_http:
-            await self._http.aclose()
-
-    # -- HTTP -------------------------------------------------------------------------------
-
-    async def _ask(
-        self,
-        state: LookupdHealth,
-        path: str,
-        params: dict[str, str] | None,
-        parse: Callable[[object], T],
-        deadline: float,
-    ) -> T:
-        """GET ``path`` of one lookupd by ``deadline`` (loop time) and parse the answer.
-
-        A lookupd that cannot be reached, misses the deadline or sends an answer we refuse is
-        marked failed (backoff); an error status is not (it answered). While no lookupd has
-        ever answered, an answer that is not HTTP is checked for nsqd's TCP port.
-        """
-        import httpx
-
-        self.requests_sent[path] = self.requests_sent.get(path, 0) + 1
-        try:
-            async with asyncio.timeout_at(deadline):
-                answer = await get_answer(
-                    self._http, state.endpoint, path, params, max_bytes=self.max_answer_bytes
-                )
-        except TimeoutError:
-            self._mark_failed(state, f"did not answer {path} within {self._timeout:.1f} s")
-            raise LookupdUnavailableError(
-                f"nsqlookupd {state.shown} did not answer {path} within {self._timeout:.1f} s "
-                "(timeout)"
-            ) from None
-        except httpx.HTTPError as exc:
-            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            what = f"unreachable: {reason}"
-            if isinstance(exc, httpx.RemoteProtocolError) and not self._answered:
-                what = not_http(reason, await self._nsqd_port(state, deadline))
-            self._mark_failed(state, what)
-            raise LookupdUnavailableError(f"nsqlookupd {state.shown} {what}") from exc
-        except RemoteProtocolError as exc:
-            self._answered = True  # an HTTP answer, refused for its size or encoding
-            self._mark_failed(state, str(exc))
-            raise
-        self._answered = True
-        if answer.status < 500:
-            state.answered()
-        try:
-            return parse(unwrap(answer.status, answer.headers, answer.body, state.shown + path))
-        except RemoteProtocolError as exc:
-            self._mark_failed(state, str(exc))
-            raise
-
-    @staticmethod
-    async def _nsqd_port(state: LookupdHealth, deadline: float) -> bool:
-        """Whether ``state``'s address answers like nsqd's TCP port (by ``deadline``)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout_at(deadline):
-                return await looks_like_nsqd(state.url)
-        return False
-
-    def _mark_failed(self, state: LookupdHealth, reason: str) -> None:
-        state.failed(reason, time.monotonic(), self._backoff)
-
-    def _usable(self) -> list[LookupdHealth]:
-        now = time.monotonic()
-        usable = [s for s in self._lookupds.values() if s.usable(now)]
-        if usable:
-            return usable
-        # every lookupd is backing off: try the one whose backoff ends first rather than none
-        return [min(self._lookupds.values(), key=lambda s: s.retry_at)]
-
-    def _start(
-        self,
-        states: list[LookupdHealth],
-        path: str,
-        params: dict[str, str] | None,
-        parse: Callable[[object], T],
-        deadline: float,
-    ) -> list[asyncio.Task[T]]:
-        loop = asyncio.get_running_loop()
-        return [
-            loop.create_task(
-                self._ask(s, path, params, parse, deadline), name=f"nsq_ha-lookupd-{path}"
-            )
-            for s in states
-        ]
-
-    @staticmethod
-    async def _cancel(tasks: Sequence[asyncio.Task[T]]) -> None:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    def _straggle(self, task: asyncio.Task[object]) -> None:
-        """Let ``task`` run to its deadline (it marks its lookupd failed if it misses it)."""
-        self._stragglers.add(task)
-        task.add_done_callback(self._straggler_done)
-
-    def _straggler_done(self, task: asyncio.Task[object]) -> None:
-        self._stragglers.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: a late answer or failure was already accounted for
-
-    # -- discovery --------------------------------------------------------------------------
+        await self._pool.close()
 
     async def discover(self) -> list[str]:
         """Ask ``/listlookup`` for the fork's lookupds; keep the seeds on vanilla/standalone.
@@ -339,52 +194,8 @@ class LookupClient:
         Every usable lookupd is asked at once; the first decisive answer wins (a list, null on
         a standalone fork, 404 on vanilla). Bounded by ``timeout``.
         """
-        await self._discover(asyncio.get_running_loop().time() + self._timeout)
+        await self._pool.discover(asyncio.get_running_loop().time() + self._timeout)
         return self.lookupds
-
-    async def _discover(self, deadline: float) -> None:
-        states = self._usable()
-        tasks = self._start(states, "/listlookup", None, parse_listlookup, deadline)
-        first_error: NsqError | None = None
-        try:
-            for next_done in asyncio.as_completed(tasks):
-                try:
-                    found = await next_done
-                except LookupdError as exc:
-                    if exc.status == 404:  # vanilla nsqlookupd has no /listlookup
-                        log.debug("nsqlookupd has no /listlookup (vanilla): using the seeds")
-                        break
-                    first_error = first_error or exc
-                    continue
-                except LookupdUnavailableError:
-                    continue
-                except NsqError as exc:
-                    first_error = first_error or exc
-                    continue
-                if not found:
-                    log.debug("/listlookup is null (standalone fork): using the seeds")
-                    break
-                self._adopt(found)
-                log.info("nsqlookupd cluster: %s (leader first)", ", ".join(found))
-                break
-            else:
-                if first_error is not None:
-                    raise first_error
-        finally:
-            await self._cancel(tasks)
-        self._discovered = True
-
-    def _adopt(self, found: list[str]) -> None:
-        """Use the lookupds ``/listlookup`` named (leader first), then the seeds not named.
-
-        Lookupds discovered before and no longer named are forgotten. A named lookupd that is
-        also a seed keeps the seed's credentials; the others get none.
-        """
-        ordered = found + [u for u in self._seeds if u not in found]
-        self._lookupds = {
-            u: self._lookupds.get(u) or LookupdHealth(self._seed_endpoints.get(u) or Endpoint(u, u))
-            for u in ordered
-        }
 
     # -- lookups ----------------------------------------------------------------------------
 
@@ -433,21 +244,17 @@ class LookupClient:
             task.exception()  # retrieved here; every waiter re-raises it from the shield
 
     async def _fetch(self, topic: str, access: Access) -> PartitionMap:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout
-        if not self._discovered:
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        if not self._pool.discovered:
             with contextlib.suppress(NsqError):
-                await self._discover(deadline)
+                await self._pool.discover(deadline)
         params = {"topic": topic, "access": access, "metainfo": "true"}
         parse = functools.partial(parse_lookup, topic, access)
-        answers = await self._gather(self._usable(), "/lookup", params, parse, deadline)
+        answers = await self._pool.gather("/lookup", params, parse, deadline)
         maps = [a for a in answers if isinstance(a, PartitionMap)]
         if not maps:
             errors = [a for a in answers if a not in maps]
-            if not self._answered and all(isinstance(e, LookupdUnavailableError) for e in errors):
-                tried = [(s.shown, s.reason) for s in self._lookupds.values() if s.failures]
-                raise never_answered(tried)
-            raise lookup_failure(topic, access, errors)
+            raise self._pool.never_answered(errors) or lookup_failure(topic, access, errors)
         merged = merge_maps(maps)
         old = self._maps.get((topic, access))
         if (topic, access) not in self._uncached:
@@ -462,53 +269,6 @@ class LookupClient:
             )
             await self._notify((topic, access), merged)
         return merged
-
-    async def _gather(
-        self,
-        states: list[LookupdHealth],
-        path: str,
-        params: dict[str, str] | None,
-        parse: Callable[[object], T],
-        deadline: float,
-    ) -> list[T | NsqError]:
-        """Ask every lookupd of ``states`` at once; their answers or errors, in their order.
-
-        Waits for all of them until one has answered, then :data:`ANSWER_GRACE` more seconds
-        at most: the requests still running then are left out of the result and go on in the
-        background until the deadline.
-        """
-        loop = asyncio.get_running_loop()
-        tasks = self._start(states, path, params, parse, deadline)
-        pending: set[asyncio.Task[T]] = set(tasks)
-        grace_end: float | None = None
-        try:
-            while pending:
-                wait = None if grace_end is None else max(0.0, grace_end - loop.time())
-                done, pending = await asyncio.wait(
-                    pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED
-                )
-                if not done:
-                    break
-                if grace_end is None and any(
-                    not t.cancelled() and t.exception() is None for t in done
-                ):
-                    grace_end = min(deadline, loop.time() + ANSWER_GRACE)
-        except BaseException:
-            await self._cancel(tasks)
-            raise
-        results: list[T | NsqError] = []
-        for task in tasks:
-            if task in pending:
-                self._straggle(task)
-                continue
-            exc = task.exception()
-            if exc is None:
-                results.append(task.result())
-            elif isinstance(exc, NsqError):
-                results.append(exc)
-            else:
-                raise exc
-        return results
 
     async def writable(self, topic: str, *, force: bool = False) -> PartitionMap:
         """The ``access=w`` map, raising a typed error that says what to do if it has no route."""

@@ -1,0 +1,314 @@
+"""The nsqlookupds a :class:`~nsq_ha.lookup.LookupClient` asks: :class:`LookupdPool`.
+
+* Seeds are nsqlookupd HTTP addresses; ``/listlookup`` finds the rest of a fork's lookupds (404 on
+  vanilla, null on a standalone fork: the seeds are used as they are). Every usable lookupd is
+  asked at once and the first decisive answer wins.
+* A question for every lookupd (:meth:`LookupdPool.gather`) is asked of every usable one at
+  once. Once one has answered, the others get :data:`ANSWER_GRACE` seconds more: a slow lookupd
+  never holds back the answers of the others (its request goes on in the background until the
+  deadline, and then counts as a failure).
+* Answers are read streaming and refused past ``max_answer_bytes``; the wire module caps what
+  they may hold (:mod:`nsq_ha.lookup.wire`). A lookupd whose answer is refused counts as failed.
+* A lookupd that fails is skipped until its backoff (:data:`nsq_ha.retry.LOOKUPD`'s family,
+  :mod:`nsq_ha.lookup.health`) has passed, unless no other lookupd may be asked.
+* Credentials in a seed (``http://user:secret@host:4161``) are sent as HTTP basic auth, never as
+  part of a URL; what is shown is ``http://user:***@host:4161``.
+* All HTTP goes through one ``httpx.AsyncClient``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from nsq_ha.errors import (
+    LookupdNeverAnsweredError,
+    LookupdUnavailableError,
+    NsqError,
+    RemoteProtocolError,
+)
+from nsq_ha.lookup.failures import looks_like_nsqd, never_answered, not_http
+from nsq_ha.lookup.health import LookupdHealth
+from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd, tls_context
+from nsq_ha.lookup.wire import LookupdError, parse_listlookup, unwrap
+from nsq_ha.retry import Backoff
+
+if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
+    import httpx
+
+__all__ = ["ANSWER_GRACE", "LookupdPool"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Seconds the other lookupds get, once one has answered a lookup, to answer too.
+ANSWER_GRACE = 0.5
+
+
+class LookupdPool:
+    """The known nsqlookupds, their health, and how a question is put to them."""
+
+    def __init__(
+        self,
+        seeds: Sequence[str],
+        *,
+        http: httpx.AsyncClient | None,
+        timeout: float,
+        max_answer_bytes: int,
+        backoff: Backoff,
+    ) -> None:
+        """``seeds``: addresses as given (checked here); the options are checked by the caller."""
+        import httpx
+
+        endpoints: dict[str, Endpoint] = {}
+        for seed in seeds:
+            endpoint = Endpoint.parse(normalize_lookupd(seed))
+            endpoints.setdefault(endpoint.url, endpoint)
+        self._seeds = list(endpoints)
+        self._seed_endpoints = endpoints
+        self._lookupds = {u: LookupdHealth(e) for u, e in endpoints.items()}
+        self.timeout = timeout
+        self.max_answer_bytes = max_answer_bytes
+        self._backoff = backoff
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(timeout=timeout, verify=tls_context())
+        #: requests still running after their question returned (they end by its deadline)
+        self._stragglers: set[asyncio.Task[object]] = set()
+        #: ``/listlookup`` was asked once (the lookupds known are the cluster's)
+        self.discovered = False
+        #: some lookupd has sent an HTTP answer (until then, failures are not retried)
+        self.answered = False
+        #: how many HTTP requests were sent, per path (for logs and tests)
+        self.requests_sent: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._lookupds)
+
+    @property
+    def lookupds(self) -> list[str]:
+        """Known lookupd base URLs, leader first when known, passwords redacted."""
+        return [s.shown for s in self._lookupds.values()]
+
+    def usable_count(self) -> int:
+        """How many lookupds are not backing off now."""
+        now = time.monotonic()
+        return sum(s.usable(now) for s in self._lookupds.values())
+
+    def status(self) -> list[tuple[str, int, float]]:
+        """``(url, failures in a row, seconds until it is asked again)`` per known lookupd."""
+        now = time.monotonic()
+        return [(s.shown, s.failures, max(0.0, s.retry_at - now)) for s in self._lookupds.values()]
+
+    async def close(self) -> None:
+        """Stop every request, and close the HTTP client if this pool made it."""
+        await self._cancel(list(self._stragglers))
+        if self._owns_http:
+            await self._http.aclose()
+
+    def never_answered(self, errors: Sequence[object]) -> LookupdNeverAnsweredError | None:
+        """The error of a question ``errors`` answered, if no lookupd has ever answered and
+        each was unreachable: a wrong address, not an outage."""
+        if self.answered or not all(isinstance(e, LookupdUnavailableError) for e in errors):
+            return None
+        return never_answered([(s.shown, s.reason) for s in self._lookupds.values() if s.failures])
+
+    # -- one lookupd ------------------------------------------------------------------------
+
+    async def _ask(
+        self,
+        state: LookupdHealth,
+        path: str,
+        params: dict[str, str] | None,
+        parse: Callable[[object], T],
+        deadline: float,
+    ) -> T:
+        """GET ``path`` of one lookupd by ``deadline`` (loop time) and parse the answer.
+
+        A lookupd that cannot be reached, misses the deadline or sends an answer we refuse is
+        marked failed (backoff); an error status is not (it answered). While no lookupd has
+        ever answered, an answer that is not HTTP is checked for nsqd's TCP port.
+        """
+        import httpx
+
+        self.requests_sent[path] = self.requests_sent.get(path, 0) + 1
+        try:
+            async with asyncio.timeout_at(deadline):
+                answer = await get_answer(
+                    self._http, state.endpoint, path, params, max_bytes=self.max_answer_bytes
+                )
+        except TimeoutError:
+            self._mark_failed(state, f"did not answer {path} within {self.timeout:.1f} s")
+            raise LookupdUnavailableError(
+                f"nsqlookupd {state.shown} did not answer {path} within {self.timeout:.1f} s "
+                "(timeout)"
+            ) from None
+        except httpx.HTTPError as exc:
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            what = f"unreachable: {reason}"
+            if isinstance(exc, httpx.RemoteProtocolError) and not self.answered:
+                what = not_http(reason, await self._nsqd_port(state, deadline))
+            self._mark_failed(state, what)
+            raise LookupdUnavailableError(f"nsqlookupd {state.shown} {what}") from exc
+        except RemoteProtocolError as exc:
+            self.answered = True  # an HTTP answer, refused for its size or encoding
+            self._mark_failed(state, str(exc))
+            raise
+        self.answered = True
+        if answer.status < 500:
+            state.answered()
+        try:
+            return parse(unwrap(answer.status, answer.headers, answer.body, state.shown + path))
+        except RemoteProtocolError as exc:
+            self._mark_failed(state, str(exc))
+            raise
+
+    @staticmethod
+    async def _nsqd_port(state: LookupdHealth, deadline: float) -> bool:
+        """Whether ``state``'s address answers like nsqd's TCP port (by ``deadline``)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                return await looks_like_nsqd(state.url)
+        return False
+
+    def _mark_failed(self, state: LookupdHealth, reason: str) -> None:
+        state.failed(reason, time.monotonic(), self._backoff)
+
+    def _usable(self) -> list[LookupdHealth]:
+        now = time.monotonic()
+        usable = [s for s in self._lookupds.values() if s.usable(now)]
+        if usable:
+            return usable
+        # every lookupd is backing off: try the one whose backoff ends first rather than none
+        return [min(self._lookupds.values(), key=lambda s: s.retry_at)]
+
+    def _start(
+        self,
+        states: list[LookupdHealth],
+        path: str,
+        params: dict[str, str] | None,
+        parse: Callable[[object], T],
+        deadline: float,
+    ) -> list[asyncio.Task[T]]:
+        loop = asyncio.get_running_loop()
+        return [
+            loop.create_task(
+                self._ask(s, path, params, parse, deadline), name=f"nsq_ha-lookupd-{path}"
+            )
+            for s in states
+        ]
+
+    @staticmethod
+    async def _cancel(tasks: Sequence[asyncio.Task[T]]) -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _straggle(self, task: asyncio.Task[object]) -> None:
+        """Let ``task`` run to its deadline (it marks its lookupd failed if it misses it)."""
+        self._stragglers.add(task)
+        task.add_done_callback(self._straggler_done)
+
+    def _straggler_done(self, task: asyncio.Task[object]) -> None:
+        self._stragglers.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a late answer or failure was already accounted for
+
+    # -- discovery --------------------------------------------------------------------------
+
+    async def discover(self, deadline: float) -> None:
+        """Ask ``/listlookup`` for the fork's lookupds by ``deadline``; keep the seeds on
+        vanilla (404) and on a standalone fork (null). The first decisive answer wins."""
+        tasks = self._start(self._usable(), "/listlookup", None, parse_listlookup, deadline)
+        first_error: NsqError | None = None
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                try:
+                    found = await next_done
+                except LookupdError as exc:
+                    if exc.status == 404:  # vanilla nsqlookupd has no /listlookup
+                        log.debug("nsqlookupd has no /listlookup (vanilla): using the seeds")
+                        break
+                    first_error = first_error or exc
+                    continue
+                except LookupdUnavailableError:
+                    continue
+                except NsqError as exc:
+                    first_error = first_error or exc
+                    continue
+                if not found:
+                    log.debug("/listlookup is null (standalone fork): using the seeds")
+                    break
+                self._adopt(found)
+                log.info("nsqlookupd cluster: %s (leader first)", ", ".join(found))
+                break
+            else:
+                if first_error is not None:
+                    raise first_error
+        finally:
+            await self._cancel(tasks)
+        self.discovered = True
+
+    def _adopt(self, found: list[str]) -> None:
+        """Use the lookupds ``/listlookup`` named (leader first), then the seeds not named.
+
+        Lookupds discovered before and no longer named are forgotten. A named lookupd that is
+        also a seed keeps the seed's credentials; the others get none.
+        """
+        ordered = found + [u for u in self._seeds if u not in found]
+        self._lookupds = {
+            u: self._lookupds.get(u) or LookupdHealth(self._seed_endpoints.get(u) or Endpoint(u, u))
+            for u in ordered
+        }
+
+    # -- asking every lookupd ---------------------------------------------------------------
+
+    async def gather(
+        self,
+        path: str,
+        params: dict[str, str] | None,
+        parse: Callable[[object], T],
+        deadline: float,
+    ) -> list[T | NsqError]:
+        """Ask every usable lookupd at once; their answers or errors, in their order.
+
+        Waits for all of them until one has answered, then :data:`ANSWER_GRACE` more seconds
+        at most: the requests still running then are left out of the result and go on in the
+        background until the deadline.
+        """
+        loop = asyncio.get_running_loop()
+        tasks = self._start(self._usable(), path, params, parse, deadline)
+        pending: set[asyncio.Task[T]] = set(tasks)
+        grace_end: float | None = None
+        try:
+            while pending:
+                wait = None if grace_end is None else max(0.0, grace_end - loop.time())
+                done, pending = await asyncio.wait(
+                    pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    break
+                if grace_end is None and any(
+                    not t.cancelled() and t.exception() is None for t in done
+                ):
+                    grace_end = min(deadline, loop.time() + ANSWER_GRACE)
+        except BaseException:
+            await self._cancel(tasks)
+            raise
+        results: list[T | NsqError] = []
+        for task in tasks:
+            if task in pending:
+                self._straggle(task)
+                continue
+            exc = task.exception()
+            if exc is None:
+                results.append(task.result())
+            elif isinstance(exc, NsqError):
+                results.append(exc)
+            else:
+                raise exc
+        return results
