@@ -31,7 +31,7 @@ from nsq_ha.admin.lag import is_fork_entry, stat_int
 from nsq_ha.errors import LookupdUnavailableError, NsqError, NsqTimeoutError, RemoteProtocolError
 from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap, merge_maps, parse_lookup, unwrap
 from nsq_ha.lookup.client import DEFAULT_MAX_ANSWER_BYTES
-from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd
+from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd, read_capped
 from nsq_ha.lookup.wire import V1_ACCEPT
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ MAX_STATS_CONTAINERS = 20_000
 MAX_STATS_VALUES = 80_000
 
 _STATS_HEADERS = {**V1_ACCEPT, "Accept-Encoding": "identity"}
+#: how an answer over MAX_STATS_BYTES names the limit
+_LIMIT = "MAX_STATS_BYTES, for one topic and channel"
 
 #: how to find a channel's partitions: a shared LookupClient, or lookupd seed addresses
 Source = LookupClient | tuple[str, ...]
@@ -193,26 +195,11 @@ async def _stats(
 
 async def _get(
     http: httpx.AsyncClient, url: str, params: Mapping[str, str], where: str
-) -> tuple[int, bytearray]:
+) -> tuple[int, bytes]:
     """GET ``url``: its status and body, refused past :data:`MAX_STATS_BYTES` (a declared
-    ``Content-Length`` over it before any of the body is read)."""
-    limit = f"the limit of {MAX_STATS_BYTES} bytes for one topic and channel"
-    async with http.stream("GET", url, params=params, headers=_STATS_HEADERS) as response:
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            raise RemoteProtocolError(
-                f"{where} answered with content-encoding {encoding[:40]!r} (identity was asked)"
-            )
-        declared = response.headers.get("content-length", "").strip()
-        if declared.isascii() and declared.isdigit() and int(declared) > MAX_STATS_BYTES:
-            raise RemoteProtocolError(
-                f"{where} announced a {int(declared)}-byte answer, over {limit}: not read"
-            )
-        body = bytearray()
-        async for chunk in response.aiter_raw():
-            body += chunk
-            if len(body) > MAX_STATS_BYTES:
-                raise RemoteProtocolError(
-                    f"{where} answered more than {limit}: the rest was not read"
-                )
-        return response.status_code, body
+    ``Content-Length`` over it before any of the body is read), as lookupd's answers are
+    (:func:`~nsq_ha.lookup.http.read_capped`)."""
+    request = http.build_request("GET", url, params=params, headers=_STATS_HEADERS)
+    response = await http.send(request, stream=True)
+    answer = await read_capped(response, where, max_bytes=MAX_STATS_BYTES, limit_name=_LIMIT)
+    return answer.status, answer.body
