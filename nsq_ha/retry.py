@@ -130,7 +130,8 @@ def retriable(exc: BaseException) -> bool:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backoff:
     """The waits of one kind of retry: ``initial`` seconds after the first failure, doubling
-    after each failure up to ``cap``, plus up to ``jitter`` seconds at random."""
+    after each failure up to ``cap``, plus up to ``jitter`` seconds at random (a ``cap`` below
+    ``initial`` is every wait)."""
 
     initial: float
     cap: float
@@ -144,10 +145,6 @@ class Backoff:
                 raise ConfigError(f"backoff {name} must be a number of seconds, not {value!r}")
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"backoff {name} must be a finite number >= 0, got {value!r}")
-        if self.cap < self.initial:
-            raise ConfigError(
-                f"backoff cap ({self.cap}) is below its initial wait ({self.initial})"
-            )
 
     def capped(self, cap: float, *, jitter: bool = True) -> Backoff:
         """This family with waits of at most ``cap`` (the initial wait and the jitter lowered

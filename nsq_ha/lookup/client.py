@@ -343,7 +343,7 @@ class LookupClient:
             lambda _: self.refresh(topic, access),
             what=f"periodic lookup of {topic} (access={access})",
             backoff=self._retry_backoff,
-            should_retry=lambda exc: isinstance(exc, NsqError),
+            should_retry=lambda exc: isinstance(exc, NsqError) and not self._closed,
             on_retry=failed.append,
             describe=lambda exc: redact_text(str(exc)),
             logger=log,
