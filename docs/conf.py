@@ -1,8 +1,9 @@
 """Sphinx configuration: the API reference from the docstrings, plus the Markdown guides.
 
 ``make docs`` builds it with ``-W --keep-going`` (a warning fails the build) into ``docs/_build``.
-The build is offline: no intersphinx (it would fetch inventories from the internet), no theme
-or extension beyond Sphinx and myst-parser (the ``docs`` dependency group in pyproject.toml).
+The build is offline: no intersphinx (it would fetch inventories from the internet), and only
+the extensions and theme of the ``docs`` dependency group in pyproject.toml: myst-parser (the
+Markdown pages), sphinx-argparse (the command line's page, generated from its parser) and Furo.
 """
 
 from __future__ import annotations
@@ -29,18 +30,24 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.viewcode",
     "myst_parser",
+    "sphinxarg.ext",  # the ``argparse`` directive of docs/cli.md
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build"]
 # The guides (README.md, ARCHITECTURE.md, CHANGELOG.md, bench/ and docker/README.md) stay where
-# they are: a page here named like each one *includes* it (index.md is the README), so that their
-# relative links to each other resolve in the docs as they do on a repository browser.
+# they are: a page here named like each one *includes* it (index.md is the README, the overview),
+# so that their relative links to each other resolve in the docs as they do on a repository
+# browser.  The user's guide is the Markdown pages of this folder (quickstart.md, producing.md,
+# ...); their code blocks are run by tests/integration/test_readme.py, as the README's are.
 root_doc = "index"
 templates_path: list[str] = []
 
 # -- Markdown (myst-parser) --------------------------------------------------------------------
 # GitHub-style heading anchors, so the README's own links (#run-the-tests) resolve here too.
 myst_heading_anchors = 3
+# A Markdown link names a page or a heading, or a Python object: not a command of the CLI page
+# (sphinx-argparse's domain cannot resolve such links and would warn on every one).
+myst_ref_domains = ["std", "py"]
 
 # -- autodoc -----------------------------------------------------------------------------------
 autodoc_default_options = {
@@ -49,7 +56,14 @@ autodoc_default_options = {
     "show-inheritance": True,
     "member-order": "bysource",
 }
-autodoc_typehints = "signature"
+# Parameters are listed under the signature, each with its type and (from the docstring's
+# "Args:" section, through napoleon) its description; the signature keeps names and defaults,
+# one per line when it is long.
+autodoc_typehints = "description"
+autodoc_typehints_description_target = "all"
+autodoc_class_signature = "mixed"
+python_maximum_signature_line_length = 88
+# napoleon reads a docstring's "Args:" section (see _google_args below).
 autodoc_preserve_defaults = True
 autoclass_content = "class"
 # Nothing is mocked: the pages import the package with the extras `make install` installs
@@ -62,15 +76,20 @@ autoclass_content = "class"
 # real breakage (bad reST in a docstring, an import error, a duplicate object) still warns.
 nitpicky = False
 
+# Curly quotes and ellipses, but "--" stays two hyphens: option names (``--topic``) appear in
+# plain text too, in the command line's generated page.
+smartquotes_action = "qe"
+
 # -- HTML --------------------------------------------------------------------------------------
-html_theme = "alabaster"  # ships with Sphinx: no extra dependency, no download
+# Furo: the navigation on the left (every page, nested, wrapped rather than cut), the page's
+# own table of contents on the right, code blocks that scroll inside the page.
+html_theme = "furo"
 html_title = f"nsq_ha {release}"
 html_static_path: list[str] = []
 html_show_sourcelink = False
 html_theme_options = {
-    "description": "asyncio client for the partitioned NSQ fork and vanilla NSQ",
-    "fixed_sidebar": True,
-    "show_relbars": True,
+    "navigation_with_keys": True,
+    "top_of_page_buttons": [],
 }
 
 
@@ -154,7 +173,34 @@ def _drop_object_base(app: Any, name: str, obj: object, options: Any, bases: lis
         bases.clear()
 
 
+def _drop_empty_bases(app: Any, doctree: Any) -> None:
+    """Autodoc still writes the "Bases:" label when :func:`_drop_object_base` left no base."""
+    from docutils import nodes
+
+    for paragraph in list(doctree.findall(nodes.paragraph)):
+        if paragraph.astext().strip() == "Bases:":
+            paragraph.parent.remove(paragraph)
+
+
+def _google_args(
+    app: Any, what: str, name: str, obj: object, options: Any, lines: list[str]
+) -> None:
+    """A class's or function's "Args:" section becomes its parameter list (napoleon's Google
+    style), and nothing else changes: napoleon as an extension would also read a property's
+    docstring that starts with "True once ...: ..." as a type followed by a description."""
+    if what not in ("class", "exception", "method", "function") or "Args:" not in (
+        line.strip() for line in lines
+    ):
+        return
+    from sphinx.ext.napoleon import Config, GoogleDocstring
+
+    config = Config(napoleon_use_rtype=False, napoleon_use_param=True)
+    lines[:] = GoogleDocstring(lines, config, app, what, name, obj, options).lines()
+
+
 def setup(app: Any) -> None:
+    app.connect("autodoc-process-docstring", _google_args)
     app.add_domain(_PythonDomain, override=True)
     app.connect("autodoc-process-bases", _drop_object_base)
+    app.connect("doctree-read", _drop_empty_bases)
     app.connect("missing-reference", _missing_reference)

@@ -1,6 +1,8 @@
-"""Every test the README's Guarantees section names exists, so a promise cannot outlive its test.
+"""Every test the promises name exists, so a promise cannot outlive its test.
 
-The section names tests as `tests/<path>.py::test_name`, continues with `::other_name` for
+The promises are the section "What the client promises" of the docs' page on operating the fork
+(``docs/operating.md``); the README's Guarantees section summarises them and links there. The
+section names tests as `tests/<path>.py::test_name`, continues with `::other_name` for
 the same file, and names whole files as `tests/<path>.py` or, in the same folder as the last
 one named, `test_<module>.py`.
 """
@@ -13,11 +15,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+PROMISES = ROOT / "docs" / "operating.md"
+HEADING = "## What the client promises"
+
+
 def _guarantees() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("\n## Guarantees\n")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+    text = PROMISES.read_text(encoding="utf-8")
+    start = text.index(f"\n{HEADING}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end == -1 else text[start:end]
 
 
 def named_tests() -> list[tuple[str, str | None]]:
@@ -40,7 +46,13 @@ def named_tests() -> list[tuple[str, str | None]]:
 
 
 def test_the_section_names_tests() -> None:
-    assert len(named_tests()) > 50
+    assert len(named_tests()) >= 104
+
+
+def test_the_readme_links_to_the_promises() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    guarantees = readme[readme.index("\n## Guarantees\n") :]
+    assert "(docs/operating.md#what-the-client-promises)" in guarantees
 
 
 def test_every_named_test_exists() -> None:

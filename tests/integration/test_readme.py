@@ -1,4 +1,8 @@
-"""Every block of README.md runs as written, in the README's order, as a new user would run it.
+"""Every block of README.md and of the docs' pages runs as written, in order, as a new user would.
+
+The order is the README's, then each page of the docs' guide in the order of its table of
+contents (``docs/index.md``'s toctrees; a page that only includes a file from elsewhere, such as
+``docs/ARCHITECTURE.md``, has no blocks of its own).
 
 The Quickstart's first block runs in a copy of this checkout's tracked files: it makes a fresh
 ``.venv`` there (``pip install -e '.[cli]'``), activates it and starts ``nsq-ha devcluster`` in
@@ -37,6 +41,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 DEFAULT_LOOKUPD = "http://127.0.0.1:4161"
 UNTIL_CTRL_C = "# until Ctrl-C"
 
@@ -45,15 +50,16 @@ NOT_RUN = {
     "two_commands_sh1": "make test is the suite this test belongs to; make demo installs what the "
     "Quickstart's first block installs and runs `nsq-ha demo`, which the command line's block "
     "runs as written",
-    "against_a_real_cluster_sh1": "needs a Docker engine, which this project's machines do not "
-    "have (the README says so); tests/unit/test_docker_files.py checks the compose files",
     "run_the_tests_sh1": "make test is the suite this test belongs to",
+    "operating_against_a_real_cluster_sh1": "needs a Docker engine, which this project's machines "
+    "do not have (the page says so); tests/unit/test_docker_files.py checks the compose files",
+    "development_run_the_tests_sh1": "make test is the suite this test belongs to",
 }
 
 
 @dataclass(frozen=True)
 class Block:
-    name: str  # section, kind and position: quickstart_sh1, publishing_py1
+    name: str  # page, section, kind and position: quickstart_sh1, producing_top_py1
     kind: str  # "sh" or "py"
     code: str
 
@@ -62,12 +68,29 @@ class Block:
         return self.kind == "sh" and self.code.rstrip().endswith(UNTIL_CTRL_C)
 
 
-def readme_blocks() -> list[Block]:
-    """Every ```sh and ```python block of the README, in order."""
+def doc_pages() -> list[Path]:
+    """The guide's Markdown pages, in the order of docs/index.md's tables of contents."""
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    pages = []
+    for toctree in re.findall(r"(?ms)^```\{toctree\}\n(.*?)^```", index):
+        for entry in toctree.splitlines():
+            page = DOCS / f"{entry.strip()}.md"
+            if (
+                entry.strip()
+                and not entry.startswith(":")
+                and page.is_file()
+                and not page.read_text(encoding="utf-8").startswith("```{include}")
+            ):
+                pages.append(page)
+    return pages
+
+
+def markdown_blocks(path: Path, prefix: str = "") -> list[Block]:
+    """Every ```sh and ```python block of a Markdown file, in order (``` {directive} aside)."""
     blocks: list[Block] = []
     section = "top"
     counts: dict[str, int] = {}
-    lines = README.read_text(encoding="utf-8").splitlines()
+    lines = path.read_text(encoding="utf-8").splitlines()
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -76,22 +99,43 @@ def readme_blocks() -> list[Block]:
         fence = line.strip()
         if fence.startswith("```") and fence != "```":
             end = lines.index("```", i + 1)
-            kind = {"```sh": "sh", "```python": "py"}.get(fence)
-            assert kind is not None, f"README line {i + 1}: a {fence} block the test cannot run"
-            key = f"{section}_{kind}"
-            counts[key] = counts.get(key, 0) + 1
-            blocks.append(Block(f"{key}{counts[key]}", kind, "\n".join(lines[i + 1 : end])))
+            if not fence.startswith("```{"):  # a MyST directive (include, toctree, argparse)
+                kind = {"```sh": "sh", "```python": "py"}.get(fence)
+                assert kind is not None, f"{path.name} line {i + 1}: a {fence} block not run"
+                key = f"{prefix}{section}_{kind}"
+                counts[key] = counts.get(key, 0) + 1
+                blocks.append(Block(f"{key}{counts[key]}", kind, "\n".join(lines[i + 1 : end])))
             i = end
         i += 1
     return blocks
 
 
-BLOCKS = readme_blocks()
+def all_blocks() -> list[Block]:
+    """The README's blocks, then each page's, named ``<page>_<section>_<kind><n>``."""
+    blocks = markdown_blocks(README)
+    for page in doc_pages():
+        blocks += markdown_blocks(page, prefix=f"{page.stem}_")
+    return blocks
+
+
+BLOCKS = all_blocks()
 QUICKSTART, *REST = [block for block in BLOCKS if block.name not in NOT_RUN]
 
 
+def test_every_guide_page_is_read() -> None:
+    """A new page of the guide is read by this module as soon as docs/index.md lists it."""
+    pages = {page.name for page in doc_pages()}
+    written = {
+        page.name
+        for page in DOCS.glob("*.md")
+        if page.name != "index.md"
+        and not page.read_text(encoding="utf-8").startswith("```{include}")
+    }
+    assert pages == written, f"pages not in docs/index.md's toctrees: {written - pages}"
+
+
 def test_every_block_is_run_or_says_why_not() -> None:
-    """The README's blocks as this module expects them: extraction cannot silently drop one."""
+    """The blocks as this module expects them: extraction cannot silently drop one."""
     names = [block.name for block in BLOCKS]
     assert QUICKSTART.name == "quickstart_sh1"
     assert QUICKSTART.until_ctrl_c
@@ -100,16 +144,18 @@ def test_every_block_is_run_or_says_why_not() -> None:
         "two_commands_sh1",
         "quickstart_sh1",
         "quickstart_sh2",
-        "publishing_py1",
-        "consuming_py1",
-        "blocking_code_py1",
-        "administration_py1",
-        "the_command_line_sh1",
-        "spark_py1",
-        "against_a_real_cluster_sh1",
-        "the_embedded_cluster_sh1",
-        "the_embedded_cluster_py1",
+        "in_python_py1",
         "run_the_tests_sh1",
+        "producing_top_py1",
+        "consuming_top_py1",
+        "consuming_blocking_code_py1",
+        "cli_top_sh1",
+        "spark_top_py1",
+        "testing_the_embedded_cluster_sh1",
+        "testing_the_embedded_cluster_py1",
+        "operating_administration_py1",
+        "operating_against_a_real_cluster_sh1",
+        "development_run_the_tests_sh1",
     ]
 
 
