@@ -54,7 +54,14 @@ from .topology import Topology
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["DevCluster"]
+__all__ = ["EXPANSION_LISTED_AFTER", "EXPANSION_SETTLED_AFTER", "DevCluster"]
+
+#: after an expansion, how long until ``access=r`` lookups list the new partitions (the fork:
+#: about half a second)
+EXPANSION_LISTED_AFTER = 0.5
+#: and until they get leaders if nothing posts the topic's create again (the fork's periodic
+#: topic check took about 90 s; the emulator does not make a test wait that long)
+EXPANSION_SETTLED_AFTER = 5.0
 
 
 @dataclass
@@ -333,8 +340,10 @@ class DevCluster:
         retention_days: int = 0,
         placement: list[list[int]] | None = None,
     ) -> DevTopic:
-        """Create a topic as lookupd's ``/topic/create`` does: :meth:`Topology.create_topic`."""
-        return self.topology.create_topic(
+        """Create a topic as lookupd's ``/topic/create`` does: :meth:`Topology.create_topic`.
+        Posting a grown topic's create again runs lookupd's topic check: its listed new
+        partitions get their leaders now (as the fork's check does when nudged)."""
+        topic = self.topology.create_topic(
             name,
             partitions,
             replicas,
@@ -346,6 +355,23 @@ class DevCluster:
             retention_days=retention_days,
             placement=placement,
         )
+        self.topology.settle_expansion(topic)
+        return topic
+
+    def expand_topic(self, name: str, partitions: int) -> None:
+        """Grow a topic as lookupd's ``/topic/partition/expand`` does
+        (:meth:`Topology.expand_topic`): the count at once, the new partitions in ``access=r``
+        lookups after :data:`EXPANSION_LISTED_AFTER` seconds and writable when the topic's
+        create is posted again after that, or after :data:`EXPANSION_SETTLED_AFTER` seconds."""
+        listed = self.now() + EXPANSION_LISTED_AFTER
+        added = self.topology.expand_topic(name, partitions, listed_after=listed)
+        if added:
+            self._spawn(self._settle_later(added[0].topic), f"expand-{name}")
+
+    async def _settle_later(self, topic: DevTopic) -> None:
+        await asyncio.sleep(EXPANSION_SETTLED_AFTER)
+        if self.topology.topics.get(topic.name) is topic:
+            self.topology.settle_expansion(topic)
 
     def delete_topic(self, name: str) -> None:
         """Remove a topic everywhere (its subscribers are disconnected)."""

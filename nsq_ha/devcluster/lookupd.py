@@ -2,7 +2,8 @@
 
 Read endpoints: ``/ping`` (plain), ``/info``, ``/lookup``, ``/listlookup``, ``/topics``,
 ``/channels``, ``/nodes`` (negotiated), ``/cluster/stats`` (v1).  Admin endpoints, all v1 with
-their parameters in the query string: ``/topic/create`` (POST or PUT), ``/topic/delete``,
+their parameters in the query string: ``/topic/create`` (POST or PUT),
+``/topic/partition/expand``, ``/topic/delete``,
 ``/topic/partition/move``, ``/channel/create``, ``/channel/delete``, ``/topic/tombstone``,
 ``/disable/write`` and ``/loglevel/set``.  Parameter checks, their order and the error texts are
 those of ``nsqlookupd/http.go`` (youzan/nsq b16e68eb); lookup answers are assembled by
@@ -98,6 +99,7 @@ class LookupdApi:
             "/topic/create": Route(frozenset({"POST", "PUT"}), "v1", self.topic_create),
             "/topic/delete": Route(_POST, "v1", self.topic_delete),
             "/topic/partition/move": Route(_POST, "v1", self.partition_move),
+            "/topic/partition/expand": Route(_POST, "v1", self.partition_expand),
             "/channel/create": Route(_POST, "v1", self.channel_create),
             "/channel/delete": Route(_POST, "v1", self.channel_delete),
             "/topic/tombstone": Route(_POST, "v1", self.topic_tombstone),
@@ -324,6 +326,20 @@ class LookupdApi:
             )
         except ServerError as exc:
             raise ApiError(400, exc.code) from None
+        return None
+
+    def partition_expand(self, request: Request) -> object:
+        """``/topic/partition/expand?topic=T&partition_num=N``: argument errors are 400, the
+        cluster's refusals 500 (unknown topic, fewer partitions), as on the fork."""
+        query = request.query
+        name = query.get("topic", "")
+        if not name:
+            raise ApiError(400, "MISSING_ARG_TOPIC")
+        partitions = _ranged(query, "partition_num", 1, _MAX_PARTITION_NUM, "TOPIC_PARTITION_NUM")
+        try:
+            self.view.expand_topic(name, partitions)
+        except ServerError as exc:
+            raise ApiError(500, exc.code) from None
         return None
 
     def topic_delete(self, request: Request) -> object:

@@ -104,6 +104,7 @@ class EventKind(enum.StrEnum):
     NODE_RESUMED = "node_resumed"
     # topics, partitions, channels
     TOPIC_CREATED = "topic_created"
+    TOPIC_EXPANDED = "topic_expanded"
     TOPIC_DELETED = "topic_deleted"
     TOPIC_TOMBSTONED = "topic_tombstoned"
     LEADER_MOVED = "leader_moved"
@@ -492,6 +493,10 @@ class DevPartition:
     hubs: dict[str, ChannelHub] = field(default_factory=dict)
     #: leader unknown (killed, failover pending): absent from ``access=w`` lookups
     leaderless: bool = False
+    #: added by an expansion and not given a leader yet (leaderless until then)
+    expanding: bool = False
+    #: absent from ``access=r`` lookups before this :func:`monotonic` time (an expansion)
+    listed_after: float = 0.0
 
     @property
     def key(self) -> tuple[str, int]:

@@ -157,6 +157,66 @@ class Topology:
         )
         return topic
 
+    def expand_topic(
+        self, name: str, partitions: int, *, listed_after: float
+    ) -> list[DevPartition]:
+        """Grow ``name`` to ``partitions`` as lookupd's ``/topic/partition/expand`` does: the
+        count in the meta at once; the new partitions placed as :meth:`create_topic` places
+        them, listed by ``access=r`` lookups from ``listed_after`` and leaderless (absent from
+        ``access=w``, a PUB refused as not leader) until :meth:`settle_expansion`. The count
+        the topic has changes nothing; the new ones are returned."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise ServerError("topic is not created")
+        if partitions > MAX_PARTITIONS:
+            raise ServerError("max partition allowed exceed")
+        if partitions < topic.partition_num:
+            raise ServerError("the partition number can not be reduced")
+        count = len(self.nodes)
+        added: list[DevPartition] = []
+        for number in range(topic.partition_num, partitions):
+            first = (self._placement_turn + number * topic.replica) % count
+            nodes = [self.nodes[(first + k) % count] for k in range(topic.replica)]
+            store = Partition(
+                name,
+                number,
+                ordered=topic.ordered,
+                ext=topic.ext,
+                clock=monotonic,
+                wall_clock_ns=wall_ns,
+            )
+            part = DevPartition(topic, number, nodes, nodes[0], store)
+            part.leaderless = part.expanding = True
+            part.listed_after = listed_after
+            topic.partitions.append(part)
+            added.append(part)
+        if added:
+            topic.partition_num = partitions
+            self.events.record(
+                EventKind.TOPIC_EXPANDED,
+                topic=name,
+                partitions=partitions,
+                added=[p.number for p in added],
+            )
+        return added
+
+    def settle_expansion(self, topic: DevTopic) -> list[DevPartition]:
+        """lookupd's topic check: the listed partitions of an expansion get their leaders
+        (writable from now); the ones settled are returned."""
+        now = monotonic()
+        settled = [p for p in topic.partitions if p.expanding and p.listed_after <= now]
+        for part in settled:
+            part.expanding = part.leaderless = False
+            self.events.record(
+                EventKind.LEADER_MOVED,
+                topic=topic.name,
+                partition=part.number,
+                old=part.leader.index,
+                new=part.leader.index,
+                reason="expansion",
+            )
+        return settled
+
     def delete_topic(self, name: str) -> None:
         """Remove a topic everywhere (its subscribers are disconnected)."""
         topic = self.topics.pop(name, None)
@@ -262,8 +322,11 @@ class Topology:
             answer["partitions"] = {}
             answer["producers"] = []
             return answer
+        now = monotonic()
         parts = [
-            p for p in topic.partitions if partition in ("*", "") or str(p.number) == partition
+            p
+            for p in topic.partitions
+            if (partition in ("*", "") or str(p.number) == partition) and p.listed_after <= now
         ]
         listed: dict[str, dict[str, Any]] = {}
         for part in parts:

@@ -95,6 +95,9 @@ class ClusterView(Protocol):
     ) -> DevTopic:
         """Create a topic as lookupd's ``/topic/create`` does."""
 
+    def expand_topic(self, name: str, partitions: int) -> None:
+        """Grow a topic as lookupd's ``/topic/partition/expand`` does."""
+
     def delete_topic(self, name: str) -> None:
         """Remove a topic everywhere."""
 
