@@ -2,8 +2,8 @@
 vanilla where it has one).
 
 * :class:`LookupdAdmin` (:mod:`.lookupd`): create, list and delete topics, wait until a new
-  topic is writable, move a partition's leader (``/topic/partition/move``), and create a
-  channel on every partition's leader.
+  topic is writable, add partitions to one (:mod:`.expansion`), move a partition's leader
+  (``/topic/partition/move``), and create a channel on every partition's leader.
 * :class:`NsqdAdmin` (:mod:`.nsqd`): nsqd's own calls on one node (``/channel/create``,
   ``/channel/setoffset``, ``/channel/pause``, ``/stats``, ...), written once: the consumer's
   :meth:`~nsq_ha.consumer.Consumer.seek`, the Spark source, the CLI and
@@ -24,6 +24,7 @@ in slices that leave the event loop free (:mod:`.answers`).
 from __future__ import annotations
 
 from .exists import TopicExistsError
+from .expansion import PartitionsNotReducibleError
 from .lag import ChannelLag, channel_lag, entry_lag
 from .lookupd import LookupdAdmin
 from .nsqd import AdminError, NsqdAdmin, PartitionEmptyError, seek_position
@@ -37,6 +38,7 @@ __all__ = [
     "LookupdAdmin",
     "NsqdAdmin",
     "PartitionEmptyError",
+    "PartitionsNotReducibleError",
     "TopicExistsError",
     "TopicSpec",
     "channel_lag",

@@ -49,6 +49,7 @@ from nsq_ha.protocol.names import validate_channel
 
 from .answers import fetch, within
 from .exists import ALREADY_EXISTS, TopicExistsError
+from .expansion import expand_topic
 from .nsqd import AdminError, NsqdAdmin, PartitionEmptyError, seek_position
 from .spec import TopicSpec
 
@@ -257,6 +258,25 @@ class LookupdAdmin:
             if not wait:
                 return None
             return await self._wait_writable(spec, deadline)
+
+    async def expand_topic(
+        self,
+        name: str,
+        partitions: int,
+        *,
+        wait: bool = True,
+        timeout: float = 120.0,  # noqa: ASYNC109 - a deadline for the whole wait
+    ) -> PartitionMap | None:
+        """Grow fork topic ``name`` to ``partitions`` partitions; with ``wait`` return its
+        ``access=w`` map once every partition has a leader (see :mod:`nsq_ha.admin.expansion`
+        for what the fork does meanwhile). Asking for the count it has changes nothing;
+        fewer raises :class:`~nsq_ha.admin.expansion.PartitionsNotReducibleError` before
+        anything is sent, an unknown topic :class:`AdminError`, vanilla NSQ
+        :class:`~nsq_ha.errors.UnsupportedByServerError`. ``timeout`` bounds the whole call."""
+        timeout = seconds(timeout, "timeout")
+        deadline = time.monotonic() + timeout
+        async with self._within(f"expand_topic({name!r}, {partitions!r})", timeout):
+            return await expand_topic(self, name, partitions, wait=wait, deadline=deadline)
 
     async def _post_create(self, spec: TopicSpec, deadline: float) -> None:
         # right after start-up the coordinator may not know every node yet, so "No node is

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import math
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -113,7 +114,8 @@ def _http_parent() -> argparse.ArgumentParser:
 
 
 def add_topic_parsers(topic_sub: Any, where: argparse.ArgumentParser) -> None:
-    """``topic list`` and ``topic delete`` under the existing ``topic`` subparsers."""
+    """``topic list``, ``topic delete`` and ``topic expand`` under the existing ``topic``
+    subparsers."""
     parents = [where, _http_parent()]
     listing = topic_sub.add_parser(
         "list",
@@ -135,6 +137,25 @@ def add_topic_parsers(topic_sub: Any, where: argparse.ArgumentParser) -> None:
     add_topic_argument(delete, what="the topic to delete")
     add_timeout_option(delete)
     delete.set_defaults(run=cmd_topic_delete, cli_name="topic delete")
+    expand = topic_sub.add_parser(
+        "expand",
+        parents=[where],
+        help="add partitions to a fork topic and wait until they are writable",
+        description="Grow a fork topic to --partitions N (nsqlookupd /topic/partition/expand), "
+        "then wait until every partition has a leader and say so. The fork cannot take "
+        "partitions away; keys move to the new partitions (see the docs on expansion), and an "
+        "ordered topic loses its order while it grows.",
+    )
+    add_topic_argument(expand, what="the topic to grow")
+    expand.add_argument(
+        "--partitions", type=int, required=True, metavar="N", help="the new partition count"
+    )
+    expand.add_argument("--json", action="store_true", help="the writable map as JSON")
+    expand.add_argument(
+        "--no-wait", action="store_true", help="return once lookupd accepted the new count"
+    )
+    add_timeout_option(expand, default=120.0, what="the expansion and the wait")
+    expand.set_defaults(run=cmd_topic_expand, cli_name="topic expand")
 
 
 def add_parsers(sub: Any, where: argparse.ArgumentParser) -> None:
@@ -346,6 +367,32 @@ async def cmd_topic_delete(args: argparse.Namespace) -> int:
                     await nsqd.delete_topic(topic)
                 done.append(url)
     print(f"deleted topic {topic} (via {', '.join(done) or 'nothing: no nsqd had it'})")
+    return 0
+
+
+async def cmd_topic_expand(args: argparse.Namespace) -> int:
+    """``nsq-ha topic expand``: :meth:`LookupdAdmin.expand_topic`, then the writable map."""
+    from .commands import map_to_json, print_map
+
+    where = addresses(args)
+    topic = _name(validate_topic, args.topic)
+    what = f"topic {topic!r} did not grow to {args.partitions} partitions" + (
+        "" if args.no_wait else " and become writable"
+    )
+    async with (
+        command_deadline(args, what),
+        LookupdAdmin(where.lookupd, timeout=args.timeout) as admin,
+    ):
+        pmap = await admin.expand_topic(
+            topic, args.partitions, wait=not args.no_wait, timeout=args.timeout
+        )
+    if pmap is None:
+        print(f"topic {topic!r} now has {args.partitions} partitions (not waiting for leaders)")
+    elif args.json:
+        print(json.dumps(map_to_json(pmap), sort_keys=True))
+    else:
+        print(f"topic {topic!r} has {len(pmap.partitions)} partitions, every one writable:")
+        print_map(pmap, sys.stdout)
     return 0
 
 
