@@ -26,9 +26,9 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, Unpack
 
 from nsq_ha._sync_runtime import (
     CLOSE_BACKSTOP,
@@ -38,12 +38,11 @@ from nsq_ha._sync_runtime import (
     unregister,
 )
 from nsq_ha.connection import ConnectionConfig
-from nsq_ha.consumer import BackoffStrategy, ConsumerConfig, Exponential
 from nsq_ha.consumer import Consumer as AsyncConsumer
+from nsq_ha.consumer import ConsumerConfig
 from nsq_ha.consumer import Message as AsyncMessage
 from nsq_ha.consumer.checks import check_requeue_delay
-from nsq_ha.consumer.config import OPTIONS, GiveUp, make_config
-from nsq_ha.consumer.positions import StartPosition
+from nsq_ha.consumer.config import ConsumerOptions, consumer_config
 from nsq_ha.durations import optional_seconds
 from nsq_ha.errors import (
     ConsumerClosedError,
@@ -52,12 +51,11 @@ from nsq_ha.errors import (
     MessageResponseError,
     ProducerClosedError,
 )
-from nsq_ha.lookup import LookupClient
 from nsq_ha.producer import Producer as AsyncProducer
 from nsq_ha.producer import ProducerConfig, PublishResult, RetryPolicy
-from nsq_ha.protocol.identify import ExtFilter
+from nsq_ha.producer.config import ProducerOptions
 from nsq_ha.protocol.publish import ExtHeader
-from nsq_ha.routing import ShardingKey, ShardingStrategy
+from nsq_ha.routing import ShardingKey
 
 __all__ = ["Consumer", "Message", "Producer", "PublishResult", "RetryPolicy", "shared_loop"]
 
@@ -91,8 +89,9 @@ os.register_at_fork(after_in_child=_new_rebind_lock)
 
 
 class Producer:
-    """Blocking :class:`nsq_ha.producer.Producer`; same arguments (checked into the same
-    :class:`~nsq_ha.producer.ProducerConfig`, also accepted whole as ``config=``), same results.
+    """Blocking :class:`nsq_ha.producer.Producer`; the same options (the fields of
+    :class:`~nsq_ha.producer.ProducerConfig` as keywords, or a whole one as ``config=``,
+    checked the same way), the same results.
     A ``lookup=`` client is used on :func:`shared_loop`.
 
     ``publish``/``publish_many`` block until nsqd acknowledged (or the retry policy gave up);
@@ -108,35 +107,12 @@ class Producer:
     def __init__(
         self,
         *,
-        lookupd: str | Sequence[str] | None = None,
-        lookup: LookupClient | None = None,
-        nsqd: str | Sequence[str] | None = None,
-        strategy: str | ShardingStrategy = "murmur3",
-        config: ConnectionConfig | ProducerConfig | None = None,
-        retry: RetryPolicy | None = None,
-        trace: bool = False,
-        unkeyed_window: int = 1024,
-        max_batch: int = 1000,
-        linger: float = 0.0,
-        close_timeout: float = 10.0,
-        topic_idle_timeout: float = 300.0,
+        config: ProducerConfig | ConnectionConfig | None = None,
+        **options: Unpack[ProducerOptions],
     ) -> None:
         #: every option, checked here (ConfigError before anything starts), as the async
         #: producer checks them
-        self.producer_config = ProducerConfig.from_keywords(
-            config,
-            lookupd=lookupd,
-            lookup=lookup,
-            nsqd=nsqd,
-            strategy=strategy,
-            retry=retry,
-            trace=trace,
-            unkeyed_window=unkeyed_window,
-            max_batch=max_batch,
-            linger=linger,
-            close_timeout=close_timeout,
-            topic_idle_timeout=topic_idle_timeout,
-        )
+        self.producer_config = ProducerConfig.from_options(config, options)
         self._closed_here = False  # closed in a forked child before it ever published there
         self._runner = loop_thread()
         self._producer = self._runner.run(self._create())
@@ -291,10 +267,11 @@ class Producer:
         if not runner.alive_here:
             self._closed_here = True
             return None
+        settings = self.producer_config
         wait = _backstop(
-            producer.close_timeout if limit is None else limit,
-            producer.config.close_timeout,
-            producer.config.command_timeout,
+            settings.close_timeout if limit is None else limit,
+            settings.connection.close_timeout,
+            settings.connection.command_timeout,
         )
         return runner.submit(producer.close(limit)), wait
 
@@ -385,37 +362,12 @@ class Consumer:
         topic: str | None = None,
         channel: str | None = None,
         *,
-        lookupd: str | Sequence[str] | None = None,
-        lookup: LookupClient | None = None,
-        nsqd: str | Sequence[str] | None = None,
-        max_in_flight: int = 100,
-        ordered: bool | None = None,
-        with_offsets: bool = False,
-        partitions: Iterable[int] | None = None,
-        member: tuple[int, int] | None = None,
-        start: StartPosition | None = None,
-        desired_tag: str | None = None,
-        ext_filter: ExtFilter | None = None,
-        max_attempts: int = 15,
-        backoff: BackoffStrategy | None = Exponential(),  # noqa: B008 - frozen, shared safely
-        requeue_delay: float = 1.0,
-        max_requeue_delay: float = 60.0,
-        msg_timeout: float | None = None,
-        sample_rate: int | None = None,
-        on_give_up: GiveUp | None = None,
-        config: ConnectionConfig | ConsumerConfig | None = None,
-        lookup_interval: float = 15.0,
-        drain_timeout: float = 30.0,
-        rdy_redistribute_interval: float = 5.0,
-        low_rdy_idle_timeout: float = 10.0,
-        low_rdy_timeout: float = 30.0,
-        reconnect_interval: float = 1.0,
-        max_reconnect_interval: float = 30.0,
+        config: ConsumerConfig | ConnectionConfig | None = None,
+        **options: Unpack[ConsumerOptions],
     ) -> None:
         """The options of :class:`nsq_ha.consumer.Consumer`, checked into the same
         :class:`~nsq_ha.consumer.ConsumerConfig` before anything starts."""
-        options = {name: value for name, value in locals().items() if name in OPTIONS}
-        settings = make_config(topic, channel, config, options)
+        settings = consumer_config(topic, channel, config, options)
         self._settings = settings
         self._runner = loop_thread()
 
@@ -446,6 +398,11 @@ class Consumer:
     def aio(self) -> AsyncConsumer:
         """The asyncio consumer underneath (use it only on :func:`shared_loop`)."""
         return self._consumer
+
+    @property
+    def config(self) -> ConsumerConfig:
+        """Every option of this consumer."""
+        return self._settings
 
     def _live(self) -> LoopThread:
         if self._runner.stale:
@@ -543,7 +500,7 @@ class Consumer:
         self._runner.post(self._requeue_fetched)  # on the loop, after any _give_back
         config = self._settings.connection_config()
         wait = _backstop(
-            self._consumer.drain_timeout if limit is None else limit,
+            self._settings.drain_timeout if limit is None else limit,
             config.close_timeout,
             config.command_timeout,
         )

@@ -139,12 +139,12 @@ class Where:
     from_env: bool = False
 
     def client_kwargs(self) -> dict[str, Any]:
-        """``lookupd=`` or ``nsqd=`` (and ``config=`` when set) for a Producer/Consumer."""
+        """``lookupd=`` or ``nsqd=`` (and ``connection=`` when set) for a Producer/Consumer."""
         kwargs: dict[str, Any] = (
             {"lookupd": list(self.lookupd)} if self.lookupd else {"nsqd": list(self.nsqd)}
         )
         if self.config is not None:
-            kwargs["config"] = self.config
+            kwargs["connection"] = self.config
         return kwargs
 
 

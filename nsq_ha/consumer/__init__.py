@@ -1,7 +1,7 @@
 """Consuming: the partition-aware :class:`Consumer`, its :class:`Message`, RDY and backoff."""
 
 from nsq_ha.consumer.backoff import BackoffStrategy, Exponential, Fixed
-from nsq_ha.consumer.config import ConsumerConfig
+from nsq_ha.consumer.config import ConsumerConfig, ConsumerOptions
 from nsq_ha.consumer.core import BatchHandler, Consumer, Handler
 from nsq_ha.consumer.message import Message, Outcome
 from nsq_ha.consumer.rdy import RdyPlanner
@@ -11,6 +11,7 @@ __all__ = [
     "BatchHandler",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerOptions",
     "Exponential",
     "Fixed",
     "Handler",

@@ -1,17 +1,20 @@
 """Every option of a :class:`~nsq_ha.consumer.Consumer`, checked once: :class:`ConsumerConfig`.
 
-The async :class:`~nsq_ha.consumer.Consumer`, the blocking :class:`nsq_ha.sync.Consumer`, the
-CLI and the Spark source all build one of these, so they accept the same options with the same
-defaults and refuse the same bad values, with a :class:`~nsq_ha.errors.ConfigError` naming the
-option, before any connection is made.
+The dataclass is the one place of each option's name, type, default and check. The async
+:class:`~nsq_ha.consumer.Consumer` and the blocking :class:`nsq_ha.sync.Consumer` take its
+fields as keywords (typed by :class:`ConsumerOptions`) or a whole one as ``config=``, and make
+it with :func:`consumer_config`; the CLI and the Spark source build one too. So they accept the
+same options with the same defaults and refuse the same bad values, with a
+:class:`~nsq_ha.errors.ConfigError` naming the option, before any connection is made.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer.backoff import BackoffStrategy, Exponential
@@ -30,7 +33,7 @@ from nsq_ha.protocol.identify import ExtFilter
 from nsq_ha.protocol.names import validate_channel, validate_topic
 from nsq_ha.redact import redacted_repr
 
-__all__ = ["OPTIONS", "ConsumerConfig", "GiveUp", "make_config"]
+__all__ = ["ConsumerConfig", "ConsumerOptions", "GiveUp", "consumer_config"]
 
 #: ``on_give_up``: called with a message delivered more than ``max_attempts`` times.
 GiveUp = Callable[[Message], Awaitable[object] | object]
@@ -49,15 +52,58 @@ _POSITIVE = (
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ConsumerConfig:
-    """What to consume and how (see :class:`~nsq_ha.consumer.Consumer` for each option).
+    """What to consume and how: every option of a :class:`~nsq_ha.consumer.Consumer` (and of
+    the blocking :class:`nsq_ha.sync.Consumer`), its type, its default and its check, here once.
 
-    Give exactly one of ``lookupd``, ``lookup`` or ``nsqd``. ``connection`` is the base
-    :class:`~nsq_ha.connection.ConnectionConfig` (the Consumer's ``config=`` keyword);
-    ``msg_timeout``, ``sample_rate``, ``desired_tag`` and ``ext_filter`` override it when given
-    (:meth:`connection_config`). Values are normalized: ``nsqd`` becomes a tuple of distinct
-    addresses, ``lookupd`` a tuple, ``partitions`` a frozenset, ``member`` a pair of ints,
-    ``start`` ``"earliest"``, ``"latest"``, float Unix seconds or a dict, and every duration a
-    float.
+    Give exactly one of ``lookupd`` (nsqlookupd HTTP address(es)), ``lookup`` (a shared
+    :class:`~nsq_ha.lookup.LookupClient`) or ``nsqd`` (TCP address(es)).
+
+    * ``max_in_flight``: messages out to this consumer at once, across all connections.
+    * ``ordered``: ``None`` follows the topic (lookup ``meta.ordered`` / nsqd's answer), ``True``
+      forces ``SUB_ORDERED`` (fork only; it marks the channel ordered on nsqd), ``False`` never
+      subscribes ordered (an ordered topic then refuses the subscription).
+    * ``with_offsets``: on plain topics of the fork, subscribe with ``SUB_ADVANCED`` so every
+      message carries its queue ``offset`` and ``raw_size`` (as ordered subscriptions' do)
+      while delivery stays unordered, at full ``max_in_flight``; vanilla nsqd refuses it.
+    * ``partitions``: consume only these; ``member=(i, n)``: only partitions ``p % n == i``.
+    * ``start``: where a **new** channel starts: ``"earliest"`` (the first retained message),
+      ``"latest"`` (the end: what the fork does anyway), a time (Unix seconds, or an aware
+      :class:`~datetime.datetime`; a naive one is refused; applied to the second, rounded down)
+      or ``{partition: offset}`` (queue offsets, e.g. a message's ``offset``; partitions not named
+      start at the end). Applied before the partition's first SUB when its leader does not have
+      the channel yet; an existing channel keeps its position (a restarted consumer does not
+      rewind its group). Two consumers of one channel starting at the same moment may both find
+      it new: the second then moves what the first may have begun to consume. Needs
+      ``lookupd=`` or ``lookup=``. Vanilla nsqd has no start position: ``"earliest"`` holds on a
+      topic's first channel, ``"latest"`` on a later one, and ``Consumer.start`` raises
+      :class:`~nsq_ha.errors.UnsupportedByServerError` for anything else (a time, offsets,
+      ``"earliest"`` on a topic that has other channels, ``"latest"`` on one that has none)
+      before subscribing. A partition that never had a message is at any position already.
+    * ``desired_tag``, ``ext_filter``, ``msg_timeout`` (s), ``sample_rate``: sent in IDENTIFY;
+      they override ``connection``'s (:meth:`connection_config`).
+    * ``max_attempts`` (0 = unlimited): a message delivered more often goes to ``on_give_up``
+      instead of the handler, then is finished (a failing ``on_give_up`` requeues it). The
+      default ``on_give_up`` logs and finishes. On ordered channels, skipping breaks order, so
+      without an explicit ``on_give_up`` such messages keep going to the handler, logged as
+      errors; pass ``on_give_up`` to choose skipping.
+    * ``backoff``: a :class:`~nsq_ha.consumer.backoff.BackoffStrategy` (default exponential
+      1 s .. 120 s), or ``None`` to never pause on failures.
+    * ``requeue_delay``: the delay of a requeue without one, per attempt (``attempts x
+      requeue_delay``, at most ``max_requeue_delay``); ignored on ordered channels (0).
+    * ``connection``: the :class:`~nsq_ha.connection.ConnectionConfig` of every connection.
+    * ``lookup_interval``: how often the partition map is looked up again.
+    * ``drain_timeout``: how long ``Consumer.close`` lets handlers finish what they hold.
+    * ``rdy_redistribute_interval``, ``low_rdy_idle_timeout``, ``low_rdy_timeout``: with more
+      connections than ``max_in_flight``, how often RDY moves, and after how long idle (or
+      holding it) a connection gives it up.
+    * ``reconnect_interval`` .. ``max_reconnect_interval``: the wait before re-making a lost
+      connection, doubled after each failure of the same (node, partition).
+
+    Every duration is float seconds and must be finite and not negative (most must be above
+    0); anything else raises :class:`~nsq_ha.errors.ConfigError` naming the option. Values are
+    normalized: ``nsqd`` becomes a tuple of distinct addresses, ``lookupd`` a tuple,
+    ``partitions`` a frozenset, ``member`` a pair of ints, ``start`` ``"earliest"``,
+    ``"latest"``, float Unix seconds or a dict, and every duration a float.
     """
 
     topic: str
@@ -138,7 +184,7 @@ class ConsumerConfig:
                 "partition's leader (fork), or decided from the topic's channels (vanilla)"
             )
         if self.connection is not None and not isinstance(self.connection, ConnectionConfig):
-            raise ConfigError("config must be a ConnectionConfig")
+            raise ConfigError("connection must be a ConnectionConfig")
         self.connection_config()  # the overrides must make a valid ConnectionConfig too
 
     def __repr__(self) -> str:
@@ -170,46 +216,89 @@ class ConsumerConfig:
         return dataclasses.replace(base, **changes) if changes else base  # type: ignore[arg-type]
 
 
-#: the Consumer keywords that are ConsumerConfig fields as they are (``config=`` is not: it is
-#: the ``connection`` field, or a whole ConsumerConfig)
-OPTIONS = frozenset(f.name for f in dataclasses.fields(ConsumerConfig)) - {
-    "topic",
-    "channel",
-    "connection",
-}
+class ConsumerOptions(TypedDict, total=False):
+    """The keywords a Consumer (async or blocking) takes besides ``topic``, ``channel`` and
+    ``config``: :class:`ConsumerConfig`'s fields, with the same types (a unit test keeps the
+    two equal); their defaults and checks are the dataclass's."""
+
+    lookupd: str | Sequence[str] | None
+    lookup: LookupClient | None
+    nsqd: str | Sequence[str] | None
+    max_in_flight: int
+    ordered: bool | None
+    with_offsets: bool
+    partitions: Iterable[int] | None
+    member: tuple[int, int] | None
+    start: StartPosition | None
+    desired_tag: str | None
+    ext_filter: ExtFilter | None
+    max_attempts: int
+    backoff: BackoffStrategy | None
+    requeue_delay: float
+    max_requeue_delay: float
+    msg_timeout: float | None
+    sample_rate: int | None
+    on_give_up: GiveUp | None
+    connection: ConnectionConfig | None
+    lookup_interval: float
+    drain_timeout: float
+    rdy_redistribute_interval: float
+    low_rdy_idle_timeout: float
+    low_rdy_timeout: float
+    reconnect_interval: float
+    max_reconnect_interval: float
 
 
-def _default(name: str) -> object:
-    spec = ConsumerConfig.__dataclass_fields__[name]
-    factory = spec.default_factory
-    return factory() if callable(factory) else spec.default
+#: the names a Consumer takes as options
+_OPTION_NAMES = tuple(
+    name for name in ConsumerConfig.__dataclass_fields__ if name not in ("topic", "channel")
+)
 
 
-def make_config(
+def consumer_config(
     topic: str | None,
     channel: str | None,
-    config: ConnectionConfig | ConsumerConfig | None,
-    options: dict[str, Any],
+    config: ConsumerConfig | ConnectionConfig | None,
+    options: ConsumerOptions,
 ) -> ConsumerConfig:
-    """The ConsumerConfig of a Consumer's arguments (async or blocking, the same way).
-
-    ``config`` may be a whole ConsumerConfig: then no option in ``options`` may differ from its
-    default, and ``topic``/``channel``, if given, must match it. Otherwise ``options`` and
-    ``config`` (the ConnectionConfig) make a new one."""
-    if isinstance(config, ConsumerConfig):
-        given = sorted(name for name, value in options.items() if value != _default(name))
-        if given:
+    """The ConsumerConfig of a Consumer's arguments (async or blocking, the same way): the
+    options made into one, or ``config`` whole (then no option may be given, and
+    ``topic``/``channel``, if given, must be its own)."""
+    unknown = [name for name in options if name not in _OPTION_NAMES]
+    if unknown:
+        raise ConfigError(_unknown(unknown[0]))
+    if config is None:
+        if topic is None or channel is None:
             raise ConfigError(
-                f"config=ConsumerConfig(...) holds every option; do not also give {given}"
+                "a Consumer needs a topic and a channel (or config=ConsumerConfig(...))"
             )
-        for name, value in (("topic", topic), ("channel", channel)):
-            if value is not None and value != getattr(config, name):
-                raise ConfigError(
-                    f"{name}={value!r} differs from the ConsumerConfig's {getattr(config, name)!r}"
-                )
-        return config
-    if topic is None or channel is None:
-        raise ConfigError("a Consumer needs a topic and a channel (or config=ConsumerConfig(...))")
-    if config is not None and not isinstance(config, ConnectionConfig):
-        raise ConfigError("config must be a ConnectionConfig or a ConsumerConfig")
-    return ConsumerConfig(topic=topic, channel=channel, connection=config, **options)
+        return ConsumerConfig(topic=topic, channel=channel, **options)
+    given: object = config  # callers without a type checker may pass anything
+    if isinstance(given, ConnectionConfig):
+        # a transition: nsq_ha/spark (source.py, ranges.py) and nsq_ha/bench/drivers.py still
+        # give the connections' settings as config=; they are taken as connection=
+        if "connection" in options:
+            raise ConfigError("give the connections' settings once, as connection=")
+        return consumer_config(topic, channel, None, {**options, "connection": given})
+    if not isinstance(given, ConsumerConfig):
+        raise ConfigError(
+            f"config must be a ConsumerConfig, got a {type(given).__name__} (the "
+            "connections' settings go in connection=ConnectionConfig(...))"
+        )
+    if options:
+        raise ConfigError(
+            f"config=ConsumerConfig(...) holds every option; do not also give {sorted(options)} "
+            "(dataclasses.replace(config, ...) makes one with other values)"
+        )
+    for name, value in (("topic", topic), ("channel", channel)):
+        if value is not None and value != getattr(given, name):
+            raise ConfigError(
+                f"{name}={value!r} differs from the ConsumerConfig's {getattr(given, name)!r}"
+            )
+    return given
+
+
+def _unknown(name: str) -> str:
+    near = difflib.get_close_matches(name, _OPTION_NAMES, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else f" (the options: {', '.join(_OPTION_NAMES)})"
+    return f"a Consumer has no option {name!r}{hint}"

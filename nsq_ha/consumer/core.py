@@ -20,29 +20,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from nsq_ha.admin import NsqdAdmin, seek_position
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.consumer import runners
-from nsq_ha.consumer.backoff import BackoffStrategy, Exponential
 from nsq_ha.consumer.checks import check_count, check_timeout
-from nsq_ha.consumer.config import OPTIONS, ConsumerConfig, GiveUp, make_config
+from nsq_ha.consumer.config import ConsumerConfig, ConsumerOptions, consumer_config
 from nsq_ha.consumer.discovery import Discovery
 from nsq_ha.consumer.drain import drain
 from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.handout import Intake
 from nsq_ha.consumer.message import Message
-from nsq_ha.consumer.positions import ADMIN_TIMEOUT, StartPosition, move, move_all
+from nsq_ha.consumer.positions import ADMIN_TIMEOUT, move, move_all
 from nsq_ha.consumer.runners import BatchHandler, Handler
 from nsq_ha.consumer.slots import AnswerPolicy, ConnKey, SlotContext, Tally
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, ConsumerClosedError
-from nsq_ha.lookup import LookupClient
-from nsq_ha.protocol.identify import ExtFilter
 
 __all__ = ["BatchHandler", "Consumer", "Handler"]
 
@@ -52,49 +48,15 @@ log = logging.getLogger(__name__)
 class Consumer:
     """Consume ``topic`` on ``channel`` from every partition (or a share of them).
 
-    Give exactly one of ``lookupd`` (nsqlookupd HTTP address(es)), ``lookup`` (a shared
-    :class:`~nsq_ha.lookup.LookupClient`) or ``nsqd`` (TCP address(es)).
-
-    * ``max_in_flight``: messages out to this consumer at once, across all connections.
-    * ``ordered``: ``None`` follows the topic (lookup ``meta.ordered`` / nsqd's answer), ``True``
-      forces ``SUB_ORDERED`` (fork only; it marks the channel ordered on nsqd), ``False`` never
-      subscribes ordered (an ordered topic then refuses the subscription).
-    * ``with_offsets``: on plain topics of the fork, subscribe with ``SUB_ADVANCED`` so every
-      message carries its queue ``offset`` and ``raw_size`` (as ordered subscriptions' do)
-      while delivery stays unordered, at full ``max_in_flight``; vanilla nsqd refuses it.
-    * ``partitions``: consume only these; ``member=(i, n)``: only partitions ``p % n == i``.
-    * ``start``: where a **new** channel starts: ``"earliest"`` (the first retained message),
-      ``"latest"`` (the end: what the fork does anyway), a time (Unix seconds, or an aware
-      :class:`~datetime.datetime`; a naive one is refused; applied to the second, rounded down)
-      or ``{partition: offset}`` (queue offsets, e.g. a message's ``offset``; partitions not named
-      start at the end). Applied before the partition's first SUB when its leader does not have
-      the channel yet; an existing channel keeps its position (a restarted consumer does not
-      rewind its group). Two consumers of one channel starting at the same moment may both find
-      it new: the second then moves what the first may have begun to consume. Needs
-      ``lookupd=`` or ``lookup=``. Vanilla nsqd has no start position: ``"earliest"`` holds on a
-      topic's first channel, ``"latest"`` on a later one, and :meth:`start` raises
-      :class:`~nsq_ha.errors.UnsupportedByServerError` for anything else (a time, offsets,
-      ``"earliest"`` on a topic that has other channels, ``"latest"`` on one that has none)
-      before subscribing. A partition that never had a message is at any position already.
-    * ``desired_tag``, ``ext_filter``, ``msg_timeout`` (s), ``sample_rate``: sent in IDENTIFY.
-    * ``max_attempts`` (0 = unlimited): a message delivered more often goes to ``on_give_up``
-      instead of the handler, then is finished (a failing ``on_give_up`` requeues it). The
-      default ``on_give_up`` logs and finishes. On ordered channels, skipping breaks order, so
-      without an explicit ``on_give_up`` such messages keep going to the handler, logged as
-      errors; pass ``on_give_up`` to choose skipping.
-    * ``backoff``: a :class:`~nsq_ha.consumer.backoff.BackoffStrategy` (default exponential
-      1 s .. 120 s), or ``None`` to never pause on failures.
-    * ``requeue_delay``: the delay of a requeue without one, per attempt (``attempts x
-      requeue_delay``, at most ``max_requeue_delay``); ignored on ordered channels (0).
-    * ``drain_timeout``: how long :meth:`close` lets handlers finish what they hold.
-    * ``config``: the :class:`~nsq_ha.connection.ConnectionConfig` of every connection, or a
-      whole :class:`~nsq_ha.consumer.config.ConsumerConfig` (then give no other option; topic
-      and channel may be left out).
-
-    Every duration is float seconds and must be finite and not negative (most must be above 0);
-    anything else raises :class:`~nsq_ha.errors.ConfigError` here, before a connection is made.
-    A partition in ``partitions`` that the topic does not have (lookup's partition count) makes
-    :meth:`start` raise :class:`~nsq_ha.errors.ConfigError`.
+    The options are :class:`~nsq_ha.consumer.config.ConsumerConfig`'s fields, as keywords
+    (``Consumer("orders", "billing", lookupd=..., max_in_flight=50)``; connection settings as
+    ``connection=ConnectionConfig(...)``), or a whole ``config=ConsumerConfig(...)`` (then give
+    no option; topic and channel may be left out). :attr:`config` holds them. (A
+    ``ConnectionConfig`` given as ``config=`` is still taken as ``connection=``, for the
+    callers written before.) Every bad value, or an option name it does not have, raises
+    :class:`~nsq_ha.errors.ConfigError` here, before a connection is made. A partition in
+    ``partitions`` that the topic does not have (lookup's partition count) makes :meth:`start`
+    raise :class:`~nsq_ha.errors.ConfigError`.
 
     Order: on an ordered subscription each partition is handled one message at a time, in
     offset order, whichever way messages are consumed (:meth:`run`, :meth:`run_batches`,
@@ -111,36 +73,11 @@ class Consumer:
         topic: str | None = None,
         channel: str | None = None,
         *,
-        lookupd: str | Sequence[str] | None = None,
-        lookup: LookupClient | None = None,
-        nsqd: str | Sequence[str] | None = None,
-        max_in_flight: int = 100,
-        ordered: bool | None = None,
-        with_offsets: bool = False,
-        partitions: Iterable[int] | None = None,
-        member: tuple[int, int] | None = None,
-        start: StartPosition | None = None,
-        desired_tag: str | None = None,
-        ext_filter: ExtFilter | None = None,
-        max_attempts: int = 15,
-        backoff: BackoffStrategy | None = Exponential(),  # noqa: B008 - frozen, shared safely
-        requeue_delay: float = 1.0,
-        max_requeue_delay: float = 60.0,
-        msg_timeout: float | None = None,
-        sample_rate: int | None = None,
-        on_give_up: GiveUp | None = None,
-        config: ConnectionConfig | ConsumerConfig | None = None,
-        lookup_interval: float = 15.0,
-        drain_timeout: float = 30.0,
-        rdy_redistribute_interval: float = 5.0,
-        low_rdy_idle_timeout: float = 10.0,
-        low_rdy_timeout: float = 30.0,
-        reconnect_interval: float = 1.0,
-        max_reconnect_interval: float = 30.0,
+        config: ConsumerConfig | ConnectionConfig | None = None,
+        **options: Unpack[ConsumerOptions],
     ) -> None:
         """Check every option (see the class); nothing is connected before :meth:`start`."""
-        options = {name: value for name, value in locals().items() if name in OPTIONS}
-        self._config = make_config(topic, channel, config, options)
+        self._config = consumer_config(topic, channel, config, options)
         cfg = self._config
         self._tally = Tally()
         self._flow = Flow(
@@ -191,7 +128,7 @@ class Consumer:
 
     @property
     def config(self) -> ConsumerConfig:
-        """Every option of this consumer."""
+        """Every option of this consumer (``consumer.config.drain_timeout``, ...)."""
         return self._config
 
     @property
@@ -203,66 +140,6 @@ class Consumer:
     def channel(self) -> str:
         """The channel."""
         return self._config.channel
-
-    @property
-    def ordered(self) -> bool | None:
-        """The ``ordered`` option (see :attr:`is_ordered` for what the consumer does)."""
-        return self._config.ordered
-
-    @property
-    def partitions(self) -> frozenset[int] | None:
-        """The ``partitions`` option, as a set."""
-        return None if self._config.partitions is None else frozenset(self._config.partitions)
-
-    @property
-    def member(self) -> tuple[int, int] | None:
-        """The ``member`` option."""
-        return self._config.member
-
-    @property
-    def max_attempts(self) -> int:
-        """Deliveries before ``on_give_up`` (0: unlimited)."""
-        return self._config.max_attempts
-
-    @property
-    def backoff(self) -> BackoffStrategy | None:
-        """The backoff strategy (``None``: never pause on failures)."""
-        return self._config.backoff
-
-    @property
-    def on_give_up(self) -> GiveUp | None:
-        """What gets a message delivered more than ``max_attempts`` times."""
-        return self._config.on_give_up
-
-    @property
-    def requeue_delay(self) -> float:
-        """The requeue delay per attempt (s)."""
-        return self._config.requeue_delay
-
-    @property
-    def max_requeue_delay(self) -> float:
-        """The longest requeue delay sent without one given (s)."""
-        return self._config.max_requeue_delay
-
-    @property
-    def drain_timeout(self) -> float:
-        """How long :meth:`close` lets handlers answer what they hold (s)."""
-        return self._config.drain_timeout
-
-    @property
-    def rdy_redistribute_interval(self) -> float:
-        """How often RDY is redistributed (s)."""
-        return self._config.rdy_redistribute_interval
-
-    @property
-    def reconnect_interval(self) -> float:
-        """The first wait before re-making a lost connection (s)."""
-        return self._config.reconnect_interval
-
-    @property
-    def max_reconnect_interval(self) -> float:
-        """The longest wait before re-making a lost connection (s)."""
-        return self._config.max_reconnect_interval
 
     # -- public state -------------------------------------------------------------------------
 
@@ -529,7 +406,7 @@ class Consumer:
         """
         if self._close_task is None:
             timeout = (
-                self.drain_timeout
+                self._config.drain_timeout
                 if drain_timeout is None
                 else seconds(drain_timeout, "drain_timeout", zero=True)
             )

@@ -53,7 +53,7 @@ def _consumer(topic: str, **where: Any) -> Consumer:
         topic,
         CHANNEL,
         max_in_flight=200,
-        config=CONFIG,
+        connection=CONFIG,
         lookup_interval=1.0,
         reconnect_interval=0.2,
         max_reconnect_interval=2.0,

@@ -32,7 +32,7 @@ DEADLINE = 60.0
 async def consume_async(lookupd: str) -> list[tuple[int | None, str]]:
     """Publish COUNT messages and take them with ``async for``."""
     consumer = Consumer(
-        TOPIC, "async_reader", lookupd=lookupd, config=ConnectionConfig(client_id=ASYNC_CLIENT)
+        TOPIC, "async_reader", lookupd=lookupd, connection=ConnectionConfig(client_id=ASYNC_CLIENT)
     )
     got: list[tuple[int | None, str]] = []
     async with asyncio.timeout(DEADLINE):
@@ -56,7 +56,7 @@ def consume_sync(lookupd: str) -> list[tuple[int | None, str]]:
     """Publish COUNT messages and take them with the blocking ``get()``."""
     got: list[tuple[int | None, str]] = []
     with sync.Consumer(
-        TOPIC, "sync_reader", lookupd=lookupd, config=ConnectionConfig(client_id=SYNC_CLIENT)
+        TOPIC, "sync_reader", lookupd=lookupd, connection=ConnectionConfig(client_id=SYNC_CLIENT)
     ) as consumer:
         deadline = time.monotonic() + DEADLINE
         while consumer.stats["connections"] < PARTITIONS:

@@ -7,42 +7,80 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 
 import nsq_ha
 from nsq_ha import sync
 from nsq_ha.connection import ConnectionConfig
-from nsq_ha.consumer import Consumer, ConsumerConfig, Fixed
+from nsq_ha.consumer import Consumer, ConsumerConfig, ConsumerOptions, Fixed
 from nsq_ha.errors import ConfigError, InvalidNameError
 
 NSQD = "127.0.0.1:1"
+#: nowhere listens here; the blocking consumer's tests connect nowhere that answers
+NOWHERE = "127.0.0.1:9"
 
 
-def parameters(function: Any) -> list[tuple[str, object, object]]:
-    """(name, kind, default) of every parameter but self."""
-    return [
-        (p.name, p.kind, p.default)
-        for p in inspect.signature(function).parameters.values()
-        if p.name != "self"
-    ]
+def _options_of(cls: type) -> tuple[list[tuple[str, object, object]], object]:
+    """A constructor's named parameters (name, kind, default) and its ``**`` annotation."""
+    named = []
+    rest: object = None
+    for p in inspect.signature(cls.__init__).parameters.values():
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            rest = p.annotation
+        elif p.name != "self":
+            named.append((p.name, p.kind, p.default))
+    return named, rest
 
 
-def test_the_sync_consumer_takes_exactly_the_async_consumers_options() -> None:
-    assert parameters(sync.Consumer.__init__) == parameters(Consumer.__init__)
+def test_the_options_are_the_config_fields_but_topic_and_channel() -> None:
+    """ConsumerConfig is the one place of every option's name, type and default: the
+    keywords' TypedDict names exactly its fields, with the same types."""
+    fields = get_type_hints(ConsumerConfig)
+    assert get_type_hints(ConsumerOptions) == {
+        name: kind for name, kind in fields.items() if name not in ("topic", "channel")
+    }
+    assert ConsumerOptions.__required_keys__ == frozenset()
 
 
-def test_every_consumer_option_is_a_config_field() -> None:
-    fields = {f.name: f for f in dataclasses.fields(ConsumerConfig)}
-    options = {name for name, kind, _ in parameters(Consumer.__init__)}
-    # the Consumer's config= is the ConsumerConfig's connection (or a whole ConsumerConfig)
-    assert options - {"config"} | {"connection"} == set(fields)
-    for name, kind, default in parameters(Consumer.__init__):
-        if kind is inspect.Parameter.KEYWORD_ONLY and name != "config":
-            field = fields[name]
-            made = field.default_factory() if callable(field.default_factory) else field.default
-            assert made == default, name
+def test_both_consumers_take_the_options_and_write_no_default() -> None:
+    named, rest = _options_of(Consumer)
+    assert [name for name, _, _ in named] == ["topic", "channel", "config"]
+    assert all(default is None for _, _, default in named)
+    assert rest == "Unpack[ConsumerOptions]"
+    assert _options_of(sync.Consumer) == (named, rest)
+
+
+def test_connection_settings_go_under_connection() -> None:
+    settings = ConnectionConfig(client_id="orders-1")
+    consumer = Consumer("t", "c", nsqd=NSQD, connection=settings)
+    assert consumer.config.connection is settings
+    with sync.Consumer("t", "c", nsqd=NOWHERE, connection=settings) as blocking:
+        assert blocking.config.connection is settings
+
+
+@pytest.mark.parametrize("make", [Consumer, sync.Consumer])
+def test_a_config_that_is_not_a_consumer_config_is_refused_with_what_to_do(make: Any) -> None:
+    with pytest.raises(ConfigError, match=r"connection=ConnectionConfig"):
+        make("t", "c", nsqd=NSQD, config={"client_id": "x"})
+
+
+@pytest.mark.parametrize("make", [Consumer, sync.Consumer])
+def test_an_unknown_option_is_refused_with_the_nearest_name(make: Any) -> None:
+    with pytest.raises(ConfigError, match=r"'max_inflight'.*did you mean 'max_in_flight'"):
+        make("t", "c", nsqd=NSQD, max_inflight=3)
+
+
+def test_config_is_where_the_options_are_read() -> None:
+    """``Consumer.config`` holds every option; the consumer forwards none of them but its
+    topic and channel (what the consumer is) and the live ``max_in_flight``."""
+    forwarded = {
+        name
+        for name, value in vars(Consumer).items()
+        if isinstance(value, property) and name in ConsumerConfig.__dataclass_fields__
+    }
+    assert forwarded == {"topic", "channel", "max_in_flight"}
 
 
 def test_config_is_frozen_and_exported() -> None:
@@ -118,7 +156,7 @@ async def test_a_consumer_takes_a_whole_config() -> None:
     consumer = Consumer(config=config)
     assert consumer.config is config
     assert (consumer.topic, consumer.channel, consumer.max_in_flight) == ("t", "c", 7)
-    assert consumer.drain_timeout == 2.0
+    assert consumer.config.drain_timeout == 2.0
     assert Consumer("t", "c", config=config).config is config  # the same names: fine
     await consumer.close()
 
@@ -127,6 +165,8 @@ def test_a_whole_config_and_other_options_do_not_mix() -> None:
     config = ConsumerConfig(topic="t", channel="c", nsqd=NSQD)
     with pytest.raises(ConfigError, match="max_in_flight"):
         Consumer(config=config, max_in_flight=5)
+    with pytest.raises(ConfigError, match="max_in_flight"):  # given, even at its default
+        Consumer(config=config, max_in_flight=100)
     with pytest.raises(ConfigError, match="topic"):
         Consumer("other", "c", config=config)
     with pytest.raises(ConfigError, match="topic"):

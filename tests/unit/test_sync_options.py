@@ -11,6 +11,7 @@ from fractions import Fraction
 import pytest
 
 from nsq_ha import sync
+from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import ConsumerConfig
 from nsq_ha.errors import ConfigError, NsqTimeoutError
 from nsq_ha.producer import Producer as AsyncProducer
@@ -41,7 +42,7 @@ def test_producer_close_timeout_option(bad: object) -> None:
 
 def test_producer_close_timeout_accepts_a_positive_number() -> None:
     producer = sync.Producer(nsqd=NOWHERE, close_timeout=2)
-    assert producer.aio.close_timeout == 2
+    assert producer.producer_config.close_timeout == 2
     producer.close()
 
 
@@ -94,23 +95,27 @@ def test_consumer_builds_the_same_config_as_the_async_one() -> None:
         )
 
 
-def _options(cls: type) -> dict[str, tuple[object, object]]:
-    """A constructor's keywords: name -> (default, annotation)."""
-    return {
-        name: (p.default, p.annotation)
-        for name, p in inspect.signature(cls).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
+def test_the_sync_producer_takes_exactly_the_async_producers_options() -> None:
+    """The same keywords, typed by the same ProducerOptions: no default written twice."""
+    blocking = inspect.signature(sync.Producer).parameters.values()
+    asyncio = inspect.signature(AsyncProducer).parameters.values()
+    assert [(p.name, p.kind, p.default) for p in blocking] == [
+        ("config", inspect.Parameter.KEYWORD_ONLY, None),
+        ("options", inspect.Parameter.VAR_KEYWORD, inspect.Parameter.empty),
+    ]
+    assert [(p.name, p.kind, p.default) for p in asyncio] == [
+        (p.name, p.kind, p.default) for p in blocking
+    ]
+    assert {p.annotation for p in [*blocking, *asyncio] if p.name == "options"} == {
+        "Unpack[ProducerOptions]"
     }
 
 
-def test_the_sync_producer_takes_exactly_the_async_producers_options() -> None:
-    assert _options(sync.Producer) == _options(AsyncProducer)
-    positional = [
-        p
-        for p in inspect.signature(sync.Producer).parameters.values()
-        if p.kind is not inspect.Parameter.KEYWORD_ONLY
-    ]
-    assert positional == []
+def test_the_sync_producer_takes_connection_settings_under_connection() -> None:
+    settings = ConnectionConfig(client_id="orders-1")
+    with sync.Producer(nsqd=NOWHERE, connection=settings) as producer:
+        assert producer.producer_config.connection is settings
+        assert producer.aio.producer_config == producer.producer_config
 
 
 def test_the_sync_producer_builds_the_same_config_as_the_async_one() -> None:
