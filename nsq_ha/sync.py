@@ -426,7 +426,7 @@ class Consumer:
         interrupted while it waits (Ctrl-C: KeyboardInterrupt, or any exception raised in
         this thread) takes nothing with it: its fetch is cancelled, and what the fetch took
         anyway is handed out by the next call (or requeued by :meth:`close`)."""
-        limit = optional_seconds(timeout, "timeout")
+        limit = None if timeout is None else optional_seconds(timeout, "timeout")
         runner = self._live()
         fetched = self._fetched
         while True:

@@ -11,7 +11,7 @@ and calling one way:
 * :class:`~nsq_ha.consumer.flow.Flow`: RDY, as :class:`~nsq_ha.consumer.rdy.RdyPlanner` decides
   (budget ``max_in_flight`` across all connections, probe then share, rotation, backoff).
 * :class:`~nsq_ha.consumer.handout.Intake`: messages handed out, one per partition at a time
-  on ordered subscriptions (:class:`~nsq_ha.consumer.ordering.PartitionGate`); ``on_give_up``.
+  on ordered subscriptions (:class:`~nsq_ha.consumer.handout.PartitionGate`); ``on_give_up``.
 * :mod:`~nsq_ha.consumer.runners`: ``run`` and ``run_batches``.
 * :func:`~nsq_ha.consumer.drain.drain`: closing without leaving anything in flight on nsqd.
 """
@@ -102,6 +102,7 @@ class Consumer:
             topic=cfg.topic,
             channel=cfg.channel,
             flow=self._flow,
+            planner=self._flow.planner,
             tally=self._tally,
             policy=policy,
             held_changed=self._held_changed,
@@ -252,10 +253,11 @@ class Consumer:
         loop handles each partition in order, and several concurrent loops never handle two
         messages of one partition at once (until the first is answered).
         """
-        limit = check_timeout(timeout)
+        if timeout is not None:  # no limit (async for): nothing to check per message
+            timeout = check_timeout(timeout)
         if not self._started:
             await self.start()
-        return await self._intake.get(limit)
+        return await self._intake.get(timeout)
 
     async def sync(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a limit
         """Return once nsqd has processed every answer (FIN, REQ, TOUCH) given so far, on
@@ -291,10 +293,11 @@ class Consumer:
         """
         if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1:
             raise ConfigError(f"max_count must be an int >= 1, not {max_count!r}")
-        limit = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         if not self._started:
             await self.start()
-        return await self._intake.get_many(max_count, limit)
+        return await self._intake.get_many(max_count, timeout)
 
     async def run(self, handler: Handler, *, concurrency: int | None = None) -> None:
         """Call ``handler(message)`` for every message until :meth:`close`.

@@ -2,7 +2,9 @@
 
 :class:`Flow` holds the planner and the connection of each subscription (by key), sends every
 RDY the planner decides, arms the backoff timer when the planner blocks, and runs the periodic
-redistribution. It knows connections only as RDY sinks; it calls nothing else.
+redistribution. It knows connections only as RDY sinks; it calls nothing else. Messages in and
+out of flight go to the planner straight from the slots (:attr:`Flow.planner`), which call
+:meth:`Flow.apply` only when the planner changed something.
 """
 
 from __future__ import annotations
@@ -81,6 +83,11 @@ class Flow:
     # -- views --------------------------------------------------------------------------------
 
     @property
+    def planner(self) -> RdyPlanner:
+        """The planner the slots tell of every message in and out of flight."""
+        return self._planner
+
+    @property
     def max_in_flight(self) -> int:
         """The RDY budget across all connections."""
         return self._planner.max_in_flight
@@ -111,31 +118,18 @@ class Flow:
     def add(self, key: Hashable, sink: RdySink, *, max_rdy: int | None, ordered: bool) -> None:
         """A new subscription (ordered ones get RDY 1 at most)."""
         self._sinks[key] = sink
-        self._apply(
+        self.apply(
             self._planner.add(key, max_rdy=max_rdy or DEFAULT_MAX_RDY, cap=1 if ordered else None)
         )
 
     def remove(self, key: Hashable) -> None:
         """A subscription ended (or retires): its budget goes to the others."""
         self._sinks.pop(key, None)
-        self._apply(self._planner.remove(key))
-
-    def message(self, key: Hashable) -> None:
-        """``key`` delivered a message (one more in flight there)."""
-        changes = self._planner.message(key)
-        if changes or self._planner.blocked:
-            self._apply(changes)
-
-    def done(self, key: Hashable, success: bool | None) -> None:
-        """A message of ``key`` left flight: ``True`` success, ``False`` failure (backoff),
-        ``None`` neutral."""
-        changes = self._planner.done(key, success=success)
-        if changes or self._planner.blocked:
-            self._apply(changes)
+        self.apply(self._planner.remove(key))
 
     def set_max_in_flight(self, value: int) -> None:
         """Change the budget (0 pauses every connection)."""
-        self._apply(self._planner.set_max_in_flight(value))
+        self.apply(self._planner.set_max_in_flight(value))
 
     async def stop(self) -> None:
         """RDY 0 everywhere, for good: no backoff timer, no redistribution."""
@@ -147,12 +141,16 @@ class Flow:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        self._apply(self._planner.stop())
+        self.apply(self._planner.stop())
 
     # -- sending ------------------------------------------------------------------------------
 
-    def _apply(self, changes: dict[Hashable, int]) -> None:
-        """Send the RDY changes; start a backoff wait when the planner blocked."""
+    def apply(self, changes: dict[Hashable, int]) -> None:
+        """Send the RDY changes; start a backoff wait when the planner blocked.
+
+        A slot calls it after telling the :attr:`planner` of a message in or out of flight,
+        when the planner changed something or blocked: the steady state sends nothing, and a
+        delivery does not enter this module."""
         for key, value in changes.items():
             sink = self._sinks.get(key)
             if sink is None or sink.closed:
@@ -176,9 +174,9 @@ class Flow:
     def _backoff_elapsed(self) -> None:
         self._backoff_handle = None
         if not self._stopped:
-            self._apply(self._planner.backoff_elapsed())
+            self.apply(self._planner.backoff_elapsed())
 
     async def _redistribute_loop(self) -> None:
         while True:
             await asyncio.sleep(self._redistribute_interval)
-            self._apply(self._planner.redistribute())
+            self.apply(self._planner.redistribute())

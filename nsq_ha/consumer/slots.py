@@ -3,11 +3,11 @@
 A slot owns its connection and the messages it delivered that are not answered yet (``held``:
 the one count of what is in flight there). Answers take one path: :class:`Message` -> its slot
 -> the slot's connection (FIN/REQ/TOUCH are accepted only on the connection that delivered the
-message). The slot tells :class:`~nsq_ha.consumer.flow.Flow` when a message enters or leaves
-flight (``held`` and the RDY planner change together, in :meth:`Slot._hold` and
-:meth:`Slot._release` only), counts in the shared :class:`Tally`, and hands each delivered
-message on through the ``deliver`` callback of its :class:`SlotContext`: it never calls back
-into the consumer.
+message). The slot tells the :class:`~nsq_ha.consumer.rdy.RdyPlanner` when a message enters or
+leaves flight (``held`` and the planner change together, in :meth:`Slot._hold` and
+:meth:`Slot._release` only), and :class:`~nsq_ha.consumer.flow.Flow` sends what the planner
+changed. It counts in the shared :class:`Tally`, and hands each delivered message on through
+the ``deliver`` callback of its :class:`SlotContext`: it never calls back into the consumer.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import NoReturn
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.message import Message, Outcome
+from nsq_ha.consumer.rdy import RdyPlanner
 from nsq_ha.errors import (
     BrokerError,
     MessageCommandError,
@@ -111,7 +112,9 @@ class SlotContext:
 
     topic: str
     channel: str
+    #: sends RDY; the planner (its ``planner``) is told of each message in and out of flight
     flow: Flow
+    planner: RdyPlanner
     tally: Tally
     policy: AnswerPolicy
     #: set whenever a held message is answered or dropped
@@ -262,11 +265,17 @@ class Slot:
     def _hold(self, message: Message) -> None:
         self.held[message.id] = message
         self.counts["received"] += 1
-        self.ctx.flow.message(self.key)
+        planner = self.ctx.planner
+        changes = planner.message(self.key)
+        if changes or planner.blocked:
+            self.ctx.flow.apply(changes)
 
     def _release(self, message: Message, *, success: bool | None) -> None:
         del self.held[message.id]
-        self.ctx.flow.done(self.key, success)
+        planner = self.ctx.planner
+        changes = planner.done(self.key, success=success)
+        if changes or planner.blocked:
+            self.ctx.flow.apply(changes)
 
     def _settle(self, message: Message, outcome: Outcome) -> None:
         message.outcome = outcome

@@ -12,7 +12,7 @@ import pytest
 
 from nsq_ha.consumer import Consumer, Message, Outcome
 from nsq_ha.consumer.checks import MAX_REQUEUE_DELAY, check_requeue_delay
-from nsq_ha.consumer.ordering import PartitionGate
+from nsq_ha.consumer.handout import PartitionGate
 from nsq_ha.errors import ConfigError
 from nsq_ha.protocol.message import DecodedMessage
 

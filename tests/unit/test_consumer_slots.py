@@ -65,6 +65,7 @@ def make_slot(
         topic="t",
         channel="c",
         flow=flow,
+        planner=flow.planner,
         tally=tally,
         policy=AnswerPolicy(requeue_delay=2.0, max_requeue_delay=5.0, backoff=backoff),
         held_changed=asyncio.Event(),
