@@ -1215,6 +1215,78 @@ def test_pub_ext_header_errors_are_non_fatal(
         prove_open_init(w)
 
 
+#: headers the fork's parser (fastjson) refuses, and its exact words after ``header:``
+BAD_JSON_HEADERS = {
+    "truncated-object": (
+        b'{"a":',
+        "cannot parse JSON: cannot parse object: cannot parse object value: cannot parse "
+        'empty string; unparsed tail: ""',
+    ),
+    "missing-colon": (
+        b'{"a" 1}',
+        "cannot parse JSON: cannot parse object: missing ':' after object key; "
+        'unparsed tail: "1}"',
+    ),
+    "trailing-comma": (
+        b'{"a":1,}',
+        'cannot parse JSON: cannot parse object: cannot find opening \'"" for object key; '
+        'unparsed tail: "}"',
+    ),
+    "bare-key": (
+        b"{a:1}",
+        'cannot parse JSON: cannot parse object: cannot find opening \'"" for object key; '
+        'unparsed tail: "a:1}"',
+    ),
+    "truncated-array": (
+        b"[1,",
+        "cannot parse JSON: cannot parse array: cannot parse array value: cannot parse empty "
+        'string; unparsed tail: ""',
+    ),
+    "unclosed-string": (
+        b'"abc',
+        'cannot parse JSON: cannot parse string: missing closing \'"\'; unparsed tail: ""',
+    ),
+    "bad-literal": (
+        b"nul",
+        'cannot parse JSON: unexpected value found: "nul"; unparsed tail: "nul"',
+    ),
+    "invalid-byte": (
+        b"\xff",
+        'cannot parse JSON: cannot parse number: unexpected char: "\\xff"; unparsed tail: "\\xff"',
+    ),
+    "tail": (b'{"a":1}x', 'unexpected tail: "x"'),
+    "empty": (b"", 'cannot parse JSON: cannot parse empty string; unparsed tail: ""'),
+}
+
+
+@pytest.mark.parametrize(
+    ("header", "words"), list(BAD_JSON_HEADERS.values()), ids=list(BAD_JSON_HEADERS)
+)
+def test_pub_ext_bad_json_header_is_refused_in_the_parsers_words(
+    backend: Backend, header: bytes, words: str
+) -> None:
+    """§2.12: a header that is not JSON is refused with the parser's own words, byte for byte
+    (the fork parses with fastjson: its texts, nested as it descended, and the rest quoted as
+    Go quotes it), non-fatally."""
+    with Wire(backend.leader(EXT)) as w:
+        w.command(f"PUB_EXT {EXT} 0", ext_body(header, b"body"))
+        w.expect_error(f"E_INVALID_JSON_HEADER fail to parse json header:{words}".encode())
+        prove_open_init(w)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b'{"a":1.2.3}', b'{"a":-1-}', b"[01,+5e]", b'{"a":"\\q"}', b"NaN", b"-Inf", b' {"a":1} '],
+    ids=["two-dots", "minus-twice", "loose-numbers", "bad-escape", "nan", "inf", "spaces"],
+)
+def test_pub_ext_header_parser_is_lenient_as_the_forks(backend: Backend, header: bytes) -> None:
+    """§2.12: what fastjson accepts is a header: numbers are any run of digits, signs, dots and
+    exponents (or inf/nan), escapes in strings are not checked."""
+    with Wire(backend.leader(EXT)) as w:
+        w.command(f"PUB_EXT {EXT} 0", ext_body(header, b"body"))
+        w.expect_ok()
+
+
 def test_mpub_ext_header_on_non_ext_topic(backend: Backend) -> None:
     """§2.15: a JSON header into a non-ext topic is the non-fatal ``E_EXT_NOT_SUPPORT``; with
     the error on the last message nothing of the body is left and the connection goes on."""

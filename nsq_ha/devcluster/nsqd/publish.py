@@ -9,7 +9,6 @@ traced answers, and the ``MPUB_EXT`` stream desynchronisation after a non-fatal 
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from nsq_ha.protocol.trace import TracedResponse, encode_traced_response
 from ..model import DevPartition, Limits, ServerError
 from ..store import StoredMessage
 from .args import parse_atoi, partition_token
+from .header_json import HeaderJsonError, RawString, parse_header, trace_id_value
 
 __all__ = [
     "PUBLISH",
@@ -131,28 +131,20 @@ def check_ext_header(header: bytes, *, ext_topic: bool) -> int | None:
     (the topic is not ext; the caller adds the topic name to the description).
     """
     try:
-        value = json.loads(header.decode()) if header else None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        value = parse_header(header)
+    except HeaderJsonError as exc:
         raise ServerError(
-            "E_INVALID_JSON_HEADER",
-            f"fail to parse json header:cannot parse JSON: {exc}",
-            fatal=False,
+            "E_INVALID_JSON_HEADER", f"fail to parse json header:{exc}", fatal=False
         ) from None
-    if value is None and not header:
-        raise ServerError(
-            "E_INVALID_JSON_HEADER",
-            "fail to parse json header:cannot parse JSON: cannot parse empty string; "
-            'unparsed tail: ""',
-            fatal=False,
-        )
     trace_id: int | None = None  # any JSON value is a header (fastjson.ParseBytes)
-    if isinstance(value, dict) and "##trace_id" in value:
-        raw = value["##trace_id"]
-        if not isinstance(raw, str):
+    found, raw = trace_id_value(value)
+    if found:
+        if not isinstance(raw, RawString):
             raise ServerError("INVALID_TRACE_ID", "passin trace id should be string", fatal=False)
-        if not (raw.isascii() and raw.isdigit()) or int(raw) >= 1 << 64:
+        text = raw.text()
+        if not (text.isascii() and text.isdigit()) or int(text) >= 1 << 64:
             raise ServerError("INVALID_TRACE_ID", "invalid trace id", fatal=False)
-        trace_id = int(raw)
+        trace_id = int(text)
     if not ext_topic:
         raise ServerError("E_EXT_NOT_SUPPORT", "ext content not supported in topic", fatal=False)
     return trace_id
