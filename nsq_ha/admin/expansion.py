@@ -19,17 +19,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from nsq_ha.errors import ConfigError, NsqError, TopicNotFoundError, UnsupportedByServerError
+from nsq_ha.lookup import LookupClient
 from nsq_ha.lookup.wire import PartitionMap, TopicMeta
 from nsq_ha.protocol.names import validate_topic
 
 from .nsqd import AdminError
 from .spec import TopicSpec
-
-if TYPE_CHECKING:
-    from .lookupd import LookupdAdmin
 
 __all__ = ["MAX_PARTITIONS", "PartitionsNotReducibleError", "expand_topic"]
 
@@ -40,6 +38,20 @@ MAX_PARTITIONS = 254
 #: how often the topic's ``/topic/create`` is posted again while new partitions wait for leaders
 NUDGE_INTERVAL = 2.0
 _POLL = 0.2
+
+
+class Admin(Protocol):
+    """What an expansion asks of :class:`~nsq_ha.admin.LookupdAdmin`."""
+
+    @property
+    def lookup(self) -> LookupClient: ...
+
+    @property
+    def vanilla(self) -> bool | None: ...
+
+    async def leader(self) -> str: ...
+
+    async def post(self, path: str, params: dict[str, str]) -> object: ...
 
 
 class PartitionsNotReducibleError(AdminError):
@@ -69,7 +81,7 @@ def _nudge_spec(name: str, partitions: int, meta: TopicMeta) -> TopicSpec:
 
 
 async def expand_topic(
-    admin: LookupdAdmin, name: str, partitions: int, *, wait: bool, deadline: float
+    admin: Admin, name: str, partitions: int, *, wait: bool, deadline: float
 ) -> PartitionMap | None:
     """See :meth:`LookupdAdmin.expand_topic` (``deadline``: a :func:`time.monotonic` time)."""
     validate_topic(name)
@@ -104,7 +116,7 @@ async def expand_topic(
     return await _wait_writable(admin, _nudge_spec(name, partitions, meta), deadline)
 
 
-async def _post_expand(admin: LookupdAdmin, name: str, partitions: int, deadline: float) -> None:
+async def _post_expand(admin: Admin, name: str, partitions: int, deadline: float) -> None:
     params = {"topic": name, "partition_num": str(partitions)}
     while True:
         try:
@@ -117,7 +129,7 @@ async def _post_expand(admin: LookupdAdmin, name: str, partitions: int, deadline
         await asyncio.sleep(1.0)
 
 
-async def _wait_writable(admin: LookupdAdmin, spec: TopicSpec, deadline: float) -> PartitionMap:
+async def _wait_writable(admin: Admin, spec: TopicSpec, deadline: float) -> PartitionMap:
     next_nudge = time.monotonic() + NUDGE_INTERVAL
     while True:
         pmap = await admin.lookup.lookup(spec.name, "w", force=True)
