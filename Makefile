@@ -54,7 +54,9 @@ architecture: $(STAMP)
 	$(PY) tools/module_sizes.py nsq_ha --target 600 --limit 1000
 	$(PY) tools/core_lines.py --summary
 
-# The API reference (Sphinx autodoc) and the Markdown guides, into docs/_build/html (git-ignored).
+# The docs site (Furo) into docs/_build/html (git-ignored): the README as the landing page, the
+# guide's Markdown pages in docs/ (their blocks run by tests/integration/test_readme.py), the
+# command line's page generated from its parser (sphinx-argparse), the API reference (autodoc).
 # A warning is an error; -E re-reads every page, so a second run reports what the first did.
 docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -E -q -b html -d docs/_build/doctrees docs docs/_build/html
