@@ -32,6 +32,7 @@ from nsq_ha.lookup import LookupClient
 from nsq_ha.protocol.identify import ExtFilter
 from nsq_ha.protocol.names import validate_channel, validate_topic
 from nsq_ha.redact import redacted_repr
+from nsq_ha.retry import RECONNECT
 
 __all__ = ["ConsumerConfig", "ConsumerOptions", "GiveUp", "consumer_config"]
 
@@ -97,7 +98,8 @@ class ConsumerConfig:
       connections than ``max_in_flight``, how often RDY moves, and after how long idle (or
       holding it) a connection gives it up.
     * ``reconnect_interval`` .. ``max_reconnect_interval``: the wait before re-making a lost
-      connection, doubled after each failure of the same (node, partition).
+      connection, doubled after each failure of the same (node, partition) (plus the jitter
+      of :data:`nsq_ha.retry.RECONNECT`, whose bounds are the defaults).
 
     Every duration is float seconds and must be finite and not negative (most must be above
     0); anything else raises :class:`~nsq_ha.errors.ConfigError` naming the option. Values are
@@ -132,8 +134,8 @@ class ConsumerConfig:
     rdy_redistribute_interval: float = 5.0
     low_rdy_idle_timeout: float = 10.0
     low_rdy_timeout: float = 30.0
-    reconnect_interval: float = 1.0
-    max_reconnect_interval: float = 30.0
+    reconnect_interval: float = RECONNECT.initial
+    max_reconnect_interval: float = RECONNECT.cap
 
     def __post_init__(self) -> None:
         """Check and normalize every option (ConfigError, InvalidNameError)."""
@@ -159,6 +161,11 @@ class ConsumerConfig:
             put(self, name, check_requeue_delay(getattr(self, name), name))
         for name in _POSITIVE:
             put(self, name, seconds(getattr(self, name), name))
+        if self.max_reconnect_interval < self.reconnect_interval:
+            raise ConfigError(
+                f"max_reconnect_interval ({self.max_reconnect_interval:g} s) is below "
+                f"reconnect_interval ({self.reconnect_interval:g} s)"
+            )
         if self.msg_timeout is not None:
             put(self, "msg_timeout", seconds(self.msg_timeout, "msg_timeout"))
         if self.lookupd is not None:

@@ -3,10 +3,15 @@
 With nsqlookupd, ``lookup?access=r`` names the consume leader of every partition (PROTOCOL.md
 §6.4, §6.8): discovery keeps one :class:`~nsq_ha.consumer.slots.Slot` per (node, partition)
 wanted, picks up new partitions and moved leaders on every lookup refresh (a moved partition's
-old slot retires: it drains, then closes), and re-makes a lost connection only through a fresh
-lookup, waiting longer after each failure of the same (node, partition). With ``nsqd=``
-addresses it reconnects to the same addresses, with the same growing wait. Whether an error is
-worth another try is :func:`nsq_ha.retry.decide`'s call.
+old slot retires: it drains, then closes). A subscription is made once directly; when that
+fails, or the connection is lost later, the (node, partition)'s reconnect loop takes over: the
+project's tenacity loop (:func:`nsq_ha.retry.retry_after`), waiting ``reconnect_interval``
+doubling up to ``max_reconnect_interval``, each try through a fresh lookup (it ends when the
+partition is read from another node: the lookup's watcher subscribes there). With ``nsqd=``
+addresses each try reconnects to the same address. One warning per failure streak, debug lines
+for the rest, and a :class:`~nsq_ha.events.Reconnecting` event per failure. Whether an error
+is worth another try is :func:`nsq_ha.retry.decide`'s call (after start, every failure is
+tried again; one a user must fix is logged as an error).
 
 Subscribing (§2.3): ``SUB_ORDERED`` when ``ordered=True``, or when ``ordered=None`` and the
 lookup's ``meta.ordered`` says so, or after nsqd answered ``E_SUB_ORDER_IS_MUST``; otherwise
@@ -21,8 +26,11 @@ checked at start for what it cannot honour.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from nsq_ha import events
 from nsq_ha.admin import NsqdAdmin
@@ -50,7 +58,7 @@ from nsq_ha.errors import (
 from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
 from nsq_ha.lookup.failures import missing_on_fork
 from nsq_ha.redact import redact_text as redact
-from nsq_ha.retry import decide
+from nsq_ha.retry import RECONNECT, Failure, decide, retry_after
 
 __all__ = ["Discovery"]
 
@@ -83,7 +91,12 @@ class Discovery:
         #: the subscribed slots, by (nsqd address, partition or -1)
         self.slots: dict[ConnKey, Slot] = {}
         self._connecting: dict[ConnKey, asyncio.Task[None]] = {}
-        self._failures: dict[ConnKey, tuple[int, float]] = {}
+        #: the waits of the reconnect loops (reconnect_interval doubling up to the max)
+        self._backoff = dataclasses.replace(
+            RECONNECT,
+            initial=config.reconnect_interval,
+            cap=config.max_reconnect_interval,
+        )
         self._leaders: dict[int, str] = {}
         #: each (address, partition)'s node, from the fork's maps (for the start position)
         self._nodes: dict[ConnKey, NodeInfo] = {}
@@ -91,8 +104,6 @@ class Discovery:
         self._placed: set[int] = set()
         #: partitions whose channel this consumer created and has not moved yet
         self._created: set[int] = set()
-        self._refresh_handle: asyncio.TimerHandle | None = None
-        self._refresh_due = 0.0
         self._warned_missing = False
         self.closing = False
 
@@ -124,8 +135,6 @@ class Discovery:
         self.closing = True
         if self._lookup is not None:
             self._lookup.unwatch(self.topic, "r", self._on_map)
-        if self._refresh_handle is not None:
-            self._refresh_handle.cancel()
         tasks = list(self._connecting.values())
         for task in tasks:
             task.cancel()
@@ -278,47 +287,103 @@ class Discovery:
     # -- connecting ---------------------------------------------------------------------------
 
     async def _connect_all(self, wanted: dict[ConnKey, int | None], *, initial: bool) -> None:
-        now = time.monotonic()
         tasks: list[asyncio.Task[None]] = []
         for key, partition in wanted.items():
             if key in self.slots or key in self._connecting:
-                continue
-            not_before = self._failures.get(key, (0, 0.0))[1]
-            if not_before > now:
-                self._schedule_refresh(not_before - now)
-                continue
-            task = asyncio.get_running_loop().create_task(
-                self._connect(key, partition, initial=initial), name=f"nsq_ha-sub-{key}"
-            )
-            self._connecting[key] = task
-            task.add_done_callback(lambda t, k=key: self._connect_done(k, t))  # type: ignore[misc]
-            tasks.append(task)
+                continue  # subscribed, or being subscribed (or in its reconnect loop)
+            tasks.append(self._launch(key, self._connect(key, partition, initial=initial)))
         if initial and tasks:
             results = await asyncio.gather(*tasks, return_exceptions=True)
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
 
+    def _launch(self, key: ConnKey, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``work`` as the one task making ``key``'s subscription (``_connecting``)."""
+        task = asyncio.get_running_loop().create_task(work, name=f"nsq_ha-sub-{key}")
+        self._connecting[key] = task
+        task.add_done_callback(lambda t, k=key: self._connect_done(k, t))  # type: ignore[misc]
+        return task
+
     def _connect_done(self, key: ConnKey, task: asyncio.Task[None]) -> None:
         if self._connecting.get(key) is task:
             del self._connecting[key]
         if not task.cancelled():
-            task.exception()  # retrieved: _connect logged it, or start() re-raises it
+            task.exception()  # retrieved: the loop logged it, or start() re-raises it
 
     async def _connect(self, key: ConnKey, partition: int | None, *, initial: bool) -> None:
-        """Connect and subscribe one (node, partition); errors are logged and retried later,
-        except during start, where what the user must fix is raised."""
+        """Subscribe one (node, partition): the first attempt, outside the reconnect loop.
+        During start what a user must fix is raised; any other failure starts the loop, in a
+        task of its own (start() does not wait for it)."""
+        started = time.monotonic()
         try:
             await self._subscribe(key, partition)
         except asyncio.CancelledError:
             raise
         except NsqError as exc:
-            if decide(exc).retry:  # re-made through a fresh lookup, quietly
-                self._failed(key, exc)
-            elif initial:
+            if initial and not decide(exc).retry:
                 raise
-            else:
-                self._failed(key, exc, level=logging.ERROR)
+            self._reconnect_later(key, partition, exc, started)
+
+    def _reconnect_later(
+        self, key: ConnKey, partition: int | None, error: NsqError, started: float
+    ) -> None:
+        """Start ``key``'s reconnect loop after ``error`` (its first failure)."""
+        if not self.closing:
+            self._launch(key, self._reconnect(key, partition, error, started))
+
+    async def _reconnect(
+        self, key: ConnKey, partition: int | None, error: NsqError, started: float
+    ) -> None:
+        """The reconnect loop (:func:`nsq_ha.retry.retry_after`): each try after the first
+        looks the topic up afresh (the leader may have moved) and subscribes again, after
+        ``reconnect_interval`` doubling up to ``max_reconnect_interval``, until it works, the
+        partition is read elsewhere, or the consumer closes."""
+        if not decide(error).retry:
+            log.error(
+                "%s partition %s on %s: %s: this needs fixing; trying again meanwhile",
+                self.topic,
+                _partition_text(key),
+                key[0],
+                redact(str(error)),
+            )
+        await retry_after(
+            error,
+            lambda _: self._again(key, partition),
+            what=f"{self.topic}/{self.channel} partition {_partition_text(key)} on {key[0]}",
+            backoff=self._backoff,
+            started=started,
+            should_retry=lambda exc: isinstance(exc, NsqError) and not self.closing,
+            on_retry=lambda failure: self._reconnecting(key, failure),
+            describe=lambda exc: redact(str(exc)),
+            logger=log,
+        )
+
+    async def _again(self, key: ConnKey, partition: int | None) -> None:
+        """One try of the reconnect loop: a fresh lookup, then the subscription if the map
+        still names this node for the partition (else the lookup's watcher subscribes to the
+        new leader, and this loop ends)."""
+        if self.closing:
+            return
+        if self._lookup is not None:
+            pmap = await self._lookup.refresh(self.topic, "r")
+            if key not in self._wanted(pmap) or self.closing:
+                return
+        await self._subscribe(key, partition)
+
+    def _reconnecting(self, key: ConnKey, failure: Failure) -> None:
+        events.emit(
+            events.Reconnecting(
+                role="consumer",
+                topic=self.topic,
+                channel=self.channel,
+                partition=key[1] if key[1] >= 0 else None,
+                address=key[0],
+                error=redact(str(failure.error)),
+                attempt=failure.attempt,
+                delay=failure.wait,
+            )
+        )
 
     async def _subscribe(self, key: ConnKey, partition: int | None) -> None:
         if partition is not None and partition not in self._placed:
@@ -423,7 +488,6 @@ class Discovery:
 
     def _register(self, slot: Slot, conn: NsqdConnection) -> None:
         self.slots[slot.key] = slot
-        self._failures.pop(slot.key, None)
         log.info(
             "consuming %s/%s partition %s from %s (%s)",
             self.topic,
@@ -439,83 +503,23 @@ class Discovery:
 
     # -- failures and refreshes ---------------------------------------------------------------
 
-    def _failed(self, key: ConnKey, exc: BaseException, level: int = logging.WARNING) -> None:
-        config = self._config
-        failures = self._failures.get(key, (0, 0.0))[0] + 1
-        wait = min(config.max_reconnect_interval, config.reconnect_interval * 2 ** (failures - 1))
-        self._failures[key] = (failures, time.monotonic() + wait)
-        events.emit(
-            events.Reconnecting(
-                role="consumer",
-                topic=self.topic,
-                channel=self.channel,
-                partition=key[1] if key[1] >= 0 else None,
-                address=key[0],
-                error=redact(str(exc)),
-                attempt=failures,
-                delay=wait,
-            )
-        )
-        log.log(
-            level,
-            "%s partition %s on %s: %s (failure %d; next try in %.1f s%s)",
-            self.topic,
-            key[1] if key[1] >= 0 else "-",
-            key[0],
-            exc,
-            failures,
-            wait,
-            ", after a fresh lookup" if self._lookup is not None else "",
-        )
-        self._schedule_refresh(wait)
-
-    def _schedule_refresh(self, delay: float) -> None:
-        """Look up (or, with nsqd=, reconnect) after ``delay`` s; the earliest request wins."""
-        if self.closing:
-            return
-        loop = asyncio.get_running_loop()
-        due = loop.time() + delay
-        if self._refresh_handle is not None:
-            if self._refresh_due <= due:
-                return
-            self._refresh_handle.cancel()
-        self._refresh_due = due
-        self._refresh_handle = loop.call_later(delay, self._refresh_now)
-
-    def _refresh_now(self) -> None:
-        self._refresh_handle = None
-        self._background.spawn(self._refresh(), "nsq_ha-consumer-refresh")
-
-    async def _refresh(self) -> None:
-        if self.closing:
-            return
-        try:
-            if self._lookup is not None:
-                pmap = await self._lookup.refresh(self.topic, "r")
-                await self._reconcile(pmap)
-            else:
-                await self._reconcile_static()
-        except NsqError as exc:
-            log.warning("%s: lookup failed: %s; trying again", self.topic, exc)
-            self._schedule_refresh(self._config.reconnect_interval * 5)
-
     async def _watch(self, slot: Slot, conn: NsqdConnection) -> None:
         await conn.wait_closed()
         self._lost(slot, conn)
 
     def _lost(self, slot: Slot, conn: NsqdConnection) -> None:
-        """A connection closed: forget it, abandon what it held, find the partition again."""
+        """A connection closed: forget it, abandon what it held, make it again (the reconnect
+        loop finds the partition's leader afresh)."""
         if self.slots.get(slot.key) is slot:
             del self.slots[slot.key]
         if not slot.retired:  # a retired slot's budget went elsewhere already
             self._flow.remove(slot.key)
         slot.abandon_all()
-        if self.closing or slot.retired:
+        if self.closing or slot.retired or slot.key in self._connecting:
             return
         reason = conn.close_reason or "closed by nsqd"
-        self._failed(slot.key, reason if isinstance(reason, BaseException) else NsqError(reason))
-        # the partition's leader may have moved: look again soon, not in a full interval
-        self._schedule_refresh(min(1.0, self._config.reconnect_interval))
+        error = reason if isinstance(reason, NsqError) else NsqError(str(reason))
+        self._reconnect_later(slot.key, slot.partition, error, time.monotonic())
 
     def _retire(self, slot: Slot) -> None:
         """The partition moved to another node: stop this connection gracefully."""
@@ -523,3 +527,7 @@ class Discovery:
         log.info("%s: leaving %s (the partition moved)", self.topic, slot)
         self._flow.remove(slot.key)  # its budget goes to the new leader
         self._background.spawn(slot.drain(self._config.drain_timeout), f"nsq_ha-retire-{slot.key}")
+
+
+def _partition_text(key: ConnKey) -> str:
+    return str(key[1]) if key[1] >= 0 else "-"

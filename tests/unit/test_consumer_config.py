@@ -131,6 +131,11 @@ def test_config_normalizes_what_it_is_given() -> None:
         ({"nsqd": NSQD, "lookup_interval": math.nan}, ConfigError, "lookup_interval"),
         ({"nsqd": NSQD, "requeue_delay": math.inf}, ConfigError, "requeue_delay"),
         ({"nsqd": NSQD, "msg_timeout": -1}, ConfigError, "msg_timeout"),
+        (
+            {"nsqd": NSQD, "reconnect_interval": 5, "max_reconnect_interval": 2},
+            ConfigError,
+            "max_reconnect_interval",
+        ),
         ({"nsqd": NSQD, "connection": "fast"}, ConfigError, "ConnectionConfig"),
         ({"lookup": "http://a:1"}, ConfigError, "LookupClient"),
     ],
