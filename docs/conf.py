@@ -65,7 +65,7 @@ autodoc_class_signature = "mixed"
 python_maximum_signature_line_length = 88
 # napoleon reads a docstring's "Args:" section (see _google_args below).
 autodoc_preserve_defaults = True
-autoclass_content = "class"
+autoclass_content = "both"  # the class docstring, then __init__'s (LookupClient's options)
 # Nothing is mocked: the pages import the package with the extras `make install` installs
 # (spark, otel; pytest for nsq_ha.testing), so they document the real classes, and an import
 # error in a module fails the build.
