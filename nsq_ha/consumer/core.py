@@ -23,7 +23,6 @@ import logging
 from types import TracebackType
 from typing import Any, Self, Unpack
 
-from nsq_ha.admin import NsqdAdmin, seek_position
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.consumer import runners
 from nsq_ha.consumer.checks import check_count, check_timeout
@@ -33,7 +32,7 @@ from nsq_ha.consumer.drain import drain
 from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.handout import Intake
 from nsq_ha.consumer.message import Message
-from nsq_ha.consumer.positions import ADMIN_TIMEOUT, move, move_all
+from nsq_ha.consumer.positions import move, move_all, nsqd_admin, seek_body
 from nsq_ha.consumer.runners import BatchHandler, Handler
 from nsq_ha.consumer.slots import AnswerPolicy, ConnKey, SlotContext, Tally
 from nsq_ha.consumer.tasks import Background
@@ -378,7 +377,7 @@ class Consumer:
         nsqd first delivers what it had already read ahead (a message in flight, and possibly
         one more); on ordered channels that is one message.
         """
-        position = seek_position(offset=offset, timestamp=timestamp, count=count, end=end)
+        position = seek_body(offset=offset, timestamp=timestamp, count=count, end=end)
         if partition is None:
             if offset:
                 raise ConfigError(
@@ -393,7 +392,7 @@ class Consumer:
             return
         check_count(partition, "partition", 0)
         node = await self._discovery.leader(partition)
-        async with NsqdAdmin(node.http_url, timeout=ADMIN_TIMEOUT) as nsqd:
+        async with nsqd_admin(node.http_url) as nsqd:
             await move(nsqd, self.topic, self.channel, partition, position)
         log.info("%s/%s partition %d: seek to %s", self.topic, self.channel, partition, position)
 

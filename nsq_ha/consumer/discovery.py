@@ -30,17 +30,16 @@ import dataclasses
 import logging
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsq_ha import events
-from nsq_ha.admin import NsqdAdmin
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer.config import ConsumerConfig
 from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.positions import (
-    ADMIN_TIMEOUT,
     channel_exists,
     move,
+    nsqd_admin,
     refuse_on_vanilla,
     start_body,
 )
@@ -59,6 +58,9 @@ from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
 from nsq_ha.lookup.failures import missing_on_fork
 from nsq_ha.redact import redact_text as redact
 from nsq_ha.retry import RECONNECT, Failure, decide, retry_after
+
+if TYPE_CHECKING:
+    from nsq_ha.admin import NsqdAdmin
 
 __all__ = ["Discovery"]
 
@@ -442,7 +444,7 @@ class Discovery:
         if body is None or node is None:
             self._placed.add(partition)  # nothing to apply (or no map: nsqd= addresses)
             return
-        async with NsqdAdmin(node.http_url, timeout=ADMIN_TIMEOUT) as admin:
+        async with nsqd_admin(node.http_url) as admin:
             if partition not in self._created:
                 if await channel_exists(admin, self.topic, self.channel, partition):
                     log.info(

@@ -18,6 +18,10 @@ Vanilla nsqd has no start position: a topic's first channel gets what the topic 
 later channel only new messages. ``earliest`` is honoured on a topic without channels, ``latest``
 on a topic with one; a timestamp or offsets never. :func:`refuse_on_vanilla` refuses the rest
 with :class:`~nsq_ha.errors.UnsupportedByServerError` before anything is subscribed.
+
+The HTTP clients (:mod:`nsq_ha.admin`) are loaded by the first position applied or seek
+(:func:`nsqd_admin`, :func:`seek_body`): a program that consumes without either never loads
+them.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ import logging
 import numbers
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from nsq_ha.admin import AdminError, NsqdAdmin, seek_position
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, UnsupportedByServerError
 from nsq_ha.lookup import NodeInfo, PartitionMap
+
+if TYPE_CHECKING:
+    from nsq_ha.admin import NsqdAdmin
 
 __all__ = [
     "ADMIN_TIMEOUT",
@@ -42,7 +48,9 @@ __all__ = [
     "check_start",
     "move",
     "move_all",
+    "nsqd_admin",
     "refuse_on_vanilla",
+    "seek_body",
     "start_body",
 ]
 
@@ -128,18 +136,39 @@ def _check_offsets(
     return offsets
 
 
+def nsqd_admin(url: str) -> NsqdAdmin:
+    """The HTTP client of the nsqd at ``url`` for a start or a seek (each call's deadline
+    :data:`ADMIN_TIMEOUT`)."""
+    from nsq_ha.admin import NsqdAdmin
+
+    return NsqdAdmin(url, timeout=ADMIN_TIMEOUT)
+
+
+def seek_body(
+    *,
+    offset: int | None = None,
+    timestamp: float | None = None,
+    count: int | None = None,
+    end: bool = False,
+) -> str:
+    """:func:`nsq_ha.admin.seek_position`: the ``/channel/setoffset`` body of a position."""
+    from nsq_ha.admin import seek_position
+
+    return seek_position(offset=offset, timestamp=timestamp, count=count, end=end)
+
+
 def start_body(start: StartPosition | None, partition: int) -> str | None:
     """The ``/channel/setoffset`` body a new channel's ``partition`` is moved to (``None``:
     leave it where the fork starts a new channel, the partition's end)."""
     if start is None or start == "latest":
         return None
     if start == "earliest":
-        return seek_position(offset=0)
+        return seek_body(offset=0)
     if isinstance(start, Mapping):
         offset = start.get(partition)
-        return None if offset is None else seek_position(offset=offset)
+        return None if offset is None else seek_body(offset=offset)
     if isinstance(start, float):
-        return seek_position(timestamp=start)  # rounded down to the second
+        return seek_body(timestamp=start)  # rounded down to the second
     raise ConfigError(f"start={start!r} was not checked (ConsumerConfig checks it)")
 
 
@@ -177,6 +206,8 @@ def refuse_on_vanilla(start: StartPosition | None, pmap: PartitionMap | None, ch
 async def move(admin: NsqdAdmin, topic: str, channel: str, partition: int, body: str) -> None:
     """``/channel/setoffset``; a partition that never had a message is at any position
     already (the fork answers ``commit log end of file``): done, not an error."""
+    from nsq_ha.admin import AdminError
+
     try:
         await admin.set_offset(topic, channel, partition, body)
     except AdminError as exc:
@@ -209,6 +240,7 @@ async def move_all(
     """Move ``channel`` to ``body`` on every partition of ``leaders`` at once; the partitions
     moved, or an :class:`AdminError` naming those moved and those that failed (the first
     failure as its cause)."""
+    from nsq_ha.admin import AdminError, NsqdAdmin
 
     async def one(partition: int, node: NodeInfo) -> None:
         async with NsqdAdmin(node.http_url, timeout=timeout) as admin:

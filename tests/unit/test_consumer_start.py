@@ -4,6 +4,8 @@ partition is moved to, and what vanilla nsqd cannot honour. No server: nothing h
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import types
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -170,3 +172,23 @@ def test_vanilla_refuses_what_it_cannot_honour(
 )
 def test_vanilla_accepts_what_it_honours(start: Any, pmap: PartitionMap | None) -> None:
     refuse_on_vanilla(config(start=start).start, pmap, "c")
+
+
+def test_the_admin_clients_load_only_for_a_start_position_or_a_seek() -> None:
+    """``nsq_ha.admin`` (nsqd's and nsqlookupd's HTTP clients) is loaded by the first start
+    position applied or seek, not by importing the client or making a consumer."""
+    script = (
+        "import sys\n"
+        "import nsq_ha, nsq_ha.producer, nsq_ha.consumer, nsq_ha.sync\n"
+        "from nsq_ha.consumer import Consumer\n"
+        "from nsq_ha.consumer.positions import start_body\n"
+        "Consumer('t', 'c', lookupd='http://127.0.0.1:1', start='earliest')\n"
+        "before = sorted(m for m in sys.modules if m.startswith('nsq_ha.admin'))\n"
+        "start_body('earliest', 0)\n"
+        "after = 'nsq_ha.admin' in sys.modules\n"
+        "print(before, after)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["[]", "True"], done.stdout
