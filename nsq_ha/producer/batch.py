@@ -1,7 +1,12 @@
-"""Publish batches without I/O: message preparation, batch forming, commands and receipts.
+"""Publish batches without I/O: what every publish passes through, from its messages being
+prepared to its caller getting their results.
 
-A producer queues :class:`OutgoingMessage` values; :class:`BatchBuilder` decides how many of them
-fit one command (the server's ``max_msg_size``/``max_body_size`` and a count cap), and
+A publish call's messages are checked (:func:`prepare_one`, :func:`prepare_batch`: plain
+bodies at once, others by :func:`~nsq_ha.producer.message.prepare_message`), queued on a lane
+as one :class:`Call`, cut into batches (:func:`take`: whole plain calls while they fit, others
+under :class:`~nsq_ha.producer.message.BatchBuilder`'s rules), each encoded as one command
+(:func:`encode_batch`), whose answer gives one receipt per message
+(:func:`receipts_from_answer`) and the callers their outcomes (:func:`settle`).
 :func:`encode_batch` picks the command:
 
 ========================  ===========================  ===========================
@@ -12,34 +17,32 @@ some traced (or tracing)  ``PUB_TRACE``                ``MPUB_TRACE`` (others: 0
 some with an ext header   ``PUB_EXT``                  ``MPUB_EXT`` (others: none)
 ========================  ===========================  ===========================
 
-A trace id given together with an ext header travels as the header's ``##trace_id`` (as the
-fork's SDKs do). :func:`receipts_from_answer` turns nsqd's answer into one :class:`Receipt` per
-message. For ``MPUB_TRACE`` nsqd reports only the first message's id and offset and the batch's
-total size; the other messages' values follow from the stored record layout (PROTOCOL.md §4.6:
-ids are consecutive, each record is ``4 + 26 + len(body)`` bytes, one more on an ext topic) and
-are given only when that layout adds up to the total nsqd reported.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
-import json
-import logging
 import operator
-import struct
+import sys
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final, NamedTuple, Protocol, TypeVar, cast
+from typing import Final, NamedTuple, TypeAlias, cast
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
-from nsq_ha.protocol.commands import as_bytes, check_size, check_uint, compact_json
+from nsq_ha.producer.message import (
+    PLAIN_RECEIPT,
+    BatchBuilder,
+    OutgoingMessage,
+    Receipt,
+    derive_batch,
+    prepare_message,
+)
+from nsq_ha.producer.result import PublishResult
 from nsq_ha.protocol.frames import OK
 from nsq_ha.protocol.publish import (
-    TRACE_ID_HEADER,
     ExtHeader,
-    encode_ext_header,
     encode_mpub_ext,
     encode_mpub_trace,
     encode_pub,
@@ -47,82 +50,34 @@ from nsq_ha.protocol.publish import (
     encode_pub_trace,
     frame_batch,
 )
-from nsq_ha.protocol.trace import TracedResponse, parse_traced_response
+from nsq_ha.protocol.trace import parse_traced_response
 
 __all__ = [
-    "PLAIN_RECEIPT",
-    "BatchBuilder",
-    "OutgoingMessage",
-    "Receipt",
-    "batch_body_size",
+    "UNKNOWN",
+    "Call",
+    "Outcome",
+    "Outcomes",
+    "PlainBytes",
+    "Run",
+    "Same",
     "batch_command",
     "encode_batch",
-    "mpub_sizes",
+    "fail",
+    "live",
+    "messages_of",
     "plain_size",
     "prepare_batch",
-    "prepare_message",
     "prepare_messages",
     "prepare_one",
     "receipts_from_answer",
-    "record_size",
+    "results_of",
+    "settle",
+    "take",
 ]
 
-log = logging.getLogger(__name__)
-
-_U64 = struct.Struct(">QQ")
 _NO_LIMIT = float("inf")
 #: Bytes of a stored record before the body: length prefix, timestamp, attempts, id, trace id.
 _RECORD_OVERHEAD = 4 + 26
-
-
-class OutgoingMessage(NamedTuple):
-    """One message ready to publish: validated body, optional trace id, encoded ext header.
-
-    A named tuple rather than a frozen dataclass: one is made per published message, and a
-    tuple is several times cheaper to build.
-    """
-
-    body: bytes
-    trace_id: int | None = None
-    #: The JSON header exactly as it goes on the wire (``##trace_id`` already merged in).
-    ext: bytes | None = None
-
-
-def prepare_message(
-    body: object,
-    *,
-    trace_id: int | None = None,
-    ext: ExtHeader | None = None,
-    max_msg_size: int | None = None,
-) -> OutgoingMessage:
-    """Validate one message before it is queued; every problem raises a typed error.
-
-    ``body`` must be non-empty bytes; ``trace_id`` a u64; ``ext`` a JSON object (a mapping, or
-    JSON bytes) that nsqd will accept. A trace id and an ext header together put the trace id
-    into the header as ``##trace_id`` (a header that already names a different one is refused).
-    The size checked against ``max_msg_size`` is what nsqd compares: the body plus the 8-byte
-    trace id or the ``2 + len(header)`` ext prefix.
-    """
-    if isinstance(body, str):
-        raise InvalidArgumentError("message body must be bytes, not str: encode it: body.encode()")
-    data = as_bytes(body, "message body")
-    if not data:
-        raise InvalidArgumentError("message body must not be empty (nsqd refuses empty messages)")
-    if trace_id is not None:
-        check_uint(trace_id, "trace id", 64)
-    header: bytes | None = None
-    if ext is not None:
-        header = encode_ext_header(ext)
-        if trace_id is not None:
-            header = _with_trace_id(header, trace_id)
-        else:
-            trace_id = _header_trace_id(header)
-        check_size("message body (with the ext header)", 2 + len(header) + len(data), max_msg_size)
-    elif trace_id is not None:
-        check_size("message body (with the 8-byte trace id)", 8 + len(data), max_msg_size)
-    else:
-        check_size("message body", len(data), max_msg_size)
-    return OutgoingMessage(data, trace_id, header)
 
 
 #: an OutgoingMessage from (body, trace_id, ext), without a Python-level call per message
@@ -208,166 +163,6 @@ _EXT_OF = operator.itemgetter(2)
 _IS_NONE = functools.partial(operator.is_, None)
 
 
-def _with_trace_id(header: bytes, trace_id: int) -> bytes:
-    parsed = json.loads(header)
-    existing = parsed.get(TRACE_ID_HEADER)
-    if existing is not None:
-        if existing != str(trace_id):
-            raise InvalidArgumentError(
-                f"trace_id={trace_id} conflicts with the header's {TRACE_ID_HEADER}={existing!r}"
-            )
-        return header
-    parsed[TRACE_ID_HEADER] = str(trace_id)
-    return encode_ext_header(compact_json(parsed, "ext header"))
-
-
-def _header_trace_id(header: bytes) -> int | None:
-    value = json.loads(header).get(TRACE_ID_HEADER)
-    return None if value is None else int(value)  # checked by encode_ext_header
-
-
-def _kind(traced: bool, ext: bool) -> str:
-    return "ext" if ext else "trace" if traced else "plain"
-
-
-def batch_body_size(bodies: int, body_bytes: int, ext_bytes: int, kind: str) -> int:
-    """Size of an ``MPUB*`` body: count, then a length and the encoded message per message.
-
-    ``ext_bytes`` is the total length of the JSON headers in the batch (used by ``ext``).
-    """
-    size = 4 + 4 * bodies + body_bytes
-    if kind == "trace":
-        size += 8 * bodies
-    elif kind == "ext":
-        size += 2 * bodies + ext_bytes
-    return size
-
-
-class _HasMessage(Protocol):
-    @property
-    def message(self) -> OutgoingMessage: ...
-
-
-_Item = TypeVar("_Item", bound=_HasMessage)
-
-
-class BatchBuilder:
-    """Take as many queued messages as one command may carry, in queue order.
-
-    ``tracing`` makes every batch traced (so every publish is answered with its offset).
-    ``ext_topic`` says whether the topic is known to be an ext topic: only then are messages
-    with a header sent in a batch with others (nsqd rejects a header on other topics, and that
-    error must reach only the message that carried it). ``checks_each``: ``max_msg_size`` is a
-    limit an nsqd named, lower than the one messages were checked against when they were
-    queued: every message is measured, and one over it goes in a batch of its own (nsqd refuses
-    only that one).
-    """
-
-    def __init__(
-        self,
-        *,
-        max_msg_size: int,
-        max_body_size: int,
-        max_count: int = 1000,
-        tracing: bool = False,
-        ext_topic: bool = False,
-        checks_each: bool = False,
-    ) -> None:
-        if max_count < 1:
-            raise InvalidArgumentError(f"max_count must be >= 1, got {max_count}")
-        self.max_msg_size = max_msg_size
-        self.max_body_size = max_body_size
-        self.max_count = max_count
-        self.tracing = tracing
-        self.ext_topic = ext_topic
-        self.checks_each = checks_each
-
-    def take(self, queue: deque[_Item]) -> list[_Item]:
-        """Pop the next batch from the left of ``queue`` (never empty when the queue is not)."""
-        if not queue:
-            return []
-        first = queue.popleft()
-        batch = [first]
-        if first.message.ext is not None and not self.ext_topic:
-            return batch
-        plain = not self.tracing and first.message.trace_id is None and first.message.ext is None
-        if plain and not self.checks_each and self._take_plain(queue, batch):
-            return batch
-        # traced or ext messages (first, or next after plain ones): the general rules below
-        traced = self.tracing or first.message.trace_id is not None
-        has_ext = first.message.ext is not None
-        if self.checks_each and _encoded_size(first.message, _kind(traced, has_ext)) > (
-            self.max_msg_size
-        ):
-            return batch  # over the limit nsqd named: alone, so that nsqd refuses only it
-        body_bytes = sum(len(item.message.body) for item in batch)
-        ext_bytes = len(first.message.ext or b"")
-        while queue and len(batch) < self.max_count:
-            msg = queue[0].message
-            if msg.ext is not None and not self.ext_topic:
-                break
-            n_traced = traced or msg.trace_id is not None
-            n_ext = has_ext or msg.ext is not None
-            kind = _kind(n_traced, n_ext)
-            n_body = body_bytes + len(msg.body)
-            n_ext_bytes = ext_bytes + len(msg.ext or b"")
-            if batch_body_size(len(batch) + 1, n_body, n_ext_bytes, kind) > self.max_body_size:
-                break
-            # a batch of another kind frames every message differently: each must still fit
-            if _encoded_size(msg, kind) > self.max_msg_size:
-                break
-            if kind != _kind(traced, has_ext) and any(
-                _encoded_size(item.message, kind) > self.max_msg_size for item in batch
-            ):
-                break
-            batch.append(queue.popleft())
-            traced, has_ext, body_bytes, ext_bytes = n_traced, n_ext, n_body, n_ext_bytes
-        return batch
-
-    def _take_plain(self, queue: deque[_Item], batch: list[_Item]) -> bool:
-        """Extend a plain batch with the plain messages at the head of ``queue`` (the common
-        case, kept to one check per message): an ``MPUB`` body is a u32 count, then a u32
-        length and the body of each message. False if it stopped at a traced or ext message
-        (the general rules decide whether that one joins), True if the batch is complete."""
-        room = self.max_body_size - 4 - 4 - len(batch[0].message.body)
-        limit = self.max_count
-        while queue and len(batch) < limit:
-            msg = queue[0].message
-            if msg.trace_id is not None or msg.ext is not None:
-                return False
-            room -= 4 + len(msg.body)
-            if room < 0:
-                return True
-            batch.append(queue.popleft())
-        return True
-
-
-def _encoded_size(msg: OutgoingMessage, kind: str) -> int:
-    """Length of one message inside an ``MPUB*`` body of ``kind`` (what max_msg_size limits)."""
-    if kind == "trace":
-        return 8 + len(msg.body)
-    if kind == "ext":
-        return 2 + len(msg.ext or b"") + len(msg.body)
-    return len(msg.body)
-
-
-def mpub_sizes(messages: Sequence[OutgoingMessage], name: bytes) -> tuple[int, int]:
-    """The body size of the ``name`` command (``b"MPUB"``, ``b"MPUB_TRACE"``, ``b"MPUB_EXT"``)
-    carrying ``messages``, and its largest message as nsqd measures it (``max_msg_size``)."""
-    kind = "ext" if name == b"MPUB_EXT" else "trace" if name == b"MPUB_TRACE" else "plain"
-    sizes = [_encoded_size(m, kind) for m in messages]
-    return 4 + 4 * len(sizes) + sum(sizes), max(sizes, default=0)
-
-
-def record_size(msg: OutgoingMessage, *, ext_topic: bool) -> int:
-    """Bytes nsqd's disk queue uses for ``msg``: the raw size a traced answer reports (§4.6)."""
-    if not ext_topic:
-        return _RECORD_OVERHEAD + len(msg.body)
-    if msg.ext is None:
-        return _RECORD_OVERHEAD + 1 + len(msg.body)
-    return _RECORD_OVERHEAD + 3 + len(msg.ext) + len(msg.body)
-
-
 def batch_command(messages: Sequence[OutgoingMessage], *, tracing: bool = False) -> bytes:
     """The command :func:`encode_batch` sends for ``messages``: ``b"PUB"``, ``b"MPUB_TRACE"``..."""
     if not messages:
@@ -427,27 +222,6 @@ def encode_batch(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    """What nsqd told about one published message (all ``None`` for a plain ``OK``)."""
-
-    internal_id: int | None = None
-    trace_id: int | None = None
-    offset: int | None = None
-    raw_size: int | None = None
-
-    @property
-    def message_id(self) -> bytes | None:
-        """The 16-byte id consumers will see (fork: internal id + trace id), when known."""
-        if self.internal_id is None:
-            return None
-        return _U64.pack(self.internal_id, self.trace_id or 0)
-
-
-#: the receipt of every message answered by a plain ``OK`` (immutable, so shared)
-PLAIN_RECEIPT = Receipt()
-
-
 def _expects_traced(name: bytes, messages: Sequence[OutgoingMessage]) -> bool:
     if name in (b"PUB_TRACE", b"MPUB_TRACE"):
         return True
@@ -487,32 +261,230 @@ def receipts_from_answer(
                 f"sent with trace id {sent}"
             )
         return [Receipt(response.internal_id, sent, response.offset, response.raw_size)]
-    return _derive_batch(response, messages, ext_topic)
+    return derive_batch(response, messages, ext_topic)
 
 
-def _derive_batch(
-    response: TracedResponse, messages: Sequence[OutgoingMessage], ext_topic: bool | None
-) -> list[Receipt]:
-    """Per-message receipts of an MPUB_TRACE from its single answer (see module docstring)."""
-    if response.trace_id != 0:
-        raise RemoteProtocolError(f"MPUB_TRACE answered with trace id {response.trace_id}, not 0")
-    layouts = [False, True] if ext_topic is None else [ext_topic]
-    for layout in layouts:
-        sizes = [record_size(m, ext_topic=layout) for m in messages]
-        if sum(sizes) == response.raw_size:
-            receipts: list[Receipt] = []
-            offset = response.offset
-            for index, (msg, size) in enumerate(zip(messages, sizes, strict=True)):
-                receipts.append(
-                    Receipt(response.internal_id + index, msg.trace_id or 0, offset, size)
-                )
-                offset += size
-            return receipts
-    log.warning(
-        "MPUB_TRACE of %d messages: nsqd reported %d bytes, which no known record layout gives; "
-        "only the first message's id and offset are known",
-        len(messages),
-        response.raw_size,
-    )
-    first = Receipt(response.internal_id, messages[0].trace_id or 0, response.offset, None)
-    return [first] + [Receipt(trace_id=m.trace_id or 0) for m in messages[1:]]
+def results_of(
+    topic: str, partition: int | None, address: str, attempts: int, receipts: Sequence[Receipt]
+) -> list[PublishResult]:
+    """One result per receipt; neighbours answered by the same receipt share one (immutable)
+    result, so a plain ``OK`` for a thousand messages builds one object."""
+    results: list[PublishResult] = []
+    for _, run in itertools.groupby(receipts, id):
+        same = list(run)
+        receipt = same[0]
+        result = PublishResult(
+            topic,
+            partition,
+            address,
+            attempts,
+            receipt.internal_id,
+            receipt.trace_id,
+            receipt.offset,
+            receipt.raw_size,
+        )
+        results += [result] * len(same)
+    return results
+
+
+# -- publish calls waiting for batches (a topic's lanes queue them) ----------------------
+
+#: what one message of a publish call came to
+Outcome: TypeAlias = PublishResult | BaseException
+
+
+#: what one publish call waits for: the outcome of each message it queued, in order
+Outcomes: TypeAlias = list[Outcome]
+
+
+class _Unknown:
+    """Not given (a Call sums its plain bytes itself)."""
+
+
+UNKNOWN: Final = _Unknown()
+#: a call's plain (uncompressed body) bytes, None when they cannot be known, or UNKNOWN
+PlainBytes = int | _Unknown | None
+
+
+class Call:
+    """One publish call waiting in a lane: its messages, how many of them batches have taken
+    so far (``taken``), and the future its caller waits on for their outcomes.
+
+    ``plain_bytes``: what the messages add to an ``MPUB`` body (a length and the body each)
+    when none has a trace id or an ext header, else None. A call whose messages leave in
+    several batches gathers their outcomes in ``outcomes`` until ``pending`` reaches 0.
+    """
+
+    __slots__ = ("future", "messages", "outcomes", "pending", "plain_bytes", "taken")
+
+    def __init__(
+        self,
+        messages: list[OutgoingMessage],
+        future: asyncio.Future[Outcomes],
+        plain_bytes: int | _Unknown | None = UNKNOWN,
+    ) -> None:
+        """``plain_bytes`` when the caller knows it (:func:`~nsq_ha.producer.batch.prepare_batch`
+        does), else it is summed here."""
+        self.messages = messages
+        self.future = future
+        self.taken = 0
+        self.pending = len(messages)
+        self.outcomes: list[Outcome | None] | None = None
+        self.plain_bytes = (
+            plain_size(messages) if isinstance(plain_bytes, _Unknown) else plain_bytes
+        )
+
+
+#: messages ``start:end`` of a call, in one batch: ``(call, start, end)`` (a plain tuple: one
+#: is made per call per batch)
+Run = tuple[Call, int, int]
+
+
+class _Queued(NamedTuple):
+    """One message of a queued call, as :meth:`BatchBuilder.take` sees it."""
+
+    message: OutgoingMessage
+    call: Call
+
+
+def take(queue: deque[Call], builder: BatchBuilder, share: int | None) -> tuple[list[Run], int]:
+    """Take the next batch off a lane's ``queue``: its runs, and how many messages they hold.
+    Plain calls (no trace id, no ext header) go whole while they fit (one sum per call); the
+    first that does not is cut message by message (the batch ends there). A call with traced
+    or ext messages, a tracing producer, or a builder that measures every message (an nsqd
+    named a lower message limit) is taken message by message under
+    :meth:`BatchBuilder.take`'s rules.
+
+    ``share`` (None: no share) ends the batch at the first call boundary at or past that many
+    messages: a call is never cut for a share, only for the limits of one command."""
+    runs: list[Run] = []
+    if share is None:  # no share: calls are cut wherever one command is full
+        share = sys.maxsize
+    if not builder.tracing and not builder.checks_each:
+        room = builder.max_body_size - 4  # the MPUB body's count
+        left = builder.max_count
+        while queue and left:
+            call = queue[0]
+            plain_bytes = call.plain_bytes
+            if plain_bytes is None:
+                break
+            size = len(call.messages)
+            if runs and builder.max_count - left + size - call.taken > share:
+                break  # the share is full; the next call goes in another batch
+            if not call.taken and size <= left and plain_bytes <= room:
+                queue.popleft()
+                runs.append((call, 0, size))
+                room -= plain_bytes
+                left -= size
+                continue
+            # cut this call: its messages while they fit (a batch's first always goes)
+            start = end = call.taken
+            for message in call.messages[start : start + left]:
+                room -= 4 + len(message.body)
+                if room < 0 and (runs or end > start):
+                    break
+                end += 1
+            runs.append((call, start, end))
+            left -= end - start
+            call.taken = end
+            if end == size:
+                queue.popleft()
+            break
+        if runs:
+            return runs, builder.max_count - left
+    if not queue:
+        return runs, 0
+    # message by message, over as many queued messages as one batch may carry: whole calls
+    # up to the share, and at least the first
+    items: deque[_Queued] = deque()
+    for call in queue:
+        if items and len(items) + len(call.messages) - call.taken > share:
+            break
+        items.extend(
+            _Queued(m, call)
+            for m in call.messages[call.taken : call.taken + builder.max_count - len(items)]
+        )
+        if len(items) >= builder.max_count:
+            break
+    batch = builder.take(items)
+    for call, group in itertools.groupby(batch, _CALL):
+        count = len(list(group))
+        runs.append((call, call.taken, call.taken + count))
+        call.taken += count
+        if call.taken == len(call.messages):
+            queue.popleft()
+    return runs, len(batch)
+
+
+_CALL = operator.attrgetter("call")
+
+
+def live(runs: list[Run], splits: set[Call]) -> list[Run]:
+    """``runs`` without those of calls that stopped waiting (cancelled)."""
+    for call, _, _ in runs:
+        if call.future.done():
+            for gone, _, _ in runs:
+                if gone.future.done():
+                    splits.discard(gone)
+            return [run for run in runs if not run[0].future.done()]
+    return runs
+
+
+def messages_of(runs: list[Run]) -> list[OutgoingMessage]:
+    """The messages of ``runs``, in order (a whole call's own list when it is the batch)."""
+    if len(runs) == 1:
+        call, start, end = runs[0]
+        return (
+            call.messages if start == 0 and end == len(call.messages) else call.messages[start:end]
+        )
+    messages: list[OutgoingMessage] = []
+    for call, start, end in runs:
+        if end - start == 1:
+            messages.append(call.messages[start])
+        else:
+            messages += call.messages[start:end]
+    return messages
+
+
+class Same:
+    """``outcomes[i]`` is ``error`` for every i: one failure for a whole batch."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __getitem__(self, index: slice) -> list[Outcome]:
+        return [self.error] * (index.stop - index.start)
+
+
+def settle(runs: list[Run], outcomes: Sequence[Outcome] | Same, splits: set[Call]) -> None:
+    """Give each run's messages their outcomes (``outcomes``: one per message of the batch,
+    in order). A call whose messages all went in this batch (the common case) gets its
+    outcomes at once; a call split over batches gets them when its last run settles."""
+    position = 0
+    for call, start, end in runs:
+        count = end - start
+        future = call.future
+        if future.done():
+            splits.discard(call)  # cancelled meanwhile
+        elif count == call.pending and call.outcomes is None:
+            future.set_result(cast("Outcomes", outcomes[position : position + count]))
+        else:
+            if call.outcomes is None:
+                call.outcomes = [None] * len(call.messages)
+                splits.add(call)
+            call.outcomes[start:end] = outcomes[position : position + count]
+            call.pending -= count
+            if not call.pending:
+                splits.discard(call)
+                future.set_result(cast("Outcomes", call.outcomes))
+        position += count
+
+
+def fail(queue: deque[Call], live: list[Run], error: BaseException, splits: set[Call]) -> None:
+    """Fail the messages of ``live`` (a batch that was out) and every call in ``queue`` with
+    ``error``; the queue is left empty."""
+    runs = [*live, *((c, c.taken, len(c.messages)) for c in queue)]
+    queue.clear()
+    settle(runs, Same(error), splits)

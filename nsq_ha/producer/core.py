@@ -20,17 +20,18 @@ Topics not published to for ``topic_idle_timeout`` seconds expire: their routes,
 connections are freed and lookupd is no longer asked about them (until the next publish).
 
 Order: every publish, of one message or many, waits in the *lane* of its (topic, partition), or
-in the topic's unkeyed lane (``producer/lanes.py``). A keyed lane has at most one batch
+in the topic's unkeyed lane (``producer/sender.py``). A keyed lane has at most one batch
 unacknowledged: messages that queue up while a batch is out leave together as the next
 ``MPUB``/``MPUB_TRACE``/``MPUB_EXT`` (all or nothing on the server), so a key's messages are
 written in call order even while a batch is retried. The unkeyed lane sends its batches
 round-robin, several at once, up to ``unkeyed_window`` unacknowledged commands per partition.
 
-The pieces, each given only what it needs (none calls back into the producer):
-:class:`~nsq_ha.producer.routes.RouteTable` (routes per topic, the slot of a key),
-:class:`~nsq_ha.producer.pool.ConnectionPool` (connections),
-:class:`~nsq_ha.producer.lanes.Lanes` (group commit) and
-:class:`~nsq_ha.producer.sender.Sender` (one attempt of one batch, and the retry loop).
+A publish goes in a straight line: :meth:`Producer.publish` prepares the message, its
+:class:`~nsq_ha.producer.topic.Topic` (everything kept for one topic: routes, lanes, windows,
+connections, last use, keyed turn order) routes it, and the one
+:class:`~nsq_ha.producer.sender.Sender` queues it on its lane and sends the lane's batches (one
+attempt, and the retry loop); :class:`~nsq_ha.producer.pool.ConnectionPool` opens and closes
+connections.
 
 Failures (§6.3): ``E_FAILED_ON_NOT_LEADER``, ``E_FAILED_ON_NOT_WRITABLE`` and
 ``E_TOPIC_NOT_EXIST`` drop that partition's connection and refresh the lookup at once, then the
@@ -61,15 +62,22 @@ from nsq_ha.errors import ConfigError, ProducerClosedError, PublishError
 from nsq_ha.lookup import LookupClient
 from nsq_ha.producer.activity import Activity
 from nsq_ha.producer.args import per_message, sequence_of
-from nsq_ha.producer.batch import OutgoingMessage, plain_size, prepare_batch, prepare_one
+from nsq_ha.producer.batch import (
+    UNKNOWN,
+    Outcome,
+    Outcomes,
+    PlainBytes,
+    plain_size,
+    prepare_batch,
+    prepare_one,
+)
 from nsq_ha.producer.config import ProducerConfig, ProducerOptions
-from nsq_ha.producer.idle import IdleTopics
-from nsq_ha.producer.lanes import UNKNOWN, Lanes, Outcome, Outcomes, PlainBytes
-from nsq_ha.producer.order import ArrivalOrder
+from nsq_ha.producer.message import OutgoingMessage
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.result import PublishResult
-from nsq_ha.producer.routes import ConnKey, Routes, RouteTable
+from nsq_ha.producer.routes import ConnKey, Routes, SlotMemo
 from nsq_ha.producer.sender import Sender
+from nsq_ha.producer.topic import Topic
 from nsq_ha.protocol.commands import seconds_to_ms
 from nsq_ha.protocol.names import validate_topic
 from nsq_ha.protocol.publish import ExtHeader
@@ -145,35 +153,21 @@ class Producer:
             "batches_split": 0,
         }
         self._closing_flag = asyncio.Event()  # set by close(); the pieces read is_set()
-        self._idle_topics = IdleTopics(settings.topic_idle_timeout)
         self._pool = ConnectionPool(settings.connection, self.stats)
-        self._routes = RouteTable(
-            lookup=self._lookup,
-            static=settings.static_nodes,
-            strategy=settings.strategy,
-            last_used=self._idle_topics.last_used,
-            on_routes=self._pool.follow,
-            closing=self._closing_flag.is_set,
-        )
+        self._memo = SlotMemo(settings.strategy)
+        #: every topic in use -> all this producer keeps for it
+        self._topics: dict[str, Topic] = {}
         self._sender = Sender(
-            routes=self._routes,
             pool=self._pool,
             config=settings.connection,
             policy=settings.retry,
             stats=self.stats,
             trace=settings.trace,
             max_batch=settings.max_batch,
+            linger=settings.linger,
             unkeyed_window=settings.unkeyed_window,
             closing=self._closing_flag.is_set,
         )
-        self._lanes = Lanes(
-            send=self._sender.send_batch,
-            builder=self._sender.builder,
-            routes=self._routes.cached,
-            linger=settings.linger,
-            max_batch=settings.max_batch,
-        )
-        self._order = ArrivalOrder()
         self._activity = Activity()
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
@@ -201,7 +195,7 @@ class Producer:
             where = f"nsqd={[n.address for n in self.producer_config.static_nodes]}"
         return (
             f"<Producer {where} strategy={self.producer_config.strategy.name} "
-            f"topics={len(self.topics)} conns={len(self._pool)}>"
+            f"topics={len(self._topics)} conns={len(self.connections)}>"
         )
 
     async def __aenter__(self) -> Self:
@@ -220,15 +214,16 @@ class Producer:
     @property
     def topics(self) -> frozenset[str]:
         """Topics this producer holds state for (routes, lanes, connections, lookups)."""
-        names = self._routes.topics | self._lanes.topics | self._sender.window_topics
-        names.update(topic for _, topic, _ in self._pool.keys if topic)
-        return frozenset(names)
+        return frozenset(self._topics)
 
     @property
     def connections(self) -> tuple[ConnKey, ...]:
         """Open nsqd connections: ``(address, topic, partition)``, or ``(address, "", -1)`` for a
         connection shared by every topic (vanilla nsqd)."""
-        return self._pool.open_keys
+        keys: list[ConnKey] = [(a, "", -1) for a, c in self._pool.shared.items() if not c.closed]
+        for name, topic in self._topics.items():
+            keys += [(c.address, name, slot) for slot, c in topic.conns.items() if not c.closed]
+        return tuple(keys)
 
     async def topic_routes(self, topic: str) -> Routes:
         """Where ``topic``'s messages can go now: whether it is on the fork (``fork``), an ext
@@ -236,7 +231,9 @@ class Producer:
         the retry policy) when not cached; the next publish uses the same routes."""
         if self._closing:
             raise ProducerClosedError("the producer is closed")
-        return self._routes.ready(topic, False) or await self._look_up(topic, None, None)
+        held = self._topics.get(topic)
+        routes = held.ready(False) if held is not None else None
+        return routes or (await self._look_up(topic, None, None))[1]
 
     # -- public API -------------------------------------------------------------------------
 
@@ -268,10 +265,10 @@ class Producer:
             seconds_to_ms(defer, "defer")
             if sharding_key is not None or partition is not None:
                 raise ConfigError("defer= cannot be combined with sharding_key= or partition=")
-            routes = self._routes.ready(topic, False) or await self._look_up(topic, None, None)
-            self._routes.place(routes, messages, None, None, defer)
+            held, routes = await self._look_up(topic, None, None)
+            held.place(routes, messages, None, None, defer)
             with self._activity:  # DPUB carries one message: no batch to join
-                return (await self._sender.send(topic, messages, slot=None, defer=defer))[0]
+                return (await self._sender.send(held, messages, slot=None, defer=defer))[0]
         (outcome,) = await self._queue(topic, messages, sharding_key, partition)
         if isinstance(outcome, BaseException):
             raise outcome
@@ -336,20 +333,21 @@ class Producer:
         keys = sequence_of(sharding_keys, "sharding_keys")
         if len(keys) != len(messages):
             raise ConfigError(f"sharding_keys has {len(keys)} entries for {len(messages)} bodies")
+        validate_topic(topic)
         for key in keys:
             if key is None:
                 raise ConfigError("sharding_keys has a None entry: every message needs a key")
-            self._routes.check(topic, key, None)
+            self._check_key(key, None)
         groups: list[tuple[int | None, list[int]]] = []
 
-        def submit(routes: Routes) -> asyncio.Future[list[Outcomes]]:
-            self._routes.place(routes, messages, keys[0], None)  # the feature checks, once
+        def submit(held: Topic, routes: Routes) -> asyncio.Future[list[Outcomes]]:
+            held.place(routes, messages, keys[0], None)  # the feature checks, once
             by_slot: dict[int | None, list[int]] = {}
             for index, key in enumerate(keys):
-                by_slot.setdefault(self._routes.slot_for(routes, key, None), []).append(index)
+                by_slot.setdefault(held.slot_for(routes, key, None), []).append(index)
             groups.extend(by_slot.items())
             parts = [(slot, [messages[i] for i in indexes]) for slot, indexes in groups]
-            futures = [self._lanes.submit(topic, s, p, plain_size(p)) for s, p in parts]
+            futures = [self._sender.submit(held, s, p, plain_size(p)) for s, p in parts]
             return asyncio.gather(*futures)
 
         settled = await self._in_turn(topic, keys[0], None, submit)
@@ -371,37 +369,41 @@ class Producer:
     ) -> Outcomes:
         """Route ``messages`` and queue them on their lane; their outcomes once settled."""
 
-        def submit(routes: Routes) -> asyncio.Future[Outcomes]:
-            slot = self._routes.place(routes, messages, key, partition)
-            return self._lanes.submit(topic, slot, messages, plain_bytes)
+        def submit(held: Topic, routes: Routes) -> asyncio.Future[Outcomes]:
+            slot = held.place(routes, messages, key, partition)
+            return self._sender.submit(held, slot, messages, plain_bytes)
 
         return await self._in_turn(topic, key, partition, submit)
 
     async def _in_turn(
         self,
-        topic: str,
+        name: str,
         key: ShardingKey | None,
         partition: int | None,
-        submit: Callable[[Routes], asyncio.Future[_T]],
+        submit: Callable[[Topic, Routes], asyncio.Future[_T]],
     ) -> _T:
         """``submit`` a call with the topic's routes and wait for what it queued. A keyed call
         queues at once when the routes are cached and no earlier keyed call is still waiting;
-        otherwise it takes its turn (:class:`ArrivalOrder`): keyed calls queue in call order,
+        otherwise it takes its turn (:meth:`Topic.turn`): keyed calls queue in call order,
         and those that waited for one lookup are queued together once it has answered."""
         keyed = key is not None or partition is not None
-        if not (keyed and self._order.waiting(topic)):
-            routes = self._routes.ready(topic, keyed)
+        topic = self._topics.get(name)
+        if topic is not None and not (keyed and topic.waiting is not None):
+            routes = topic.ready(keyed)
             if routes is not None:
-                return await submit(routes)
-            if not keyed:
-                return await submit(await self._look_up(topic, key, partition))
+                return await submit(topic, routes)
+        if not keyed:
+            return await submit(*await self._look_up(name, key, partition))
+        if topic is None:
+            validate_topic(name)
+            topic = self._topic(name)
+        held = topic
+
+        async def look_up() -> Routes:
+            return (await self._look_up(name, key, partition))[1]
+
         with self._activity:  # close() waits for a call waiting for its turn too
-            future = await self._order.turn(
-                topic,
-                lambda: self._routes.ready(topic, True),
-                lambda: self._look_up(topic, key, partition),
-                submit,
-            )
+            future = await held.turn(lambda: held.ready(True), look_up, submit)
         return await future
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit
@@ -421,26 +423,32 @@ class Producer:
         self._closing_flag.set()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        topics = self._topics.values()
         try:
             if not await self._drained(limit):
                 log.warning(
                     "producer closing: %d messages queued in lanes and %d publish calls (lookups, "
                     "DPUBs) still unacknowledged after %.1fs; failing them",
-                    self._lanes.queued,
+                    sum(lane.waiting for t in topics for lane in t.lanes.values()),
                     self._activity.active,
                     limit,
                 )
                 self._pool.aborting = True
-                self._lanes.abort(
-                    PublishError("the producer closed before nsqd acknowledged it", attempts=0)
+                self._sender.abort(
+                    topics,
+                    PublishError("the producer closed before nsqd acknowledged it", attempts=0),
                 )
-            await self._pool.close()
+            conns = [conn for topic in topics for conn in topic.conns.values()]
+            for topic in topics:
+                topic.conns.clear()
+            await self._pool.close(conns)
             self._pool.aborting = True
             await self._drained(self.config.close_timeout)
             if self._sweeper is not None:
                 await asyncio.gather(self._sweeper, return_exceptions=True)
             await self._pool.wait_closed()
-            self._routes.unwatch_all()
+            for topic in topics:
+                topic.close()
             if self._lookup is not None and self._owns_lookup:
                 await self._lookup.close()
         finally:
@@ -448,22 +456,61 @@ class Producer:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    async def _look_up(self, topic: str, key: ShardingKey | None, partition: int | None) -> Routes:
-        """The topic's routes when the cached ones do not serve (``RouteTable.ready`` said
-        None): the topic, key and partition are checked first (bad input is refused before any
-        lookup), then lookupd is asked under the retry policy."""
-        self._routes.check(topic, key, partition)
+    def _topic(self, name: str) -> Topic:
+        """The topic ``name`` (checked by the caller), made on first use."""
+        topic = self._topics.get(name)
+        if topic is None:
+            static = None
+            if self._lookup is None:
+                nodes = dict(enumerate(self.producer_config.static_nodes))
+                static = Routes(name, None, nodes, len(nodes))
+            topic = self._topics[name] = Topic(
+                name, lookup=self._lookup, static=static, memo=self._memo, pool=self._pool
+            )
+        return topic
+
+    def _check_key(self, key: ShardingKey | None, partition: int | None) -> None:
+        """Refuse a key the strategy cannot hash or a partition that is not an int, before
+        anything is looked up or sent."""
+        if key is not None:
+            if partition is not None:
+                raise ConfigError("give sharding_key= or partition=, not both")
+            self.producer_config.strategy.partition(key, 1)  # type, range and encoding checks
+        elif partition is not None and (
+            isinstance(partition, bool) or not isinstance(partition, int)
+        ):
+            raise ConfigError(f"partition must be an int, not {partition!r}")
+
+    async def _look_up(
+        self, name: str, key: ShardingKey | None, partition: int | None
+    ) -> tuple[Topic, Routes]:
+        """The topic and its routes when the cached ones do not serve (``Topic.ready`` said
+        None): the topic name, key and partition are checked first (bad input is refused before
+        any lookup), then lookupd is asked under the retry policy."""
+        validate_topic(name)
+        self._check_key(key, partition)
+        topic = self._topic(name)
+        topic.last_used = time.monotonic()
         self._start_sweeper()
         keyed = key is not None or partition is not None
-        with self._activity:  # close() waits for it (a publish in a lane is a lane's work)
-            return await self._sender.resolve(topic, keyed=keyed)
+        topic.active += 1  # never expired while it is looked up
+        try:
+            with self._activity:  # close() waits for it (a publish in a lane is a lane's work)
+                return topic, await self._sender.resolve(topic, keyed=keyed)
+        finally:
+            topic.active -= 1
 
     async def _drained(self, limit: float) -> bool:
         """Wait until no lane has work and no publish call is active; False after ``limit`` s."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
         while True:
-            tasks = self._lanes.senders
+            tasks = [
+                task
+                for t in self._topics.values()
+                for lane in t.lanes.values()
+                for task in lane.senders
+            ]
             if not tasks and self._activity.active == 0:
                 return True
             remaining = deadline - loop.time()
@@ -481,20 +528,34 @@ class Producer:
         """Start the task that frees idle topics (once, on the loop of the first publish); it
         holds the producer weakly, so a producer dropped without close() can still be freed."""
         if self._sweeper is None and not self._closing:
+            interval = sweep_interval(self.producer_config.topic_idle_timeout)
             self._sweeper = asyncio.get_running_loop().create_task(
-                _sweep(weakref.ref(self), self._idle_topics.interval),
-                name="nsq_ha-producer-idle-topics",
+                _sweep(weakref.ref(self), interval), name="nsq_ha-producer-idle-topics"
             )
 
-    def _free_idle_topics(self) -> None:
-        busy = self._lanes.busy_topics() | self._sender.busy_topics()
-        expired = self._idle_topics.expired(self.topics, busy, time.monotonic())
+    def _free_idle_topics(self, now: float | None = None) -> None:
+        """Free the topics unused for ``topic_idle_timeout`` seconds at ``now`` (monotonic
+        seconds; default: now): a busy topic (messages queued or in flight, a lookup or a keyed
+        call waiting) counts as used now, so it is idle from its last work on, not from its
+        last call."""
+        now = time.monotonic() if now is None else now
+        cutoff = now - self.producer_config.topic_idle_timeout
+        expired: list[str] = []
+        for name, topic in self._topics.items():
+            if topic.busy:
+                topic.last_used = now
+            elif topic.last_used <= cutoff:
+                expired.append(name)
+        for name in expired:
+            self._topics.pop(name).close()
         if expired:
-            self._routes.forget(expired)
-            self._lanes.forget(expired)
-            self._sender.forget(expired)
-            self._pool.drop_topics(expired)
             log.debug("producer: %d idle topics freed", len(expired))
+
+
+def sweep_interval(timeout: float) -> float:
+    """How often to look for idle topics: a topic is freed within 1.5 x ``timeout`` of its
+    last use, and looked for at least every minute."""
+    return min(timeout / 2, 60.0)
 
 
 def _failure(topic: str, outcomes: Sequence[Outcome | None]) -> BaseException:

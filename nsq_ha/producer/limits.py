@@ -32,7 +32,7 @@ from nsq_ha.errors import (
     InvalidJsonHeaderError,
     InvalidTraceIdError,
 )
-from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage, mpub_sizes
+from nsq_ha.producer.message import BatchBuilder, OutgoingMessage, mpub_sizes
 
 __all__ = ["MAX_SERVERS", "ServerLimits", "refused_limit", "split_batch", "splits_batch"]
 
@@ -79,20 +79,17 @@ class ServerLimits:
     limit only ever lowers them). Kept for at most :data:`MAX_SERVERS` addresses.
     """
 
-    __slots__ = ("_learned", "max_body_size", "max_msg_size")
+    __slots__ = ("learned", "max_body_size", "max_msg_size")
 
     def __init__(self, *, max_msg_size: int, max_body_size: int) -> None:
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
         #: address -> (max_msg_size, max_body_size), only for addresses that refused a size
-        self._learned: dict[str, tuple[int, int]] = {}
+        #: (empty, and false, while none did)
+        self.learned: dict[str, tuple[int, int]] = {}
 
     def __repr__(self) -> str:
-        return f"<ServerLimits learned={self._learned}>"
-
-    def __len__(self) -> int:
-        """How many nsqd named a limit under the configured ones (false while none did)."""
-        return len(self._learned)
+        return f"<ServerLimits learned={self.learned}>"
 
     def learn(self, address: str, exc: BaseException) -> bool:
         """Keep the limit ``exc`` names for ``address``; True if it lowered what was known."""
@@ -107,22 +104,22 @@ class ServerLimits:
             body = limit
         else:
             return False
-        self._learned.pop(address, None)
-        if len(self._learned) >= MAX_SERVERS:
-            del self._learned[next(iter(self._learned))]
-        self._learned[address] = (msg, body)
+        self.learned.pop(address, None)
+        if len(self.learned) >= MAX_SERVERS:
+            del self.learned[next(iter(self.learned))]
+        self.learned[address] = (msg, body)
         return True
 
     def of(self, address: str) -> tuple[int, int]:
         """``(max_msg_size, max_body_size)`` for ``address``."""
-        return self._learned.get(address, (self.max_msg_size, self.max_body_size))
+        return self.learned.get(address, (self.max_msg_size, self.max_body_size))
 
     def lowest(self, addresses: Iterable[str]) -> tuple[int, int, bool]:
         """The lowest ``(max_msg_size, max_body_size)`` over ``addresses``, and whether any
         message size limit among them is a learned one (lower than the configured one)."""
         msg, body = self.max_msg_size, self.max_body_size
         for address in addresses:
-            learned = self._learned.get(address)
+            learned = self.learned.get(address)
             if learned is not None:
                 msg, body = min(msg, learned[0]), min(body, learned[1])
         return msg, body, msg < self.max_msg_size
@@ -130,7 +127,7 @@ class ServerLimits:
     def check(self, address: str, messages: Sequence[OutgoingMessage], name: bytes) -> None:
         """Refuse (BodyTooLargeError, nothing sent) a batch of several messages that breaks a
         limit ``address`` named: the sender then cuts it again instead of sending it."""
-        learned = self._learned.get(address)
+        learned = self.learned.get(address)
         if learned is None or len(messages) < 2:
             return
         body, largest = mpub_sizes(messages, name)

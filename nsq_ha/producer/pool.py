@@ -1,149 +1,149 @@
-"""A producer's nsqd connections, one per :data:`~nsq_ha.producer.routes.ConnKey`: opened on
-first use (concurrent callers share the opening), reused while open, dropped when an error or a
-new partition map says so, and closed together."""
+"""Opening and closing a producer's nsqd connections: :class:`ConnectionPool`.
+
+A connection is named by a :data:`~nsq_ha.producer.routes.ConnKey`. On the fork it serves one
+partition of one topic and is kept by that :class:`~nsq_ha.producer.topic.Topic` (its
+``conns``, by partition); on vanilla nsqd one connection per node serves every topic and is kept
+here (:attr:`ConnectionPool.shared`). The pool opens them on first use (concurrent callers share
+the opening), drops them when an error or a new partition map says so, and closes them in the
+background or all together.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable, MutableMapping
+from collections.abc import Coroutine, Iterable, Mapping, MutableMapping
 from typing import Any
 
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.errors import BrokerError, ConnectionClosedError, ProducerClosedError
-from nsq_ha.producer.routes import ConnKey, Routes
+from nsq_ha.producer.routes import ConnKey
 from nsq_ha.redact import redact_text as redact
 
-__all__ = ["ConnectionPool"]
+__all__ = ["ConnectionPool", "Conns"]
 
 log = logging.getLogger(__name__)
 
+#: a topic's fork connections: partition -> the open connection to its leader
+Conns = MutableMapping[int, NsqdConnection]
+
 
 class ConnectionPool:
-    """Connections per key. ``stats["connections"]`` counts the ones opened.
+    """Opens, drops and closes connections. ``stats["connections"]`` counts the ones opened.
 
     Once :attr:`aborting` is set (the producer gave up waiting for its publishes), no new
     connection is opened: :meth:`get` raises ProducerClosedError.
     """
 
-    __slots__ = ("_background", "_opening", "_ready", "aborting", "config", "stats")
+    __slots__ = ("_background", "_opening", "aborting", "config", "shared", "stats")
 
     def __init__(self, config: ConnectionConfig, stats: MutableMapping[str, int]) -> None:
         self.config = config
         self.stats = stats
         self.aborting = False
+        #: vanilla nsqd: address -> the connection that serves every topic there
+        self.shared: dict[str, NsqdConnection] = {}
         self._opening: dict[ConnKey, asyncio.Task[NsqdConnection]] = {}
-        self._ready: dict[ConnKey, NsqdConnection] = {}
         self._background: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
-        return len(self._ready)
+        return len(self.shared)
 
-    @property
-    def open_keys(self) -> tuple[ConnKey, ...]:
-        """Keys of the connections open now."""
-        return tuple(key for key, conn in self._ready.items() if not conn.closed)
-
-    @property
-    def keys(self) -> set[ConnKey]:
-        """Keys of every connection kept, open or opening."""
-        return {*self._opening, *self._ready}
-
-    async def get(self, key: ConnKey) -> NsqdConnection:
-        """The open connection for ``key``, opened now if there is none."""
-        conn = self._ready.get(key)
+    async def get(self, key: ConnKey, conns: Conns) -> NsqdConnection:
+        """The open connection for ``key`` (kept in ``conns``, the topic's, on the fork; in
+        :attr:`shared` on vanilla nsqd), opened now if there is none."""
+        address, topic, slot = key
+        conn = conns.get(slot) if topic else self.shared.get(address)
         if conn is not None and not conn.closed:
             return conn
         task = self._opening.get(key)
-        if (
-            task is not None
-            and task.done()
-            and (task.cancelled() or task.exception() is not None or task.result().closed)
-        ):
-            del self._opening[key]
-            task = None
         if task is None:
             if self.aborting:  # a graceful close still lets in-flight publishes connect
                 raise ProducerClosedError("the producer closed before this publish was sent")
             task = asyncio.get_running_loop().create_task(
-                self._open(key), name=f"nsq_ha-producer-connect-{key[0]}"
+                self._open(key, conns), name=f"nsq_ha-producer-connect-{address}"
             )
             task.add_done_callback(_retrieve)
             self._opening[key] = task
         return await asyncio.shield(task)
 
-    async def _open(self, key: ConnKey) -> NsqdConnection:
-        conn = NsqdConnection(key[0], config=self.config, on_error=_on_conn_error)
-        await conn.connect()
-        self.stats["connections"] += 1
-        if self.aborting:
-            await conn.close()
-            raise ProducerClosedError("the producer closed while connecting")
-        if self._opening.get(key) is not asyncio.current_task():
-            # dropped while connecting (the partition map moved, or an error on this key):
-            # the caller retries through a fresh lookup
-            await conn.close()
-            raise ConnectionClosedError(f"connection to {key[0]} dropped while it was opening")
-        self._ready[key] = conn
+    async def _open(self, key: ConnKey, conns: Conns) -> NsqdConnection:
+        address, topic, slot = key
+        try:
+            conn = NsqdConnection(address, config=self.config, on_error=_on_conn_error)
+            await conn.connect()
+            self.stats["connections"] += 1
+            if self.aborting:
+                await conn.close()
+                raise ProducerClosedError("the producer closed while connecting")
+            if self._opening.get(key) is not asyncio.current_task():
+                # dropped while connecting (the partition map moved, or an error on this key):
+                # the caller retries through a fresh lookup
+                await conn.close()
+                raise ConnectionClosedError(f"connection to {address} dropped while it was opening")
+            if topic:
+                conns[slot] = conn
+            else:
+                self.shared[address] = conn
+        finally:
+            if self._opening.get(key) is asyncio.current_task():
+                del self._opening[key]
         log.info(
             "producer connected to %s (%s)%s",
-            key[0],
+            address,
             "fork" if conn.is_fork else "vanilla",
-            f" for {key[1]}/{key[2]}" if key[1] else "",
+            f" for {topic}/{slot}" if topic else "",
         )
         return conn
 
-    def drop(self, key: ConnKey) -> None:
-        """Forget a connection and close it in the background (its pending answers finish)."""
-        task = self._opening.pop(key, None)
-        conn = self._ready.pop(key, None)
-        if (
-            conn is None
-            and task is not None
-            and task.done()
-            and not task.cancelled()
-            and task.exception() is None
-        ):
-            conn = task.result()
-        if conn is not None:
-            self._spawn(conn.close(), f"nsq_ha-producer-close-{key[0]}")
+    def opening(self, topic: str) -> list[ConnKey]:
+        """Keys of ``topic``'s fork connections being opened now."""
+        return [key for key in self._opening if key[1] == topic]
 
-    def drop_topics(self, topics: Iterable[str]) -> None:
-        """Drop the connections that serve only ``topics`` (fork connections serve one topic;
-        vanilla ones serve all and stay)."""
-        names = set(topics)
-        for key in self.keys:
-            if key[1] in names:
-                self.drop(key)
+    def drop(self, key: ConnKey, conns: Conns) -> None:
+        """Forget the connection of ``key`` (from ``conns``, or :attr:`shared`) and close it in
+        the background (its pending answers finish); one being opened is abandoned."""
+        address, topic, slot = key
+        self._opening.pop(key, None)  # its _open sees it is no longer wanted
+        held: MutableMapping[Any, NsqdConnection] = conns if topic else self.shared
+        index: int | str = slot if topic else address
+        conn = held.get(index)
+        if conn is not None and conn.address == address:
+            del held[index]
+            self.close_later(conn)
 
-    def follow(self, routes: Routes) -> None:
-        """Drop the connections of ``routes.topic`` to nodes no longer leading their partition
-        (a lookup listener: the next publish there connects to the new leader)."""
-        if not routes.fork:
-            return
-        for key in list(self._opening):
-            address, topic, slot = key
-            if topic != routes.topic:
-                continue
-            leader = routes.nodes.get(slot)
-            if leader is None or leader.address != address:
+    def follow(self, topic: str, leaders: Mapping[int, str], conns: Conns) -> None:
+        """Drop ``topic``'s connections (open or opening) to nodes that no longer lead their
+        partition (``leaders``: partition -> address): the next publish there connects to the
+        new leader."""
+        for key in self.opening(topic):
+            if leaders.get(key[2]) != key[0]:
+                self.drop(key, conns)
+        for slot, conn in list(conns.items()):
+            leader = leaders.get(slot)
+            if leader != conn.address:
                 log.info(
                     "%s partition %d: leader %s -> %s; closing the old connection",
                     topic,
                     slot,
-                    address,
-                    leader.address if leader else "none",
+                    conn.address,
+                    leader or "none",
                 )
-                self.drop(key)
+                self.drop((conn.address, topic, slot), conns)
 
-    async def close(self) -> None:
-        """Close every connection (an opening one is cancelled) and wait for those closes."""
-        conns = list(self._ready.values())
+    def close_later(self, conn: NsqdConnection) -> None:
+        """Close ``conn`` in the background (:meth:`wait_closed` waits for it)."""
+        self._spawn(conn.close(), f"nsq_ha-producer-close-{conn.address}")
+
+    async def close(self, conns: Iterable[NsqdConnection] = ()) -> None:
+        """Close the shared connections and ``conns`` (the topics'; an opening one is
+        cancelled) and wait for those closes."""
+        closing = [*self.shared.values(), *conns]
         for task in self._opening.values():
             task.cancel()
         self._opening.clear()
-        self._ready.clear()
-        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+        self.shared.clear()
+        await asyncio.gather(*(c.close() for c in closing), return_exceptions=True)
 
     async def wait_closed(self) -> None:
         """Wait for the connections :meth:`drop` closes in the background."""

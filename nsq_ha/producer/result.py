@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
-from nsq_ha.producer.batch import Receipt
+__all__ = ["PublishResult", "message_id"]
 
-__all__ = ["PublishResult"]
+_U64 = struct.Struct(">QQ")
+
+
+def message_id(internal_id: int | None, trace_id: int | None) -> bytes | None:
+    """The 16-byte id consumers see (fork: internal id + trace id), when the id is known."""
+    if internal_id is None:
+        return None
+    return _U64.pack(internal_id, trace_id or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,4 +38,4 @@ class PublishResult:
     @property
     def message_id(self) -> bytes | None:
         """The 16-byte id consumers see (fork: internal id + trace id), when known."""
-        return Receipt(self.internal_id, self.trace_id).message_id
+        return message_id(self.internal_id, self.trace_id)

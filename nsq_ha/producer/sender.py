@@ -1,19 +1,23 @@
-"""Sending one batch: one attempt (route, connect, encode, command, read the answer), and the
-retry loop around it, which asks :func:`nsq_ha.retry.decide` what an error means and the
-:class:`~nsq_ha.producer.policy.RetryPolicy` how long to keep trying.
+"""The producer's one sender: it drains the lanes of every :class:`~nsq_ha.producer.topic.Topic`
+into batches (group commit) and sends each: one attempt (route, connect, encode, command, read
+the answer), and the retry loop around it, which asks :func:`nsq_ha.retry.decide` what an error
+means and the :class:`~nsq_ha.producer.policy.RetryPolicy` how long to keep trying.
 
-The sender gets the producer's pieces it needs (the route table, the connection pool, the
-connections' settings) and calls them; nothing calls back into the producer.
+Every publish goes through :meth:`Sender.submit`, one message or many: the call joins the lane
+of its topic and slot as one :class:`~nsq_ha.producer.batch.Call` and waits on one future for
+the outcome of each of its messages, in order. A lane's tasks cut the queue into batches
+(:func:`~nsq_ha.producer.batch.take`) and send them; a keyed lane has one batch out at a time,
+the unkeyed lane several, each to the next partition, up to ``unkeyed_window`` unacknowledged
+commands per partition.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Literal, TypeVar, cast
 
 from nsq_ha import events
@@ -25,61 +29,52 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.producer.batch import (
-    BatchBuilder,
-    OutgoingMessage,
-    Receipt,
+    UNKNOWN,
+    Call,
+    Outcome,
+    Outcomes,
+    PlainBytes,
+    Run,
+    Same,
     batch_command,
     encode_batch,
+    fail,
+    live,
+    messages_of,
     receipts_from_answer,
+    results_of,
+    settle,
+    take,
 )
-from nsq_ha.producer.lanes import Outcome, Window
 from nsq_ha.producer.limits import ServerLimits, split_batch, splits_batch
+from nsq_ha.producer.message import BatchBuilder, OutgoingMessage
 from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.result import PublishResult
-from nsq_ha.producer.routes import ConnKey, Routes, RouteTable, check_features
+from nsq_ha.producer.routes import ConnKey, Routes, check_features
+from nsq_ha.producer.topic import Lane, Topic, Window
 from nsq_ha.protocol.publish import encode_dpub
 from nsq_ha.redact import redact_text as redact
 from nsq_ha.retry import decide
 
-__all__ = ["Sender", "results_of"]
+__all__ = ["Sender"]
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
 
-def results_of(
-    topic: str, partition: int | None, address: str, attempts: int, receipts: Sequence[Receipt]
-) -> list[PublishResult]:
-    """One result per receipt; neighbours answered by the same receipt share one (immutable)
-    result, so a plain ``OK`` for a thousand messages builds one object."""
-    results: list[PublishResult] = []
-    for _, run in itertools.groupby(receipts, id):
-        same = list(run)
-        receipt = same[0]
-        result = PublishResult(
-            topic,
-            partition,
-            address,
-            attempts,
-            receipt.internal_id,
-            receipt.trace_id,
-            receipt.offset,
-            receipt.raw_size,
-        )
-        results += [result] * len(same)
-    return results
-
-
 class Sender:
-    """Sends batches of one producer: :meth:`send` retries :meth:`attempt` under the policy.
+    """Sends the batches of one producer: :meth:`submit` queues a call on its lane, the lane's
+    tasks send its batches (:meth:`send_batch`), and :meth:`send` retries :meth:`attempt`
+    under the policy.
 
     ``closing()`` says the producer is closing (no forced lookups then); once
     ``pool.aborting`` is set, a retriable failure ends as PublishError ("closed before nsqd
     acknowledged") instead of another try. ``stats`` counts commands, messages published,
     retries, forced lookups and batches split after a refusal (``batches_split``).
-    ``limits`` holds the size limits nsqd named in its refusals.
+    ``limits`` holds the size limits nsqd named in its refusals. ``linger``: seconds a batch
+    waits for more messages (0: none); ``max_batch``: the most messages per batch.
 
     Logging: a retry loop's first failure is a warning, unless a loop for the same target
     (``what``: a topic's lookup, its unkeyed batches, or one slot) already warned in the same
@@ -88,15 +83,14 @@ class Sender:
     """
 
     __slots__ = (
-        "_streaks",
-        "_windows",
         "closing",
         "config",
         "limits",
+        "linger",
         "max_batch",
         "policy",
         "pool",
-        "routes",
+        "splits",
         "stats",
         "trace",
         "unkeyed_window",
@@ -105,39 +99,37 @@ class Sender:
     def __init__(
         self,
         *,
-        routes: RouteTable,
         pool: ConnectionPool,
         config: ConnectionConfig,
         policy: RetryPolicy,
         stats: MutableMapping[str, int],
         trace: bool,
         max_batch: int,
+        linger: float,
         unkeyed_window: int,
         closing: Callable[[], bool],
     ) -> None:
-        self.routes = routes
         self.pool = pool
         self.config = config
         self.policy = policy
         self.stats = stats
         self.trace = trace
         self.max_batch = max_batch
+        self.linger = linger
         self.unkeyed_window = unkeyed_window
         self.closing = closing
         self.limits = ServerLimits(
             max_msg_size=config.max_msg_size, max_body_size=config.max_body_size
         )
-        self._windows: dict[tuple[str, int], Window] = {}
-        #: (topic, what) -> failed tries, while a streak of failures of ``what`` lasts
-        self._streaks: dict[tuple[str, str], int] = {}
+        #: calls whose messages went in several batches, while some of them are still out
+        self.splits: set[Call] = set()
 
     def builder(self, routes: Routes | None) -> BatchBuilder:
         """How batches for ``routes``' topic are cut: under the configured size limits, or
         the lowest that one of the topic's nsqd named in a refusal."""
         max_msg, max_body, checks_each = self.config.max_msg_size, self.config.max_body_size, False
-        if self.limits and routes is not None:
-            addresses = (node.address for node in routes.nodes.values())
-            max_msg, max_body, checks_each = self.limits.lowest(addresses)
+        if self.limits.learned and routes is not None:
+            max_msg, max_body, checks_each = self.limits.lowest(routes.addresses.values())
         return BatchBuilder(
             max_msg_size=max_msg,
             max_body_size=max_body,
@@ -147,6 +139,109 @@ class Sender:
             checks_each=checks_each,
         )
 
+    # -- lanes ------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        topic: Topic,
+        slot: int | None,
+        messages: list[OutgoingMessage],
+        plain_bytes: PlainBytes = UNKNOWN,
+    ) -> asyncio.Future[Outcomes]:
+        """Queue ``messages`` (in order) on the lane of ``slot`` (None: unkeyed); the future
+        gets their outcomes (a PublishResult, or the exception that stopped that message), in
+        order, once all are settled."""
+        lane = topic.lanes.get(slot) or topic.lane(slot)
+        future: asyncio.Future[Outcomes] = lane.loop.create_future()
+        lane.queue.append(Call(messages, future, plain_bytes))
+        lane.waiting += len(messages)
+        if not lane.senders or (slot is None and lane.sending >= len(lane.senders)):
+            self._start(topic, lane)  # no task will take these with its next batch
+        return future
+
+    def _start(self, topic: Topic, lane: Lane) -> None:
+        """Start a task for ``lane`` unless one is about to take the next batch anyway: a keyed
+        lane has one; an unkeyed one more while the others wait for their answers, up to two
+        per writable partition (one in flight while the next fills)."""
+        senders = len(lane.senders)
+        if senders and lane.slot is not None:
+            return
+        if senders:
+            routes = topic.cached()
+            most = max(2, 2 * len(routes.writable)) if routes is not None else 2
+            if lane.sending < senders or senders >= most:
+                return
+        task = lane.loop.create_task(
+            self._drain(topic, lane), name=f"nsq_ha-lane-{topic.name}-{lane.slot}"
+        )
+        lane.senders.add(task)
+
+    async def _drain(self, topic: Topic, lane: Lane) -> None:
+        """Send a lane's queue, one batch at a time (the lane's other tasks take others)."""
+        runs: list[Run] = []
+        try:
+            while lane.queue:
+                if self.linger and lane.waiting < self.max_batch:
+                    await asyncio.sleep(self.linger)
+                    if not lane.queue:
+                        break
+                routes = topic.cached()
+                share = None
+                if lane.slot is None:
+                    # an unkeyed burst of calls is spread: a batch takes whole calls up to its
+                    # share of what is queued among the partitions that have no batch out now;
+                    # without linger, at least two shares (one batch in flight while the next
+                    # is read), so callers that wait for one batch and publish again never all
+                    # ride the same batch (with linger, gathering is what was asked for)
+                    writable = len(routes.writable) if routes is not None else 1
+                    shares = writable if self.linger else max(2, writable)
+                    free = max(1, shares - lane.sending)
+                    share = -(-lane.waiting // free)
+                runs, taken = take(lane.queue, self.builder(routes), share)
+                lane.waiting -= taken
+                runs = live(runs, self.splits)
+                if not runs:
+                    continue
+                lane.sending += 1
+                if share is not None and lane.queue:
+                    self._start(topic, lane)  # the rest goes to other partitions meanwhile
+                try:
+                    results = await self.send_batch(topic, messages_of(runs), lane.slot)
+                except NsqError as exc:
+                    settle(runs, Same(exc), self.splits)
+                    runs = []
+                    continue
+                finally:
+                    lane.sending -= 1
+                settle(runs, results, self.splits)
+                runs = []
+        except asyncio.CancelledError:
+            closed = PublishError(
+                f"publish to {topic.name!r} partition {lane.slot}: the producer closed before "
+                "nsqd acknowledged it",
+                attempts=0,
+            )
+            fail(lane.queue, runs, closed, self.splits)
+            lane.waiting = 0
+            raise
+        except BaseException as exc:  # a bug: never leave callers waiting forever
+            fail(lane.queue, runs, exc, self.splits)
+            lane.waiting = 0
+            raise
+        finally:
+            # now, not in a done callback: a submit before that callback ran would count
+            # this task as busy and leave its messages with no task at all
+            lane.senders.discard(cast("asyncio.Task[None]", asyncio.current_task(lane.loop)))
+
+    def abort(self, topics: Iterable[Topic], error: BaseException) -> None:
+        """Cancel every lane's tasks and fail every queued message with ``error``."""
+        for topic in topics:
+            for lane in topic.lanes.values():
+                for task in lane.senders:
+                    task.cancel()
+                fail(lane.queue, [], error, self.splits)  # a task cancelled before it ran
+                lane.waiting = 0
+
     # -- the retry loop ---------------------------------------------------------------------
 
     async def retried(
@@ -154,7 +249,7 @@ class Sender:
         what: str,
         attempt: Callable[[int], Awaitable[_T]],
         *,
-        topic: str,
+        topic: Topic,
         slot: int | None = None,
         operation: Literal["publish", "lookup"] = "publish",
     ) -> _T:
@@ -203,7 +298,7 @@ class Sender:
         number: int,
         started: float,
         *,
-        topic: str,
+        topic: Topic,
         slot: int | None,
         operation: Literal["publish", "lookup"],
     ) -> NsqError | None:
@@ -222,7 +317,7 @@ class Sender:
             return None
         events.emit(
             events.PublishGaveUp(
-                topic=topic,
+                topic=topic.name,
                 partition=slot,
                 attempts=number,
                 error=redact(str(exc)),
@@ -235,11 +330,10 @@ class Sender:
             last_error=exc,
         )
 
-    def _failed_try(self, topic: str, what: str, number: int, exc: NsqError, wait: float) -> None:
+    def _failed_try(self, topic: Topic, what: str, number: int, exc: NsqError, wait: float) -> None:
         """Log a failed try: a warning when it starts a streak for ``what``, else debug."""
-        key = (topic, what)
-        failed = self._streaks.get(key)
-        self._streaks[key] = (failed or 0) + 1
+        failed = topic.streaks.get(what)
+        topic.streaks[what] = (failed or 0) + 1
         if failed is None:
             log.warning(
                 "%s failed (%s); retrying under the retry policy (up to %d attempts%s), "
@@ -258,10 +352,10 @@ class Sender:
                 wait,
             )
 
-    def _streak_over(self, topic: str, what: str, number: int, *, succeeded: bool) -> None:
+    def _streak_over(self, topic: Topic, what: str, number: int, *, succeeded: bool) -> None:
         """A retried call ended: the streak of ``what``, if one is on, ends (with an info line
         when the call succeeded: the target works again)."""
-        failed = self._streaks.pop((topic, what), None)
+        failed = topic.streaks.pop(what, None)
         if failed is not None and succeeded:
             log.info(
                 "%s succeeded again on attempt %d (%d failed tries in the streak)",
@@ -270,26 +364,26 @@ class Sender:
                 failed,
             )
 
-    async def resolve(self, topic: str, *, keyed: bool) -> Routes:
+    async def resolve(self, topic: Topic, *, keyed: bool) -> Routes:
         """The topic's routes, looked up again under the policy while it has no writable
         partition (or, ``keyed``, no known partition count)."""
         return await self.retried(
-            f"lookup of {topic!r}",
-            lambda _: self.routes.current(topic, keyed=keyed),
+            f"lookup of {topic.name!r}",
+            lambda _: topic.current(keyed=keyed, closing=self.closing),
             topic=topic,
             operation="lookup",
         )
 
     async def send(
         self,
-        topic: str,
+        topic: Topic,
         messages: list[OutgoingMessage],
         *,
         slot: int | None,
         defer: float | None = None,
     ) -> list[PublishResult]:
         """Send one batch (to ``slot``, or round-robin when None), retried under the policy."""
-        where = f"publish to {topic!r}" + (f" slot {slot}" if slot is not None else "")
+        where = f"publish to {topic.name!r}" + (f" slot {slot}" if slot is not None else "")
         return await self.retried(
             where,
             lambda number: self.attempt(topic, messages, slot, defer, number),
@@ -298,7 +392,7 @@ class Sender:
         )
 
     async def send_batch(
-        self, topic: str, messages: list[OutgoingMessage], slot: int | None
+        self, topic: Topic, messages: list[OutgoingMessage], slot: int | None
     ) -> list[Outcome]:
         """:meth:`send` without ``defer`` (what a lane's sender calls): each message's outcome.
 
@@ -316,10 +410,10 @@ class Sender:
                 raise
             refusal = exc
         self.stats["batches_split"] += 1
-        parts = split_batch(messages, self.builder(self.routes.cached(topic)))
+        parts = split_batch(messages, self.builder(topic.cached()))
         log.info(
             "publish to %r: nsqd refused a batch of %d messages (%s); sending it again in %d parts",
-            topic,
+            topic.name,
             len(messages),
             redact(str(refusal)),
             len(parts),
@@ -340,7 +434,7 @@ class Sender:
 
     async def attempt(
         self,
-        topic: str,
+        topic: Topic,
         messages: list[OutgoingMessage],
         slot: int | None,
         defer: float | None,
@@ -348,110 +442,99 @@ class Sender:
     ) -> list[PublishResult]:
         """Send ``messages`` once and read nsqd's answer; on an error, drop what it says is
         stale (the connection, the cached map) before raising it."""
-        routes = await self.routes.current(topic)
+        name = topic.name
+        routes = topic.cached()
+        if routes is None or (topic.lookup is not None and not topic.watched):
+            routes = await topic.current(keyed=False, closing=self.closing)
         windowed = slot is None  # unkeyed: up to unkeyed_window commands out per partition
         if slot is None:
-            slot = self.routes.next_slot(routes)
-        node = routes.nodes.get(slot)
-        if node is None:
+            slot = topic.next_slot(routes)
+        address = routes.addresses.get(slot)
+        if address is None:
             missing = PartitionNotAvailableError(
-                f"{topic!r} partition {slot} has no writable leader in the current lookup"
+                f"{name!r} partition {slot} has no writable leader in the current lookup"
             )
             # look again now (the next try reads the fresh map), not at the periodic refresh
             await self._after_failure(topic, None, missing)
             raise missing
-        key = routes.key(slot, node)
-        partition = routes.wire_partition(slot)
-        window = self._window(topic, slot) if windowed else None
+        fork = routes.fork
+        partition = slot if fork else None
+        key: ConnKey = (address, name, slot) if fork else (address, "", -1)
+        window: Window | contextlib.nullcontext[None] = _NO_WINDOW
+        if windowed:
+            window = topic.windows.get(slot) or topic.windows.setdefault(
+                slot, Window(self.unkeyed_window)
+            )
         try:
-            async with window if window is not None else contextlib.nullcontext():
-                conn = await self.pool.get(key)
-                fork = conn.is_fork
-                tracing = self.trace and fork
-                name = batch_command(messages, tracing=tracing)
-                self.limits.check(node.address, messages, name)  # a limit nsqd named before
-                if routes.fork is None:  # nsqd= addresses: the kind is known only now
+            async with window:
+                conn = topic.conns.get(slot) if fork else self.pool.shared.get(address)
+                if conn is None or conn.closed:
+                    conn = await self.pool.get(key, topic.conns)
+                static = fork is None  # nsqd= addresses: the kind is known only now
+                if static:
+                    fork = conn.is_fork
                     if fork and not windowed:
                         raise UnsupportedByServerError(
-                            f"{node.address} is a fork nsqd: a sharding key needs topic "
-                            f"{topic!r}'s partition count and leaders, which only nsqlookupd "
+                            f"{address} is a fork nsqd: a sharding key needs topic "
+                            f"{name!r}'s partition count and leaders, which only nsqlookupd "
                             "knows; publish keyed messages through lookupd= (nsqd= addresses "
                             "of the fork take unkeyed publishes only)"
                         )
-                    check_features(fork, topic, messages, defer=defer, partition=partition)
+                tracing = self.trace and bool(fork)
+                command = batch_command(messages, tracing=tracing)
+                if static and (defer is not None or command not in _PLAIN):
+                    check_features(fork, name, messages, defer=defer, partition=partition)
+                if self.limits.learned:  # a limit nsqd named before
+                    self.limits.check(address, messages, command)
                 if defer is not None:
                     data = encode_dpub(
-                        topic, messages[0].body, defer, max_msg_size=self.config.max_msg_size
+                        name, messages[0].body, defer, max_msg_size=self.config.max_msg_size
                     )
                 else:
                     data = encode_batch(
-                        topic,
+                        name,
                         partition,
                         messages,
                         tracing=tracing,
                         max_msg_size=self.config.max_msg_size,
                         max_body_size=self.config.max_body_size,
-                        name=name,
+                        name=command,
                     )
                 self.stats["commands"] += 1
                 answer = await conn.command(data, response_timeout=self.policy.attempt_timeout)
                 receipts = receipts_from_answer(
-                    answer, messages, tracing=tracing, ext_topic=routes.ext, name=name
+                    answer, messages, tracing=tracing, ext_topic=routes.ext, name=command
                 )
         except NsqError as exc:
-            self.limits.learn(node.address, exc)
+            self.limits.learn(address, exc)
             await self._after_failure(topic, key, exc, attempts)
             raise
         self.stats["published"] += len(messages)
-        return results_of(topic, partition, node.address, attempts, receipts)
+        return results_of(name, partition, address, attempts, receipts)
 
     async def _after_failure(
-        self, topic: str, key: ConnKey | None, exc: BaseException, attempts: int = 1
+        self, topic: Topic, key: ConnKey | None, exc: BaseException, attempts: int = 1
     ) -> None:
         """Drop what the error says is stale; refresh the lookup at once when it says so."""
         decision = decide(exc)
         if key is not None and decision.reconnect:
-            self.pool.drop(key)
+            self.pool.drop(key, topic.conns)
             events.emit(
                 events.Reconnecting(
                     role="producer",
-                    topic=topic,
+                    topic=topic.name,
                     partition=key[2] if key[2] >= 0 else None,
                     address=key[0],
                     error=redact(str(exc)),
                     attempt=attempts,
                 )
             )
-        if decision.refresh_lookup and self.routes.lookup is not None and not self.closing():
+        if decision.refresh_lookup and topic.lookup is not None and not self.closing():
             self.stats["lookups_forced"] += 1
             with contextlib.suppress(NsqError):
-                await self.routes.refresh(topic)
+                await topic.lookup.refresh(topic.name, "w")
 
-    # -- unkeyed windows --------------------------------------------------------------------
 
-    def _window(self, topic: str, slot: int) -> Window:
-        window = self._windows.get((topic, slot))
-        if window is None:
-            window = self._windows[(topic, slot)] = Window(self.unkeyed_window)
-        return window
-
-    def busy_topics(self) -> set[str]:
-        """Topics with an unkeyed command out or waiting for room in its window."""
-        return {
-            topic
-            for (topic, _), window in self._windows.items()
-            if window.waiters or window.free < self.unkeyed_window
-        }
-
-    def forget(self, topics: Iterable[str]) -> None:
-        """Drop the windows of ``topics``."""
-        names = set(topics)
-        for key in [k for k in self._windows if k[0] in names]:
-            del self._windows[key]
-        for streak in [k for k in self._streaks if k[0] in names]:
-            del self._streaks[streak]
-
-    @property
-    def window_topics(self) -> set[str]:
-        """Topics that have a window."""
-        return {topic for topic, _ in self._windows}
+_NO_WINDOW: contextlib.nullcontext[None] = contextlib.nullcontext()
+#: the commands of messages with no trace id and no ext header
+_PLAIN = (b"PUB", b"MPUB")

@@ -136,13 +136,14 @@ async def test_a_connection_dropped_while_opening_fails_retriably(
     address = vanilla_cluster.nodes[0].tcp_address
     pool = ConnectionPool(ConnectionConfig(), {"connections": 0})  # a producer's connections
     key = (address, "", -1)
-    opening = asyncio.create_task(pool.get(key))
+    conns: dict[int, NsqdConnection] = {}  # a topic's (vanilla ones are the pool's)
+    opening = asyncio.create_task(pool.get(key, conns))
     await asyncio.sleep(0)  # the handshake is under way
-    pool.drop(key)  # as a partition-map change would
+    pool.drop(key, conns)  # as a partition-map change would
     with pytest.raises(ConnectionClosedError, match="dropped while it was opening") as info:
         await opening
     assert info.value.retriable
-    assert not (await pool.get(key)).closed  # the next try opens a fresh one
+    assert not (await pool.get(key, conns)).closed  # the next try opens a fresh one
     await pool.close()
 
 

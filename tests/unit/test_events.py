@@ -10,8 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 from nsq_ha import events
+from nsq_ha.connection import ConnectionConfig
 from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
-from nsq_ha.producer.routes import RouteTable
+from nsq_ha.producer.pool import ConnectionPool
+from nsq_ha.producer.routes import SlotMemo
+from nsq_ha.producer.topic import Topic
 from nsq_ha.routing import get_strategy
 
 MOVED = events.LeaderChanged(role="consumer", topic="t", partition=0, old="a:1", new="b:1")
@@ -189,11 +192,17 @@ def fork_map(leaders: dict[int, int]) -> PartitionMap:
     return PartitionMap("t", "w", nodes, meta=TopicMeta(partition_num=2), fork=True)
 
 
-def test_the_route_table_reports_a_moved_leader_once() -> None:
+def _watched_topic() -> Topic:
+    pool = ConnectionPool(ConnectionConfig(), {})
+    topic = Topic("t", lookup=None, static=None, memo=SlotMemo(get_strategy("murmur3")), pool=pool)
+    topic.watched = True
+    return topic
+
+
+def test_the_producers_topic_reports_a_moved_leader_once() -> None:
     got: list[events.Event] = []
     events.subscribe(got.append)
-    table = RouteTable(lookup=None, static=(), strategy=get_strategy("murmur3"), last_used={})
-    table.watched.add("t")
+    table = _watched_topic()
     table._on_map(fork_map({0: 4150, 1: 4250}))  # first sight: no move
     table._on_map(fork_map({0: 4150, 1: 4250}))  # the same leaders
     table._on_map(fork_map({0: 4350}))  # partition 1 without a leader for now
@@ -206,7 +215,6 @@ def test_the_route_table_reports_a_moved_leader_once() -> None:
             role="producer", topic="t", partition=1, old="127.0.0.1:4250", new="127.0.0.1:4450"
         ),
     ]
-    table.forget(["t"])
-    table.watched.add("t")
+    table = _watched_topic()  # the topic expired: a new one
     table._on_map(fork_map({0: 4150, 1: 4250}))  # forgotten: first sight again
     assert len(got) == 2

@@ -1,5 +1,5 @@
-"""Group commit (``nsq_ha.producer.lanes``): what a publish call waits on is the outcome of each
-of its messages, in order, whether they left in one batch or several."""
+"""Group commit (a topic's lanes, drained by the sender): what a publish call waits on is the
+outcome of each of its messages, in order, whether they left in one batch or several."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import asyncio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lane_harness import Lanes
 
 from nsq_ha.errors import PubFailedError
-from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage, encode_batch, prepare_messages
-from nsq_ha.producer.lanes import Lanes, Outcome
+from nsq_ha.producer.batch import Outcome, encode_batch, prepare_messages
+from nsq_ha.producer.message import BatchBuilder, OutgoingMessage
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import Routes
 

@@ -11,6 +11,7 @@ import asyncio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from lane_harness import Lanes
 
 from nsq_ha.errors import (
     BadMessageError,
@@ -24,8 +25,7 @@ from nsq_ha.errors import (
     NsqConnectionError,
     PublishError,
 )
-from nsq_ha.producer.batch import BatchBuilder, OutgoingMessage, mpub_sizes
-from nsq_ha.producer.lanes import Lanes, Outcome
+from nsq_ha.producer.batch import Outcome
 from nsq_ha.producer.limits import (
     MAX_SERVERS,
     ServerLimits,
@@ -33,6 +33,7 @@ from nsq_ha.producer.limits import (
     split_batch,
     splits_batch,
 )
+from nsq_ha.producer.message import BatchBuilder, OutgoingMessage, mpub_sizes
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import Routes
 
@@ -98,7 +99,7 @@ def test_only_refusals_of_a_batchs_messages_split_it() -> None:
 
 def test_limits_are_learned_per_nsqd_and_only_ever_lowered() -> None:
     known = limits()
-    assert not known
+    assert not known.learned
     assert not known.learn("a:1", NotLeaderError("E_FAILED_ON_NOT_LEADER"))
     assert known.learn("a:1", refusal("E_BAD_BODY MPUB body too big 100084 > 100000"))
     assert known.learn("a:1", refusal("E_BAD_MESSAGE MPUB message too big 2000 > 1000"))
@@ -122,7 +123,7 @@ def test_at_most_max_servers_limits_are_kept() -> None:
         known.learn(f"n{index}:1", too_big)
     assert known.of("n0:1") == (1 << 20, 5 << 20)  # the oldest were forgotten
     assert known.of(f"n{MAX_SERVERS + 4}:1") == (1 << 20, 100)
-    assert len(known) == MAX_SERVERS
+    assert len(known.learned) == MAX_SERVERS
 
 
 def test_a_batch_over_a_learned_limit_is_refused_before_sending() -> None:

@@ -9,14 +9,18 @@ import math
 
 import pytest
 
+from nsq_ha.connection import ConnectionConfig
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, UnsupportedByServerError
 from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
-from nsq_ha.producer.batch import OutgoingMessage
-from nsq_ha.producer.idle import IdleTopics
-from nsq_ha.producer.routes import PartitionCounts, Routes, check_features
+from nsq_ha.producer.core import sweep_interval
+from nsq_ha.producer.message import OutgoingMessage
+from nsq_ha.producer.pool import ConnectionPool
+from nsq_ha.producer.routes import Routes, SlotMemo, check_features
+from nsq_ha.producer.topic import Topic
 from nsq_ha.redact import redact_text as redact
+from nsq_ha.routing import get_strategy
 
 NAN, INF = float("nan"), float("inf")
 BAD_SECONDS = [NAN, INF, -INF, -1, -0.001, True, "5", None]
@@ -90,21 +94,44 @@ def node(port: int) -> NodeInfo:
     return NodeInfo("127.0.0.1", port, port + 1, version="0.3.7-HA.1.13.0")
 
 
+class OneMap:
+    """A lookup client whose cache holds one map (as the Topic reads it)."""
+
+    def __init__(self) -> None:
+        self.pmap: PartitionMap | None = None
+
+    def cached(self, topic: str, access: str) -> PartitionMap | None:
+        return self.pmap
+
+
+def fresh_topic(lookup: OneMap) -> Topic:
+    pool = ConnectionPool(ConnectionConfig(), {})
+    memo = SlotMemo(get_strategy("murmur3"))
+    return Topic("t", lookup=lookup, static=None, memo=memo, pool=pool)  # type: ignore[arg-type]
+
+
 def test_a_fork_map_without_meta_keeps_the_last_known_count() -> None:
-    counts = PartitionCounts()
+    lookup = OneMap()
+    topic = fresh_topic(lookup)
     with_meta = PartitionMap(
         "t", "w", {0: node(1), 1: node(2), 2: node(3)}, meta=TopicMeta(3), fork=True
     )
     without = PartitionMap("t", "w", {0: node(1), 1: node(2)}, fork=True)
     assert Routes.from_map(without).count == 0  # unknown: never max(listed) + 1
-    assert counts.routes(without).count == 0
-    assert counts.routes(with_meta).count == 3
-    routes = counts.routes(without)
+
+    def routes_of(pmap: PartitionMap, topic: Topic = topic) -> Routes:
+        lookup.pmap = pmap
+        routes = topic.cached()
+        assert routes is not None
+        return routes
+
+    assert routes_of(without).count == 0
+    assert routes_of(with_meta).count == 3
+    routes = routes_of(PartitionMap("t", "w", {0: node(1), 1: node(2)}, fork=True))
     assert (routes.count, routes.writable, routes.ext) == (3, (0, 1), None)
     zero_meta = PartitionMap("t", "w", {0: node(1)}, meta=TopicMeta(0), fork=True)
-    assert counts.routes(zero_meta).count == 3  # a 0 from lookupd tells nothing either
-    counts.forget("t")
-    assert counts.routes(without).count == 0
+    assert routes_of(zero_meta).count == 3  # a 0 from lookupd tells nothing either
+    assert routes_of(without, fresh_topic(lookup)).count == 0  # an expired topic starts over
 
 
 def test_ext_headers_for_a_topic_lookup_describes_as_not_ext_are_refused() -> None:
@@ -147,16 +174,21 @@ def test_repr_of_a_producer_hides_lookupd_credentials() -> None:
 # -- idle topics -----------------------------------------------------------------------------
 
 
-def test_idle_topics_expire_after_their_timeout_and_busy_ones_wait() -> None:
-    idle = IdleTopics(10.0)
-    assert idle.interval == 5.0
-    assert IdleTopics(600).interval == 60.0  # a sweep at least every minute
-    idle.last_used.update({"a": 100.0, "b": 105.0})
-    # "c" has state but no use recorded: it counts as used now
-    assert idle.expired(["a", "b", "c"], busy=set(), now=109.0) == set()
-    assert idle.last_used["c"] == 109.0
-    assert idle.expired(["a", "b", "c"], busy={"a"}, now=112.0) == set()  # "a" busy: used now
-    assert idle.expired(["a", "b", "c"], busy=set(), now=119.0) == {"b", "c"}
-    assert idle.last_used == {"a": 112.0}
-    assert idle.expired(["a"], busy=set(), now=122.0) == {"a"}
-    assert idle.last_used == {}
+async def test_idle_topics_expire_after_their_timeout_and_busy_ones_wait() -> None:
+    assert sweep_interval(10.0) == 5.0
+    assert sweep_interval(600) == 60.0  # a sweep at least every minute
+    producer = Producer(nsqd="127.0.0.1:1", topic_idle_timeout=10.0)
+    topics = {name: producer._topic(name) for name in "abc"}
+    topics["a"].last_used, topics["b"].last_used, topics["c"].last_used = 100.0, 105.0, 109.0
+    producer._free_idle_topics(now=109.0)
+    assert producer.topics == {"a", "b", "c"}
+    topics["a"].active += 1  # "a" busy (a lookup under way): used now
+    producer._free_idle_topics(now=112.0)
+    assert producer.topics == {"a", "b", "c"}
+    topics["a"].active -= 1
+    producer._free_idle_topics(now=119.0)
+    assert producer.topics == {"a"}
+    assert topics["a"].last_used == 112.0
+    producer._free_idle_topics(now=122.0)
+    assert producer.topics == frozenset()
+    await producer.close()

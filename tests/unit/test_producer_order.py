@@ -1,5 +1,5 @@
-"""ArrivalOrder: keyed calls that wait for a topic's routes are queued in call order, all at
-once when the routes come, and the turns end there."""
+"""A topic's turn order: keyed calls that wait for the topic's routes are queued in call order,
+all at once when the routes come, and the turns end there."""
 
 from __future__ import annotations
 
@@ -8,10 +8,28 @@ from collections.abc import Callable
 
 import pytest
 
+from nsq_ha.connection import ConnectionConfig
 from nsq_ha.errors import ConfigError, TopicNotFoundError
-from nsq_ha.producer.order import ArrivalOrder
+from nsq_ha.producer import topic as producer_topic
+from nsq_ha.producer.pool import ConnectionPool
+from nsq_ha.producer.routes import SlotMemo
+from nsq_ha.routing import get_strategy
 
 ROUTES = "routes"
+
+
+class ArrivalOrder(producer_topic.Topic):
+    """A producer's topic ``"t"``, whose turn order is what is tested."""
+
+    def __init__(self) -> None:
+        pool = ConnectionPool(ConnectionConfig(), {})
+        memo = SlotMemo(get_strategy("murmur3"))
+        super().__init__("t", lookup=None, static=None, memo=memo, pool=pool)
+
+    def waiting_for(self, topic: str) -> bool:
+        """True while an earlier keyed call has not queued its messages yet."""
+        assert topic == self.name
+        return self.waiting is not None
 
 
 class Topic:
@@ -41,7 +59,7 @@ class Topic:
             self.routes = ROUTES
             return ROUTES
 
-        def submit(routes: str) -> asyncio.Future[str]:
+        def submit(_: object, routes: str) -> asyncio.Future[str]:
             if name.startswith("bad"):
                 raise ConfigError(f"{name}: refused before anything was queued")
             self.queued.append(name)
@@ -50,7 +68,7 @@ class Topic:
 
         async def run() -> asyncio.Future[str]:
             try:
-                return await order.turn("t", self.ready, look_up, submit)
+                return await order.turn(self.ready, look_up, submit)  # type: ignore[arg-type]
             finally:
                 self.after.pop(name, lambda: None)()
 
@@ -61,13 +79,13 @@ async def test_waiting_calls_are_queued_in_call_order_in_one_step_and_the_turns_
     order, topic = ArrivalOrder(), Topic()
     calls = [topic.call(order, f"c{i}") for i in range(50)]
     await asyncio.sleep(0)  # every task has made its call
-    assert order.waiting("t")
+    assert order.waiting_for("t")
     assert topic.lookups == ["c0"]
     topic.lookup_answer.set()
     async with asyncio.timeout(5):
         await calls[0]
     assert topic.queued == [f"c{i}" for i in range(50)]  # before any other call resumed
-    assert not order.waiting("t")
+    assert not order.waiting_for("t")
     results = await asyncio.gather(*calls)
     assert all(isinstance(f, asyncio.Future) for f in results)
     assert topic.lookups == ["c0"]
@@ -81,7 +99,7 @@ async def test_a_refused_call_gets_its_own_error_and_the_others_are_queued() -> 
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
     assert isinstance(outcomes[2], ConfigError)
     assert topic.queued == ["c0", "c1", "c3"]
-    assert not order.waiting("t")
+    assert not order.waiting_for("t")
 
 
 async def test_a_failed_lookup_hands_the_turn_to_the_next_call_which_looks_up_itself() -> None:
@@ -94,7 +112,7 @@ async def test_a_failed_lookup_hands_the_turn_to_the_next_call_which_looks_up_it
     assert isinstance(outcomes[0], TopicNotFoundError)
     assert topic.lookups == ["c0", "c1"]
     assert topic.queued == ["c1", "c2", "c3"]
-    assert not order.waiting("t")
+    assert not order.waiting_for("t")
 
 
 async def test_a_call_cancelled_while_waiting_is_skipped() -> None:
@@ -106,7 +124,7 @@ async def test_a_call_cancelled_while_waiting_is_skipped() -> None:
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
     assert isinstance(outcomes[1], asyncio.CancelledError)
     assert topic.queued == ["c0", "c2"]
-    assert not order.waiting("t")
+    assert not order.waiting_for("t")
 
 
 async def test_a_call_cancelled_once_queued_has_its_future_cancelled() -> None:
@@ -122,7 +140,7 @@ async def test_a_call_cancelled_once_queued_has_its_future_cancelled() -> None:
         await calls[1]
     assert topic.futures["c1"].cancelled()  # a lane skips a call whose future is cancelled
     assert not topic.futures["c0"].cancelled()
-    assert not order.waiting("t")
+    assert not order.waiting_for("t")
 
 
 async def test_a_call_cancelled_as_it_is_handed_the_turn_passes_it_on() -> None:
@@ -139,4 +157,4 @@ async def test_a_call_cancelled_as_it_is_handed_the_turn_passes_it_on() -> None:
     assert isinstance(outcomes[1], asyncio.CancelledError)
     assert topic.lookups == ["c0", "c2"]
     assert topic.queued == ["c2"]
-    assert not order.waiting("t")
+    assert not order.waiting_for("t")

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from tenacity import RetryError
 
+from nsq_ha.connection import ConnectionConfig
 from nsq_ha.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -18,15 +19,16 @@ from nsq_ha.errors import (
 )
 from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
-from nsq_ha.producer.batch import OutgoingMessage
-from nsq_ha.producer.lanes import Window
+from nsq_ha.producer.message import OutgoingMessage
+from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import (
     MEMO_KEY_LENGTH,
     MEMO_SIZE,
     Routes,
-    RouteTable,
+    SlotMemo,
     check_features,
 )
+from nsq_ha.producer.topic import Topic, Window
 from nsq_ha.routing import ShardingKey, ShardingStrategy, get_strategy
 
 
@@ -107,6 +109,12 @@ def test_backoff_doubles_up_to_its_cap_plus_jitter() -> None:
     assert all(0.1 <= jittered.backoff(State(1)) <= 0.3 for _ in range(50))  # type: ignore[arg-type]
 
 
+def _topic(strategy: ShardingStrategy) -> Topic:
+    """A producer's topic ``"t"`` routing keys with ``strategy``."""
+    pool = ConnectionPool(ConnectionConfig(), {})
+    return Topic("t", lookup=None, static=None, memo=SlotMemo(strategy), pool=pool)
+
+
 # -- window -----------------------------------------------------------------------------------
 
 
@@ -152,18 +160,16 @@ def test_routes_from_a_fork_map_and_a_vanilla_map() -> None:
     assert routes.count == 4
     assert routes.writable == (0, 2)
     assert routes.ext is True
-    assert routes.wire_partition(2) == 2
-    assert routes.key(2, routes.nodes[2]) == ("127.0.0.1:4152", "t", 2)
+    assert routes.addresses == {0: "127.0.0.1:4150", 2: "127.0.0.1:4152"}
     vanilla = PartitionMap("t", "w", producers=(node(4150), node(4160)))
     vroutes = Routes.from_map(vanilla)
     assert vroutes.fork is False
     assert vroutes.count == 2
-    assert vroutes.wire_partition(1) is None
-    assert vroutes.key(1, vroutes.nodes[1]) == ("127.0.0.1:4160", "", -1)
+    assert vroutes.addresses == {0: "127.0.0.1:4150", 1: "127.0.0.1:4160"}
 
 
 def test_slot_for_keys_partitions_and_round_robin() -> None:
-    table = RouteTable(lookup=None, static=(), strategy=get_strategy("java"), last_used={})
+    table = _topic(get_strategy("java"))
     routes = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
     # the java strategy: "publish_test_case" -> 1 of 4 (PROTOCOL.md §6.2)
     assert table.slot_for(routes, "publish_test_case", None) == 1
@@ -198,7 +204,7 @@ class CountingStrategy:
 
 def test_a_key_routed_before_is_not_hashed_again() -> None:
     counting = CountingStrategy()
-    table = RouteTable(lookup=None, static=(), strategy=counting.strategy, last_used={})
+    table = _topic(counting.strategy)
     four = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
     seven = Routes.from_map(fork_map({p: p + 1 for p in range(7)}, 7))
     keys: list[ShardingKey] = ["user-1", "user-2", b"user-1", 1, 2, -(1 << 63), "\u00e9t\u00e9"]
@@ -210,7 +216,7 @@ def test_a_key_routed_before_is_not_hashed_again() -> None:
 
 
 def test_keys_equal_to_a_routed_key_but_not_valid_are_still_refused() -> None:
-    table = RouteTable(lookup=None, static=(), strategy=get_strategy("murmur3"), last_used={})
+    table = _topic(get_strategy("murmur3"))
     routes = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
     table.slot_for(routes, 1, None)
     for bad in (True, 1.0, "\ud800", "\ud800"):  # True == 1 == 1.0; a lone surrogate twice
@@ -221,7 +227,7 @@ def test_keys_equal_to_a_routed_key_but_not_valid_are_still_refused() -> None:
 def test_the_keys_remembered_are_bounded() -> None:
     """Long keys are hashed each time (not kept); past the limit the memo starts over."""
     counting = CountingStrategy()
-    table = RouteTable(lookup=None, static=(), strategy=counting.strategy, last_used={})
+    table = _topic(counting.strategy)
     routes = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
     long_key = "k" * (MEMO_KEY_LENGTH + 1)
     table.slot_for(routes, long_key, None)

@@ -1,0 +1,293 @@
+"""One outgoing message and how it is framed: :class:`OutgoingMessage`, its full validation
+(:func:`prepare_message`: trace ids and ext headers), its encoded and stored sizes, the rules
+that cut batches of traced and ext messages or under a limit an nsqd named
+(:class:`BatchBuilder`), and the :class:`Receipt` nsqd's answer gives each message.
+
+A trace id given together with an ext header travels as the header's ``##trace_id`` (as the
+fork's SDKs do). For ``MPUB_TRACE`` nsqd reports only the first message's id and offset and the
+batch's total size; the other messages' values follow from the stored record layout
+(PROTOCOL.md §4.6: ids are consecutive, each record is ``4 + 26 + len(body)`` bytes, one more
+on an ext topic) and are given only when that layout adds up to the total nsqd reported
+(:func:`derive_batch`).
+
+A plain message (non-empty bytes, no trace id, no header) never needs this module: its fast
+path is :mod:`nsq_ha.producer.batch`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, TypeVar
+
+from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
+from nsq_ha.producer.result import message_id
+from nsq_ha.protocol.commands import as_bytes, check_size, check_uint, compact_json
+from nsq_ha.protocol.publish import TRACE_ID_HEADER, ExtHeader, encode_ext_header
+from nsq_ha.protocol.trace import TracedResponse
+
+__all__ = [
+    "PLAIN_RECEIPT",
+    "BatchBuilder",
+    "OutgoingMessage",
+    "Receipt",
+    "batch_body_size",
+    "derive_batch",
+    "mpub_sizes",
+    "prepare_message",
+    "record_size",
+]
+
+log = logging.getLogger(__name__)
+
+#: Bytes of a stored record before the body: length prefix, timestamp, attempts, id, trace id.
+_RECORD_OVERHEAD = 4 + 26
+
+
+class OutgoingMessage(NamedTuple):
+    """One message ready to publish: validated body, optional trace id, encoded ext header.
+
+    A named tuple rather than a frozen dataclass: one is made per published message, and a
+    tuple is several times cheaper to build.
+    """
+
+    body: bytes
+    trace_id: int | None = None
+    #: The JSON header exactly as it goes on the wire (``##trace_id`` already merged in).
+    ext: bytes | None = None
+
+
+def prepare_message(
+    body: object,
+    *,
+    trace_id: int | None = None,
+    ext: ExtHeader | None = None,
+    max_msg_size: int | None = None,
+) -> OutgoingMessage:
+    """Validate one message before it is queued; every problem raises a typed error.
+
+    ``body`` must be non-empty bytes; ``trace_id`` a u64; ``ext`` a JSON object (a mapping, or
+    JSON bytes) that nsqd will accept. A trace id and an ext header together put the trace id
+    into the header as ``##trace_id`` (a header that already names a different one is refused).
+    The size checked against ``max_msg_size`` is what nsqd compares: the body plus the 8-byte
+    trace id or the ``2 + len(header)`` ext prefix.
+    """
+    if isinstance(body, str):
+        raise InvalidArgumentError("message body must be bytes, not str: encode it: body.encode()")
+    data = as_bytes(body, "message body")
+    if not data:
+        raise InvalidArgumentError("message body must not be empty (nsqd refuses empty messages)")
+    if trace_id is not None:
+        check_uint(trace_id, "trace id", 64)
+    header: bytes | None = None
+    if ext is not None:
+        header = encode_ext_header(ext)
+        if trace_id is not None:
+            header = _with_trace_id(header, trace_id)
+        else:
+            trace_id = _header_trace_id(header)
+        check_size("message body (with the ext header)", 2 + len(header) + len(data), max_msg_size)
+    elif trace_id is not None:
+        check_size("message body (with the 8-byte trace id)", 8 + len(data), max_msg_size)
+    else:
+        check_size("message body", len(data), max_msg_size)
+    return OutgoingMessage(data, trace_id, header)
+
+
+def _with_trace_id(header: bytes, trace_id: int) -> bytes:
+    parsed = json.loads(header)
+    existing = parsed.get(TRACE_ID_HEADER)
+    if existing is not None:
+        if existing != str(trace_id):
+            raise InvalidArgumentError(
+                f"trace_id={trace_id} conflicts with the header's {TRACE_ID_HEADER}={existing!r}"
+            )
+        return header
+    parsed[TRACE_ID_HEADER] = str(trace_id)
+    return encode_ext_header(compact_json(parsed, "ext header"))
+
+
+def _header_trace_id(header: bytes) -> int | None:
+    value = json.loads(header).get(TRACE_ID_HEADER)
+    return None if value is None else int(value)  # checked by encode_ext_header
+
+
+def _kind(traced: bool, ext: bool) -> str:
+    return "ext" if ext else "trace" if traced else "plain"
+
+
+def batch_body_size(bodies: int, body_bytes: int, ext_bytes: int, kind: str) -> int:
+    """Size of an ``MPUB*`` body: count, then a length and the encoded message per message.
+
+    ``ext_bytes`` is the total length of the JSON headers in the batch (used by ``ext``).
+    """
+    size = 4 + 4 * bodies + body_bytes
+    if kind == "trace":
+        size += 8 * bodies
+    elif kind == "ext":
+        size += 2 * bodies + ext_bytes
+    return size
+
+
+class _HasMessage(Protocol):
+    @property
+    def message(self) -> OutgoingMessage: ...
+
+
+_Item = TypeVar("_Item", bound=_HasMessage)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchBuilder:
+    """Take as many queued messages as one command may carry, in queue order.
+
+    ``tracing`` makes every batch traced (so every publish is answered with its offset).
+    ``ext_topic`` says whether the topic is known to be an ext topic: only then are messages
+    with a header sent in a batch with others (nsqd rejects a header on other topics, and that
+    error must reach only the message that carried it). ``checks_each``: ``max_msg_size`` is a
+    limit an nsqd named, lower than the one messages were checked against when they were
+    queued: every message is measured, and one over it goes in a batch of its own (nsqd refuses
+    only that one). ``max_count`` (at least 1) caps the messages of one batch.
+    """
+
+    max_msg_size: int
+    max_body_size: int
+    max_count: int = 1000
+    tracing: bool = False
+    ext_topic: bool = False
+    checks_each: bool = False
+
+    def take(self, queue: deque[_Item]) -> list[_Item]:
+        """Pop the next batch from the left of ``queue`` (never empty when the queue is not)."""
+        if not queue:
+            return []
+        first = queue.popleft()
+        batch = [first]
+        if first.message.ext is not None and not self.ext_topic:
+            return batch
+        plain = not self.tracing and first.message.trace_id is None and first.message.ext is None
+        if plain and not self.checks_each and self._take_plain(queue, batch):
+            return batch
+        # traced or ext messages (first, or next after plain ones): the general rules below
+        traced = self.tracing or first.message.trace_id is not None
+        has_ext = first.message.ext is not None
+        if self.checks_each and _encoded_size(first.message, _kind(traced, has_ext)) > (
+            self.max_msg_size
+        ):
+            return batch  # over the limit nsqd named: alone, so that nsqd refuses only it
+        body_bytes = sum(len(item.message.body) for item in batch)
+        ext_bytes = len(first.message.ext or b"")
+        while queue and len(batch) < self.max_count:
+            msg = queue[0].message
+            if msg.ext is not None and not self.ext_topic:
+                break
+            n_traced = traced or msg.trace_id is not None
+            n_ext = has_ext or msg.ext is not None
+            kind = _kind(n_traced, n_ext)
+            n_body = body_bytes + len(msg.body)
+            n_ext_bytes = ext_bytes + len(msg.ext or b"")
+            if batch_body_size(len(batch) + 1, n_body, n_ext_bytes, kind) > self.max_body_size:
+                break
+            # a batch of another kind frames every message differently: each must still fit
+            if _encoded_size(msg, kind) > self.max_msg_size:
+                break
+            if kind != _kind(traced, has_ext) and any(
+                _encoded_size(item.message, kind) > self.max_msg_size for item in batch
+            ):
+                break
+            batch.append(queue.popleft())
+            traced, has_ext, body_bytes, ext_bytes = n_traced, n_ext, n_body, n_ext_bytes
+        return batch
+
+    def _take_plain(self, queue: deque[_Item], batch: list[_Item]) -> bool:
+        """Extend a plain batch with the plain messages at the head of ``queue`` (the common
+        case, kept to one check per message): an ``MPUB`` body is a u32 count, then a u32
+        length and the body of each message. False if it stopped at a traced or ext message
+        (the general rules decide whether that one joins), True if the batch is complete."""
+        room = self.max_body_size - 4 - 4 - len(batch[0].message.body)
+        limit = self.max_count
+        while queue and len(batch) < limit:
+            msg = queue[0].message
+            if msg.trace_id is not None or msg.ext is not None:
+                return False
+            room -= 4 + len(msg.body)
+            if room < 0:
+                return True
+            batch.append(queue.popleft())
+        return True
+
+
+def _encoded_size(msg: OutgoingMessage, kind: str) -> int:
+    """Length of one message inside an ``MPUB*`` body of ``kind`` (what max_msg_size limits)."""
+    if kind == "trace":
+        return 8 + len(msg.body)
+    if kind == "ext":
+        return 2 + len(msg.ext or b"") + len(msg.body)
+    return len(msg.body)
+
+
+def mpub_sizes(messages: Sequence[OutgoingMessage], name: bytes) -> tuple[int, int]:
+    """The body size of the ``name`` command (``b"MPUB"``, ``b"MPUB_TRACE"``, ``b"MPUB_EXT"``)
+    carrying ``messages``, and its largest message as nsqd measures it (``max_msg_size``)."""
+    kind = "ext" if name == b"MPUB_EXT" else "trace" if name == b"MPUB_TRACE" else "plain"
+    sizes = [_encoded_size(m, kind) for m in messages]
+    return 4 + 4 * len(sizes) + sum(sizes), max(sizes, default=0)
+
+
+def record_size(msg: OutgoingMessage, *, ext_topic: bool) -> int:
+    """Bytes nsqd's disk queue uses for ``msg``: the raw size a traced answer reports (§4.6)."""
+    if not ext_topic:
+        return _RECORD_OVERHEAD + len(msg.body)
+    if msg.ext is None:
+        return _RECORD_OVERHEAD + 1 + len(msg.body)
+    return _RECORD_OVERHEAD + 3 + len(msg.ext) + len(msg.body)
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What nsqd told about one published message (all ``None`` for a plain ``OK``)."""
+
+    internal_id: int | None = None
+    trace_id: int | None = None
+    offset: int | None = None
+    raw_size: int | None = None
+
+    @property
+    def message_id(self) -> bytes | None:
+        """The 16-byte id consumers will see (fork: internal id + trace id), when known."""
+        return message_id(self.internal_id, self.trace_id)
+
+
+#: the receipt of every message answered by a plain ``OK`` (immutable, so shared)
+PLAIN_RECEIPT = Receipt()
+
+
+def derive_batch(
+    response: TracedResponse, messages: Sequence[OutgoingMessage], ext_topic: bool | None
+) -> list[Receipt]:
+    """Per-message receipts of an MPUB_TRACE from its single answer (see module docstring)."""
+    if response.trace_id != 0:
+        raise RemoteProtocolError(f"MPUB_TRACE answered with trace id {response.trace_id}, not 0")
+    layouts = [False, True] if ext_topic is None else [ext_topic]
+    for layout in layouts:
+        sizes = [record_size(m, ext_topic=layout) for m in messages]
+        if sum(sizes) == response.raw_size:
+            receipts: list[Receipt] = []
+            offset = response.offset
+            for index, (msg, size) in enumerate(zip(messages, sizes, strict=True)):
+                receipts.append(
+                    Receipt(response.internal_id + index, msg.trace_id or 0, offset, size)
+                )
+                offset += size
+            return receipts
+    log.warning(
+        "MPUB_TRACE of %d messages: nsqd reported %d bytes, which no known record layout gives; "
+        "only the first message's id and offset are known",
+        len(messages),
+        response.raw_size,
+    )
+    first = Receipt(response.internal_id, messages[0].trace_id or 0, response.offset, None)
+    return [first] + [Receipt(trace_id=m.trace_id or 0) for m in messages[1:]]

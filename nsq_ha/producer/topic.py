@@ -1,0 +1,481 @@
+"""One topic's producer state in one object: :class:`Topic`.
+
+A producer keeps one :class:`Topic` per topic it publishes to, and nothing per topic anywhere
+else: its routes (kept fresh through the lookup's watch), the slot of each message, the keyed
+calls waiting for their turn, its lanes of queued calls, its windows of unacknowledged unkeyed
+commands, its connections (on the fork: one per partition, serving this topic alone) and when it
+was last used. A topic idle for ``topic_idle_timeout`` is one dict entry to drop
+(:meth:`Topic.close` ends its lookup watch and closes its connections).
+
+A keyed message is routed by the topic's partition *count*, and that count is only ever taken
+from lookupd's ``meta.partition_num``: a lookup without ``meta`` (or with a count of 0) lists
+only the partitions that have a writable leader now, so "highest listed + 1" would be a guess
+that re-hashes keys whenever the highest partition's leader is missing. The topic keeps the
+last count ``meta`` gave (:attr:`Topic.count`); until one is known, keyed publishes wait.
+
+Turn order: a keyed call (``sharding_key``, ``sharding_keys`` or ``partition``) normally finds
+the routes cached and queues its messages at once, in the same loop step: call order is lane
+order, and the lane keeps it. A call that has to wait for a lookup would break that unless
+later calls wait too, so :meth:`Topic.turn` makes them wait behind the call that holds the
+topic's turn, in call order; when the holder has queued (or failed), every waiting call whose
+routes are now cached is queued in that same loop step, in order, and the turns end there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from nsq_ha import events
+from nsq_ha.errors import (
+    ConfigError,
+    PartitionNotAvailableError,
+    ProducerClosedError,
+    TopicNotWritableError,
+    UnsupportedByServerError,
+)
+from nsq_ha.lookup import LookupClient, PartitionMap
+from nsq_ha.producer.batch import Call
+from nsq_ha.producer.message import OutgoingMessage
+from nsq_ha.producer.pool import ConnectionPool
+from nsq_ha.producer.routes import Routes, SlotMemo, check_features
+from nsq_ha.routing import ShardingKey
+
+if TYPE_CHECKING:
+    from nsq_ha.connection import NsqdConnection
+
+__all__ = ["Lane", "Topic", "Window"]
+
+log = logging.getLogger(__name__)
+
+#: what queuing a call gives: the future of its outcomes
+_F = TypeVar("_F", bound="asyncio.Future[Any]")
+
+
+@dataclass(slots=True)
+class Lane:
+    """Queued publish calls of one slot of a topic, whose messages leave as batches (group
+    commit).
+
+    A keyed lane (``slot`` set) has at most one batch out, so call order holds; the unkeyed
+    lane of a topic (``slot`` None) sends each batch to the next partition, several at once.
+    """
+
+    slot: int | None
+    loop: asyncio.AbstractEventLoop
+    queue: deque[Call] = field(default_factory=deque)
+    #: messages of the queued calls that no batch has taken yet
+    waiting: int = 0
+    senders: set[asyncio.Task[None]] = field(default_factory=set)
+    #: senders waiting for nsqd's answer to their batch (the others will take the next one)
+    sending: int = 0
+
+
+class Window:
+    """A FIFO counting semaphore that wakes one waiter in O(1) (asyncio.Semaphore in 3.11 scans
+    its waiters on every release, which is quadratic with thousands of publishes waiting)."""
+
+    __slots__ = ("free", "size", "waiters")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.free = size
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+    async def __aenter__(self) -> None:
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._release()  # the slot was handed over just as we were cancelled
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        while self.waiters:
+            future = self.waiters.popleft()
+            if not future.done():
+                future.set_result(None)
+                return
+        self.free += 1
+
+
+class _Waiter(Generic[_F]):
+    """A keyed call waiting behind the turn's holder: how to queue it if its routes are cached
+    (its future then, else None), and the future that gets what that gave."""
+
+    __slots__ = ("future", "queue_now")
+
+    def __init__(
+        self, queue_now: Callable[[], _F | None], future: asyncio.Future[_F | None]
+    ) -> None:
+        self.queue_now = queue_now
+        self.future = future
+
+
+class Topic:
+    """Everything a producer keeps for one topic (see the module docstring).
+
+    ``lookup`` None: the topic lives on the static ``nsqd=`` nodes of ``static`` (its routes).
+    ``memo`` is the producer's :class:`~nsq_ha.producer.routes.SlotMemo` (key -> slot);
+    ``pool`` opens and closes its connections.
+    """
+
+    __slots__ = (
+        "_leaders",
+        "_pmap",
+        "_round_robin",
+        "_warned",
+        "active",
+        "checked",
+        "conns",
+        "count",
+        "lanes",
+        "last_used",
+        "lookup",
+        "memo",
+        "name",
+        "pool",
+        "routes",
+        "streaks",
+        "waiting",
+        "watched",
+        "windows",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        lookup: LookupClient | None,
+        static: Routes | None,
+        memo: SlotMemo,
+        pool: ConnectionPool,
+    ) -> None:
+        self.name = name
+        self.lookup = lookup
+        self.memo = memo
+        self.pool = pool
+        #: the routes in use: of the last map seen (or the static nodes)
+        self.routes: Routes | None = static
+        self._pmap: PartitionMap | None = None
+        #: the last partition count lookupd's ``meta`` gave (0: none yet)
+        self.count = 0
+        #: a lookup (or the static nodes) served this topic once: its name is valid
+        self.checked = False
+        #: the lookup refreshes this topic's map for us
+        self.watched = False
+        #: ``time.monotonic()`` of its last publish call
+        self.last_used = time.monotonic()
+        #: fork: the last leader seen per partition (a move is a LeaderChanged event)
+        self._leaders: dict[int, str] = {}
+        self._round_robin = itertools.count()
+        #: its unkeyed messages on an ordered topic were warned about
+        self._warned = False
+        #: slot (None: unkeyed) -> its lane of queued calls
+        self.lanes: dict[int | None, Lane] = {}
+        #: slot -> the window of unacknowledged unkeyed commands there
+        self.windows: dict[int, Window] = {}
+        #: fork slot -> the open connection to its leader (vanilla ones are the pool's)
+        self.conns: dict[int, NsqdConnection] = {}
+        #: keyed calls waiting behind the one that holds the turn (None: no turn taken)
+        self.waiting: deque[_Waiter[Any]] | None = None
+        #: what -> failed tries, while a streak of failures of ``what`` lasts (for logs)
+        self.streaks: dict[str, int] = {}
+        #: lookups of this topic under way (it is busy meanwhile)
+        self.active = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<Topic {self.name!r} count={self.count} lanes={len(self.lanes)} "
+            f"conns={len(self.conns)} watched={self.watched}>"
+        )
+
+    # -- routes -----------------------------------------------------------------------------
+
+    def ready(self, keyed: bool) -> Routes | None:
+        """The routes if they serve a publish now without asking lookupd: a lookup served the
+        topic before, it is watched (not expired) and, when ``keyed``, its partition count is
+        known. Marks the topic used."""
+        if not self.checked:
+            return None
+        routes = self.cached()
+        if routes is None or (self.lookup is not None and not self.watched):
+            return None
+        if keyed and routes.count < 1:
+            return None
+        self.last_used = time.monotonic()
+        return routes
+
+    def cached(self) -> Routes | None:
+        """The routes of the lookup's cached map (None when there is none, or no writable
+        partition in it); the static nodes' without a lookup."""
+        lookup = self.lookup
+        if lookup is None:
+            return self.routes
+        pmap = lookup.cached(self.name, "w")
+        if pmap is None:
+            return None
+        if pmap is self._pmap:  # every publish: keep it to an identity check
+            routes = self.routes
+            return routes if routes is not None and routes.nodes else None
+        if not pmap.routes():
+            return None
+        return self._store(pmap)
+
+    async def current(self, *, keyed: bool, closing: Callable[[], bool]) -> Routes:
+        """The routes, asking lookupd when the cache cannot serve; a typed error when the topic
+        has no writable partition or, ``keyed``, no known partition count. ``closing()``: the
+        producer is closing (a cancelled lookup then says so)."""
+        routes = self.cached()
+        lookup = self.lookup
+        usable = routes is not None and (lookup is None or self.watched)
+        if routes is not None and usable and (not keyed or routes.count > 0):
+            self.checked = True
+            return routes
+        assert lookup is not None  # noqa: S101 - static routes are always usable
+        # a cached map without a writable partition (or without a count, or of an expired
+        # topic) is what sent us here: ask lookupd again (each retry does), rather than fail
+        # from it until the refresh timer
+        stale = lookup.cached(self.name, "w") is not None
+        try:
+            pmap = await lookup.writable(self.name, force=stale)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if closing() and task is not None and not task.cancelling():
+                # the producer closed the lookup client under us: say so, not "cancelled"
+                raise ProducerClosedError(
+                    f"the producer closed while looking up {self.name!r}"
+                ) from None
+            raise
+        if not self.watched:
+            self.watched = True
+            lookup.watch(self.name, "w", self._on_map)
+        routes = self._store(pmap)
+        self.checked = True
+        if keyed and routes.count < 1:
+            raise PartitionNotAvailableError(
+                f"the partition count of topic {self.name!r} is not known: lookupd answered "
+                "without meta.partition_num, and a keyed publish never routes by a count "
+                "guessed from the partitions listed; waiting for lookupd to tell it"
+            )
+        return routes
+
+    def _on_map(self, pmap: PartitionMap) -> None:
+        """Lookup listener: keep the new routes."""
+        if self.watched and pmap.topic == self.name:
+            self._store(pmap)
+
+    def _store(self, pmap: PartitionMap) -> Routes:
+        """Keep the routes of ``pmap`` (its ``meta`` count, if it has one, is remembered). On the
+        fork, a partition whose leader is not the one seen last is a
+        :class:`~nsq_ha.events.LeaderChanged` event, and the connection to the old leader is
+        closed (the next publish there connects to the new one)."""
+        if pmap.fork and pmap.meta is not None and pmap.meta.partition_num > 0:
+            self.count = pmap.meta.partition_num
+        routes = Routes.from_map(pmap, self.count)
+        self._pmap, self.routes = pmap, routes
+        if not routes.fork:
+            return routes
+        leaders = self._leaders
+        for slot, address in routes.addresses.items():
+            old = leaders.get(slot)
+            if old != address:
+                leaders[slot] = address
+                if old is not None:
+                    events.emit(
+                        events.LeaderChanged(
+                            role="producer", topic=self.name, partition=slot, old=old, new=address
+                        )
+                    )
+        self.pool.follow(self.name, routes.addresses, self.conns)
+        return routes
+
+    # -- where a message goes ---------------------------------------------------------------
+
+    def slot_for(
+        self, routes: Routes, key: ShardingKey | None, partition: int | None
+    ) -> int | None:
+        """The fixed slot of a keyed or explicit-partition message; None for round-robin."""
+        if key is not None and partition is not None:
+            raise ConfigError("give sharding_key= or partition=, not both")
+        if partition is not None:
+            if isinstance(partition, bool) or not isinstance(partition, int):
+                raise ConfigError(f"partition must be an int, not {partition!r}")
+            if routes.fork is not True:
+                raise UnsupportedByServerError(
+                    "partition= needs the fork's partition map: use lookupd= with the fork"
+                )
+            if not 0 <= partition < routes.count:
+                raise ConfigError(
+                    f"topic {self.name!r} has partitions 0..{routes.count - 1}, not {partition}"
+                )
+            return partition
+        if key is None:
+            return None
+        if routes.count < 1:
+            raise PartitionNotAvailableError(
+                f"the partition count of topic {self.name!r} is not known yet"
+            )
+        return self.memo.slot(key, routes.count)
+
+    def place(
+        self,
+        routes: Routes,
+        messages: Sequence[OutgoingMessage],
+        key: ShardingKey | None,
+        partition: int | None,
+        defer: float | None = None,
+    ) -> int | None:
+        """Refuse what ``routes``' server kind cannot take (:func:`check_features`), then
+        the slot of ``messages`` (:meth:`slot_for`; None: round-robin)."""
+        if defer is not None or (
+            not routes.unrestricted
+            and (partition is not None or not all(m[1] is None and m[2] is None for m in messages))
+        ):
+            check_features(
+                routes.fork,
+                self.name,
+                messages,
+                defer=defer,
+                partition=partition,
+                ext_topic=routes.ext,
+            )
+        if key is None and partition is None:
+            if routes.ordered and not self._warned:
+                self._warned = True
+                log.warning(
+                    "topic %r is ordered, but messages published to it without a sharding_key "
+                    "go round-robin over its %d partitions, so their order is not kept: give "
+                    "each message a sharding_key (one key's messages go to one partition, in "
+                    "order); this is logged once per topic",
+                    self.name,
+                    routes.count,
+                )
+            return None  # unkeyed: round-robin
+        return self.slot_for(routes, key, partition)
+
+    def next_slot(self, routes: Routes) -> int:
+        """The next writable slot of ``routes`` in round-robin order."""
+        writable = routes.writable
+        if not writable:
+            raise TopicNotWritableError(f"topic {self.name!r} has no writable partition now")
+        return writable[next(self._round_robin) % len(writable)]
+
+    def lane(self, slot: int | None) -> Lane:
+        """The lane of ``slot`` (None: the unkeyed lane), made on first use."""
+        lane = self.lanes.get(slot)
+        if lane is None:
+            lane = self.lanes[slot] = Lane(slot, asyncio.get_running_loop())
+        return lane
+
+    # -- turn order of keyed calls ----------------------------------------------------------
+
+    async def turn(
+        self,
+        ready: Callable[[], Routes | None],
+        look_up: Callable[[], Awaitable[Routes]],
+        submit: Callable[[Topic, Routes], _F],
+    ) -> _F:
+        """Queue a keyed call after every one made before it; the future ``submit(routes)``
+        gave.
+
+        ``ready()``: the cached routes, None when they do not serve; ``look_up()``: the routes
+        from lookupd. With no turn taken, the call takes it, looks up and queues; otherwise it
+        waits, and the holder, once done, queues the waiting calls whose routes are ready, in
+        order. An error raised by either is this call's own. A call cancelled after it was
+        queued has its future cancelled (as if cancelled while awaiting it)."""
+        waiters = self.waiting
+        if waiters is None:
+            self.waiting = deque()
+        else:
+
+            def queue_now() -> _F | None:
+                routes = ready()
+                return None if routes is None else submit(self, routes)
+
+            future: asyncio.Future[_F | None] = asyncio.get_running_loop().create_future()
+            waiters.append(_Waiter(queue_now, future))
+            try:
+                queued = await future
+            except asyncio.CancelledError:
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    queued = future.result()
+                    if queued is None:
+                        self._pass_on()  # handed the turn just as it was cancelled
+                    else:
+                        queued.cancel()
+                raise
+            if queued is not None:
+                return queued  # queued by the holder, in order
+        try:
+            routes = ready()
+            return submit(self, routes if routes is not None else await look_up())
+        finally:
+            self._pass_on()
+
+    def _pass_on(self) -> None:
+        """The holder is done: queue every waiting call now, in order, until one cannot be
+        queued without a lookup; that one holds the turn next. No one left: no turn taken."""
+        waiters = self.waiting
+        assert waiters is not None  # noqa: S101 - only the turn's holder passes it on
+        while waiters:
+            waiter = waiters.popleft()
+            if waiter.future.done():
+                continue  # cancelled while it waited
+            try:
+                queued = waiter.queue_now()
+            except Exception as exc:  # its own refusal (a bad key): the others go on
+                if not waiter.future.done():
+                    waiter.future.set_exception(exc)
+                continue
+            except BaseException:
+                if waiter.future.done():
+                    self._pass_on()
+                else:
+                    waiter.future.set_result(None)  # it holds the turn: its own try raises again
+                raise
+            if waiter.future.done():  # cancelled by what queued it: as if once queued
+                if queued is not None:
+                    queued.cancel()
+                continue
+            waiter.future.set_result(queued)
+            if queued is None:
+                return
+        self.waiting = None
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """Messages queued, a lane's sender running, an unkeyed command out or waiting for
+        room in its window, a lookup, or a keyed call waiting for its turn."""
+        if self.waiting is not None or self.active:
+            return True
+        if any(lane.queue or lane.senders for lane in self.lanes.values()):
+            return True
+        return any(w.waiters or w.free < w.size for w in self.windows.values())
+
+    def close(self) -> None:
+        """Stop the lookup's refresh of this topic and close its connections (it expired, or
+        the producer closes)."""
+        if self.watched and self.lookup is not None:
+            self.watched = False
+            self.lookup.unwatch(self.name, "w", self._on_map)
+        for key in self.pool.opening(self.name):
+            self.pool.drop(key, self.conns)
+        for slot, conn in list(self.conns.items()):
+            self.pool.drop((conn.address, self.name, slot), self.conns)

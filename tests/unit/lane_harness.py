@@ -1,0 +1,96 @@
+"""The producer's sender draining one topic's lanes, with every batch handed to a function of the
+test instead of nsqd (what the group-commit and split tests drive)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from nsq_ha.connection import ConnectionConfig
+from nsq_ha.producer.batch import UNKNOWN, Outcome, PlainBytes
+from nsq_ha.producer.message import BatchBuilder, OutgoingMessage
+from nsq_ha.producer.policy import RetryPolicy
+from nsq_ha.producer.pool import ConnectionPool
+from nsq_ha.producer.routes import Routes, SlotMemo
+from nsq_ha.producer.sender import Sender
+from nsq_ha.producer.topic import Topic
+from nsq_ha.routing import get_strategy
+
+#: ``send(topic, messages, slot)``: one batch; each message's outcome, or it raises
+SendBatch = Callable[[str, list[OutgoingMessage], "int | None"], Awaitable[Sequence[Outcome]]]
+
+
+class _Sender(Sender):
+    """A Sender whose batches go to ``send`` and are cut by ``make_builder``."""
+
+    def __init__(
+        self,
+        send: SendBatch,
+        make_builder: Callable[[Routes | None], BatchBuilder],
+        *,
+        linger: float,
+        max_batch: int,
+    ) -> None:
+        super().__init__(
+            pool=ConnectionPool(ConnectionConfig(), {}),
+            config=ConnectionConfig(),
+            policy=RetryPolicy(),
+            stats={},
+            trace=False,
+            max_batch=max_batch,
+            linger=linger,
+            unkeyed_window=1,
+            closing=lambda: False,
+        )
+        self.send = send  # type: ignore[method-assign, assignment]
+        self.make_builder = make_builder
+
+    async def send_batch(
+        self, topic: Topic, messages: list[OutgoingMessage], slot: int | None
+    ) -> list[Outcome]:
+        return list(await self.send(topic.name, messages, slot))  # type: ignore[call-arg, arg-type, operator]
+
+    def builder(self, routes: Routes | None) -> BatchBuilder:
+        return self.make_builder(routes)
+
+
+class Lanes:
+    """One topic (``"t"``, no routes known) whose calls are queued and sent by a Sender."""
+
+    def __init__(
+        self,
+        *,
+        send: SendBatch,
+        builder: Callable[[Routes | None], BatchBuilder],
+        routes: object = None,
+        linger: float = 0.0,
+        max_batch: int,
+    ) -> None:
+        self.sender = _Sender(send, builder, linger=linger, max_batch=max_batch)
+        self.topic = Topic(
+            "t",
+            lookup=None,
+            static=None,
+            memo=SlotMemo(get_strategy("murmur3")),
+            pool=self.sender.pool,
+        )
+
+    def submit(
+        self,
+        topic: str,
+        slot: int | None,
+        messages: list[OutgoingMessage],
+        plain_bytes: PlainBytes = UNKNOWN,
+    ) -> asyncio.Future[list[Outcome]]:
+        assert topic == self.topic.name
+        return self.sender.submit(self.topic, slot, messages, plain_bytes)
+
+    @property
+    def queued(self) -> int:
+        """Messages waiting in the topic's lanes."""
+        return sum(lane.waiting for lane in self.topic.lanes.values())
+
+    @property
+    def split_calls(self) -> int:
+        """Calls whose messages went in several batches and that still wait for some."""
+        return len(self.sender.splits)
