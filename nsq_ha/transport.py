@@ -5,7 +5,11 @@ reads two ways: *pulled* (:meth:`~StreamTransport.read_exactly`, :meth:`~StreamT
 while the handshake may still upgrade the stream, then *pushed*
 (:meth:`~StreamTransport.receive`): every read goes straight from the socket callback to the
 session, with no task woken between them (one event-loop turn per read, where a
-``StreamReader`` costs two). Upgrades happen in place, in the order nsqd performs them (§1.8):
+``StreamReader`` costs two). It writes two ways too: at once (:meth:`~StreamTransport.write`,
+the handshake) or *coalesced* (:meth:`~StreamTransport.send`): what one event-loop turn sends
+leaves in one socket write, and senders wait while the socket buffer is over its limit
+(:meth:`~StreamTransport.backpressure`).
+Upgrades happen in place, in the order nsqd performs them (§1.8):
 :meth:`StreamTransport.start_tls` replaces the socket layer with TLS,
 :meth:`StreamTransport.enable_compression` puts a codec from
 :mod:`nsq_ha.protocol.compression` on top of whatever the socket layer is.
@@ -27,6 +31,7 @@ from nsq_ha.errors import (
     ConnectionClosedError,
     HandshakeError,
     LocalProtocolError,
+    NsqConnectionError,
     NsqError,
     NsqTimeoutError,
 )
@@ -217,6 +222,12 @@ class StreamTransport:
         self._on_data: Callable[[bytes], None] = _discard
         self._on_end: Callable[[NsqError | None], None] = _ignore_end
         self.tls = False
+        #: coalesced sends waiting for the end of the loop turn, and their size
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._flush_handle: asyncio.Handle | None = None
+        #: socket writes issued (a coalescing statistic)
+        self.writes = 0
 
     def __repr__(self) -> str:
         """Show the address and the layers in use."""
@@ -244,6 +255,11 @@ class StreamTransport:
         stream = cls(transport, pipe, address)
         stream.set_write_buffer_limit(write_buffer_limit)
         return stream
+
+    @property
+    def write_buffer_limit(self) -> int:
+        """Bytes queued above which senders wait (:meth:`backpressure`)."""
+        return self._write_buffer_limit
 
     def set_write_buffer_limit(self, limit: int) -> None:
         """Make :meth:`drain` wait while more than ``limit`` bytes are queued in the socket."""
@@ -485,12 +501,63 @@ class StreamTransport:
     # -- writing ----------------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        """Queue ``data`` for sending (compressed first when compression is on)."""
+        """Write ``data`` now (compressed first when compression is on)."""
         if self._transport.is_closing():
             raise ConnectionClosedError(f"connection to {self.address} is closed")
         if self._codec is not None:
             data = self._codec.compress(data)
         self._transport.write(data)
+        self.writes += 1
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data``: what one loop turn sends leaves in one write (at once past the
+        write buffer limit)."""
+        self._out.append(data)
+        self._out_size += len(data)
+        if self._out_size >= self._write_buffer_limit:
+            self.flush()
+        elif self._flush_handle is None:
+            self._flush_handle = self._pipe.loop.call_soon(self.flush)
+
+    def send_now(self, data: bytes) -> None:
+        """Write ``data`` now, after what was queued (the answer nsqd waits for)."""
+        self._out.append(data)
+        self._out_size += len(data)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what was queued as one write; a closed socket drops it (the reader reports
+        the close)."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        if not self._out:
+            return
+        data = b"".join(self._out)
+        self._out.clear()
+        self._out_size = 0
+        with contextlib.suppress(NsqConnectionError):
+            self.write(data)
+
+    def discard_queued(self) -> None:
+        """Drop what was queued and not written (the connection is closing)."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        self._out.clear()
+        self._out_size = 0
+
+    def backlogged(self) -> bool:
+        """True while the socket layer and the queue hold more than the write buffer limit."""
+        return self._transport.get_write_buffer_size() + self._out_size > self._write_buffer_limit
+
+    async def backpressure(self) -> None:
+        """Wait while the socket layer holds more than its limit (unbounded here: the caller
+        puts a timeout around it); a closed socket ends the wait (the reader reports it)."""
+        if self.backlogged():
+            self.flush()
+            with contextlib.suppress(NsqConnectionError):
+                await self.drain()
 
     def write_buffer_size(self) -> int:
         """Bytes queued in the socket layer, not yet handed to the kernel."""

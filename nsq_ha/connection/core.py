@@ -8,12 +8,14 @@ fatal errors, heartbeats):
 * **handshake** (:meth:`NsqdConnection.connect`, :class:`~nsq_ha.connection.handshake.Handshake`):
   magic, IDENTIFY, TLS, snappy or deflate, AUTH (§1.8, §2.1, §2.2);
 * **reading** (:class:`~nsq_ha.connection.reader.FrameReader`): bytes go into the session, its
-  events complete the pending futures (:class:`~nsq_ha.connection.answers.PendingAnswers`, in
+  events complete the pending futures (:class:`~nsq_ha.connection.reader.PendingAnswers`, in
   FIFO order, §1.5), go to ``on_error`` (FIN/REQ/TOUCH failures, §11), to ``on_message`` or
   :meth:`NsqdConnection.messages`; two heartbeat intervals without a frame mean a dead peer;
   messages beyond the RDY given are a protocol violation (:mod:`nsq_ha.protocol.flow`);
-* **writing** (:class:`~nsq_ha.connection.writer.CommandWriter`): one write per loop turn;
-  senders wait while the socket buffer is over ``write_buffer_limit`` (within their timeout).
+* **writing**: typed commands (:mod:`nsq_ha.protocol.commands`, :mod:`nsq_ha.protocol.publish`)
+  go through the session, which returns their bytes, to the transport's coalesced writes (one
+  write per loop turn); senders wait while the socket buffer is over ``write_buffer_limit``
+  (within their timeout).
 
 A fatal error frame (§2.19) fails its own command with the :class:`~nsq_ha.errors.BrokerError`
 and every other waiter with :class:`~nsq_ha.errors.ConnectionClosedError` chained to it.
@@ -24,16 +26,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-from nsq_ha.connection.answers import PendingAnswers
 from nsq_ha.connection.config import ConnectionConfig, parse_address
-from nsq_ha.connection.deliveries import Deliveries
 from nsq_ha.connection.handshake import Handshake
-from nsq_ha.connection.reader import FrameReader
-from nsq_ha.connection.writer import CommandWriter
+from nsq_ha.connection.reader import Deliveries, FrameReader, PendingAnswers
 from nsq_ha.errors import (
     BrokerError,
     ConfigError,
@@ -44,24 +44,24 @@ from nsq_ha.errors import (
     RemoteProtocolError,
 )
 from nsq_ha.protocol.commands import (
+    Cls,
+    Command,
+    Rdy,
+    Req,
     StartPosition,
-    encode_cls,
-    encode_rdy,
-    encode_req,
-    encode_sub,
-    encode_sub_advanced,
-    encode_sub_ordered,
-    encode_touch,
+    Sub,
+    SubAdvanced,
+    SubOrdered,
+    Touch,
+    seconds_to_ms,
 )
-from nsq_ha.protocol.frames import DEFAULT_MAX_FRAME_SIZE, OK, max_frame_size_for
+from nsq_ha.protocol.frames import DEFAULT_MAX_FRAME_SIZE, max_frame_size_for
 from nsq_ha.protocol.identify import AuthResponse, Negotiated
 from nsq_ha.protocol.message import DecodedMessage
-from nsq_ha.protocol.publish import ExtHeader, encode_mpub, encode_pub, encode_pub_ext
-from nsq_ha.protocol.publish import encode_pub_trace as _encode_pub_trace
+from nsq_ha.protocol.names import validate_message_id
 from nsq_ha.protocol.session import ClientSession
-from nsq_ha.protocol.state import ConnState
-from nsq_ha.protocol.trace import TracedResponse, is_traced_response, parse_traced_response
-from nsq_ha.transport import StreamTransport, loop_of
+from nsq_ha.protocol.state import ConnState, command_name
+from nsq_ha.transport import StreamTransport
 
 __all__ = ["ErrorHandler", "MessageHandler", "NsqdConnection"]
 
@@ -71,6 +71,19 @@ log = logging.getLogger(__name__)
 MessageHandler = Callable[[DecodedMessage], object]
 #: Called with error frames that answer no pending command (FIN/REQ/TOUCH failures, ...).
 ErrorHandler = Callable[[BrokerError], object]
+
+
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    """A command its caller encoded already: what :meth:`NsqdConnection.command` makes of bytes
+    (kept for callers not moved to the typed commands yet)."""
+
+    name: bytes
+    data: bytes
+
+    def encode(self) -> bytes:
+        """The bytes as given."""
+        return self.data
 
 
 def _describe(reason: BaseException) -> str:
@@ -84,9 +97,10 @@ class NsqdConnection:
     """One TCP connection to one nsqd.
 
     ``await conn.connect()`` (or ``async with NsqdConnection(...) as conn``) runs the
-    handshake; :meth:`command` sends a command that has a response, :meth:`send_nowait` one
-    that has none (FIN, REQ, TOUCH, RDY, NOP); :meth:`publish`, :meth:`publish_many` and
-    :meth:`subscribe` are the common commands; :meth:`close` ends the connection cleanly (CLS
+    handshake; :meth:`command` sends a typed command that has a response (a
+    :class:`~nsq_ha.protocol.publish.Publish`, ...), :meth:`send_nowait` one that has none (FIN,
+    REQ, TOUCH, RDY, NOP); :meth:`subscribe`, :meth:`rdy`, :meth:`fin`, :meth:`req` and
+    :meth:`touch` build the consumer's commands; :meth:`close` ends the connection cleanly (CLS
     first when subscribed, then in-flight messages and pending answers get
     ``close_timeout`` to finish).
     """
@@ -108,10 +122,8 @@ class NsqdConnection:
         frame_limit = max(DEFAULT_MAX_FRAME_SIZE, max_frame_size_for(self.config.max_msg_size))
         self._session = ClientSession(max_frame_size=frame_limit)
         self._answers = PendingAnswers()
-        self._writer = CommandWriter(self.config.write_buffer_limit, self.address)
         self._transport: StreamTransport | None = None
         self._auth: AuthResponse | None = None
-        self._handshake_writes = 0
         self._reader_task: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._reader_stopping = False
@@ -150,7 +162,7 @@ class NsqdConnection:
     @property
     def writes(self) -> int:
         """Number of socket writes issued (a coalescing statistic)."""
-        return self._handshake_writes + self._writer.writes
+        return 0 if self._transport is None else self._transport.writes
 
     @property
     def state(self) -> ConnState:
@@ -167,8 +179,11 @@ class NsqdConnection:
 
     @property
     def is_fork(self) -> bool:
-        """True when nsqd's version contains ``-HA.`` (the partitioned fork)."""
-        return self.negotiated.is_fork is True
+        """True when nsqd's version contains ``-HA.`` (the partitioned fork); raises
+        LocalProtocolError before the handshake."""
+        if self._session.negotiated is None:
+            raise LocalProtocolError("the connection has not identified yet")
+        return self._session.is_fork
 
     @property
     def auth(self) -> AuthResponse | None:
@@ -264,7 +279,6 @@ class NsqdConnection:
             self._session,
             transport,
             self._answers,
-            self._writer,
             deliver=self._deliveries.deliver,
             on_error=self._on_error,
         )
@@ -282,12 +296,10 @@ class NsqdConnection:
             connect_timeout=config.connect_timeout,
             write_buffer_limit=config.write_buffer_limit,
         )
-        self._writer.transport = transport
         handshake = Handshake(self.host, config, transport, self._session)
         try:
             await handshake.run()
         finally:
-            self._handshake_writes += handshake.writes
             self._auth = handshake.auth
         return transport
 
@@ -304,92 +316,60 @@ class NsqdConnection:
         if self._session.closed or self._session.fatal_error is not None:
             raise self._closed_error()
 
-    def send_nowait(self, data: bytes) -> None:
+    def _wire(self) -> StreamTransport:
+        """The transport (only reached once the session allowed a command: connected)."""
+        transport = self._transport
+        if transport is None:
+            raise self._closed_error()
+        return transport
+
+    def send_nowait(self, command: Command) -> None:
         """Send a command nsqd does not answer on success: FIN, REQ, TOUCH, RDY or NOP.
 
         Their failures arrive later through ``on_error`` (FIN/REQ/TOUCH) or close the
         connection (fatal ones).
         """
-        now = loop_of(self._transport).time()
+        transport = self._wire()
         try:
-            data = self._session.send_nowait(data, now=now)
+            data = self._session.send_nowait(command, now=transport.loop.time())
         except LocalProtocolError:
             self._raise_if_closed()
             raise
-        self._writer.enqueue(bytes(data))
+        transport.send(data)
         self._deliveries.answered()
 
-    async def command(self, data: bytes, *, response_timeout: float | None = None) -> bytes:
+    async def command(
+        self, command: Command | bytes, *, response_timeout: float | None = None
+    ) -> bytes:
         """Send a command that nsqd answers and return the response frame's data.
 
-        ``response_timeout`` (default ``config.command_timeout``) bounds the drain of the socket
-        buffer and the answer; then NsqTimeoutError, and the late answer is discarded. An error
-        frame raises its BrokerError; a closed connection ConnectionClosedError.
+        ``command`` is a typed command (:class:`~nsq_ha.protocol.publish.Publish`,
+        :class:`~nsq_ha.protocol.commands.Sub`, ...); encoded bytes are still taken for callers
+        not moved to the typed commands yet. ``response_timeout`` (default
+        ``config.command_timeout``) bounds the drain of the socket buffer and the answer; then
+        NsqTimeoutError, and the late answer is discarded. An error frame raises its
+        BrokerError; a closed connection ConnectionClosedError.
         """
+        if isinstance(command, bytes | bytearray):
+            command = _Encoded(command_name(command), bytes(command))
         try:
-            data = self._session.send(data)
+            data = self._session.send(command)
         except LocalProtocolError:
             self._raise_if_closed()
             raise
-        self._writer.enqueue(bytes(data))
-        return await self._answers.wait(
-            self._answers.expect(loop_of(self._transport)),
+        transport = self._wire()
+        transport.send(data)
+        answers = self._answers
+        return await answers.wait(
+            answers.expect(transport.loop),
             self.config.command_timeout if response_timeout is None else response_timeout,
-            backlogged=self._writer.backlogged,
-            flushed=self._writer.backpressure,
-            command=data,
+            backlogged=transport.backlogged,
+            flushed=transport.backpressure,
+            command=command.name,
             address=self.address,
         )
 
     # -- commands ---------------------------------------------------------------------------
-
-    async def publish(
-        self,
-        topic: str,
-        body: bytes,
-        partition: int | None = None,
-        *,
-        trace_id: int | None = None,
-        header: ExtHeader | None = None,
-    ) -> TracedResponse | None:
-        """Publish one message; return the traced answer for traced publishes, else None.
-
-        ``trace_id`` sends PUB_TRACE; ``header`` (a JSON object) sends PUB_EXT to an ext topic
-        (traced when it carries ``##trace_id``). Both are fork-only, as is ``partition``.
-        Oversized bodies and invalid names raise before anything is sent.
-        """
-        self._check_partition(partition)
-        if trace_id is not None and header is not None:
-            raise ConfigError("give trace_id or header, not both (put ##trace_id in the header)")
-        size = self.config.max_msg_size
-        if trace_id is not None:
-            data = _encode_pub_trace(topic, body, trace_id, partition, max_msg_size=size)
-        elif header is not None:
-            data = encode_pub_ext(topic, body, header, partition, max_msg_size=size)
-        else:
-            data = encode_pub(topic, body, partition, max_msg_size=size)
-        answer = await self.command(data)
-        if is_traced_response(answer):
-            return parse_traced_response(answer)
-        if answer != OK:
-            raise RemoteProtocolError(f"unexpected answer to a publish: {answer[:64]!r}")
-        return None
-
-    async def publish_many(
-        self, topic: str, bodies: Iterable[bytes], partition: int | None = None
-    ) -> None:
-        """Publish several messages in one MPUB."""
-        self._check_partition(partition)
-        data = encode_mpub(
-            topic,
-            bodies,
-            partition,
-            max_msg_size=self.config.max_msg_size,
-            max_body_size=self.config.max_body_size,
-        )
-        answer = await self.command(data)
-        if answer != OK:
-            raise RemoteProtocolError(f"unexpected answer to MPUB: {answer[:64]!r}")
 
     def _check_partition(self, partition: int | None) -> None:
         """Refuse an explicit partition on vanilla nsqd (it has none)."""
@@ -415,13 +395,14 @@ class NsqdConnection:
         if ordered and (advanced or start is not None):
             raise ConfigError("ordered and advanced/start are different subscribe commands")
         self._check_partition(partition)
+        command: Sub | SubOrdered | SubAdvanced
         if ordered:
-            data = encode_sub_ordered(topic, channel, partition)
+            command = SubOrdered(topic, channel, partition)
         elif advanced or start is not None:
-            data = encode_sub_advanced(topic, channel, partition, start)
+            command = SubAdvanced(topic, channel, partition, start)
         else:
-            data = encode_sub(topic, channel, partition)
-        await self.command(data)
+            command = Sub(topic, channel, partition)
+        await self.command(command)
         log.info("subscribed to %s/%s partition %s on %s", topic, channel, partition, self.address)
 
     async def stop_delivery(self) -> None:
@@ -432,7 +413,7 @@ class NsqdConnection:
         """
         if self.state is not ConnState.SUBSCRIBED:
             return
-        await self.command(encode_cls())
+        await self.command(Cls())
 
     async def sync(self, *, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a limit
         """Return once nsqd has processed every command sent before this call.
@@ -443,11 +424,13 @@ class NsqdConnection:
         subscribed (or closing) connection.
         """
         try:
-            self._writer.enqueue(self._session.sync())
+            data = self._session.sync()
         except LocalProtocolError:
             self._raise_if_closed()
             raise
-        future = self._answers.expect_sync(loop_of(self._transport))
+        transport = self._wire()
+        transport.send(data)
+        future = self._answers.expect_sync(transport.loop)
         limit = self.config.command_timeout if timeout is None else timeout
         try:
             async with asyncio.timeout(limit):
@@ -459,27 +442,32 @@ class NsqdConnection:
 
     def rdy(self, count: int) -> None:
         """Send ``RDY count`` (checked against the negotiated ``max_rdy_count``)."""
-        negotiated = self._session.negotiated
-        max_rdy = negotiated.max_rdy_count if negotiated is not None else None
-        self.send_nowait(encode_rdy(count, max_rdy_count=max_rdy))
+        self.send_nowait(Rdy(count))
 
     def fin(self, message_id: bytes) -> None:
-        """Finish a message."""
+        """Finish a message. The answer that leaves nothing in flight is written at once (on
+        an ordered channel nsqd sends the next message only after it), others at the end of
+        the loop turn."""
         try:
             data = self._session.fin(message_id)
         except LocalProtocolError:
             self._raise_if_closed()
             raise
-        self._writer.answer(data, last=not self._session.in_flight)
+        transport = self._wire()
+        if self._session.in_flight:
+            transport.send(data)
+        else:
+            transport.send_now(data)
         self._deliveries.answered()
 
     def req(self, message_id: bytes, delay: float = 0.0) -> None:
         """Requeue a message after ``delay`` seconds (use 0 on ordered channels)."""
-        self.send_nowait(encode_req(message_id, delay))
+        seconds_to_ms(delay, "REQ delay")
+        self.send_nowait(Req(validate_message_id(message_id), delay))
 
     def touch(self, message_id: bytes) -> None:
         """Reset a message's timeout."""
-        self.send_nowait(encode_touch(message_id))
+        self.send_nowait(Touch(validate_message_id(message_id)))
 
     def messages(self) -> AsyncIterator[DecodedMessage]:
         """Yield delivered messages until the connection closes (when no on_message is set)."""
@@ -527,7 +515,7 @@ class NsqdConnection:
             async with asyncio.timeout(self.config.close_timeout):
                 if self.state is ConnState.SUBSCRIBED:
                     with contextlib.suppress(NsqError):
-                        await self.command(encode_cls())
+                        await self.command(Cls())
                 await self._wait_idle()
         except TimeoutError:
             log.warning(
@@ -537,7 +525,8 @@ class NsqdConnection:
                 self._session.pending,
                 self._session.in_flight,
             )
-        self._writer.flush()
+        if self._transport is not None:
+            self._transport.flush()
         if self._transport is not None and not self._session.closed:
             with contextlib.suppress(NsqError, TimeoutError):
                 async with asyncio.timeout(self.config.close_timeout):
@@ -581,7 +570,8 @@ class NsqdConnection:
             return
         self._close_reason = reason
         self._session.close()
-        self._writer.clear()
+        if self._transport is not None:
+            self._transport.discard_queued()
         self._answers.fail_all(waiter_error)
         self._deliveries.close()
         self._closed.set()

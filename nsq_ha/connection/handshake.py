@@ -14,7 +14,7 @@ import struct
 
 from nsq_ha.connection.config import ConnectionConfig
 from nsq_ha.errors import ConnectionClosedError, HandshakeError, RemoteProtocolError
-from nsq_ha.protocol.commands import encode_nop
+from nsq_ha.protocol.commands import Nop
 from nsq_ha.protocol.compression import DeflateCodec, SnappyCodec
 from nsq_ha.protocol.events import NEED_DATA, Answer, Event, Failed, Heartbeat
 from nsq_ha.protocol.frames import OK
@@ -48,8 +48,6 @@ class Handshake:
         self._session = session
         self.negotiated: Negotiated | None = None
         self.auth: AuthResponse | None = None
-        #: Socket writes issued.
-        self.writes = 0
 
     async def run(self) -> None:
         """Run every step; on success the state machine is ready to enter READY."""
@@ -130,7 +128,6 @@ class Handshake:
     def _write(self, data: bytes) -> None:
         """Write one handshake command (the session checked it) directly."""
         self._transport.write(data)
-        self.writes += 1
 
     async def _expect_ok(self, layer: str) -> None:
         """Read the ``OK`` nsqd sends through a new layer."""
@@ -156,7 +153,7 @@ class Handshake:
         while True:
             event = session.next_event()
             if isinstance(event, Heartbeat):
-                self._write(session.send_nowait(encode_nop()))
+                self._write(session.send_nowait(Nop()))
                 continue
             if event is not NEED_DATA:
                 return event

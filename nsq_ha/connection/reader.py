@@ -1,4 +1,12 @@
-"""The receive side of one connection: bytes from the socket into the session, events out.
+"""The receive side of one connection: bytes from the socket into the session, events out to
+whoever waits for them.
+
+:class:`PendingAnswers` keeps one future per command sent that nsqd answers, in sending order:
+the :class:`~nsq_ha.protocol.session.ClientSession` keeps the same commands in the same order
+and says, with each event, whether the oldest one was answered (nsqd answers in order, §1.5).
+It also keeps the futures of ``NsqdConnection.sync`` calls, answered by the session's
+``SYNCED``. :class:`Deliveries` hands each message to the ``on_message`` callback, or queues it
+for :meth:`Deliveries.messages`, and wakes those who wait for a message to be answered.
 
 :class:`FrameReader` feeds what the transport reads (pushed from its socket callback, no task
 between them) to the :class:`~nsq_ha.protocol.session.ClientSession` and acts on its events:
@@ -15,12 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import NoReturn
 
-from nsq_ha.connection.answers import PendingAnswers
-from nsq_ha.connection.writer import CommandWriter
-from nsq_ha.errors import BrokerError, ConnectionClosedError, NsqError, NsqTimeoutError
+from nsq_ha.errors import (
+    BrokerError,
+    ConnectionClosedError,
+    LocalProtocolError,
+    NsqError,
+    NsqTimeoutError,
+)
+from nsq_ha.protocol.commands import Nop
 from nsq_ha.protocol.events import (
     NEED_DATA,
     Answer,
@@ -35,7 +49,7 @@ from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.session import ClientSession
 from nsq_ha.transport import StreamTransport
 
-__all__ = ["DEAD_PEER_INTERVALS", "EVENTS_PER_TURN", "FrameReader"]
+__all__ = ["DEAD_PEER_INTERVALS", "EVENTS_PER_TURN", "Deliveries", "FrameReader", "PendingAnswers"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +60,166 @@ DEAD_PEER_INTERVALS = 2
 #: (a decompressed slice above all) may hold thousands of error frames nothing asked for: the
 #: rest waits for the next turn, and the socket is not read meanwhile.
 EVENTS_PER_TURN = 128
+_NOP = Nop()
+
+
+class PendingAnswers:
+    """FIFO of answer futures (and of sync futures) for one connection."""
+
+    __slots__ = ("_answers", "_syncs")
+
+    def __init__(self) -> None:
+        """Start with nothing pending."""
+        self._answers: deque[asyncio.Future[bytes]] = deque()
+        self._syncs: deque[asyncio.Future[None]] = deque()
+
+    def __repr__(self) -> str:
+        """Show the queue sizes."""
+        return f"<PendingAnswers answers={len(self._answers)} syncs={len(self._syncs)}>"
+
+    def __len__(self) -> int:
+        """Answers still expected."""
+        return len(self._answers)
+
+    def expect(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[bytes]:
+        """Return the future (of ``loop``) the answer to the command just sent completes."""
+        future: asyncio.Future[bytes] = loop.create_future()
+        self._answers.append(future)
+        return future
+
+    def expect_sync(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """Return the future (of ``loop``) the sync just sent completes."""
+        future: asyncio.Future[None] = loop.create_future()
+        self._syncs.append(future)
+        return future
+
+    async def wait(
+        self,
+        future: asyncio.Future[bytes],
+        limit: float,
+        *,
+        backlogged: Callable[[], bool],
+        flushed: Callable[[], Awaitable[None]],
+        command: bytes,
+        address: str,
+    ) -> bytes:
+        """Wait for the answer within ``limit`` seconds, and first for ``flushed()`` (the
+        command left the socket buffer) when ``backlogged()``; the NsqTimeoutError names
+        the ``command`` (its name) and ``address``.
+
+        The answer's deadline is a timer that fails the future: no ``asyncio.timeout`` per
+        command, which asks for the current task and the running loop (two ``getpid()``
+        system calls on Python 3.11). A caller that gives up (timeout or cancellation) leaves
+        its future done: it keeps its place in the FIFO, and the late answer is discarded.
+        """
+        loop = future.get_loop()
+        deadline = loop.time() + limit
+        try:
+            if backlogged():  # rare: nsqd is not reading what was sent
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await flushed()
+                except TimeoutError as exc:
+                    name = command.decode(errors="replace")
+                    raise NsqTimeoutError(
+                        f"{name} could not be written to {address} within {limit} s: nsqd is "
+                        "not reading (socket buffer full)"
+                    ) from exc
+            timer = loop.call_at(deadline, _no_answer, future, command, address, limit)
+            try:
+                return await future
+            finally:
+                timer.cancel()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def answer(self, data: bytes) -> None:
+        """The oldest command got its answer (a caller that gave up no longer waits)."""
+        future = self._answers.popleft()
+        if not future.done():
+            future.set_result(data)
+
+    def refuse(self, error: BaseException) -> None:
+        """The oldest command got an error frame."""
+        future = self._answers.popleft()
+        if not future.done():
+            future.set_exception(error)
+
+    def synced(self) -> None:
+        """The oldest sync is done."""
+        future = self._syncs.popleft()
+        if not future.done():
+            future.set_result(None)
+
+    def waiting(self) -> list[asyncio.Future[bytes]]:
+        """The answer futures someone still waits for."""
+        return [future for future in self._answers if not future.done()]
+
+    def fail_all(self, error: BaseException) -> None:
+        """The connection closed: every waiter gets ``error``."""
+        while self._answers:
+            answer = self._answers.popleft()
+            if not answer.done():
+                answer.set_exception(error)
+        while self._syncs:
+            sync = self._syncs.popleft()
+            if not sync.done():
+                sync.set_exception(error)
+
+
+def _no_answer(future: asyncio.Future[bytes], command: bytes, address: str, limit: float) -> None:
+    """The deadline of a command's answer passed."""
+    if not future.done():
+        name = command.decode(errors="replace")
+        error = NsqTimeoutError(f"no answer to {name} from {address} within {limit} s")
+        future.set_exception(error)
+
+
+class Deliveries:
+    """The message sink of one connection."""
+
+    __slots__ = ("_changed", "_on_message", "_queue", "deliver")
+
+    def __init__(self, on_message: Callable[[DecodedMessage], object] | None) -> None:
+        """Deliver to ``on_message``, or to :meth:`messages` when it is ``None``."""
+        self._on_message = on_message
+        self._queue: asyncio.Queue[DecodedMessage | None] = asyncio.Queue()
+        self._changed = asyncio.Event()
+        #: Called with each delivered message (``on_message`` itself, or the queue's put).
+        self.deliver: Callable[[DecodedMessage], object] = (
+            self._queue.put_nowait if on_message is None else on_message
+        )
+
+    def __repr__(self) -> str:
+        """Show where messages go."""
+        target = "queue" if self._on_message is None else "on_message"
+        return f"<Deliveries to={target} queued={self._queue.qsize()}>"
+
+    async def messages(self) -> AsyncIterator[DecodedMessage]:
+        """Yield delivered messages until the connection closes."""
+        if self._on_message is not None:
+            raise LocalProtocolError("messages go to on_message on this connection")
+        while True:
+            message = await self._queue.get()
+            if message is None:
+                self._queue.put_nowait(None)  # wake other iterators too
+                return
+            yield message
+
+    def answered(self) -> None:
+        """A message was answered: wake :meth:`changed` waiters."""
+        self._changed.set()
+
+    async def changed(self) -> None:
+        """Wait for the next :meth:`answered` or :meth:`close`."""
+        self._changed.clear()
+        await self._changed.wait()
+
+    def close(self) -> None:
+        """The connection closed: end the iterators, wake the waiters."""
+        self._queue.put_nowait(None)
+        self._changed.set()
 
 
 class FrameReader:
@@ -55,10 +229,10 @@ class FrameReader:
         "_answers",
         "_backlogged",
         "_deliver",
+        "_nop_at",
         "_on_error",
         "_session",
         "_transport",
-        "_writer",
         "address",
     )
 
@@ -67,7 +241,6 @@ class FrameReader:
         session: ClientSession,
         transport: StreamTransport,
         answers: PendingAnswers,
-        writer: CommandWriter,
         *,
         deliver: Callable[[DecodedMessage], object],
         on_error: Callable[[BrokerError], object] | None,
@@ -77,11 +250,12 @@ class FrameReader:
         self._session = session
         self._transport = transport
         self._answers = answers
-        self._writer = writer
         self._deliver = deliver
         self._on_error = on_error
         #: :meth:`dispatch` stopped at :data:`EVENTS_PER_TURN` with frames left
         self._backlogged = False
+        #: the transport's write count when a NOP was queued: it waits for the next write
+        self._nop_at = -1
         self.address = transport.address
 
     def __repr__(self) -> str:
@@ -214,13 +388,25 @@ class FrameReader:
         if isinstance(event, Heartbeat):
             log.debug("heartbeat from %s", self.address)
             if not self._session.closed:
-                self._writer.answer_heartbeat()  # one NOP per write, even for a flood
+                self._answer_heartbeat()
         elif isinstance(event, Failed):
             self._failed(event)
         elif isinstance(event, CloseWait):
             self._answers.answer(CLOSE_WAIT)
         else:
             self._answers.synced()
+
+    def _answer_heartbeat(self) -> None:
+        """Queue a NOP, unless one already waits for the next write (one per write, even for a
+        flood) or the socket buffer is full (nsqd is not reading what we sent: one more NOP
+        tells it nothing)."""
+        transport = self._transport
+        if self._nop_at == transport.writes:
+            return
+        if transport.write_buffer_size() > transport.write_buffer_limit:
+            return
+        self._nop_at = transport.writes
+        transport.send(_NOP.encode())
 
     def _failed(self, event: Failed) -> None:
         """Fail the command an error frame answers, or report it; a fatal one ends the read."""

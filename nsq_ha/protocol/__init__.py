@@ -3,15 +3,19 @@
 Nothing in this package opens sockets, awaits, reads clocks or logs. Connections feed it bytes
 and write the bytes it returns.
 
-* :mod:`.frames` - server-to-client framing and the incremental :class:`FrameDecoder`;
-* :mod:`.commands` / :mod:`.publish` - client command encoders (``encode_*`` -> bytes);
-* :mod:`.message` - message frame payloads (:func:`decode_message`, :class:`MessageFormat`);
+* :mod:`.commands` / :mod:`.publish` - the typed client commands the session takes
+  (:class:`Sub`, :class:`Rdy`, :class:`Fin`, :class:`Publish`, ...), and checked ``encode_*``
+  functions (arguments -> bytes);
+* :mod:`.frames` - server-to-client framing (types, limits, :func:`encode_frame`);
+* :mod:`.message` - message frame payloads (:func:`decode_message`, :class:`MessageFormat`) and
+  the RDY check on receipt (:class:`DeliveryLedger`);
 * :mod:`.trace` - the 30-byte traced publish response;
 * :mod:`.identify` - IDENTIFY/AUTH payloads and :class:`Negotiated`;
 * :mod:`.names` - topic/channel/partition/message-id rules;
 * :mod:`.command_decoder` - the server side: decoding what a client sends;
 * :mod:`.session` / :mod:`.events` - :class:`ClientSession`, the client side of a connection:
-  bytes in, events out (:mod:`.error_frames` reads error frames for it).
+  typed commands in, bytes out; bytes in (its :class:`FrameDecoder`), events out
+  (:mod:`.error_frames` reads error frames for it).
 """
 
 from nsq_ha.protocol.command_decoder import (
@@ -24,8 +28,21 @@ from nsq_ha.protocol.command_decoder import (
 )
 from nsq_ha.protocol.commands import (
     MAGIC_V2,
+    Auth,
+    Cls,
+    Command,
+    Fin,
+    Identify,
+    InternalCreateTopic,
+    Nop,
+    Rdy,
+    Req,
     StartKind,
     StartPosition,
+    Sub,
+    SubAdvanced,
+    SubOrdered,
+    Touch,
     encode_auth,
     encode_cls,
     encode_fin,
@@ -58,7 +75,6 @@ from nsq_ha.protocol.frames import (
     HEARTBEAT,
     OK,
     Frame,
-    FrameDecoder,
     FrameType,
     encode_frame,
     max_frame_size_for,
@@ -80,6 +96,7 @@ from nsq_ha.protocol.message import (
     EXT_VERSION_NONE,
     EXT_VERSION_TAG,
     DecodedMessage,
+    DeliveryLedger,
     MessageFormat,
     decode_message,
     encode_message,
@@ -97,7 +114,10 @@ from nsq_ha.protocol.names import (
     validate_topic,
 )
 from nsq_ha.protocol.publish import (
+    Dpub,
     ExtHeader,
+    Publish,
+    PublishMessage,
     encode_dpub,
     encode_ext_header,
     encode_mpub,
@@ -107,7 +127,7 @@ from nsq_ha.protocol.publish import (
     encode_pub_ext,
     encode_pub_trace,
 )
-from nsq_ha.protocol.session import ClientSession
+from nsq_ha.protocol.session import ClientSession, FrameDecoder
 from nsq_ha.protocol.trace import (
     TracedResponse,
     encode_traced_response,
@@ -129,30 +149,47 @@ __all__ = [
     "NEED_DATA",
     "OK",
     "Answer",
+    "Auth",
     "AuthResponse",
     "ClientCommand",
     "ClientSession",
     "CloseWait",
+    "Cls",
+    "Command",
     "CommandDecoder",
     "DecodedMessage",
     "Delivered",
+    "DeliveryLedger",
+    "Dpub",
     "Event",
     "ExtFilter",
     "ExtFilterTerm",
     "ExtHeader",
     "Failed",
+    "Fin",
     "Frame",
     "FrameDecoder",
     "FrameType",
     "Heartbeat",
+    "Identify",
     "IdentifyRequest",
     "IdentifyResponse",
+    "InternalCreateTopic",
     "Magic",
     "MessageFormat",
     "Negotiated",
+    "Nop",
+    "Publish",
+    "PublishMessage",
+    "Rdy",
+    "Req",
     "StartKind",
     "StartPosition",
+    "Sub",
+    "SubAdvanced",
+    "SubOrdered",
     "Synced",
+    "Touch",
     "TracedResponse",
     "build_identify",
     "closes_connection",

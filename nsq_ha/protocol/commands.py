@@ -1,8 +1,11 @@
-"""Encoders for the client-to-server commands without a message body (§1.2, §2).
+"""The client's commands without a message body (§1.2, §2), typed: the session takes these.
 
-Every encoder validates its arguments, raises an
-:class:`~nsq_ha.errors.InvalidArgumentError` subclass when nsqd would refuse them, and returns
-the exact bytes to write. The publish family lives in :mod:`nsq_ha.protocol.publish`.
+Each command is a frozen dataclass whose ``name`` is its wire name and whose :meth:`encode`
+returns its exact bytes. Their fields are not checked again when they are encoded: they are
+checked once, where they come in (the connection's public methods, the consumer's answers,
+the ``encode_*`` functions below, which check their arguments and raise an
+:class:`~nsq_ha.errors.InvalidArgumentError` subclass when nsqd would refuse them). The publish
+family lives in :mod:`nsq_ha.protocol.publish`.
 
 Durations in the API are float seconds; this module is the one place that converts them to the
 milliseconds on the wire (:func:`seconds_to_ms`, :func:`ms_to_seconds`).
@@ -16,6 +19,7 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar, Protocol, TypeAlias
 
 from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError
 from nsq_ha.protocol.names import (
@@ -29,12 +33,25 @@ from nsq_ha.protocol.names import (
 
 __all__ = [
     "MAGIC_V2",
+    "Auth",
+    "Cls",
+    "Command",
+    "Fin",
+    "Identify",
+    "InternalCreateTopic",
+    "Nop",
+    "Rdy",
+    "Req",
     "StartKind",
     "StartPosition",
+    "Sub",
+    "SubAdvanced",
+    "SubOrdered",
+    "Subscribe",
+    "Touch",
     "encode_auth",
     "encode_cls",
     "encode_fin",
-    "encode_fin_delivered",
     "encode_identify",
     "encode_internal_create_topic",
     "encode_nop",
@@ -54,6 +71,17 @@ MAGIC_V2 = b"  V2"
 _U32 = struct.Struct(">I")
 #: nsqd reads body lengths as a signed 32-bit integer.
 MAX_WIRE_LENGTH = 0x7FFF_FFFF
+
+
+class Command(Protocol):
+    """What the session takes: a wire name and the bytes of the whole command."""
+
+    @property
+    def name(self) -> bytes:
+        """The command's name on the wire (``b"SUB"``, ``b"FIN"``, ...)."""
+
+    def encode(self) -> bytes:
+        """The command's exact bytes."""
 
 
 # --- shared helpers (also used by publish.py and identify.py) --------------------------------
@@ -79,9 +107,8 @@ def command_line(name: bytes, *params: bytes) -> bytes:
 
 
 def partition_params(partition: int | None) -> tuple[bytes, ...]:
-    """Return the partition token tuple for a validated partition (empty for ``None``)."""
-    checked = validate_partition(partition)
-    return () if checked is None else (str(checked).encode("ascii"),)
+    """Return the partition token tuple of a checked partition (empty for ``None``)."""
+    return () if partition is None else (str(partition).encode("ascii"),)
 
 
 def check_size(what: str, size: int, limit: int | None) -> None:
@@ -127,25 +154,61 @@ def check_uint(value: object, what: str, bits: int, minimum: int = 0) -> int:
 # --- IDENTIFY and AUTH ------------------------------------------------------------------------
 
 
-def encode_identify(body: Mapping[str, object], *, max_body_size: int | None = None) -> bytes:
-    """Return ``IDENTIFY\\n[len][JSON]``; keys keep their order, JSON is compact.
+@dataclass(frozen=True, slots=True)
+class Identify:
+    """``IDENTIFY`` with its JSON body (compact, keys in order); answered."""
 
-    Build ``body`` with :func:`nsq_ha.protocol.identify.build_identify` to get its checks.
-    """
+    name: ClassVar[bytes] = b"IDENTIFY"
+    body: bytes
+
+    def encode(self) -> bytes:
+        """``IDENTIFY\\n[len][JSON]``."""
+        return with_body(b"IDENTIFY\n", self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """``AUTH`` with its secret; answered. The repr hides the secret."""
+
+    name: ClassVar[bytes] = b"AUTH"
+    secret: bytes
+
+    def __repr__(self) -> str:
+        """Never show the secret."""
+        return "Auth(secret=<hidden>)"
+
+    def encode(self) -> bytes:
+        """``AUTH\\n[len][secret]``."""
+        return with_body(b"AUTH\n", self.secret)
+
+
+def identify_command(body: Mapping[str, object], *, max_body_size: int | None = None) -> Identify:
+    """The checked IDENTIFY for ``body`` (build it with
+    :func:`nsq_ha.protocol.identify.build_identify` to get its checks)."""
     if not isinstance(body, Mapping):
         raise InvalidArgumentError(f"IDENTIFY body must be a mapping, not {type(body).__name__}")
     data = compact_json(dict(body), "IDENTIFY body")
     check_size("IDENTIFY body", len(data), max_body_size)
-    return with_body(b"IDENTIFY\n", data)
+    return Identify(data)
 
 
-def encode_auth(secret: str | bytes, *, max_body_size: int | None = None) -> bytes:
-    """Return ``AUTH\\n[len][secret]``; the secret must not be empty."""
+def auth_command(secret: str | bytes, *, max_body_size: int | None = None) -> Auth:
+    """The checked AUTH for ``secret`` (not empty)."""
     raw = secret.encode("utf-8") if isinstance(secret, str) else as_bytes(secret, "AUTH secret")
     if not raw:
         raise InvalidArgumentError("AUTH secret must not be empty")
     check_size("AUTH secret", len(raw), max_body_size)
-    return with_body(b"AUTH\n", raw)
+    return Auth(raw)
+
+
+def encode_identify(body: Mapping[str, object], *, max_body_size: int | None = None) -> bytes:
+    """Return ``IDENTIFY\\n[len][JSON]``; keys keep their order, JSON is compact."""
+    return identify_command(body, max_body_size=max_body_size).encode()
+
+
+def encode_auth(secret: str | bytes, *, max_body_size: int | None = None) -> bytes:
+    """Return ``AUTH\\n[len][secret]``; the secret must not be empty."""
+    return auth_command(secret, max_body_size=max_body_size).encode()
 
 
 # --- subscribing ------------------------------------------------------------------------------
@@ -158,9 +221,6 @@ class StartKind(enum.Enum):
     VIRTUAL_QUEUE = "virtual_queue"
     TIMESTAMP = "timestamp"
     MSGCOUNT = "msgcount"
-
-
-_INT64_MAX = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,27 +273,99 @@ class StartPosition:
         return f"{self.kind.value}:{self.value}".encode("ascii")
 
 
-def _encode_subscribe(name: bytes, topic: str, channel: str, partition: int | None) -> bytes:
-    """Encode one of the three subscribe commands without a start position."""
-    params = (
-        validate_topic(topic).encode("ascii"),
-        validate_channel(channel).encode("ascii"),
-        *partition_params(partition),
-    )
-    return command_line(name, *params)
+def _checked_subscription(topic: str, channel: str, partition: int | None) -> None:
+    """Check the names and the partition of a subscribe command."""
+    validate_topic(topic)
+    validate_channel(channel)
+    validate_partition(partition)
+
+
+@dataclass(frozen=True, slots=True)
+class _Subscription:
+    """What the three subscribe commands share; answered, checked when made."""
+
+    name: ClassVar[bytes] = b"SUB"
+    #: message frames carry the offset/raw-size part (SUB_ORDERED, SUB_ADVANCED)
+    detail: ClassVar[bool] = False
+    topic: str
+    channel: str
+    partition: int | None = None
+
+    def __post_init__(self) -> None:
+        """Check the names and the partition (a subscribe is made once per connection)."""
+        _checked_subscription(self.topic, self.channel, self.partition)
+
+    def encode(self) -> bytes:
+        """The command line."""
+        params = (self.topic.encode("ascii"), self.channel.encode("ascii"))
+        return command_line(self.name, *params, *partition_params(self.partition))
+
+
+@dataclass(frozen=True, slots=True)
+class Sub(_Subscription):
+    """``SUB <topic> <channel> [<partition>]``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubOrdered(_Subscription):
+    """``SUB_ORDERED <topic> <channel> [<partition>]`` (fork only).
+
+    Marks the channel ordered on nsqd, persistently; messages carry the detail part, and nsqd
+    sends a partition's next message only after this one's FIN.
+    """
+
+    name: ClassVar[bytes] = b"SUB_ORDERED"
+    detail: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class SubAdvanced(_Subscription):
+    """``SUB_ADVANCED <topic> <channel> [<partition>] [<start>]`` (fork only).
+
+    With a start position the line has five tokens, and nsqd then **ignores the partition
+    token** and subscribes to its default partition for the topic (§2.0.3, §10 row 9); the
+    partition (``-1`` when ``None``) is still written, as go-nsq does. Without a start position
+    the partition is honoured.
+    """
+
+    name: ClassVar[bytes] = b"SUB_ADVANCED"
+    detail: ClassVar[bool] = True
+    start: StartPosition | None = None
+
+    def __post_init__(self) -> None:
+        """Check the names, the partition and the start position."""
+        _checked_subscription(self.topic, self.channel, self.partition)
+        if self.start is not None and not isinstance(self.start, StartPosition):
+            raise InvalidArgumentError(
+                f"start must be a StartPosition, not {type(self.start).__name__}"
+            )
+
+    def encode(self) -> bytes:
+        """The command line."""
+        if self.start is None:
+            return _Subscription.encode(self)
+        placeholder = DEFAULT_PARTITION if self.partition is None else self.partition
+        return command_line(
+            b"SUB_ADVANCED",
+            self.topic.encode("ascii"),
+            self.channel.encode("ascii"),
+            str(placeholder).encode("ascii"),
+            self.start.token,
+        )
+
+
+#: Any of the three subscribe commands.
+Subscribe: TypeAlias = Sub | SubOrdered | SubAdvanced
 
 
 def encode_sub(topic: str, channel: str, partition: int | None = None) -> bytes:
     """Return ``SUB <topic> <channel> [<partition>]\\n``."""
-    return _encode_subscribe(b"SUB", topic, channel, partition)
+    return Sub(topic, channel, partition).encode()
 
 
 def encode_sub_ordered(topic: str, channel: str, partition: int | None = None) -> bytes:
-    """Return ``SUB_ORDERED <topic> <channel> [<partition>]\\n`` (fork only).
-
-    Marks the channel ordered on nsqd, persistently; messages carry the detail part.
-    """
-    return _encode_subscribe(b"SUB_ORDERED", topic, channel, partition)
+    """Return ``SUB_ORDERED <topic> <channel> [<partition>]\\n`` (fork only)."""
+    return SubOrdered(topic, channel, partition).encode()
 
 
 def encode_sub_advanced(
@@ -242,64 +374,144 @@ def encode_sub_advanced(
     partition: int | None = None,
     start: StartPosition | None = None,
 ) -> bytes:
-    """Return ``SUB_ADVANCED <topic> <channel> [<partition>] [<start>]\\n`` (fork only).
-
-    With a start position the line has five tokens, and nsqd then **ignores the partition
-    token** and subscribes to its default partition for the topic (§2.0.3, §10 row 9); the
-    partition (``-1`` when ``None``) is still written, as go-nsq does. Without a start position
-    the partition is honoured.
-    """
-    if start is None:
-        return _encode_subscribe(b"SUB_ADVANCED", topic, channel, partition)
-    if not isinstance(start, StartPosition):
-        raise InvalidArgumentError(f"start must be a StartPosition, not {type(start).__name__}")
-    checked = validate_partition(partition)
-    placeholder = DEFAULT_PARTITION if checked is None else checked
-    return command_line(
-        b"SUB_ADVANCED",
-        validate_topic(topic).encode("ascii"),
-        validate_channel(channel).encode("ascii"),
-        str(placeholder).encode("ascii"),
-        start.token,
-    )
+    """Return ``SUB_ADVANCED <topic> <channel> [<partition>] [<start>]\\n`` (fork only)."""
+    return SubAdvanced(topic, channel, partition, start).encode()
 
 
 # --- flow control and acknowledgement ---------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Rdy:
+    """``RDY <count>``: how many messages nsqd may have in flight here; never answered.
+
+    The session checks ``count`` against the negotiated ``max_rdy_count``."""
+
+    name: ClassVar[bytes] = b"RDY"
+    count: int
+
+    def encode(self) -> bytes:
+        """The command line."""
+        return b"RDY %d\n" % self.count
+
+
+@dataclass(frozen=True, slots=True)
+class Fin:
+    """``FIN <16 raw id bytes>`` (21 bytes; the id may contain spaces or newlines)."""
+
+    name: ClassVar[bytes] = b"FIN"
+    message_id: bytes
+
+    def encode(self) -> bytes:
+        """The command."""
+        return b"FIN " + self.message_id + b"\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Req:
+    """``REQ <16 raw id bytes> <delay ms>``; ``delay`` in seconds (checked where it comes in:
+    :func:`encode_req`, ``NsqdConnection.req``). On ordered channels nsqd ignores a delay
+    above 0: the message comes back only after ``msg_timeout``."""
+
+    name: ClassVar[bytes] = b"REQ"
+    message_id: bytes
+    delay: float = 0.0
+
+    def encode(self) -> bytes:
+        """The command."""
+        return b"REQ " + self.message_id + b" %d\n" % round(self.delay * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Touch:
+    """``TOUCH <16 raw id bytes>`` (23 bytes): nsqd restarts the message's timeout."""
+
+    name: ClassVar[bytes] = b"TOUCH"
+    message_id: bytes
+
+    def encode(self) -> bytes:
+        """The command."""
+        return b"TOUCH " + self.message_id + b"\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Cls:
+    """``CLS``: stop delivery; nsqd answers ``CLOSE_WAIT``."""
+
+    name: ClassVar[bytes] = b"CLS"
+
+    def encode(self) -> bytes:
+        """The command."""
+        return b"CLS\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Nop:
+    """``NOP``, the answer to a heartbeat; never answered."""
+
+    name: ClassVar[bytes] = b"NOP"
+
+    def encode(self) -> bytes:
+        """The command."""
+        return b"NOP\n"
+
+
+@dataclass(frozen=True, slots=True)
+class InternalCreateTopic:
+    """``INTERNAL_CREATE_TOPIC <topic> <partition> <true|false>`` (standalone fork); answered."""
+
+    name: ClassVar[bytes] = b"INTERNAL_CREATE_TOPIC"
+    topic: str
+    partition: int
+    ext: bool = False
+
+    def __post_init__(self) -> None:
+        """Check the topic and the partition (explicit, 0..254)."""
+        validate_topic(self.topic)
+        checked = validate_partition(self.partition)
+        if checked is None or checked < 0:
+            raise InvalidArgumentError(
+                f"INTERNAL_CREATE_TOPIC needs an explicit partition 0..{MAX_PARTITION}"
+            )
+
+    def encode(self) -> bytes:
+        """The command line."""
+        return command_line(
+            self.name,
+            self.topic.encode("ascii"),
+            str(self.partition).encode("ascii"),
+            b"true" if self.ext else b"false",
+        )
+
+
 def encode_rdy(count: int, *, max_rdy_count: int | None = None) -> bytes:
     """Return ``RDY <count>\\n``; ``count`` must be ``0..max_rdy_count`` (nsqd closes otherwise)."""
-    check_uint(count, "RDY count", 63)
-    if max_rdy_count is not None and count > max_rdy_count:
-        raise InvalidArgumentError(f"RDY count {count} is over max_rdy_count {max_rdy_count}")
-    return command_line(b"RDY", str(count).encode("ascii"))
+    check_rdy(count, max_rdy_count)
+    return Rdy(count).encode()
+
+
+def check_rdy(count: object, max_rdy_count: int | None) -> int:
+    """Return ``count`` if it is a RDY count nsqd accepts (``0..max_rdy_count``), else raise."""
+    value = check_uint(count, "RDY count", 63)
+    if max_rdy_count is not None and value > max_rdy_count:
+        raise InvalidArgumentError(f"RDY count {value} is over max_rdy_count {max_rdy_count}")
+    return value
 
 
 def encode_fin(message_id: bytes) -> bytes:
     """Return ``FIN <16 raw id bytes>\\n`` (21 bytes; the id may contain spaces or newlines)."""
-    return encode_fin_delivered(validate_message_id(message_id))
-
-
-def encode_fin_delivered(message_id: bytes) -> bytes:
-    """:func:`encode_fin` for an id nsqd delivered on this connection (16 bytes by
-    construction), without checking it again: the consumer's hot path."""
-    return b"FIN " + message_id + b"\n"
+    return Fin(validate_message_id(message_id)).encode()
 
 
 def encode_req(message_id: bytes, delay: float = 0.0) -> bytes:
-    """Return ``REQ <16 raw id bytes> <delay ms>\\n``; ``delay`` is in seconds.
-
-    On ordered channels nsqd ignores a REQ with a delay above 0: the message only comes back
-    after ``msg_timeout``. Use ``delay=0`` there.
-    """
-    raw_id = validate_message_id(message_id)
-    milliseconds = seconds_to_ms(delay, "REQ delay")
-    return b"REQ " + raw_id + b" " + str(milliseconds).encode("ascii") + b"\n"
+    """Return ``REQ <16 raw id bytes> <delay ms>\\n``; ``delay`` is in seconds."""
+    seconds_to_ms(delay, "REQ delay")
+    return Req(validate_message_id(message_id), delay).encode()
 
 
 def encode_touch(message_id: bytes) -> bytes:
     """Return ``TOUCH <16 raw id bytes>\\n`` (23 bytes)."""
-    return b"TOUCH " + validate_message_id(message_id) + b"\n"
+    return Touch(validate_message_id(message_id)).encode()
 
 
 def encode_cls() -> bytes:
@@ -314,14 +526,4 @@ def encode_nop() -> bytes:
 
 def encode_internal_create_topic(topic: str, partition: int, *, ext: bool = False) -> bytes:
     """Return ``INTERNAL_CREATE_TOPIC <topic> <partition> <true|false>\\n`` (standalone fork)."""
-    checked = validate_partition(partition)
-    if checked is None or checked < 0:
-        raise InvalidArgumentError(
-            f"INTERNAL_CREATE_TOPIC needs an explicit partition 0..{MAX_PARTITION}"
-        )
-    return command_line(
-        b"INTERNAL_CREATE_TOPIC",
-        validate_topic(topic).encode("ascii"),
-        str(checked).encode("ascii"),
-        b"true" if ext else b"false",
-    )
+    return InternalCreateTopic(topic, partition, ext).encode()

@@ -1,4 +1,9 @@
-"""Encoders for the publish commands (§2.10-§2.15, vanilla DPUB in §8).
+"""The publish commands (§2.10-§2.15, vanilla DPUB in §8).
+
+:class:`Publish` is the typed command the session takes: one of ``PUB``, ``PUB_TRACE``,
+``PUB_EXT``, ``MPUB``, ``MPUB_TRACE``, ``MPUB_EXT`` for messages already checked where they came
+in (the producer's ``prepare_message``): encoding it checks nothing again. :class:`Dpub` is
+vanilla's deferred publish. The ``encode_*`` functions check their arguments and encode.
 
 Size limits are optional keyword arguments: pass the server's ``max_msg_size`` (per message,
 trace id and JSON header included) and ``max_body_size`` (whole MPUB* body) to get a
@@ -12,8 +17,9 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Iterable, Mapping
-from typing import TypeAlias
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple, Protocol, TypeAlias
 
 from nsq_ha.errors import InvalidArgumentError
 from nsq_ha.protocol.commands import (
@@ -27,12 +33,17 @@ from nsq_ha.protocol.commands import (
     seconds_to_ms,
     with_body,
 )
-from nsq_ha.protocol.names import validate_topic
+from nsq_ha.protocol.names import validate_partition, validate_topic
 
 __all__ = [
     "MAX_EXT_HEADER_LENGTH",
+    "PUBLISH_COMMANDS",
     "TRACE_ID_HEADER",
+    "Dpub",
     "ExtHeader",
+    "Publish",
+    "PublishMessage",
+    "PublishedMessage",
     "encode_dpub",
     "encode_ext_header",
     "encode_mpub",
@@ -55,12 +66,110 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _DECIMAL_U64 = re.compile(r"[0-9]{1,20}")
+#: The six publish commands :class:`Publish` encodes.
+PUBLISH_COMMANDS = frozenset(
+    {b"PUB", b"PUB_TRACE", b"PUB_EXT", b"MPUB", b"MPUB_TRACE", b"MPUB_EXT"}
+)
+
+
+class PublishedMessage(Protocol):
+    """One checked message of a :class:`Publish` (the producer's ``OutgoingMessage`` is one)."""
+
+    @property
+    def body(self) -> bytes:
+        """The body: non-empty bytes."""
+
+    @property
+    def trace_id(self) -> int | None:
+        """A u64 trace id (PUB_TRACE, MPUB_TRACE; ``None`` sends 0 there)."""
+
+    @property
+    def ext(self) -> bytes | None:
+        """The JSON header exactly as it goes on the wire (PUB_EXT, MPUB_EXT)."""
+
+
+class PublishMessage(NamedTuple):
+    """A checked message (see :class:`PublishedMessage`)."""
+
+    body: bytes
+    trace_id: int | None = None
+    ext: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """One publish command of checked messages; answered (``OK`` or the traced answer).
+
+    ``name`` is one of :data:`PUBLISH_COMMANDS`: a ``PUB*`` sends the first message only, an
+    ``MPUB*`` all of them (at least one). ``topic`` and ``partition`` are checked names, the
+    messages were checked (bodies non-empty, sizes under the server's limits, trace ids u64,
+    headers JSON objects nsqd accepts) where they came in: encoding trusts them.
+    """
+
+    name: bytes
+    topic: str
+    partition: int | None
+    messages: Sequence[PublishedMessage]
+
+    def encode(self) -> bytes:
+        """The command's bytes."""
+        name = self.name
+        topic = self.topic.encode("ascii")
+        if self.partition is None:
+            line = b"%s %s\n" % (name, topic)
+        else:
+            line = b"%s %s %d\n" % (name, topic, self.partition)
+        messages = self.messages
+        if name == b"PUB":
+            body = messages[0].body
+        elif name == b"MPUB":
+            body = _batch([m.body for m in messages])
+        elif name == b"PUB_TRACE":
+            body = _U64.pack(messages[0].trace_id or 0) + messages[0].body
+        elif name == b"MPUB_TRACE":
+            body = _batch([_U64.pack(m.trace_id or 0) + m.body for m in messages])
+        elif name == b"PUB_EXT":
+            body = _with_header(messages[0].ext or b"", messages[0].body)
+        else:
+            body = _batch([_with_header(m.ext or b"", m.body) for m in messages])
+        return line + _U32.pack(len(body)) + body
+
+
+def _with_header(header: bytes, body: bytes) -> bytes:
+    """``[u16 json len][json][body]``: one message of PUB_EXT or MPUB_EXT."""
+    return _U16.pack(len(header)) + header + body
+
+
+def _batch(messages: list[bytes]) -> bytes:
+    """``[u32 count]{[u32 len][msg]}``: the lengths and the messages in alternate slots (two
+    slice assignments instead of a Python loop over the messages)."""
+    parts: list[bytes] = [b""] * (2 * len(messages) + 1)
+    parts[0] = _U32.pack(len(messages))
+    parts[1::2] = map(_U32.pack, map(len, messages))
+    parts[2::2] = messages
+    return b"".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Dpub:
+    """``DPUB <topic> <delay ms>`` of one checked message (vanilla only; ``delay`` in seconds,
+    checked where it came in)."""
+
+    name: ClassVar[bytes] = b"DPUB"
+    topic: str
+    body: bytes
+    delay: float
+
+    def encode(self) -> bytes:
+        """The command's bytes."""
+        line = b"DPUB %s %d\n" % (self.topic.encode("ascii"), round(self.delay * 1000))
+        return line + _U32.pack(len(self.body)) + self.body
 
 
 def _line(name: bytes, topic: str, partition: int | None) -> bytes:
     """Return ``NAME <topic> [<partition>]\\n``."""
     topic_token = validate_topic(topic).encode("ascii")
-    return command_line(name, topic_token, *partition_params(partition))
+    return command_line(name, topic_token, *partition_params(validate_partition(partition)))
 
 
 def _body(value: object, what: str) -> bytes:
@@ -170,13 +279,7 @@ def frame_batch(
     if max(lengths) > limit:
         for index, length in enumerate(lengths):  # name the first one too large
             check_size(f"{name.decode()} message {index}", length, max_msg_size)
-    # [count][len 1][msg 1][len 2]...: the lengths and the messages go into alternate slots
-    # (two slice assignments instead of a Python loop over the messages)
-    parts: list[bytes] = [b""] * (2 * len(messages) + 1)
-    parts[0] = _U32.pack(len(messages))
-    parts[1::2] = map(_U32.pack, lengths)
-    parts[2::2] = messages
-    body = b"".join(parts)
+    body = _batch(messages)
     check_size(f"{name.decode()} body", len(body), max_body_size)
     return with_body(_line(name, topic, partition), body)
 

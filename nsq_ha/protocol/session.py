@@ -1,39 +1,59 @@
 """The client side of one nsqd connection, sans-IO (h11's ``Connection`` for NSQ).
 
-:class:`ClientSession` decides everything about the protocol and does no I/O: the caller writes
-the bytes its methods return, feeds it the bytes it reads and acts on the events it hands out::
+:class:`ClientSession` decides everything about the protocol and does no I/O: typed commands go
+in (:mod:`nsq_ha.protocol.commands`, :mod:`nsq_ha.protocol.publish`), their bytes come out; the
+caller writes those, feeds it the bytes it reads and acts on the events it hands out::
 
     session = ClientSession()
     write(session.start())                        # magic
     write(session.identify(body))                 # IDENTIFY, answered by an Answer event
     ...
+    write(session.send(SubOrdered("t", "c", 0)))  # answered
+    write(session.send_nowait(Rdy(1)))           # never answered on success
     session.receive_data(chunk, now)
     while (event := session.next_event()) is not NEED_DATA:
         ...                                       # Answer, Failed, Delivered, Heartbeat, ...
 
 It owns the connection state (every move goes through
-:class:`~nsq_ha.protocol.state.ConnectionStateMachine`), the FIFO of commands waiting for an
-answer (nsqd answers in order, §1.5, so it knows which command an error frame answers), the
-message format the subscribe command chose, the ids in flight, the RDY check on receipt
-(:class:`~nsq_ha.protocol.flow.DeliveryLedger`), heartbeat detection (a flood of heartbeats is
+:class:`~nsq_ha.protocol.state.ConnectionStateMachine`, every command is checked against
+:data:`~nsq_ha.protocol.state.COMMANDS_BY_STATE`), the FIFO of commands waiting for an answer
+(nsqd answers in order, §1.5, so it knows which command an error frame answers), the message
+format the subscribe command chose, the ids in flight, the RDY check on receipt
+(:class:`~nsq_ha.protocol.message.DeliveryLedger`), heartbeat detection (a flood of heartbeats is
 a protocol violation), and whether an error frame means the connection must be dropped
 (:mod:`nsq_ha.protocol.error_frames`). After a fatal error nothing more can be sent. Clocks
-stay outside: the caller passes the time with the bytes.
+stay outside: the caller passes the time with the bytes. The frames come out of its
+:class:`FrameDecoder`, which is incremental: any split of the same stream gives the same frames.
+
+A command's fields are checked once, where they come in (the connection's methods, the
+producer's message preparation); the session reads them (the name, a FIN's id, the RDY count,
+the subscribe kind) and never parses the bytes it returns.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Mapping
+from typing import NoReturn
 
-from nsq_ha.errors import BrokerError, LocalProtocolError, MessageCommandError, RemoteProtocolError
+from nsq_ha.errors import (
+    BrokerError,
+    InvalidArgumentError,
+    LocalProtocolError,
+    MessageCommandError,
+    RemoteProtocolError,
+)
 from nsq_ha.protocol.commands import (
     MAGIC_V2,
-    encode_auth,
-    encode_fin,
-    encode_fin_delivered,
-    encode_identify,
-    encode_touch,
+    Command,
+    Fin,
+    Rdy,
+    Req,
+    Touch,
+    auth_command,
+    check_rdy,
+    identify_command,
 )
 from nsq_ha.protocol.error_frames import closes_connection, must_drop, parse_error_frame
 from nsq_ha.protocol.events import (
@@ -50,17 +70,23 @@ from nsq_ha.protocol.events import (
     Event,
     Failed,
 )
-from nsq_ha.protocol.flow import DeliveryLedger
 from nsq_ha.protocol.frames import (
     CLOSE_WAIT,
     DEFAULT_MAX_FRAME_SIZE,
+    FRAME_HEADER_SIZE,
     HEARTBEAT,
-    FrameDecoder,
+    Frame,
     FrameType,
 )
 from nsq_ha.protocol.identify import Negotiated
-from nsq_ha.protocol.message import MessageFormat, decode_message
-from nsq_ha.protocol.state import ConnectionStateMachine, ConnState, check_command
+from nsq_ha.protocol.message import DeliveryLedger, MessageFormat, decode_message
+from nsq_ha.protocol.names import validate_message_id
+from nsq_ha.protocol.state import (
+    COMMANDS_BY_STATE,
+    ConnectionStateMachine,
+    ConnState,
+    check_command,
+)
 
 __all__ = [
     "DEFAULT_MSG_TIMEOUT",
@@ -71,6 +97,7 @@ __all__ = [
     "SYNC_ID_FORK",
     "SYNC_ID_VANILLA",
     "ClientSession",
+    "FrameDecoder",
 ]
 
 #: Commands nsqd never answers on success (their errors may still arrive).
@@ -92,7 +119,6 @@ MAX_HEARTBEATS_PER_SECOND = 10
 SYNC_ID_FORK = b"\x7f" + b"\xff" * 7 + b"\x00" * 8
 SYNC_ID_VANILLA = b"ffffffffffffffff"
 _SYNC_IDS = (SYNC_ID_FORK, SYNC_ID_VANILLA)
-_ACK_COMMANDS = frozenset({b"FIN", b"REQ"})
 #: the upgrades answer OK through the new layer: an error there belongs to IDENTIFY
 _UPGRADE_ANSWERS = b"IDENTIFY"
 #: builds the named-tuple events without their constructor's overhead (see events.py)
@@ -100,6 +126,114 @@ _new = tuple.__new__
 _MESSAGE = FrameType.MESSAGE
 _RESPONSE = FrameType.RESPONSE
 _SUBSCRIBED = ConnState.SUBSCRIBED
+_SUBSCRIBING = ConnState.SUBSCRIBING
+_CLOSED = ConnState.CLOSED
+_SIZE = struct.Struct(">I")
+_HEADER = struct.Struct(">Ii")
+_FRAME_TYPES = {int(t): t for t in FrameType}  # a dict lookup is far cheaper than FrameType(n)
+#: consumed bytes kept before the buffer is compacted
+_COMPACT_AFTER = 64 * 1024
+
+
+class FrameDecoder:
+    """Incremental decoder of the server-to-client frame stream.
+
+    ``feed(data)`` adds bytes and returns the frames they completed; ``receive_data`` and
+    ``next_frame`` (or ``next_parts``) do the same in two steps. A frame whose size is below 4
+    or above ``max_frame_size``, or whose type is unknown, raises :class:`RemoteProtocolError`;
+    after that the decoder stays broken and raises the same error again.
+    """
+
+    __slots__ = ("_buffer", "_error", "_pos", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        """Create a decoder refusing frames whose size field exceeds ``max_frame_size``."""
+        if max_frame_size < 4:
+            raise InvalidArgumentError(f"max_frame_size must be >= 4, got {max_frame_size}")
+        self.max_frame_size = max_frame_size
+        self._buffer = bytearray()
+        #: start of the first unreturned byte: frames are sliced from here, and the consumed
+        #: prefix is cut off once it is large (a chunk of many small frames stays O(n))
+        self._pos = 0
+        self._error: RemoteProtocolError | None = None
+
+    def __repr__(self) -> str:
+        """Show the limit, the buffered byte count and whether the decoder failed."""
+        state = "broken" if self._error is not None else "ok"
+        return (
+            f"<FrameDecoder {state} buffered={self.buffered} max_frame_size={self.max_frame_size}>"
+        )
+
+    @property
+    def buffered(self) -> int:
+        """Number of received bytes not yet returned as a frame."""
+        return len(self._buffer) - self._pos
+
+    def receive_data(self, data: bytes) -> None:
+        """Append bytes received from the peer."""
+        if self._error is not None:
+            raise self._error
+        self._buffer += data
+
+    def next_frame(self) -> Frame | None:
+        """Return the next whole frame, or ``None`` if more bytes are needed."""
+        parts = self.next_parts()
+        return None if parts is None else Frame(*parts)
+
+    def next_parts(self) -> tuple[FrameType, bytes] | None:
+        """:meth:`next_frame` as a ``(type, data)`` pair (cheaper: no Frame is built)."""
+        if self._error is not None:
+            raise self._error
+        buffer, pos = self._buffer, self._pos
+        available = len(buffer) - pos
+        if available < _SIZE.size:
+            return None
+        (size,) = _SIZE.unpack_from(buffer, pos)
+        if size < 4:
+            self._fail(f"frame size {size} is below 4: no room for the frame type")
+        if size > self.max_frame_size:
+            self._fail(f"frame size {size} exceeds the limit of {self.max_frame_size} bytes")
+        if available < FRAME_HEADER_SIZE:
+            return None
+        (_, raw_type) = _HEADER.unpack_from(buffer, pos)
+        frame_type = _FRAME_TYPES.get(raw_type)
+        if frame_type is None:
+            self._fail(f"unknown frame type {raw_type}")
+        end = pos + _SIZE.size + size
+        if len(buffer) < end:
+            return None
+        data = bytes(buffer[pos + FRAME_HEADER_SIZE : end])
+        if end == len(buffer):
+            buffer.clear()
+            self._pos = 0
+        elif end >= _COMPACT_AFTER:
+            del buffer[:end]
+            self._pos = 0
+        else:
+            self._pos = end
+        return frame_type, data
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Append ``data`` and return every frame now complete, in order."""
+        self.receive_data(data)
+        frames: list[Frame] = []
+        while (frame := self.next_frame()) is not None:
+            frames.append(frame)
+        return frames
+
+    def feed_eof(self) -> None:
+        """Tell the decoder the peer closed; raise if a frame was cut off."""
+        if self._error is not None:
+            raise self._error
+        if self.buffered:
+            self._fail(f"connection closed inside a frame ({self.buffered} bytes pending)")
+
+    def _fail(self, reason: str) -> NoReturn:
+        """Remember the error, drop the buffer and raise."""
+        self._error = RemoteProtocolError(reason)
+        self._buffer.clear()
+        self._pos = 0
+        raise self._error
 
 
 class ClientSession:
@@ -110,6 +244,7 @@ class ClientSession:
         "_beats_since",
         "_decoder",
         "_fatal",
+        "_fork",
         "_format",
         "_in_flight",
         "_ledger",
@@ -127,6 +262,7 @@ class ClientSession:
         self._decoder = FrameDecoder(max_frame_size)
         self._pending: deque[bytes] = deque()
         self._negotiated: Negotiated | None = None
+        self._fork = False
         self._format: MessageFormat | None = None
         self._ordered = False
         self._in_flight: set[bytes] = set()
@@ -160,7 +296,7 @@ class ClientSession:
     @property
     def closed(self) -> bool:
         """True once the connection is ``CLOSED``."""
-        return self._machine.closed
+        return self._machine.state is _CLOSED
 
     @property
     def negotiated(self) -> Negotiated | None:
@@ -170,7 +306,7 @@ class ClientSession:
     @property
     def is_fork(self) -> bool:
         """True when nsqd identified as the fork (fork-only commands, fork message ids)."""
-        return self._negotiated is not None and self._negotiated.is_fork is True
+        return self._fork
 
     @property
     def fork_rules(self) -> bool:
@@ -212,15 +348,16 @@ class ClientSession:
 
     def identify(self, body: Mapping[str, object], *, max_body_size: int | None = None) -> bytes:
         """Return the IDENTIFY command for ``body``; its answer is an :class:`Answer`."""
-        data = encode_identify(body, max_body_size=max_body_size)
-        self._machine.check_command(data)
+        command = identify_command(body, max_body_size=max_body_size)
+        self._allowed(command.name)
         self._machine.move(ConnState.IDENTIFYING)
         self._pending.append(b"IDENTIFY")
-        return data
+        return command.encode()
 
     def identified(self, negotiated: Negotiated) -> None:
         """Record what the IDENTIFY answer settled."""
         self._negotiated = negotiated
+        self._fork = negotiated.is_fork is True
 
     def start_tls(self) -> None:
         """Enter the TLS upgrade; nsqd's ``OK`` through TLS is the next answer."""
@@ -235,10 +372,10 @@ class ClientSession:
     def authenticate(self, secret: str | bytes, *, max_body_size: int | None = None) -> bytes:
         """Return the AUTH command; its answer is an :class:`Answer`."""
         self._machine.move(ConnState.AUTHENTICATING)
-        data = encode_auth(secret, max_body_size=max_body_size)
-        self._machine.check_command(data)
+        command = auth_command(secret, max_body_size=max_body_size)
+        self._allowed(command.name)
         self._pending.append(b"AUTH")
-        return data
+        return command.encode()
 
     def ready(self, *, msg_timeout: float | None = None) -> None:
         """End the handshake: enter ``READY``. Deliveries count as live for nsqd's announced
@@ -249,69 +386,77 @@ class ClientSession:
 
     # -- sending --------------------------------------------------------------------------
 
-    def _check(self, command: bytes) -> bytes:
-        """Return the command's name if it may be sent now."""
+    def _allowed(self, name: bytes) -> None:
+        """Raise LocalProtocolError unless a command ``name`` may be sent now."""
         if self._fatal is not None:
             raise LocalProtocolError(f"cannot send after the fatal error {self._fatal}")
-        return check_command(self._machine.state, command)
+        state = self._machine.state
+        if name not in COMMANDS_BY_STATE[state]:
+            check_command(state, name)  # raises, naming the command and the state
 
-    def send(self, command: bytes) -> bytes:
-        """Return ``command`` (encoded) after recording it: a command nsqd answers.
+    def send(self, command: Command) -> bytes:
+        """Return the bytes of ``command`` after recording it: a command nsqd answers.
 
         Its answer comes as :class:`Answer` (or :class:`Failed`); a subscribe command sets the
         message format and enters ``SUBSCRIBING``, ``CLS`` enters ``CLOSING``. Raises
         LocalProtocolError for a command not allowed now, one without an answer (use
         :meth:`send_nowait`) or a fork-only command on vanilla nsqd.
         """
-        name = self._check(command)
+        name = command.name
+        self._allowed(name)
         if name in NO_RESPONSE_COMMANDS:
             raise LocalProtocolError(f"{name.decode()} has no response: use send_nowait()")
-        if name in FORK_ONLY_COMMANDS and not self.is_fork:
+        if name in FORK_ONLY_COMMANDS and not self._fork:
             raise LocalProtocolError(f"{name.decode()} exists only on the fork; nsqd is vanilla")
         if name in SUBSCRIBE_COMMANDS:
             negotiated = self._negotiated
             extend = negotiated is not None and negotiated.extend_support
             self._format = MessageFormat.for_subscription(
-                command, fork=self.is_fork, extend_support=extend, ext_topic=extend
+                name, fork=self._fork, extend_support=extend, ext_topic=extend
             )
             self._ordered = name == b"SUB_ORDERED"
-            self._machine.move(ConnState.SUBSCRIBING)
+            self._machine.move(_SUBSCRIBING)
         elif name == b"CLS":
             self._machine.move(ConnState.CLOSING)
         self._pending.append(name)
-        return command
+        return command.encode()
 
-    def send_nowait(self, command: bytes, *, now: float | None = None) -> bytes:
-        """Return ``command`` after recording it: FIN, REQ, TOUCH, RDY or NOP (no answer on
-        success). FIN and REQ settle the message, TOUCH renews it (at ``now``), RDY raises
-        the receipt limit."""
-        name = self._check(command)
+    def send_nowait(self, command: Command, *, now: float | None = None) -> bytes:
+        """Return the bytes of ``command`` after recording it: FIN, REQ, TOUCH, RDY or NOP (no
+        answer on success). FIN and REQ settle the message, TOUCH renews it (at ``now``), RDY
+        raises the receipt limit (a count that is not an int in ``0..max_rdy_count``, as
+        negotiated, raises InvalidArgumentError: nsqd would close the connection)."""
+        name = command.name
+        self._allowed(name)
         if name not in NO_RESPONSE_COMMANDS:
-            raise LocalProtocolError(f"{name.decode()} has a response: use command()")
-        if name in _ACK_COMMANDS and len(command) >= 20:
-            message_id = bytes(command[4:20])
-            self._in_flight.discard(message_id)
-            self._ledger.settled(message_id)
-        elif name == b"TOUCH" and len(command) >= 22:
-            self._ledger.touched(bytes(command[6:22]), self._now if now is None else now)
-        elif name == b"RDY":
-            self._ledger.rdy(int(bytes(command[4:])))
-        return command
+            raise LocalProtocolError(f"{name.decode()} has a response: use send()")
+        if isinstance(command, Fin | Req):
+            self._in_flight.discard(command.message_id)
+            self._ledger.settled(command.message_id)
+        elif isinstance(command, Touch):
+            self._ledger.touched(command.message_id, self._now if now is None else now)
+        elif isinstance(command, Rdy):
+            negotiated = self._negotiated
+            limit = negotiated.max_rdy_count if negotiated is not None else None
+            self._ledger.rdy(check_rdy(command.count, limit))
+        return command.encode()
 
     def fin(self, message_id: bytes) -> bytes:
-        """Return the FIN for a message, settling it."""
+        """Return the FIN for a message, settling it: ``send_nowait(Fin(message_id))``, without
+        building the command for a message delivered here (the consumer's hot path; any other
+        id is checked first)."""
         in_flight = self._in_flight
         if message_id in in_flight and self._machine.state is _SUBSCRIBED and self._fatal is None:
-            in_flight.discard(message_id)  # delivered here, so a valid id: no check again
+            in_flight.discard(message_id)
             self._ledger.settled(message_id)
-            return encode_fin_delivered(message_id)
-        return self.send_nowait(encode_fin(message_id))
+            return b"FIN " + message_id + b"\n"
+        return self.send_nowait(Fin(validate_message_id(message_id)))
 
     def sync(self) -> bytes:
         """Return a TOUCH for an id never in flight: nsqd answers it with E_TOUCH_FAILED
         (non-fatal on both servers) once it processed every command sent before, which
         comes as :data:`~nsq_ha.protocol.events.SYNCED`."""
-        data = self.send_nowait(encode_touch(SYNC_ID_FORK if self.is_fork else SYNC_ID_VANILLA))
+        data = self.send_nowait(Touch(SYNC_ID_FORK if self._fork else SYNC_ID_VANILLA))
         self._syncs += 1
         return data
 
@@ -405,7 +550,7 @@ class ClientSession:
     def close(self) -> None:
         """Enter ``CLOSED`` (either side closed the socket): pending commands get no answer,
         nothing can be sent any more."""
-        if not self._machine.closed:
+        if self._machine.state is not _CLOSED:
             self._machine.move(ConnState.CLOSED)
         self._pending.clear()
         self._syncs = 0

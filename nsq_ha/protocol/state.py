@@ -113,21 +113,18 @@ def check_command(state: ConnState, command: bytes) -> bytes:
 class ConnectionStateMachine:
     """Holds the current :class:`ConnState` and allows only the moves in :data:`TRANSITIONS`."""
 
-    __slots__ = ("_history", "_state")
+    __slots__ = ("_history", "state")
 
     def __init__(self, state: ConnState = ConnState.INIT) -> None:
         """Start in ``state`` (``INIT`` for a new connection)."""
-        self._state = state
+        #: The current state (read it; :meth:`move` changes it). An attribute, not a property:
+        #: every command sent reads it.
+        self.state = state
         self._history: list[ConnState] = [state]
 
     def __repr__(self) -> str:
         """Show the current state."""
-        return f"<ConnectionStateMachine {self._state.name}>"
-
-    @property
-    def state(self) -> ConnState:
-        """The current state."""
-        return self._state
+        return f"<ConnectionStateMachine {self.state.name}>"
 
     @property
     def history(self) -> tuple[ConnState, ...]:
@@ -137,21 +134,21 @@ class ConnectionStateMachine:
     @property
     def closed(self) -> bool:
         """True once the connection reached ``CLOSED``."""
-        return self._state is ConnState.CLOSED
+        return self.state is ConnState.CLOSED
 
     def can_move(self, new: ConnState) -> bool:
         """True when ``new`` is a legal next state (moving to the current state is not)."""
-        return new in TRANSITIONS[self._state]
+        return new in TRANSITIONS[self.state]
 
     def move(self, new: ConnState) -> None:
         """Enter ``new``; an illegal move raises LocalProtocolError and changes nothing."""
         if not self.can_move(new):
             raise LocalProtocolError(
-                f"illegal connection state transition {self._state.name} -> {new.name}"
+                f"illegal connection state transition {self.state.name} -> {new.name}"
             )
-        self._state = new
+        self.state = new
         self._history.append(new)
 
     def check_command(self, command: bytes) -> bytes:
         """Return the command's name if it may be sent now, else raise LocalProtocolError."""
-        return check_command(self._state, command)
+        return check_command(self.state, command)

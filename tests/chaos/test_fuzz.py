@@ -67,7 +67,6 @@ from nsq_ha.protocol.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     FRAME_HEADER_SIZE,
     Frame,
-    FrameDecoder,
     FrameType,
     encode_frame,
     max_frame_size_for,
@@ -83,6 +82,8 @@ from nsq_ha.protocol.message import (
     decode_message,
     encode_message,
 )
+from nsq_ha.protocol.publish import Publish, PublishMessage
+from nsq_ha.protocol.session import FrameDecoder
 
 # --- settings --------------------------------------------------------------------------------
 
@@ -1077,7 +1078,7 @@ async def _publish_fails(server: FakeNsqd, config: ConnectionConfig | None = Non
         async with asyncio.timeout(HANG_LIMIT):
             conn = await NsqdConnection.open(("127.0.0.1", server.port), config=config or _config())
             try:
-                await conn.publish("chaos", b"body")
+                await conn.command(PUB_CHAOS)
             except NsqError as exc:
                 error = exc
             else:
@@ -1087,11 +1088,13 @@ async def _publish_fails(server: FakeNsqd, config: ConnectionConfig | None = Non
     assert conn.closed
     assert conn.close_reason is error  # the reader's error went to the waiter as it was
     with pytest.raises(ConnectionClosedError):  # and the connection stays unusable
-        await conn.publish("chaos", b"again")
+        await conn.command(PUB_CHAOS)
     return error
 
 
 OK_FRAME = encode_frame(FrameType.RESPONSE, b"OK")
+#: the publish the connection tests send (the producer's path: a typed Publish via command())
+PUB_CHAOS = Publish(b"PUB", "chaos", None, [PublishMessage(b"body")])
 
 # (a) garbage where the IDENTIFY answer should be --------------------------------------------
 
@@ -1382,7 +1385,7 @@ async def test_the_fake_server_speaks_enough_nsq_for_a_clean_run() -> None:
     async with lying_server(script) as server:
         async with asyncio.timeout(HANG_LIMIT):
             async with NsqdConnection(("127.0.0.1", server.port), config=_config()) as conn:
-                assert await conn.publish("chaos", b"body") is None
+                assert await conn.command(PUB_CHAOS) == b"OK"
                 assert conn.negotiated.version == "1.3.0"
     assert conn.close_reason is None
     with pytest.raises(LocalProtocolError):

@@ -15,7 +15,6 @@ import pytest
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.errors import (
     BadPartitionError,
-    BodyTooLargeError,
     BrokerError,
     ConnectionClosedError,
     FinFailedError,
@@ -28,6 +27,7 @@ from nsq_ha.protocol.state import ConnState
 from nsq_ha.testing.servers import ForkCluster
 
 from .helpers import take
+from .publishes import publish
 
 pytestmark = pytest.mark.fork
 
@@ -78,7 +78,7 @@ async def test_pub_sub_fin_with_binary_ids(topics: Topics) -> None:
     async with NsqdConnection(address) as sub, NsqdConnection(address) as pub:
         await sub.subscribe(PLAIN, "plain_ch", 0)
         sub.rdy(10)
-        await asyncio.gather(*(pub.publish(PLAIN, b"f%d" % i, 0) for i in range(5)))
+        await asyncio.gather(*(publish(pub, PLAIN, b"f%d" % i, 0) for i in range(5)))
         messages = await take(sub, 5)
         assert [m.body for m in messages] == [b"f%d" % i for i in range(5)]
         ids = [m.internal_id for m in messages]
@@ -99,7 +99,7 @@ async def test_traced_publish_matches_the_delivered_message(topics: Topics) -> N
     async with NsqdConnection(address) as sub, NsqdConnection(address) as pub:
         await sub.subscribe(PLAIN, "traced_ch", 0, advanced=True)
         sub.rdy(1)
-        traced = await pub.publish(PLAIN, b"traced-body", 0, trace_id=0x1122334455667788)
+        traced = await publish(pub, PLAIN, b"traced-body", 0, trace_id=0x1122334455667788)
         assert traced is not None
         assert traced.trace_id == 0x1122334455667788
         assert traced.raw_size == 4 + 26 + len(b"traced-body")
@@ -119,7 +119,7 @@ async def test_ordered_subscription_carries_the_detail_part(topics: Topics) -> N
         await sub.subscribe(ORDERED, "ord_ch", 0, ordered=True)
         sub.rdy(1)
         for i in range(3):
-            await pub.publish(ORDERED, b"o%d" % i, 0)
+            await publish(pub, ORDERED, b"o%d" % i, 0)
         bodies = []
         previous: DecodedMessage | None = None
         for _ in range(3):
@@ -147,10 +147,10 @@ async def test_ext_topic_delivers_the_json_header(topics: Topics) -> None:
         assert sub.negotiated.extend_support is True
         await sub.subscribe(EXT, "ext_ch", 0)
         sub.rdy(2)
-        traced = await pub.publish(EXT, b"with-header", 0, header=header)
+        traced = await publish(pub, EXT, b"with-header", 0, header=header)
         assert traced is not None
         assert traced.trace_id == 999
-        assert await pub.publish(EXT, b"plain", 0) is None
+        assert await publish(pub, EXT, b"plain", 0) is None
         first, second = await take(sub, 2)
         assert first.ext_version == EXT_VERSION_JSON
         assert first.json_header() == header
@@ -167,7 +167,7 @@ async def test_pub_to_a_replica_is_not_leader_and_keeps_the_connection(topics: T
     async with NsqdConnection(topics.replica(PLAIN)) as conn:
         for _ in range(2):
             with pytest.raises(NotLeaderError) as info:
-                await conn.publish(PLAIN, b"x", 0)
+                await publish(conn, PLAIN, b"x", 0)
             assert info.value.fatal is False
             assert info.value.refresh_lookup is True
         assert conn.state is ConnState.READY
@@ -189,8 +189,8 @@ async def test_unknown_topic_is_fatal_and_fails_pipelined_waiters(topics: Topics
     """PUB to a topic that does not exist: E_TOPIC_NOT_EXIST (fatal); the PUB pipelined behind
     it fails with ConnectionClosedError chained to that error."""
     conn = await NsqdConnection.open(topics.leader(PLAIN))
-    first = asyncio.create_task(conn.publish("cf_conn_missing_topic", b"x"))
-    second = asyncio.create_task(conn.publish(PLAIN, b"y", 0))
+    first = asyncio.create_task(publish(conn, "cf_conn_missing_topic", b"x"))
+    second = asyncio.create_task(publish(conn, PLAIN, b"y", 0))
     results = await asyncio.gather(first, second, return_exceptions=True)
     assert isinstance(results[0], TopicNotExistError)
     assert results[0].fatal is True
@@ -206,7 +206,7 @@ async def test_ordered_topic_refuses_partitionless_pub_and_plain_sub(topics: Top
     address = topics.leader(ORDERED)
     conn = await NsqdConnection.open(address)
     with pytest.raises(BadPartitionError, match="multi partition"):
-        await conn.publish(ORDERED, b"x")
+        await publish(conn, ORDERED, b"x")
     await asyncio.wait_for(conn.wait_closed(), 5)
     conn = await NsqdConnection.open(address)
     with pytest.raises(SubOrderRequiredError):
@@ -230,20 +230,12 @@ async def test_fin_failed_is_routed_by_id(topics: Topics) -> None:
         await conn.subscribe(PLAIN, "fin_ch", 0)
         bogus = join_fork_id(999, 0)
         conn.fin(bogus)
-        assert await conn.publish(PLAIN, b"after", 0) is None
+        assert await publish(conn, PLAIN, b"after", 0) is None
         await asyncio.wait_for(arrived.wait(), 5)
         (error,) = errors
         assert isinstance(error, FinFailedError)
         assert error.message_id == bogus
         assert conn.state is ConnState.SUBSCRIBED
-
-
-async def test_oversize_body_refused_before_sending(topics: Topics) -> None:
-    """A body over max_msg_size never reaches nsqd (which would close with E_BAD_MESSAGE)."""
-    async with NsqdConnection(topics.leader(PLAIN)) as conn:
-        with pytest.raises(BodyTooLargeError, match="over the limit of 1048576"):
-            await conn.publish(PLAIN, b"x" * (1024 * 1024 + 1), 0)
-        assert await conn.publish(PLAIN, b"x" * 1024 * 1024, 0) is None
 
 
 async def test_heartbeats_answered_on_the_fork(topics: Topics) -> None:
@@ -254,7 +246,7 @@ async def test_heartbeats_answered_on_the_fork(topics: Topics) -> None:
         writes = conn.writes
         await asyncio.sleep(3.5)  # the idle period under test, not a synchronisation
         assert conn.writes - writes >= 3
-        assert await conn.publish(PLAIN, b"alive", 0) is None
+        assert await publish(conn, PLAIN, b"alive", 0) is None
 
 
 async def test_sync_is_a_round_trip_while_subscribed_and_after_cls(topics: Topics) -> None:

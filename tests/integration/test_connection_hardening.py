@@ -44,6 +44,7 @@ from nsq_ha.protocol.frames import (
 from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message
 
 from .lying_nsqd import LoopLag, Peer, Script, identify_answer, lying_nsqd
+from .publishes import pub_command, publish
 
 MiB = 1024 * 1024
 #: The memory a lying server may make the client hold (issue 20's target).
@@ -102,7 +103,7 @@ async def test_publish_to_an_nsqd_that_stops_reading_times_out() -> None:
             # the command's own timeout fires (NsqTimeoutError), not the guard (TimeoutError)
             with pytest.raises(NsqTimeoutError, match=r"within 1\.0 s"):
                 async with asyncio.timeout(config.command_timeout + 2.0):
-                    await conn.publish("hardening", bytes(32 * MiB))
+                    await publish(conn, "hardening", bytes(32 * MiB))
         finally:
             await conn.close()
 
@@ -550,9 +551,9 @@ async def test_a_late_answer_is_discarded_and_the_next_command_gets_its_own() ->
     config = ConnectionConfig(heartbeat_interval=-1, close_timeout=0.5)
     async with lying_nsqd(script) as server, NsqdConnection(server.address, config=config) as conn:
         with pytest.raises(NsqTimeoutError, match="no answer to PUB"):
-            await conn.command(b"PUB t 0\n\x00\x00\x00\x01a", response_timeout=0.2)
-        second = asyncio.ensure_future(conn.publish("t", b"b", 0))
-        third = asyncio.ensure_future(conn.publish("t", b"c", 0))
+            await conn.command(pub_command("t", b"a", 0), response_timeout=0.2)
+        second = asyncio.ensure_future(publish(conn, "t", b"b", 0))
+        third = asyncio.ensure_future(publish(conn, "t", b"c", 0))
         await asyncio.sleep(0.05)
         third_sent.set()
         with pytest.raises(PubFailedError) as failed:

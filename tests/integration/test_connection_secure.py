@@ -25,6 +25,7 @@ from nsq_ha.testing.servers import ForkCluster, VanillaCluster
 
 from .auth_server import IDENTITY, IDENTITY_URL, AuthServer, running_auth_server
 from .helpers import take
+from .publishes import publish
 
 GOOD_SECRET = "let-me-in"  # noqa: S105 - the test auth server's secret
 TOPIC = "cs_secure"
@@ -137,8 +138,8 @@ async def test_upgrade_round_trip(
         await sub.subscribe(TOPIC, f"ch_{upgrade.replace('+', '_')}", partition)
         sub.rdy(10)
         big = bytes(range(256)) * 800
-        await pub.publish(TOPIC, big, partition)
-        await asyncio.gather(*(pub.publish(TOPIC, b"s%d" % i, partition) for i in range(3)))
+        await publish(pub, TOPIC, big, partition)
+        await asyncio.gather(*(publish(pub, TOPIC, b"s%d" % i, partition) for i in range(3)))
         messages = await take(sub, 4)
         assert [m.body for m in messages] == [big, b"s0", b"s1", b"s2"]
         for message in messages:

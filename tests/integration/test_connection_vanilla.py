@@ -9,22 +9,34 @@ import pytest
 
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.errors import (
-    BodyTooLargeError,
     BrokerError,
     ConnectError,
     ConnectionClosedError,
     FinFailedError,
+    InvalidArgumentError,
     InvalidError,
     InvalidNameError,
     LocalProtocolError,
     NsqTimeoutError,
 )
+from nsq_ha.protocol.commands import Nop
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.state import ConnState
 from nsq_ha.testing.process import free_ports
 from nsq_ha.testing.servers import VanillaCluster
 
 from .helpers import take
+from .publishes import pub_command, publish, publish_many
+
+
+class UncheckedRdy:
+    """A RDY count the session does not see (not its Rdy command): sent as it is."""
+
+    name = b"RDY"
+
+    def encode(self) -> bytes:
+        return b"RDY 99999\n"
+
 
 pytestmark = pytest.mark.vanilla
 
@@ -67,7 +79,7 @@ async def test_pipelined_publishes_coalesce_and_round_trip(address: str) -> None
         assert sub.state is ConnState.SUBSCRIBED
         sub.rdy(100)
         writes_before = pub.writes
-        results = await asyncio.gather(*(pub.publish(topic, b"m%d" % i) for i in range(50)))
+        results = await asyncio.gather(*(publish(pub, topic, b"m%d" % i) for i in range(50)))
         assert results == [None] * 50
         assert pub.writes - writes_before == 1
         messages = await take(sub, 50)
@@ -100,7 +112,7 @@ async def test_mpub_and_on_message_callback(address: str) -> None:
         await sub.subscribe(topic, "ch")
         sub.rdy(3)
         async with NsqdConnection(address) as pub:
-            await pub.publish_many(topic, [b"a", b"b", b"c"])
+            await publish_many(pub, topic, [b"a", b"b", b"c"])
         await asyncio.wait_for(all_in.wait(), 10)
         assert [m.body for m in got] == [b"a", b"b", b"c"]
         for message in got:
@@ -112,7 +124,7 @@ async def test_close_waits_for_in_flight_messages(address: str) -> None:
     and the FIN written during CLOSE_WAIT is accepted (the message is not redelivered)."""
     topic = _topic()
     async with NsqdConnection(address) as pub:
-        await pub.publish(topic, b"late-fin")
+        await publish(pub, topic, b"late-fin")
     conn = await NsqdConnection.open(address, config=ConnectionConfig(close_timeout=10.0))
     await conn.subscribe(topic, "ch")
     conn.rdy(1)
@@ -152,23 +164,23 @@ async def test_fin_failure_goes_to_on_error_not_to_a_pending_publish(address: st
         await conn.subscribe(topic, "ch")
         bogus = b"0123456789abcdef"
         conn.fin(bogus)
-        assert await conn.publish(topic, b"after-fin") is None
+        assert await publish(conn, topic, b"after-fin") is None
         await asyncio.wait_for(arrived.wait(), 5)
         (error,) = errors
         assert isinstance(error, FinFailedError)
         assert error.fatal is False
         assert error.message_id == bogus
         assert conn.state is ConnState.SUBSCRIBED
-        assert await conn.publish(topic, b"still-open") is None
+        assert await publish(conn, topic, b"still-open") is None
 
 
 async def test_fatal_unsolicited_error_closes_and_fails_waiters(address: str) -> None:
-    """RDY above max_rdy_count (sent raw, bypassing the client check) gets a fatal E_INVALID:
+    """RDY above max_rdy_count (sent unchecked, bypassing the client check) gets a fatal E_INVALID:
     on_error sees it, nsqd closes, and the connection's close reason chains to it."""
     errors: list[BrokerError] = []
     async with NsqdConnection(address, on_error=errors.append) as conn:
         await conn.subscribe(_topic(), "ch")
-        conn.send_nowait(b"RDY 99999\n")
+        conn.send_nowait(UncheckedRdy())
         await asyncio.wait_for(conn.wait_closed(), 5)
         (error,) = errors
         assert isinstance(error, InvalidError)
@@ -176,7 +188,7 @@ async def test_fatal_unsolicited_error_closes_and_fails_waiters(address: str) ->
         assert isinstance(conn.close_reason, ConnectionClosedError)
         assert conn.close_reason.__cause__ is error
         with pytest.raises(ConnectionClosedError) as info:
-            await conn.publish("t", b"x")
+            await publish(conn, "t", b"x")
         assert info.value.__cause__ is conn.close_reason
 
 
@@ -189,7 +201,7 @@ async def test_heartbeats_answered_keep_an_idle_connection_alive(address: str) -
         await asyncio.sleep(3.5)  # the idle period under test, not a synchronisation
         assert conn.state is ConnState.READY
         assert conn.writes - writes >= 3  # one NOP per heartbeat
-        assert await conn.publish(_topic(), b"alive") is None
+        assert await publish(conn, _topic(), b"alive") is None
 
 
 async def test_dead_peer_detected_after_two_heartbeat_intervals(
@@ -207,7 +219,7 @@ async def test_dead_peer_detected_after_two_heartbeat_intervals(
         # wait_for only guards against a hang; the 30 s command timeout cannot fire within
         # it, so the NsqTimeoutError can only come from the watchdog, which names its window
         with pytest.raises(NsqTimeoutError, match=r"\(2 heartbeat intervals\): dead peer"):
-            await asyncio.wait_for(conn.publish(_topic(), b"lost"), 10)
+            await asyncio.wait_for(publish(conn, _topic(), b"lost"), 10)
         assert conn.closed
         assert isinstance(conn.close_reason, NsqTimeoutError)
     finally:
@@ -216,31 +228,31 @@ async def test_dead_peer_detected_after_two_heartbeat_intervals(
 
 
 async def test_client_side_refusals_send_nothing(address: str) -> None:
-    """Oversized bodies, invalid names, fork-only commands and partitions on vanilla, and
-    commands illegal in the current state are refused before any byte is written."""
-    config = ConnectionConfig(max_msg_size=1024)
-    async with NsqdConnection(address, config=config) as conn:
+    """Invalid names, fork-only commands, partitions and RDY counts nsqd refuses, and commands
+    illegal in the current state or method are refused before any byte is written (a
+    message's own checks are the producer's, where it comes in)."""
+    async with NsqdConnection(address) as conn:
         writes = conn.writes
-        with pytest.raises(BodyTooLargeError, match="1025 bytes, over the limit of 1024"):
-            await conn.publish("ok_topic", b"x" * 1025)
-        with pytest.raises(InvalidNameError, match="not valid"):
-            await conn.publish("bad topic!", b"x")
         with pytest.raises(InvalidNameError):
             await conn.subscribe("t", "c" * 65)
         with pytest.raises(LocalProtocolError, match="only on the fork"):
-            await conn.publish("t", b"x", trace_id=1)
+            await publish(conn, "t", b"x", trace_id=1)
         with pytest.raises(LocalProtocolError, match="only on the fork"):
             await conn.subscribe("t", "c", ordered=True)
         with pytest.raises(LocalProtocolError, match="no partitions"):
-            await conn.publish("t", b"x", partition=1)
+            await conn.subscribe("t", "c", 1)
         with pytest.raises(LocalProtocolError, match="cannot send RDY in state READY"):
             conn.rdy(1)
         with pytest.raises(LocalProtocolError, match="has a response"):
-            conn.send_nowait(b"PUB t\n\x00\x00\x00\x01x")
+            conn.send_nowait(pub_command("t", b"x"))
         with pytest.raises(LocalProtocolError, match="has no response"):
-            await conn.command(b"NOP\n")
+            await conn.command(Nop())
         assert conn.writes == writes
-        assert await conn.publish(_topic(), b"x" * 1024) is None
+        assert await publish(conn, _topic(), b"x" * 1024) is None
+        await conn.subscribe(_topic(), "c")
+        with pytest.raises(InvalidArgumentError, match="over max_rdy_count 2500"):
+            conn.rdy(2501)
+        assert conn.writes == writes + 2
 
 
 async def test_connect_refused_and_closed_use(vanilla_cluster: VanillaCluster) -> None:
@@ -252,7 +264,7 @@ async def test_connect_refused_and_closed_use(vanilla_cluster: VanillaCluster) -
     await conn.close()
     await conn.close()  # idempotent
     with pytest.raises(ConnectionClosedError):
-        await conn.publish("t", b"x")
+        await publish(conn, "t", b"x")
 
 
 async def test_sync_is_a_round_trip_while_subscribed_and_after_cls(address: str) -> None:
@@ -261,7 +273,7 @@ async def test_sync_is_a_round_trip_while_subscribed_and_after_cls(address: str)
     topic = _topic()
     errors: list[object] = []
     async with NsqdConnection(address) as pub:
-        await pub.publish(topic, b"x")
+        await publish(pub, topic, b"x")
     conn = NsqdConnection(address, on_error=errors.append)
     await conn.connect()
     await conn.subscribe(topic, "sync")

@@ -21,6 +21,7 @@ from nsq_ha.errors import ConfigError, NotLeaderError, NotWritableError, Publish
 from nsq_ha.producer import Producer, RetryPolicy
 
 from .helpers import publish_keyed
+from .publishes import publish
 
 KEYS = [f"k{i}" for i in range(20)]
 PER_KEY = 50
@@ -204,7 +205,7 @@ async def test_unwritable_partition_answers_not_writable_and_the_producer_retrie
         leader = cluster.leader_of("t", 0)
         async with NsqdConnection(leader.tcp_address) as conn:
             with pytest.raises(NotWritableError):
-                await conn.publish("t", b"x", partition=0)
+                await publish(conn, "t", b"x", partition=0)
             assert not conn.closed  # non-fatal
         async with Producer(lookupd=cluster.lookupd_http) as producer:
             publishing = asyncio.create_task(producer.publish("t", b"y"))
@@ -292,7 +293,7 @@ async def test_not_leader_error_class_on_the_wire() -> None:
         assert replica is not None
         async with NsqdConnection(replica.tcp_address) as conn:
             with pytest.raises(NotLeaderError):
-                await conn.publish("t", b"x", partition=0)
+                await publish(conn, "t", b"x", partition=0)
 
 
 async def test_a_partition_missing_from_the_lookup_makes_the_producer_look_again() -> None:

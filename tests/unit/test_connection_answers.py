@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from nsq_ha.connection.answers import PendingAnswers
+from nsq_ha.connection.reader import PendingAnswers
 from nsq_ha.errors import BadTopicError, NsqTimeoutError
 
 
@@ -20,7 +20,7 @@ async def _wait(answers: PendingAnswers, future: asyncio.Future[bytes], limit: f
         limit,
         backlogged=lambda: False,
         flushed=_flushed,
-        command=b"PUB t\n",
+        command=b"PUB",
         address="127.0.0.1:4150",
     )
 

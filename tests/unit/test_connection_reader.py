@@ -7,9 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from nsq_ha.connection.answers import PendingAnswers
-from nsq_ha.connection.reader import FrameReader
-from nsq_ha.connection.writer import CommandWriter
+from nsq_ha.connection.reader import FrameReader, PendingAnswers
 from nsq_ha.errors import ConnectionClosedError, NsqError
 from nsq_ha.protocol.session import ClientSession
 
@@ -39,7 +37,6 @@ def reader() -> tuple[FrameReader, PushingTransport]:
         ClientSession(),
         transport,  # type: ignore[arg-type]
         PendingAnswers(),
-        CommandWriter(1024, transport.address),
         deliver=lambda message: None,
         on_error=None,
     )

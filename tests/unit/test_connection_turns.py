@@ -11,11 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
-from nsq_ha.connection.answers import PendingAnswers
-from nsq_ha.connection.reader import EVENTS_PER_TURN, FrameReader
-from nsq_ha.connection.writer import CommandWriter
+from nsq_ha.connection.reader import EVENTS_PER_TURN, FrameReader, PendingAnswers
 from nsq_ha.errors import BrokerError, ConnectionClosedError, FinFailedError, NsqError
-from nsq_ha.protocol.commands import encode_rdy, encode_sub
+from nsq_ha.protocol.commands import Rdy, Sub
 from nsq_ha.protocol.events import Answer
 from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.protocol.identify import parse_identify_response
@@ -64,10 +62,10 @@ def subscribed_session(rdy: int) -> ClientSession:
     assert isinstance(session.next_event(), Answer)
     session.identified(parse_identify_response(answer))
     session.ready()
-    session.send(encode_sub("t", "c"))
+    session.send(Sub("t", "c"))
     session.receive_data(encode_frame(FrameType.RESPONSE, b"OK"))
     assert isinstance(session.next_event(), Answer)
-    session.send_nowait(encode_rdy(rdy))
+    session.send_nowait(Rdy(rdy))
     return session
 
 
@@ -81,7 +79,6 @@ async def started(
         session,
         transport,  # type: ignore[arg-type]
         PendingAnswers(),
-        CommandWriter(1024, transport.address),
         deliver=deliver,
         on_error=reported.append,
     )

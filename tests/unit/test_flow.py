@@ -1,4 +1,4 @@
-"""The receipt-side RDY check (nsq_ha.protocol.flow.DeliveryLedger), table by table."""
+"""The receipt-side RDY check (nsq_ha.protocol.message.DeliveryLedger), table by table."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
-from nsq_ha.protocol.flow import DEFAULT_SLACK, MIN_EXPIRY, DeliveryLedger
+from nsq_ha.protocol.message import DEFAULT_SLACK, MIN_EXPIRY, DeliveryLedger
 
 
 def _id(n: int) -> bytes:

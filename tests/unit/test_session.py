@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -30,13 +31,17 @@ from nsq_ha.errors import (
 from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder
 from nsq_ha.protocol.commands import (
     MAGIC_V2,
-    encode_cls,
+    Cls,
+    Command,
+    Fin,
+    Nop,
+    Rdy,
+    Req,
+    Sub,
+    SubOrdered,
+    Touch,
     encode_fin,
-    encode_nop,
-    encode_rdy,
     encode_req,
-    encode_sub,
-    encode_sub_ordered,
     encode_touch,
 )
 from nsq_ha.protocol.error_frames import closes_connection, must_drop, parse_error_frame
@@ -53,12 +58,20 @@ from nsq_ha.protocol.events import (
 from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.protocol.identify import parse_identify_response
 from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message, join_fork_id
-from nsq_ha.protocol.publish import encode_mpub_ext, encode_pub, encode_pub_ext
+from nsq_ha.protocol.publish import Publish, PublishMessage
 from nsq_ha.protocol.session import SYNC_ID_FORK, SYNC_ID_VANILLA, ClientSession
 from nsq_ha.protocol.state import ConnState, command_name
 
 FORK_ANSWER = {"version": "0.3.7-HA.1.12.3", "max_rdy_count": 2500, "msg_timeout": 60000}
 VANILLA_ANSWER = {"version": "1.3.0", "max_rdy_count": 2500, "msg_timeout": 60000}
+
+
+def pub(topic: str, body: bytes, partition: int | None = None) -> Publish:
+    return Publish(b"PUB", topic, partition, [PublishMessage(body)])
+
+
+def ext(name: bytes, header: bytes | None, partition: int | None = None) -> Publish:
+    return Publish(name, "t", partition, [PublishMessage(b"x", None, header)])
 
 
 def response(data: bytes) -> bytes:
@@ -93,14 +106,14 @@ def ready(*, fork: bool = True, extend_support: bool = False) -> ClientSession:
     return session
 
 
-def subscribed(command: bytes, **kwargs: Any) -> ClientSession:
+def subscribed(command: Command, **kwargs: Any) -> ClientSession:
     """A ready session subscribed with ``command`` and RDY 100."""
     session = ready(**kwargs)
     session.send(command)
     assert session.state is ConnState.SUBSCRIBING
-    assert events(session, response(b"OK")) == [Answer(b"OK", command_name(command))]
+    assert events(session, response(b"OK")) == [Answer(b"OK", command.name)]
     assert session.state is ConnState.SUBSCRIBED
-    session.send_nowait(encode_rdy(100))
+    session.send_nowait(Rdy(100))
     return session
 
 
@@ -167,8 +180,8 @@ def test_an_auth_failure_is_a_fatal_failed_event() -> None:
 
 def test_answers_complete_commands_in_order_and_heartbeats_complete_none() -> None:
     session = ready()
-    session.send(encode_pub("t", b"a", 0))
-    session.send(encode_pub("t", b"b", 0))
+    session.send(pub("t", b"a", 0))
+    session.send(pub("t", b"b", 0))
     assert session.pending == 2
     stream = response(b"OK") + response(b"_heartbeat_") + response(b"OK")
     assert events(session, stream) == [Answer(b"OK", b"PUB"), HEARTBEAT, Answer(b"OK", b"PUB")]
@@ -220,13 +233,13 @@ def test_any_split_of_the_stream_gives_the_same_events(cuts: list[int]) -> None:
         + error_frame(b"E_PUB_FAILED x")
         + encode_frame(FrameType.MESSAGE, encode_message(message(5), MessageFormat()))
     )
-    whole = subscribed(encode_sub("t", "c", 0))
-    whole.send(encode_pub("t", b"a", 0))
-    whole.send(encode_pub("t", b"b", 0))
+    whole = subscribed(Sub("t", "c", 0))
+    whole.send(pub("t", b"a", 0))
+    whole.send(pub("t", b"b", 0))
     expected = events(whole, stream)
-    split = subscribed(encode_sub("t", "c", 0))
-    split.send(encode_pub("t", b"a", 0))
-    split.send(encode_pub("t", b"b", 0))
+    split = subscribed(Sub("t", "c", 0))
+    split.send(pub("t", b"a", 0))
+    split.send(pub("t", b"b", 0))
     got: list[Event] = []
     position = 0
     for cut in itertools.chain(cuts, [len(stream)]):
@@ -249,44 +262,44 @@ def test_any_split_of_the_stream_gives_the_same_events(cuts: list[int]) -> None:
 
 FATALITY = [
     # (error frame, command it answers, fork?, must drop the connection?)
-    (b"E_FAILED_ON_NOT_LEADER x", encode_pub("t", b"x", 0), True, False),
-    (b"E_FAILED_ON_NOT_LEADER x", encode_pub("t", b"x"), False, True),
-    (b"E_FAILED_ON_NOT_WRITABLE x", encode_pub("t", b"x", 0), True, False),
-    (b"E_PUB_FAILED x", encode_pub("t", b"x", 0), True, False),
-    (b"E_PUB_FAILED x", encode_pub("t", b"x"), False, True),
-    (b"E_TOPIC_NOT_EXIST ", encode_pub("t", b"x", 0), True, True),
-    (b"E_BAD_TOPIC x", encode_pub("t", b"x"), False, True),
-    (b"E_EXT_NOT_SUPPORT x", encode_pub_ext("t", b"x", {"k": "v"}, 0), True, False),
-    (b"E_INVALID_JSON_HEADER x", encode_pub_ext("t", b"x", {"k": "v"}, 0), True, False),
+    (b"E_FAILED_ON_NOT_LEADER x", pub("t", b"x", 0), True, False),
+    (b"E_FAILED_ON_NOT_LEADER x", pub("t", b"x"), False, True),
+    (b"E_FAILED_ON_NOT_WRITABLE x", pub("t", b"x", 0), True, False),
+    (b"E_PUB_FAILED x", pub("t", b"x", 0), True, False),
+    (b"E_PUB_FAILED x", pub("t", b"x"), False, True),
+    (b"E_TOPIC_NOT_EXIST ", pub("t", b"x", 0), True, True),
+    (b"E_BAD_TOPIC x", pub("t", b"x"), False, True),
+    (b"E_EXT_NOT_SUPPORT x", ext(b"PUB_EXT", b'{"k":"v"}', 0), True, False),
+    (b"E_INVALID_JSON_HEADER x", ext(b"PUB_EXT", b'{"k":"v"}', 0), True, False),
     # §2.15: after MPUB_EXT nsqd parses the unread body as commands: always out of step
-    (b"E_EXT_NOT_SUPPORT x", encode_mpub_ext("t", [({"k": "v"}, b"x")], 0), True, True),
-    (b"E_INVALID_JSON_HEADER x", encode_mpub_ext("t", [({"k": "v"}, b"x")], 0), True, True),
-    (b"too much client connections", encode_pub("t", b"x", 0), True, True),
+    (b"E_EXT_NOT_SUPPORT x", ext(b"MPUB_EXT", b'{"k":"v"}', 0), True, True),
+    (b"E_INVALID_JSON_HEADER x", ext(b"MPUB_EXT", b'{"k":"v"}', 0), True, True),
+    (b"too much client connections", pub("t", b"x", 0), True, True),
 ]
 
 
 @pytest.mark.parametrize(("frame", "command", "fork", "fatal"), FATALITY)
 def test_error_frames_are_fatal_after_some_commands_only(
-    frame: bytes, command: bytes, fork: bool, fatal: bool
+    frame: bytes, command: Command, fork: bool, fatal: bool
 ) -> None:
     session = ready(fork=fork)
     session.send(command)
     (event,) = events(session, error_frame(frame))
     assert isinstance(event, Failed)
     assert (event.fatal, event.error.fatal) == (fatal, fatal)
-    assert event.command == command_name(command)
+    assert event.command == command.name
     assert session.pending == 0
     assert (session.fatal_error is event.error) is fatal
     if fatal:
         with pytest.raises(LocalProtocolError, match="fatal"):
-            session.send(encode_pub("t", b"again", 0 if fork else None))
+            session.send(pub("t", b"again", 0 if fork else None))
     else:
-        session.send(encode_pub("t", b"again", 0 if fork else None))
+        session.send(pub("t", b"again", 0 if fork else None))
 
 
 def test_leadership_errors_are_fatal_after_sub_and_fin() -> None:
     session = ready()
-    session.send(encode_sub("t", "c", 0))
+    session.send(Sub("t", "c", 0))
     (event,) = events(session, error_frame(b"E_FAILED_ON_NOT_LEADER x"))
     assert isinstance(event, Failed)
     assert isinstance(event.error, NotLeaderError)
@@ -296,8 +309,8 @@ def test_leadership_errors_are_fatal_after_sub_and_fin() -> None:
 
 @pytest.mark.parametrize("fork", [True, False])
 def test_fin_failures_answer_no_command_and_keep_the_connection(fork: bool) -> None:
-    session = subscribed(encode_sub("t", "c", 0 if fork else None), fork=fork)
-    session.send(encode_pub("t", b"x", 0 if fork else None))
+    session = subscribed(Sub("t", "c", 0 if fork else None), fork=fork)
+    session.send(pub("t", b"x", 0 if fork else None))
     text = (
         b"E_FIN_FAILED FIN [0 0 0 0 0 0 3 231 0 0 0 0 0 0 0 0] failed"
         if fork
@@ -325,21 +338,21 @@ def test_an_error_nothing_waits_for_answers_no_command() -> None:
 
 FORMATS = [
     # (subscribe command, fork?, extend_support?, expected format)
-    (encode_sub("t", "c", 0), True, False, MessageFormat()),
-    (encode_sub_ordered("t", "c", 0), True, False, MessageFormat(detail=True)),
-    (encode_sub("t", "c", 0), True, True, MessageFormat(ext=True)),
-    (encode_sub_ordered("t", "c", 0), True, True, MessageFormat(ext=True, detail=True)),
-    (encode_sub("t", "c"), False, False, MessageFormat.vanilla()),
+    (Sub("t", "c", 0), True, False, MessageFormat()),
+    (SubOrdered("t", "c", 0), True, False, MessageFormat(detail=True)),
+    (Sub("t", "c", 0), True, True, MessageFormat(ext=True)),
+    (SubOrdered("t", "c", 0), True, True, MessageFormat(ext=True, detail=True)),
+    (Sub("t", "c"), False, False, MessageFormat.vanilla()),
 ]
 
 
 @pytest.mark.parametrize(("command", "fork", "extend", "fmt"), FORMATS)
 def test_messages_decode_in_the_format_the_subscribe_chose(
-    command: bytes, fork: bool, extend: bool, fmt: MessageFormat
+    command: Command, fork: bool, extend: bool, fmt: MessageFormat
 ) -> None:
     session = subscribed(command, fork=fork, extend_support=extend)
     assert session.message_format == fmt
-    assert session.ordered is (command_name(command) == b"SUB_ORDERED")
+    assert session.ordered is (command.name == b"SUB_ORDERED")
     fields: dict[str, Any] = {}
     if fmt.ext:
         fields.update(ext_version=4, ext_data=b'{"k":"v"}')
@@ -360,7 +373,7 @@ def test_messages_decode_in_the_format_the_subscribe_chose(
 
 
 def test_fin_and_req_settle_in_flight_messages() -> None:
-    session = subscribed(encode_sub("t", "c", 0))
+    session = subscribed(Sub("t", "c", 0))
     fmt = MessageFormat()
     stream = b"".join(
         encode_frame(FrameType.MESSAGE, encode_message(message(n), fmt)) for n in (1, 2, 3)
@@ -368,10 +381,8 @@ def test_fin_and_req_settle_in_flight_messages() -> None:
     assert len(events(session, stream)) == 3
     assert session.in_flight == 3
     assert session.fin(join_fork_id(1, 7)) == encode_fin(join_fork_id(1, 7))
-    assert session.send_nowait(encode_req(join_fork_id(2, 7), 1.5)) == encode_req(
-        join_fork_id(2, 7), 1.5
-    )
-    session.send_nowait(encode_touch(join_fork_id(3, 7)), now=5.0)
+    assert session.send_nowait(Req(join_fork_id(2, 7), 1.5)) == encode_req(join_fork_id(2, 7), 1.5)
+    session.send_nowait(Touch(join_fork_id(3, 7)), now=5.0)
     assert session.in_flight == 1
     # an id never delivered is still encoded (nsqd answers E_FIN_FAILED)
     assert session.fin(join_fork_id(99, 7)) == encode_fin(join_fork_id(99, 7))
@@ -382,7 +393,7 @@ def test_messages_need_a_subscription_and_the_rdy_given() -> None:
     with pytest.raises(RemoteProtocolError, match="did not subscribe"):
         events(ready(), frame)
     session = ready()
-    session.send(encode_sub("t", "c", 0))
+    session.send(Sub("t", "c", 0))
     events(session, response(b"OK"))
     with pytest.raises(RemoteProtocolError, match="beyond the RDY"):
         events(session, frame)  # no RDY sent yet
@@ -392,8 +403,8 @@ def test_messages_need_a_subscription_and_the_rdy_given() -> None:
 
 
 def test_cls_is_answered_by_close_wait() -> None:
-    session = subscribed(encode_sub("t", "c", 0))
-    session.send(encode_cls())
+    session = subscribed(Sub("t", "c", 0))
+    session.send(Cls())
     assert session.state is ConnState.CLOSING
     assert events(session, response(b"CLOSE_WAIT")) == [CLOSE_WAIT]
     assert session.state is ConnState.CLOSE_WAIT
@@ -401,15 +412,15 @@ def test_cls_is_answered_by_close_wait() -> None:
 
 
 def test_cls_answered_with_anything_else_is_a_protocol_violation() -> None:
-    session = subscribed(encode_sub("t", "c", 0))
-    session.send(encode_cls())
+    session = subscribed(Sub("t", "c", 0))
+    session.send(Cls())
     with pytest.raises(RemoteProtocolError, match="CLOSE_WAIT"):
         events(session, response(b"OK"))
 
 
 @pytest.mark.parametrize(("fork", "sentinel"), [(True, SYNC_ID_FORK), (False, SYNC_ID_VANILLA)])
 def test_sync_is_answered_by_its_touch_failure(fork: bool, sentinel: bytes) -> None:
-    session = subscribed(encode_sub("t", "c", 0 if fork else None), fork=fork)
+    session = subscribed(Sub("t", "c", 0 if fork else None), fork=fork)
     assert session.sync() == encode_touch(sentinel)
     failure = b"E_TOUCH_FAILED TOUCH %s failed" % (
         b"[127 255 255 255 255 255 255 255 0 0 0 0 0 0 0 0]" if fork else sentinel
@@ -422,19 +433,19 @@ def test_sync_is_answered_by_its_touch_failure(fork: bool, sentinel: bytes) -> N
 
 def test_commands_are_refused_in_the_wrong_state_or_kind() -> None:
     session = ready(fork=False)
-    for fork_only in (encode_sub_ordered("t", "c", 0), encode_mpub_ext("t", [(None, b"x")])):
+    for fork_only in (SubOrdered("t", "c", 0), ext(b"MPUB_EXT", None)):
         with pytest.raises(LocalProtocolError, match="only on the fork"):
             session.send(fork_only)
     with pytest.raises(LocalProtocolError, match="no response"):
-        session.send(encode_nop())
+        session.send(Nop())
     with pytest.raises(LocalProtocolError, match="has a response"):
-        session.send_nowait(encode_pub("t", b"x"))
+        session.send_nowait(pub("t", b"x"))
     with pytest.raises(LocalProtocolError, match="cannot send FIN in state READY"):
         session.fin(join_fork_id(1, 7))
     session.close()
     assert session.closed
     with pytest.raises(LocalProtocolError):
-        session.send(encode_pub("t", b"x"))
+        session.send(pub("t", b"x"))
 
 
 # --- the golden recordings -------------------------------------------------------------------
@@ -442,6 +453,31 @@ def test_commands_are_refused_in_the_wrong_state_or_kind() -> None:
 GOLDEN = list(exchanges())
 #: whole connections of a well-behaved client (the error cases send what the session refuses)
 FLOWS = [e for e in GOLDEN if e.source in FLOW_FILES or e.conn.startswith("heartbeat-")]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A recorded command the session needs only the name of (it returns the bytes)."""
+
+    name: bytes
+    data: bytes
+
+    def encode(self) -> bytes:
+        return self.data
+
+
+def typed(command: ClientCommand, raw: bytes) -> Command:
+    """The typed command a recorded one is."""
+    params = command.params
+    if command.name == b"FIN":
+        return Fin(params[0])
+    if command.name == b"REQ":
+        return Req(params[0], int(params[1]) / 1000)
+    if command.name == b"TOUCH":
+        return Touch(params[0])
+    if command.name == b"RDY":
+        return Rdy(int(params[0]))
+    return Recorded(command.name, raw)
 
 
 def _replay(exchange: Exchange) -> list[Event]:
@@ -478,9 +514,9 @@ def _replay(exchange: Exchange) -> list[Event]:
                 body = json.loads(command.body)
                 session.identify(body)
             elif command.name in (b"FIN", b"REQ", b"TOUCH", b"RDY", b"NOP"):
-                session.send_nowait(raw)
+                session.send_nowait(typed(command, raw))
             else:
-                session.send(raw)
+                session.send(typed(command, raw))
     return got
 
 
@@ -553,7 +589,7 @@ def test_pub_failures_differ_between_servers_only() -> None:
 
 def test_end_of_stream_inside_a_frame_is_a_protocol_violation() -> None:
     session = ready()
-    session.send(encode_pub("t", b"x", 0))
+    session.send(pub("t", b"x", 0))
     events(session, response(b"OK")[:5])
     assert "pending=1" in repr(session)
     with pytest.raises(RemoteProtocolError, match="inside a frame"):

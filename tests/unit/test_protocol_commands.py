@@ -1,0 +1,202 @@
+"""Typed commands in, bytes out: the session takes command objects (never bytes it parses again),
+checks them against the state and returns their exact wire bytes; a warm publish and a warm
+delivery with its FIN enter two protocol modules (the session and one codec)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType as PyFrame
+from typing import Any
+
+import pytest
+
+import nsq_ha.protocol
+from nsq_ha.errors import InvalidArgumentError, LocalProtocolError
+from nsq_ha.protocol.commands import (
+    Cls,
+    Fin,
+    Nop,
+    Rdy,
+    Req,
+    StartPosition,
+    Sub,
+    SubAdvanced,
+    SubOrdered,
+    Touch,
+)
+from nsq_ha.protocol.events import NEED_DATA, Answer, Delivered
+from nsq_ha.protocol.frames import FrameType, encode_frame
+from nsq_ha.protocol.identify import parse_identify_response
+from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message, join_fork_id
+from nsq_ha.protocol.publish import Publish, PublishMessage
+from nsq_ha.protocol.session import ClientSession
+from nsq_ha.protocol.state import ConnState
+
+PROTOCOL = Path(nsq_ha.protocol.__file__).resolve().parent
+FORK = {"version": "0.3.7-HA.1.12.3", "max_rdy_count": 2500, "msg_timeout": 60000}
+ID = join_fork_id(1, 7)
+
+
+def ready() -> ClientSession:
+    """A session past IDENTIFY with a fork nsqd."""
+    session = ClientSession()
+    session.start()
+    session.identify({})
+    answer = json.dumps(FORK).encode()
+    session.receive_data(encode_frame(FrameType.RESPONSE, answer))
+    assert isinstance(session.next_event(), Answer)
+    session.identified(parse_identify_response(answer))
+    session.ready()
+    return session
+
+
+def answer_ok(session: ClientSession) -> None:
+    session.receive_data(encode_frame(FrameType.RESPONSE, b"OK"))
+    assert isinstance(session.next_event(), Answer)
+
+
+def subscribed(command: Sub | SubOrdered | SubAdvanced) -> ClientSession:
+    session = ready()
+    session.send(command)
+    answer_ok(session)
+    session.send_nowait(Rdy(10))
+    return session
+
+
+@pytest.mark.parametrize(
+    ("command", "wire"),
+    [
+        (Sub("t", "c"), b"SUB t c\n"),
+        (Sub("t", "c", 3), b"SUB t c 3\n"),
+        (SubOrdered("t", "c", 0), b"SUB_ORDERED t c 0\n"),
+        (SubAdvanced("t", "c", 2), b"SUB_ADVANCED t c 2\n"),
+        (
+            SubAdvanced("t", "c", None, StartPosition.at_count(5)),
+            b"SUB_ADVANCED t c -1 msgcount:5\n",
+        ),
+    ],
+)
+def test_a_subscribe_command_gives_its_line_and_its_message_format(
+    command: Sub | SubOrdered | SubAdvanced, wire: bytes
+) -> None:
+    session = ready()
+    assert session.send(command) == wire
+    assert session.state is ConnState.SUBSCRIBING
+    assert session.message_format == MessageFormat(fork_ids=True, detail=command.detail)
+    assert session.ordered is isinstance(command, SubOrdered)
+
+
+def test_message_commands_give_their_bytes_and_settle_or_renew_the_message() -> None:
+    session = subscribed(Sub("t", "c", 0))
+    frame = DecodedMessage(timestamp=1, attempts=1, id=ID, body=b"b")
+    data = encode_message(frame, MessageFormat(fork_ids=True))
+    session.receive_data(encode_frame(FrameType.MESSAGE, data))
+    assert isinstance(session.next_event(), Delivered)
+    assert session.in_flight == 1
+    assert session.send_nowait(Touch(ID), now=1.0) == b"TOUCH " + ID + b"\n"
+    assert session.send_nowait(Req(ID, 1.5)) == b"REQ " + ID + b" 1500\n"
+    assert session.in_flight == 0
+    assert session.send_nowait(Fin(ID)) == b"FIN " + ID + b"\n"
+    assert session.send_nowait(Rdy(7)) == b"RDY 7\n"
+    assert session.send_nowait(Nop()) == b"NOP\n"
+    assert session.send(Cls()) == b"CLS\n"
+    assert session.state is ConnState.CLOSING
+
+
+def test_a_command_in_the_wrong_method_or_state_is_refused_before_any_byte() -> None:
+    session = ready()
+    with pytest.raises(LocalProtocolError, match="FIN"):
+        session.send_nowait(Fin(ID))  # not subscribed
+    with pytest.raises(LocalProtocolError, match="has no response"):
+        session.send(Nop())
+    with pytest.raises(LocalProtocolError, match="has a response"):
+        session.send_nowait(Publish(b"PUB", "t", 0, [PublishMessage(b"x")]))
+    with pytest.raises(InvalidArgumentError, match="max_rdy_count"):
+        subscribed(Sub("t", "c", 0)).send_nowait(Rdy(2501))
+
+
+@pytest.mark.parametrize(
+    ("name", "messages", "wire"),
+    [
+        (b"PUB", [PublishMessage(b"ab")], b"PUB t 1\n\x00\x00\x00\x02ab"),
+        (
+            b"MPUB",
+            [PublishMessage(b"a"), PublishMessage(b"bc")],
+            b"MPUB t 1\n\x00\x00\x00\x0f\x00\x00\x00\x02\x00\x00\x00\x01a\x00\x00\x00\x02bc",
+        ),
+        (
+            b"PUB_TRACE",
+            [PublishMessage(b"a", 5)],
+            b"PUB_TRACE t 1\n\x00\x00\x00\x09" + (5).to_bytes(8, "big") + b"a",
+        ),
+        (
+            b"PUB_EXT",
+            [PublishMessage(b"a", None, b"{}")],
+            b"PUB_EXT t 1\n\x00\x00\x00\x05\x00\x02{}a",
+        ),
+    ],
+)
+def test_a_publish_of_checked_messages_gives_its_command(
+    name: bytes, messages: list[PublishMessage], wire: bytes
+) -> None:
+    session = ready()
+    assert session.send(Publish(name, "t", 1, messages)) == wire
+
+
+def _modules(step: Callable[[], Any]) -> set[str]:
+    """The protocol modules whose functions ``step`` calls."""
+    seen: set[str] = set()
+
+    def profile(frame: PyFrame, event: str, arg: object) -> None:
+        if event == "call":
+            path = Path(frame.f_code.co_filename).resolve()
+            if path.parent == PROTOCOL:
+                seen.add(path.name)
+
+    sys.setprofile(profile)
+    try:
+        step()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_a_warm_publish_and_its_answer_enter_two_protocol_modules() -> None:
+    session = ready()
+    publish = Publish(b"PUB", "t", 0, [PublishMessage(b"body")])
+    ok = encode_frame(FrameType.RESPONSE, b"OK")
+
+    def step() -> None:
+        session.send(publish)
+        session.receive_data(ok, 1.0)
+        assert isinstance(session.next_event(), Answer)
+        assert session.next_event() is NEED_DATA
+
+    assert len(_modules(step)) <= 2, _modules(step)
+
+
+def test_a_warm_delivery_and_its_fin_enter_two_protocol_modules() -> None:
+    session = subscribed(SubOrdered("t", "c", 0))
+    fmt = MessageFormat(fork_ids=True, detail=True)
+    frames = [
+        encode_frame(
+            FrameType.MESSAGE,
+            encode_message(
+                DecodedMessage(1, 1, join_fork_id(n, 7), b"b", offset=n, raw_size=31), fmt
+            ),
+        )
+        for n in (1, 2)
+    ]
+
+    def step(frame: bytes) -> None:
+        session.receive_data(frame, 1.0)
+        event = session.next_event()
+        assert isinstance(event, Delivered)
+        assert session.next_event() is NEED_DATA
+        session.fin(event.message.id)
+
+    step(frames[0])
+    assert len(_modules(lambda: step(frames[1]))) <= 2
