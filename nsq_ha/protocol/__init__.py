@@ -12,20 +12,15 @@ and write the bytes it returns.
 * :mod:`.trace` - the 30-byte traced publish response;
 * :mod:`.identify` - IDENTIFY/AUTH payloads and :class:`Negotiated`;
 * :mod:`.names` - topic/channel/partition/message-id rules;
-* :mod:`.command_decoder` - the server side: decoding what a client sends;
+* :mod:`.command_decoder` - the server side: decoding what a client sends (loaded on first
+  use of its names: a client does not need it);
 * :mod:`.session` / :mod:`.events` - :class:`ClientSession`, the client side of a connection:
   typed commands in, bytes out; bytes in (its :class:`FrameDecoder`), events out
   (:mod:`.error_frames` reads error frames for it).
 """
 
-from nsq_ha.protocol.command_decoder import (
-    ClientCommand,
-    CommandDecoder,
-    Magic,
-    split_ext_message,
-    split_mpub_body,
-    split_trace_message,
-)
+from typing import TYPE_CHECKING, Any
+
 from nsq_ha.protocol.commands import (
     MAGIC_V2,
     Auth,
@@ -238,3 +233,34 @@ __all__ = [
     "validate_partition",
     "validate_topic",
 ]
+
+#: The server side's names, imported from :mod:`.command_decoder` when first asked for.
+_SERVER_SIDE = frozenset(
+    {
+        "ClientCommand",
+        "CommandDecoder",
+        "Magic",
+        "split_ext_message",
+        "split_mpub_body",
+        "split_trace_message",
+    }
+)
+
+if TYPE_CHECKING:
+    from nsq_ha.protocol.command_decoder import (
+        ClientCommand,
+        CommandDecoder,
+        Magic,
+        split_ext_message,
+        split_mpub_body,
+        split_trace_message,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """The server side's names, loaded on first use."""
+    if name in _SERVER_SIDE:
+        from nsq_ha.protocol import command_decoder
+
+        return getattr(command_decoder, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,6 +5,7 @@ delivery with its FIN enter two protocol modules (the session and one codec)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -200,3 +201,15 @@ def test_a_warm_delivery_and_its_fin_enter_two_protocol_modules() -> None:
 
     step(frames[0])
     assert len(_modules(lambda: step(frames[1]))) <= 2
+
+
+def test_the_client_side_of_the_protocol_loads_without_the_server_side() -> None:
+    """``import nsq_ha.protocol`` does not load the broker's command decoder; its names still
+    come from the package when asked for."""
+    code = (
+        "import sys, nsq_ha.protocol as p\n"
+        "assert 'nsq_ha.protocol.command_decoder' not in sys.modules\n"
+        "assert p.CommandDecoder.__module__ == 'nsq_ha.protocol.command_decoder'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
