@@ -53,12 +53,10 @@ from nsq_ha.protocol.commands import (
     SubAdvanced,
     SubOrdered,
     Touch,
-    seconds_to_ms,
 )
 from nsq_ha.protocol.frames import DEFAULT_MAX_FRAME_SIZE, max_frame_size_for
 from nsq_ha.protocol.identify import AuthResponse, Negotiated
 from nsq_ha.protocol.message import DecodedMessage
-from nsq_ha.protocol.names import validate_message_id
 from nsq_ha.protocol.session import ClientSession
 from nsq_ha.protocol.state import ConnState, command_name
 from nsq_ha.transport import StreamTransport
@@ -462,12 +460,11 @@ class NsqdConnection:
 
     def req(self, message_id: bytes, delay: float = 0.0) -> None:
         """Requeue a message after ``delay`` seconds (use 0 on ordered channels)."""
-        seconds_to_ms(delay, "REQ delay")
-        self.send_nowait(Req(validate_message_id(message_id), delay))
+        self.send_nowait(Req(message_id, delay))
 
     def touch(self, message_id: bytes) -> None:
         """Reset a message's timeout."""
-        self.send_nowait(Touch(validate_message_id(message_id)))
+        self.send_nowait(Touch(message_id))
 
     def messages(self) -> AsyncIterator[DecodedMessage]:
         """Yield delivered messages until the connection closes (when no on_message is set)."""

@@ -1,11 +1,11 @@
 """The client's commands without a message body (§1.2, §2), typed: the session takes these.
 
 Each command is a frozen dataclass whose ``name`` is its wire name and whose :meth:`encode`
-returns its exact bytes. Their fields are not checked again when they are encoded: they are
-checked once, where they come in (the connection's public methods, the consumer's answers,
-the ``encode_*`` functions below, which check their arguments and raise an
-:class:`~nsq_ha.errors.InvalidArgumentError` subclass when nsqd would refuse them). The publish
-family lives in :mod:`nsq_ha.protocol.publish`.
+returns its exact bytes. A command is checked once, when it is made (a subscribe's names and
+partition, a RDY count, a FIN/REQ/TOUCH id, a REQ delay), and encoding checks nothing again;
+:class:`Identify` and :class:`Auth` come from their checked builders. The ``encode_*`` functions
+make the command and encode it (an :class:`~nsq_ha.errors.InvalidArgumentError` subclass when
+nsqd would refuse it). The publish family lives in :mod:`nsq_ha.protocol.publish`.
 
 Durations in the API are float seconds; this module is the one place that converts them to the
 milliseconds on the wire (:func:`seconds_to_ms`, :func:`ms_to_seconds`).
@@ -93,6 +93,11 @@ def seconds_to_ms(seconds: float, what: str) -> int:
         raise InvalidArgumentError(f"{what} must be a number of seconds, not {seconds!r}")
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidArgumentError(f"{what} must be a finite number >= 0, got {seconds!r}")
+    return checked_seconds_to_ms(seconds)
+
+
+def checked_seconds_to_ms(seconds: float) -> int:
+    """Whole milliseconds (rounded) of a duration :func:`seconds_to_ms` accepted."""
     return round(seconds * 1000)
 
 
@@ -385,10 +390,14 @@ def encode_sub_advanced(
 class Rdy:
     """``RDY <count>``: how many messages nsqd may have in flight here; never answered.
 
-    The session checks ``count`` against the negotiated ``max_rdy_count``."""
+    The session checks ``count`` against the negotiated ``max_rdy_count`` too."""
 
     name: ClassVar[bytes] = b"RDY"
     count: int
+
+    def __post_init__(self) -> None:
+        """Check the count: an int in ``0..2**63-1``."""
+        check_uint(self.count, "RDY count", 63)
 
     def encode(self) -> bytes:
         """The command line."""
@@ -402,6 +411,10 @@ class Fin:
     name: ClassVar[bytes] = b"FIN"
     message_id: bytes
 
+    def __post_init__(self) -> None:
+        """Check the id (see :func:`~nsq_ha.protocol.names.validate_message_id`)."""
+        object.__setattr__(self, "message_id", validate_message_id(self.message_id))
+
     def encode(self) -> bytes:
         """The command."""
         return b"FIN " + self.message_id + b"\n"
@@ -409,17 +422,21 @@ class Fin:
 
 @dataclass(frozen=True, slots=True)
 class Req:
-    """``REQ <16 raw id bytes> <delay ms>``; ``delay`` in seconds (checked where it comes in:
-    :func:`encode_req`, ``NsqdConnection.req``). On ordered channels nsqd ignores a delay
-    above 0: the message comes back only after ``msg_timeout``."""
+    """``REQ <16 raw id bytes> <delay ms>``; ``delay`` in seconds. On ordered channels nsqd
+    ignores a delay above 0: the message comes back only after ``msg_timeout``."""
 
     name: ClassVar[bytes] = b"REQ"
     message_id: bytes
     delay: float = 0.0
 
+    def __post_init__(self) -> None:
+        """Check the id and the delay."""
+        object.__setattr__(self, "message_id", validate_message_id(self.message_id))
+        seconds_to_ms(self.delay, "REQ delay")
+
     def encode(self) -> bytes:
         """The command."""
-        return b"REQ " + self.message_id + b" %d\n" % round(self.delay * 1000)
+        return b"REQ " + self.message_id + b" %d\n" % checked_seconds_to_ms(self.delay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,6 +445,10 @@ class Touch:
 
     name: ClassVar[bytes] = b"TOUCH"
     message_id: bytes
+
+    def __post_init__(self) -> None:
+        """Check the id."""
+        object.__setattr__(self, "message_id", validate_message_id(self.message_id))
 
     def encode(self) -> bytes:
         """The command."""
@@ -486,32 +507,33 @@ class InternalCreateTopic:
 
 def encode_rdy(count: int, *, max_rdy_count: int | None = None) -> bytes:
     """Return ``RDY <count>\\n``; ``count`` must be ``0..max_rdy_count`` (nsqd closes otherwise)."""
-    check_rdy(count, max_rdy_count)
-    return Rdy(count).encode()
+    command = Rdy(count)
+    check_rdy(command, max_rdy_count)
+    return command.encode()
 
 
-def check_rdy(count: object, max_rdy_count: int | None) -> int:
-    """Return ``count`` if it is a RDY count nsqd accepts (``0..max_rdy_count``), else raise."""
-    value = check_uint(count, "RDY count", 63)
-    if max_rdy_count is not None and value > max_rdy_count:
-        raise InvalidArgumentError(f"RDY count {value} is over max_rdy_count {max_rdy_count}")
-    return value
+def check_rdy(command: Rdy, max_rdy_count: int | None) -> int:
+    """Return the count of a RDY if it is at most ``max_rdy_count``, else raise."""
+    if max_rdy_count is not None and command.count > max_rdy_count:
+        raise InvalidArgumentError(
+            f"RDY count {command.count} is over max_rdy_count {max_rdy_count}"
+        )
+    return command.count
 
 
 def encode_fin(message_id: bytes) -> bytes:
     """Return ``FIN <16 raw id bytes>\\n`` (21 bytes; the id may contain spaces or newlines)."""
-    return Fin(validate_message_id(message_id)).encode()
+    return Fin(message_id).encode()
 
 
 def encode_req(message_id: bytes, delay: float = 0.0) -> bytes:
     """Return ``REQ <16 raw id bytes> <delay ms>\\n``; ``delay`` is in seconds."""
-    seconds_to_ms(delay, "REQ delay")
-    return Req(validate_message_id(message_id), delay).encode()
+    return Req(message_id, delay).encode()
 
 
 def encode_touch(message_id: bytes) -> bytes:
     """Return ``TOUCH <16 raw id bytes>\\n`` (23 bytes)."""
-    return Touch(validate_message_id(message_id)).encode()
+    return Touch(message_id).encode()
 
 
 def encode_cls() -> bytes:

@@ -27,6 +27,7 @@ from nsq_ha.protocol.commands import (
     as_bytes,
     check_size,
     check_uint,
+    checked_seconds_to_ms,
     command_line,
     compact_json,
     partition_params,
@@ -153,16 +154,20 @@ def _batch(messages: list[bytes]) -> bytes:
 @dataclass(frozen=True, slots=True)
 class Dpub:
     """``DPUB <topic> <delay ms>`` of one checked message (vanilla only; ``delay`` in seconds,
-    checked where it came in)."""
+    checked when made)."""
 
     name: ClassVar[bytes] = b"DPUB"
     topic: str
     body: bytes
     delay: float
 
+    def __post_init__(self) -> None:
+        """Check the delay (the one field a publish does not prepare)."""
+        seconds_to_ms(self.delay, "DPUB delay")
+
     def encode(self) -> bytes:
         """The command's bytes."""
-        line = b"DPUB %s %d\n" % (self.topic.encode("ascii"), round(self.delay * 1000))
+        line = b"DPUB %s %d\n" % (self.topic.encode("ascii"), checked_seconds_to_ms(self.delay))
         return line + _U32.pack(len(self.body)) + self.body
 
 

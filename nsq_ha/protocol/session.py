@@ -80,7 +80,6 @@ from nsq_ha.protocol.frames import (
 )
 from nsq_ha.protocol.identify import Negotiated
 from nsq_ha.protocol.message import DeliveryLedger, MessageFormat, decode_message
-from nsq_ha.protocol.names import validate_message_id
 from nsq_ha.protocol.state import (
     COMMANDS_BY_STATE,
     ConnectionStateMachine,
@@ -438,7 +437,7 @@ class ClientSession:
         elif isinstance(command, Rdy):
             negotiated = self._negotiated
             limit = negotiated.max_rdy_count if negotiated is not None else None
-            self._ledger.rdy(check_rdy(command.count, limit))
+            self._ledger.rdy(check_rdy(command, limit))
         return command.encode()
 
     def fin(self, message_id: bytes) -> bytes:
@@ -450,7 +449,7 @@ class ClientSession:
             in_flight.discard(message_id)
             self._ledger.settled(message_id)
             return b"FIN " + message_id + b"\n"
-        return self.send_nowait(Fin(validate_message_id(message_id)))
+        return self.send_nowait(Fin(message_id))
 
     def sync(self) -> bytes:
         """Return a TOUCH for an id never in flight: nsqd answers it with E_TOUCH_FAILED

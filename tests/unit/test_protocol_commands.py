@@ -32,7 +32,7 @@ from nsq_ha.protocol.events import NEED_DATA, Answer, Delivered
 from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.protocol.identify import parse_identify_response
 from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message, join_fork_id
-from nsq_ha.protocol.publish import Publish, PublishMessage
+from nsq_ha.protocol.publish import Dpub, Publish, PublishMessage
 from nsq_ha.protocol.session import ClientSession
 from nsq_ha.protocol.state import ConnState
 
@@ -213,3 +213,23 @@ def test_the_client_side_of_the_protocol_loads_without_the_server_side() -> None
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Fin(b"short"),
+        lambda: Touch(bytes(16)),  # internal id 0: nsqd closes the connection
+        lambda: Req(ID, -1.0),
+        lambda: Req(ID, float("nan")),
+        lambda: Rdy(-1),
+        lambda: Rdy(True),
+        lambda: Sub("bad topic!", "c"),
+        lambda: SubOrdered("t", "c", 255),
+        lambda: Dpub("t", b"x", -0.5),
+    ],
+)
+def test_a_command_cannot_be_made_with_what_nsqd_refuses(make: Callable[[], object]) -> None:
+    """Commands are checked once, when made: encoding and the session trust them."""
+    with pytest.raises(InvalidArgumentError):
+        make()
