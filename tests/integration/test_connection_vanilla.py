@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
 
+import httpx
 import pytest
 
+import nsq_ha
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.errors import (
     BrokerError,
@@ -39,6 +45,7 @@ class UncheckedRdy:
 
 
 pytestmark = pytest.mark.vanilla
+PACKAGE = Path(nsq_ha.__file__).resolve().parent
 
 
 def _topic() -> str:
@@ -287,3 +294,55 @@ async def test_sync_is_a_round_trip_while_subscribed_and_after_cls(address: str)
     assert errors == []  # the sync answers went to sync(), not to on_error
     await conn.close()
     assert conn.close_reason is None
+
+
+def _modules_during(calls: set[str]) -> Callable[[FrameType, str, object], None]:
+    """A profile function adding the ``nsq_ha`` modules whose functions are called."""
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            path = Path(frame.f_code.co_filename).resolve()
+            if path.is_relative_to(PACKAGE):
+                calls.add(str(path.relative_to(PACKAGE)))
+
+    return profile
+
+
+async def test_a_warm_publish_and_a_warm_delivery_with_its_fin_pass_few_modules(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    """On warm connections a publish (command() until it returns) enters the session and the
+    publish codec, and a delivery (socket read to fin()) the session and the message codec; each
+    enters connection/core, connection/reader and transport, and no other nsq_ha module."""
+    node = vanilla_cluster.nodes[0]
+    topic = _topic()
+    async with NsqdConnection(node.tcp_address) as pub, NsqdConnection(node.tcp_address) as sub:
+        await sub.subscribe(topic, "ch")
+        sub.rdy(10)
+        messages = sub.messages()
+        await publish(pub, topic, b"warm")
+        sub.fin((await anext(messages)).id)
+        command = pub_command(topic, b"journey")
+
+        published: set[str] = set()
+        sys.setprofile(_modules_during(published))
+        try:
+            await pub.command(command)
+        finally:
+            sys.setprofile(None)
+
+        def http_publish() -> None:  # another thread: not profiled
+            url = f"{node.http_url}/pub?topic={topic}"
+            httpx.post(url, content=b"delivered", timeout=10).raise_for_status()
+
+        delivered: set[str] = set()
+        sys.setprofile(_modules_during(delivered))
+        try:
+            await asyncio.to_thread(http_publish)
+            message = await asyncio.wait_for(anext(messages), 10)
+            sub.fin(message.id)
+        finally:
+            sys.setprofile(None)
+    wire = {"connection/core.py", "connection/reader.py", "transport.py"}
+    assert published == wire | {"protocol/session.py", "protocol/publish.py"}
+    assert delivered == wire | {"protocol/session.py", "protocol/message.py"}
