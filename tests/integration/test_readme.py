@@ -147,10 +147,12 @@ def test_every_block_is_run_or_says_why_not() -> None:
         "in_python_py1",
         "run_the_tests_sh1",
         "producing_top_py1",
+        "producing_ext_headers_py1",
         "consuming_top_py1",
         "consuming_blocking_code_py1",
         "cli_top_sh1",
         "spark_top_py1",
+        "opentelemetry_an_example_py1",
         "testing_the_embedded_cluster_sh1",
         "testing_the_embedded_cluster_py1",
         "operating_administration_py1",
@@ -304,6 +306,10 @@ def test_readme_block_runs_as_written(terminal: Terminal, block: Block) -> None:
                 "pyspark", reason="pyspark is not installed: pip install -e '.[spark]'"
             )
             _skip_before_replayable_stream()
+        if block.name.startswith("opentelemetry"):
+            pytest.importorskip(
+                "opentelemetry.sdk", reason="the SDK is not installed: pip install -e '.[otel]'"
+            )
         argv = [sys.executable, "-c", code]
         env = {k: v for k, v in os.environ.items() if k != "NSQ_HA_LOOKUPD"}
     else:
