@@ -26,6 +26,7 @@ from nsq_ha.consumer.checks import (
 )
 from nsq_ha.consumer.message import Message
 from nsq_ha.consumer.positions import StartPosition, check_start
+from nsq_ha.consumer.rdy import HOLD_TIMEOUT, IDLE_TIMEOUT
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
 from nsq_ha.lookup import LookupClient
@@ -56,50 +57,66 @@ class ConsumerConfig:
     """What to consume and how: every option of a :class:`~nsq_ha.consumer.Consumer` (and of
     the blocking :class:`nsq_ha.sync.Consumer`), its type, its default and its check, here once.
 
-    Give exactly one of ``lookupd`` (nsqlookupd HTTP address(es)), ``lookup`` (a shared
-    :class:`~nsq_ha.lookup.LookupClient`) or ``nsqd`` (TCP address(es)).
+    Give exactly one of ``lookupd``, ``lookup`` or ``nsqd``.
 
-    * ``max_in_flight``: messages out to this consumer at once, across all connections.
-    * ``ordered``: ``None`` follows the topic (lookup ``meta.ordered`` / nsqd's answer), ``True``
-      forces ``SUB_ORDERED`` (fork only; it marks the channel ordered on nsqd), ``False`` never
-      subscribes ordered (an ordered topic then refuses the subscription).
-    * ``with_offsets``: on plain topics of the fork, subscribe with ``SUB_ADVANCED`` so every
-      message carries its queue ``offset`` and ``raw_size`` (as ordered subscriptions' do)
-      while delivery stays unordered, at full ``max_in_flight``; vanilla nsqd refuses it.
-    * ``partitions``: consume only these; ``member=(i, n)``: only partitions ``p % n == i``.
-    * ``start``: where a **new** channel starts: ``"earliest"`` (the first retained message),
-      ``"latest"`` (the end: what the fork does anyway), a time (Unix seconds, or an aware
-      :class:`~datetime.datetime`; a naive one is refused; applied to the second, rounded down)
-      or ``{partition: offset}`` (queue offsets, e.g. a message's ``offset``; partitions not named
-      start at the end). Applied before the partition's first SUB when its leader does not have
-      the channel yet; an existing channel keeps its position (a restarted consumer does not
-      rewind its group). Two consumers of one channel starting at the same moment may both find
-      it new: the second then moves what the first may have begun to consume. Needs
-      ``lookupd=`` or ``lookup=``. Vanilla nsqd has no start position: ``"earliest"`` holds on a
-      topic's first channel, ``"latest"`` on a later one, and ``Consumer.start`` raises
-      :class:`~nsq_ha.errors.UnsupportedByServerError` for anything else (a time, offsets,
-      ``"earliest"`` on a topic that has other channels, ``"latest"`` on one that has none)
-      before subscribing. A partition that never had a message is at any position already.
-    * ``desired_tag``, ``ext_filter``, ``msg_timeout`` (s), ``sample_rate``: sent in IDENTIFY;
-      they override ``connection``'s (:meth:`connection_config`).
-    * ``max_attempts`` (0 = unlimited): a message delivered more often goes to ``on_give_up``
-      instead of the handler, then is finished (a failing ``on_give_up`` requeues it). The
-      default ``on_give_up`` logs and finishes. On ordered channels, skipping breaks order, so
-      without an explicit ``on_give_up`` such messages keep going to the handler, logged as
-      errors; pass ``on_give_up`` to choose skipping.
-    * ``backoff``: a :class:`~nsq_ha.consumer.backoff.BackoffStrategy` (default exponential
-      1 s .. 120 s), or ``None`` to never pause on failures.
-    * ``requeue_delay``: the delay of a requeue without one, per attempt (``attempts x
-      requeue_delay``, at most ``max_requeue_delay``); ignored on ordered channels (0).
-    * ``connection``: the :class:`~nsq_ha.connection.ConnectionConfig` of every connection.
-    * ``lookup_interval``: how often the partition map is looked up again.
-    * ``drain_timeout``: how long ``Consumer.close`` lets handlers finish what they hold.
-    * ``rdy_redistribute_interval``, ``low_rdy_idle_timeout``, ``low_rdy_timeout``: with more
-      connections than ``max_in_flight``, how often RDY moves, and after how long idle (or
-      holding it) a connection gives it up.
-    * ``reconnect_interval`` .. ``max_reconnect_interval``: the wait before re-making a lost
-      connection, doubled after each failure of the same (node, partition) (plus the jitter
-      of :data:`nsq_ha.retry.RECONNECT`, whose bounds are the defaults).
+    Args:
+        topic: the topic.
+        channel: the channel.
+        lookupd: nsqlookupd HTTP address(es).
+        lookup: a shared :class:`~nsq_ha.lookup.LookupClient`.
+        nsqd: nsqd TCP address(es).
+        max_in_flight: messages out to this consumer at once, across all connections.
+        ordered: ``None`` follows the topic (lookup ``meta.ordered`` / nsqd's answer), ``True``
+            forces ``SUB_ORDERED`` (fork only; it marks the channel ordered on nsqd), ``False``
+            never subscribes ordered (an ordered topic then refuses the subscription).
+        with_offsets: on plain topics of the fork, subscribe with ``SUB_ADVANCED`` so every
+            message carries its queue ``offset`` and ``raw_size`` (as ordered subscriptions'
+            do) while delivery stays unordered, at full ``max_in_flight``; vanilla nsqd refuses
+            it.
+        partitions: consume only these.
+        member: ``(i, n)``: only partitions ``p % n == i``.
+        start: where a **new** channel starts: ``"earliest"`` (the first retained message),
+            ``"latest"`` (the end: what the fork does anyway), a time (Unix seconds, or an
+            aware :class:`~datetime.datetime`; a naive one is refused; applied to the second,
+            rounded down) or ``{partition: offset}`` (queue offsets, e.g. a message's
+            ``offset``; partitions not named start at the end). Applied before the partition's
+            first SUB when its leader does not have the channel yet; an existing channel keeps
+            its position (a restarted consumer does not rewind its group). Two consumers of one
+            channel starting at the same moment may both find it new: the second then moves
+            what the first may have begun to consume. Needs ``lookupd=`` or ``lookup=``.
+            Vanilla nsqd has no start position: ``"earliest"`` holds on a topic's first
+            channel, ``"latest"`` on a later one, and ``Consumer.start`` raises
+            :class:`~nsq_ha.errors.UnsupportedByServerError` for anything else (a time,
+            offsets, ``"earliest"`` on a topic that has other channels, ``"latest"`` on one
+            that has none) before subscribing. A partition that never had a message is at any
+            position already.
+        desired_tag: sent in IDENTIFY; overrides ``connection``'s (:meth:`connection_config`).
+        ext_filter: sent in IDENTIFY; overrides ``connection``'s.
+        max_attempts: (0 = unlimited) a message delivered more often goes to ``on_give_up``
+            instead of the handler, then is finished (a failing ``on_give_up`` requeues it).
+            On ordered channels, skipping breaks order, so without an explicit ``on_give_up``
+            such messages keep going to the handler, logged as errors; pass ``on_give_up`` to
+            choose skipping.
+        backoff: a :class:`~nsq_ha.consumer.backoff.BackoffStrategy` (default exponential
+            1 s .. 120 s), or ``None`` to never pause on failures.
+        requeue_delay: the delay of a requeue without one, per attempt (``attempts x
+            requeue_delay``, at most ``max_requeue_delay``); ignored on ordered channels (0).
+        max_requeue_delay: the longest such delay.
+        msg_timeout: (s) sent in IDENTIFY; overrides ``connection``'s.
+        sample_rate: sent in IDENTIFY; overrides ``connection``'s.
+        on_give_up: gets a message delivered more than ``max_attempts`` times; the default
+            logs and finishes.
+        connection: the :class:`~nsq_ha.connection.ConnectionConfig` of every connection.
+        lookup_interval: how often the partition map is looked up again.
+        drain_timeout: how long ``Consumer.close`` lets handlers finish what they hold.
+        rdy_redistribute_interval: with more connections than ``max_in_flight``, how often RDY
+            moves.
+        low_rdy_idle_timeout: then, after how long idle a connection gives its RDY up.
+        low_rdy_timeout: then, after how long holding it a connection gives its RDY up.
+        reconnect_interval: the first wait before re-making a lost connection, doubled after
+            each failure of the same (node, partition) (plus the jitter of
+            :data:`nsq_ha.retry.RECONNECT`, whose bounds are the defaults).
+        max_reconnect_interval: the longest such wait.
 
     Every duration is float seconds and must be finite and not negative (most must be above
     0); anything else raises :class:`~nsq_ha.errors.ConfigError` naming the option. Values are
@@ -132,8 +149,8 @@ class ConsumerConfig:
     lookup_interval: float = 15.0
     drain_timeout: float = 30.0
     rdy_redistribute_interval: float = 5.0
-    low_rdy_idle_timeout: float = 10.0
-    low_rdy_timeout: float = 30.0
+    low_rdy_idle_timeout: float = IDLE_TIMEOUT
+    low_rdy_timeout: float = HOLD_TIMEOUT
     reconnect_interval: float = RECONNECT.initial
     max_reconnect_interval: float = RECONNECT.cap
 

@@ -42,6 +42,11 @@ __all__ = ["ConnRdy", "RdyPlanner"]
 DEFAULT_MAX_RDY = 2500
 #: A connection counts as starved when its in-flight count reaches this share of its RDY.
 STARVED_RATIO = 0.85
+#: With more connections than budget: RDY is taken from a connection idle this long (s) ...
+IDLE_TIMEOUT = 10.0
+#: ... or holding it this long while others wait (s). The consumer's ``low_rdy_idle_timeout``
+#: and ``low_rdy_timeout`` default to these.
+HOLD_TIMEOUT = 30.0
 
 
 @dataclass(slots=True)
@@ -72,8 +77,8 @@ class RdyPlanner:
         self,
         max_in_flight: int,
         *,
-        idle_timeout: float = 10.0,
-        hold_timeout: float = 30.0,
+        idle_timeout: float = IDLE_TIMEOUT,
+        hold_timeout: float = HOLD_TIMEOUT,
         max_level: int = 8,
         clock: Callable[[], float],
     ) -> None:
