@@ -17,6 +17,7 @@ from tenacity.stop import stop_base
 
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
+from nsq_ha.retry import Backoff
 
 __all__ = ["RetryPolicy"]
 
@@ -53,6 +54,11 @@ class RetryPolicy:
         if self.deadline is not None:
             seconds(self.deadline, "deadline")
         seconds(self.attempt_timeout, "attempt_timeout")
+
+    @property
+    def waits(self) -> Backoff:
+        """The waits as the project's retry loop takes them (:class:`nsq_ha.retry.Backoff`)."""
+        return Backoff(initial=self.initial_backoff, cap=self.max_backoff, jitter=self.jitter)
 
     def backoff(self, state: RetryCallState) -> float:
         """Seconds to wait after attempt ``state.attempt_number`` failed (tenacity's wait)."""

@@ -1,7 +1,9 @@
 """The producer's one sender: it drains the lanes of every :class:`~nsq_ha.producer.topic.Topic`
 into batches (group commit) and sends each: one attempt (route, connect, encode, command, read
-the answer), and the retry loop around it, which asks :func:`nsq_ha.retry.decide` what an error
-means and the :class:`~nsq_ha.producer.policy.RetryPolicy` how long to keep trying.
+the answer), made first outside any retry loop (a publish that succeeds builds none); after a
+retriable failure, the tries after it are the project's tenacity loop
+(:func:`nsq_ha.retry.retry_after`), which asks :func:`nsq_ha.retry.decide` what an error means
+and the :class:`~nsq_ha.producer.policy.RetryPolicy` how long to keep trying.
 
 Every publish goes through :meth:`Sender.submit`, one message or many: the call joins the lane
 of its topic and slot as one :class:`~nsq_ha.producer.batch.Call` and waits on one future for
@@ -18,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from nsq_ha import events
 from nsq_ha.connection import ConnectionConfig
@@ -55,7 +57,7 @@ from nsq_ha.producer.routes import ConnKey, Routes, check_features
 from nsq_ha.producer.topic import Lane, Topic, Window
 from nsq_ha.protocol.publish import encode_dpub
 from nsq_ha.redact import redact_text as redact
-from nsq_ha.retry import decide
+from nsq_ha.retry import Failure, decide, retry_after
 
 __all__ = ["Sender"]
 
@@ -76,10 +78,11 @@ class Sender:
     ``limits`` holds the size limits nsqd named in its refusals. ``linger``: seconds a batch
     waits for more messages (0: none); ``max_batch``: the most messages per batch.
 
-    Logging: a retry loop's first failure is a warning, unless a loop for the same target
-    (``what``: a topic's lookup, its unkeyed batches, or one slot) already warned in the same
-    streak; later failures are debug lines; the retried call that succeeds ends the streak with
-    an info line, and a loop that gives up ends it silently (its caller gets the error).
+    Logging (:mod:`nsq_ha.retry`'s lines: what failed, the attempt, the error, the next wait):
+    a retry loop's first failure is a warning, unless a loop for the same target (``what``: a
+    topic's lookup, its unkeyed batches, or one slot) already warned in the same streak; later
+    failures are debug lines; the retried call that succeeds ends the streak with an info
+    line, and a loop that gives up ends it silently (its caller gets the error).
     """
 
     __slots__ = (
@@ -244,135 +247,22 @@ class Sender:
 
     # -- the retry loop ---------------------------------------------------------------------
 
-    async def retried(
-        self,
-        what: str,
-        attempt: Callable[[int], Awaitable[_T]],
-        *,
-        topic: Topic,
-        slot: int | None = None,
-        operation: Literal["publish", "lookup"] = "publish",
-    ) -> _T:
-        """``await attempt(n)`` for n = 1, 2, ... until it succeeds, the error is not worth
-        another try, or the policy gives up (PublishError, ``__cause__`` the last error, and a
-        :class:`~nsq_ha.events.PublishGaveUp` event)."""
-        started = time.monotonic()  # the loop's clock, without asking for the running loop
-        try:
-            return await attempt(1)
-        except NsqError as exc:
-            stop = self._stop(what, exc, 1, started, topic=topic, slot=slot, operation=operation)
-            if stop is exc:
-                raise
-            if stop is not None:
-                raise stop from exc
-            failure = exc
-        number, succeeded = 1, False
-        try:  # a streak of failures: logged once, ended by however this loop ends
-            while True:
-                wait = self.policy.delay(number)
-                self.stats["retries"] += 1
-                self._failed_try(topic, what, number, failure, wait)
-                await asyncio.sleep(wait)
-                number += 1
-                try:
-                    result = await attempt(number)
-                except NsqError as exc:
-                    stop = self._stop(
-                        what, exc, number, started, topic=topic, slot=slot, operation=operation
-                    )
-                    if stop is exc:
-                        raise
-                    if stop is not None:
-                        raise stop from exc
-                    failure = exc
-                else:
-                    succeeded = True
-                    return result
-        finally:
-            self._streak_over(topic, what, number, succeeded=succeeded)
-
-    def _stop(
-        self,
-        what: str,
-        exc: NsqError,
-        number: int,
-        started: float,
-        *,
-        topic: Topic,
-        slot: int | None,
-        operation: Literal["publish", "lookup"],
-    ) -> NsqError | None:
-        """After try ``number`` failed with ``exc``: None to try again, else what to raise
-        (``exc`` itself when it is not worth another try; PublishError when the producer is
-        closing or the policy gives up)."""
-        if not decide(exc).retry:
-            return exc
-        if self.pool.aborting:
-            return PublishError(
-                f"{what}: the producer closed before nsqd acknowledged it",
-                attempts=number,
-                last_error=exc,
-            )
-        if not self.policy.exhausted(number, time.monotonic() - started):
-            return None
-        events.emit(
-            events.PublishGaveUp(
-                topic=topic.name,
-                partition=slot,
-                attempts=number,
-                error=redact(str(exc)),
-                operation=operation,
-            )
-        )
-        return PublishError(
-            f"{what} failed after {number} attempts: {redact(str(exc))}",
-            attempts=number,
-            last_error=exc,
-        )
-
-    def _failed_try(self, topic: Topic, what: str, number: int, exc: NsqError, wait: float) -> None:
-        """Log a failed try: a warning when it starts a streak for ``what``, else debug."""
-        failed = topic.streaks.get(what)
-        topic.streaks[what] = (failed or 0) + 1
-        if failed is None:
-            log.warning(
-                "%s failed (%s); retrying under the retry policy (up to %d attempts%s), "
-                "further failures are logged at debug level until it succeeds",
-                what,
-                redact(str(exc)),
-                self.policy.attempts,
-                "" if self.policy.deadline is None else f" or {self.policy.deadline:g} s",
-            )
-        else:
-            log.debug(
-                "%s failed on attempt %d (%s); retrying in %.2fs",
-                what,
-                number,
-                redact(str(exc)),
-                wait,
-            )
-
-    def _streak_over(self, topic: Topic, what: str, number: int, *, succeeded: bool) -> None:
-        """A retried call ended: the streak of ``what``, if one is on, ends (with an info line
-        when the call succeeded: the target works again)."""
-        failed = topic.streaks.pop(what, None)
-        if failed is not None and succeeded:
-            log.info(
-                "%s succeeded again on attempt %d (%d failed tries in the streak)",
-                what,
-                number,
-                failed,
-            )
-
     async def resolve(self, topic: Topic, *, keyed: bool) -> Routes:
         """The topic's routes, looked up again under the policy while it has no writable
         partition (or, ``keyed``, no known partition count)."""
-        return await self.retried(
-            f"lookup of {topic.name!r}",
-            lambda _: topic.current(keyed=keyed, closing=self.closing),
-            topic=topic,
-            operation="lookup",
-        )
+        started = time.monotonic()
+        try:
+            return await topic.current(keyed=keyed, closing=self.closing)
+        except NsqError as exc:
+            return await self._retry(
+                exc,
+                lambda _: topic.current(keyed=keyed, closing=self.closing),
+                what=f"lookup of {topic.name!r}",
+                topic=topic,
+                slot=None,
+                started=started,
+                operation="lookup",
+            )
 
     async def send(
         self,
@@ -382,14 +272,110 @@ class Sender:
         slot: int | None,
         defer: float | None = None,
     ) -> list[PublishResult]:
-        """Send one batch (to ``slot``, or round-robin when None), retried under the policy."""
-        where = f"publish to {topic.name!r}" + (f" slot {slot}" if slot is not None else "")
-        return await self.retried(
-            where,
-            lambda number: self.attempt(topic, messages, slot, defer, number),
-            topic=topic,
-            slot=slot,
-        )
+        """Send one batch (to ``slot``, or round-robin when None), retried under the policy:
+        the first try here, the others (after a retriable failure) in :meth:`_retry`."""
+        started = time.monotonic()
+        try:
+            return await self.attempt(topic, messages, slot, defer, 1)
+        except NsqError as exc:
+            return await self._retry(
+                exc,
+                lambda number: self.attempt(topic, messages, slot, defer, number),
+                what=f"publish to {topic.name!r}" + (f" slot {slot}" if slot is not None else ""),
+                topic=topic,
+                slot=slot,
+                started=started,
+                operation="publish",
+            )
+
+    async def _retry(
+        self,
+        first_error: NsqError,
+        attempt: Callable[[int], Awaitable[_T]],
+        *,
+        what: str,
+        topic: Topic,
+        slot: int | None,
+        started: float,
+        operation: Literal["publish", "lookup"],
+    ) -> _T:
+        """Try 2, 3, ... after try 1 failed with ``first_error``, on the project's retry loop
+        (:func:`nsq_ha.retry.retry_after`) under the policy: until a try succeeds, an error is
+        not worth another try (raised as it is), the producer aborts (PublishError: closed
+        before nsqd acknowledged) or the policy gives up (PublishError, ``__cause__`` the last
+        error, and a :class:`~nsq_ha.events.PublishGaveUp` event)."""
+        tries = 1
+
+        async def again(number: int) -> _T:
+            nonlocal tries
+            tries = number
+            return await attempt(number)
+
+        def on_retry(failure: Failure) -> None:
+            self.stats["retries"] += 1
+            topic.streaks[what] = topic.streaks.get(what, 0) + 1
+
+        def give_up(failure: Failure) -> BaseException:
+            error = redact(str(failure.error))
+            events.emit(
+                events.PublishGaveUp(
+                    topic=topic.name,
+                    partition=slot,
+                    attempts=failure.attempt,
+                    error=error,
+                    operation=operation,
+                )
+            )
+            return PublishError(
+                f"{what} failed after {failure.attempt} attempts: {error}",
+                attempts=failure.attempt,
+                last_error=failure.error,
+            )
+
+        def closed(exc: NsqError) -> PublishError:
+            return PublishError(
+                f"{what}: the producer closed before nsqd acknowledged it",
+                attempts=tries,
+                last_error=exc,
+            )
+
+        if not decide(first_error).retry:
+            raise first_error
+        pool = self.pool  # read again below: it may be set while the loop waits
+        if pool.aborting:
+            raise closed(first_error) from first_error
+        policy = self.policy
+        succeeded = False
+        try:
+            result = await retry_after(
+                first_error,
+                again,
+                what=what,
+                backoff=policy.waits,
+                attempts=policy.attempts,
+                deadline=policy.deadline,
+                started=started,
+                should_retry=lambda exc: decide(exc).retry and not self.pool.aborting,
+                on_retry=on_retry,
+                give_up=give_up,
+                describe=lambda exc: redact(str(exc)),
+                logger=cast("logging.Logger", _StreakLog(topic, what)),
+            )
+            succeeded = True
+            return result
+        except NsqError as exc:
+            if decide(exc).retry and self.pool.aborting:  # closed under the loop
+                raise closed(exc) from exc
+            raise
+        finally:
+            failed = topic.streaks.pop(what, None)
+            if failed is not None and succeeded:
+                log.info(
+                    "%s succeeded again on attempt %d (%d failed tries in the streak)",
+                    what,
+                    tries,
+                    failed,
+                )
 
     async def send_batch(
         self, topic: Topic, messages: list[OutgoingMessage], slot: int | None
@@ -538,3 +524,20 @@ class Sender:
 _NO_WINDOW: contextlib.nullcontext[None] = contextlib.nullcontext()
 #: the commands of messages with no trace id and no ext header
 _PLAIN = (b"PUB", b"MPUB")
+
+
+class _StreakLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The log of one retry loop for ``what`` on ``topic``: its first failure is a warning
+    unless a loop for the same target already warned in this streak (several batches of one
+    topic fail together when its leader goes): then a debug line, as later failures are."""
+
+    def __init__(self, topic: Topic, what: str) -> None:
+        super().__init__(log, {})
+        self.topic = topic
+        self.what = what
+
+    def warning(self, msg: object, *args: object, **kwargs: Any) -> None:
+        if self.topic.streaks.get(self.what):
+            self.debug(msg, *args, **kwargs)
+        else:
+            super().warning(msg, *args, **kwargs)

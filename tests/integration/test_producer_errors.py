@@ -2,7 +2,8 @@
 
 * PublishError (retries exhausted) chains the last error as ``__cause__``, as documented.
 * A publish retried through a failure logs one warning for the streak and one line when it
-  succeeds again, not a warning per try.
+  succeeds again, not a warning per try; its tries after the first are the project's shared
+  retry loop (``nsq_ha.retry``), which a publish that succeeds at once never builds.
 * An unknown topic names the command and the admin call that create it.
 * Unkeyed messages to an ordered topic are not kept in order: one warning per topic says so.
 * A ``str`` body is refused before anything is sent, with the fix in the error.
@@ -15,7 +16,7 @@ import logging
 
 import pytest
 
-from nsq_ha import events
+from nsq_ha import events, retry
 from nsq_ha.devcluster import DevCluster
 from nsq_ha.errors import (
     InvalidArgumentError,
@@ -88,6 +89,47 @@ async def test_a_retried_publish_logs_one_warning_and_one_line_when_it_recovers(
     assert len(warnings) == 1, warnings
     assert "flaky" in warnings[0]
     assert any("again" in m for m in producer_records(caplog, logging.INFO))
+
+
+async def test_only_a_failed_first_try_builds_the_shared_retry_loop(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first try of a publish is made outside tenacity; the tries after a failure are
+    ``nsq_ha.retry``'s loop, whose warning names the attempt and the next wait."""
+    caplog.set_level(logging.DEBUG, logger="nsq_ha")
+    built: list[str] = []
+    shared = retry.retrying
+
+    def counted(**options: object) -> object:
+        built.append(str(options["what"]))
+        return shared(**options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(retry, "retrying", counted)
+    policy = RetryPolicy(deadline=30.0, initial_backoff=0.01, max_backoff=0.02, jitter=0.0)
+    async with DevCluster(nodes=1) as cluster:
+        cluster.create_topic("shaky", partitions=1)
+        async with Producer(lookupd=cluster.lookupd_http, retry=policy) as producer:
+            async with asyncio.timeout(BOUND):
+                for i in range(20):
+                    await producer.publish("shaky", b"%d" % i)
+            assert built == []  # twenty publishes (and the lookup before them) built none
+            cluster.set_writable("shaky", 0, False)
+            refused = asyncio.Event()
+            listener = events.subscribe(lambda _: refused.set(), events.Reconnecting)
+            try:
+                publish = asyncio.create_task(producer.publish("shaky", b"x"))
+                async with asyncio.timeout(BOUND):
+                    await refused.wait()
+                cluster.set_writable("shaky", 0, True)
+                async with asyncio.timeout(BOUND):
+                    await publish
+            finally:
+                events.unsubscribe(listener)
+    assert built == ["publish to 'shaky'"]
+    warnings = producer_records(caplog, logging.WARNING)
+    assert len(warnings) == 1, warnings
+    assert "failed on attempt 1" in warnings[0]
+    assert "next try in" in warnings[0]
 
 
 async def test_an_unknown_topic_names_the_command_and_the_admin_call() -> None:
