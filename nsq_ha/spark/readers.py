@@ -279,9 +279,11 @@ def _read_range_batches(partition: InputPartition) -> Iterator[Any]:
             return iter(())
         raise TypeError(f"not a partition of the nsq source: {partition!r}")
     schema = arrow_schema()
-    topic = partition.task.topic
-    fmt = partition.task.row_format
-    return (record_batch(topic, chunk, schema, fmt) for chunk in read_chunks(partition.task))
+    task = partition.task
+    return (
+        record_batch(task.topic, chunk, schema, task.row_format, partition=task.partition)
+        for chunk in read_chunks(task)
+    )
 
 
 class NsqBatchReader(DataSourceReader):
