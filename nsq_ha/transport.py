@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Callable, Iterator
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from nsq_ha.errors import (
     ConnectError,
@@ -35,7 +35,9 @@ from nsq_ha.errors import (
     NsqError,
     NsqTimeoutError,
 )
-from nsq_ha.protocol.compression import StreamCodec
+
+if TYPE_CHECKING:  # the codecs (and python-snappy) load only when nsqd agrees to compress
+    from nsq_ha.protocol.compression import StreamCodec
 
 __all__ = ["READ_SIZE", "StreamTransport", "loop_of", "map_exceptions"]
 

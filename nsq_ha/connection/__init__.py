@@ -1,9 +1,14 @@
 """One asyncio connection to one nsqd: :class:`NsqdConnection`, its :class:`ConnectionConfig`
-and :class:`Security` (TLS, AUTH and compression by file paths and names)."""
+and :class:`Security` (TLS, AUTH and compression by file paths and names; loaded when first
+asked for: the clients do not need it)."""
+
+from typing import TYPE_CHECKING, Any
 
 from nsq_ha.connection.config import DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_MSG_SIZE, ConnectionConfig
 from nsq_ha.connection.core import ErrorHandler, MessageHandler, NsqdConnection
-from nsq_ha.connection.security import Compression, Security
+
+if TYPE_CHECKING:
+    from nsq_ha.connection.security import Compression, Security
 
 __all__ = [
     "DEFAULT_MAX_BODY_SIZE",
@@ -15,3 +20,12 @@ __all__ = [
     "NsqdConnection",
     "Security",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`Security` and :class:`Compression`, loaded on first use."""
+    if name in ("Security", "Compression"):
+        from nsq_ha.connection import security
+
+        return getattr(security, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from typing import TYPE_CHECKING
 
 from nsq_ha.connection.config import ConnectionConfig
 from nsq_ha.errors import ConnectionClosedError, HandshakeError, RemoteProtocolError
 from nsq_ha.protocol.commands import Nop
-from nsq_ha.protocol.compression import DeflateCodec, SnappyCodec
 from nsq_ha.protocol.events import NEED_DATA, Answer, Event, Failed, Heartbeat
 from nsq_ha.protocol.frames import OK
 from nsq_ha.protocol.identify import AuthResponse, Negotiated, parse_auth_response
@@ -23,11 +23,22 @@ from nsq_ha.protocol.identify import parse_identify_response as _parse_identify
 from nsq_ha.protocol.session import ClientSession
 from nsq_ha.transport import StreamTransport
 
-__all__ = ["Handshake"]
+if TYPE_CHECKING:
+    from nsq_ha.protocol.compression import StreamCodec
+
+__all__ = ["Handshake", "codec_for"]
 
 log = logging.getLogger(__name__)
 
 _FRAME_SIZE = struct.Struct(">I")
+
+
+def codec_for(name: str, level: int) -> StreamCodec:
+    """The stream codec of ``name`` (``"snappy"`` or ``"deflate"`` at ``level``): the codecs,
+    and python-snappy, are imported only for a connection nsqd agreed to compress."""
+    from nsq_ha.protocol.compression import DeflateCodec, SnappyCodec
+
+    return SnappyCodec() if name == "snappy" else DeflateCodec(min(level, 9))
 
 
 class Handshake:
@@ -94,10 +105,7 @@ class Handshake:
             if negotiated.deflate and level < 1:
                 raise HandshakeError(f"nsqd {self._address} announced deflate level {level}")
             session.start_compression()
-            if negotiated.snappy:
-                transport.enable_compression(SnappyCodec())
-            else:
-                transport.enable_compression(DeflateCodec(min(level, 9)))
+            transport.enable_compression(codec_for(name, level))
             await self._expect_ok(transport.compression or "compression")
         elif config.snappy or config.deflate:
             log.info("nsqd %s refused compression; continuing uncompressed", self._address)
