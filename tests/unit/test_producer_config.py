@@ -108,3 +108,19 @@ def test_the_producer_keywords_are_the_config_fields_with_no_default_of_their_ow
 def test_config_takes_only_a_whole_producer_config(config: object) -> None:
     with pytest.raises(InvalidArgumentError, match=r"ProducerConfig.*connection="):
         Producer(config=config)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"max_batchs": 3}, r"no option 'max_batchs'; did you mean 'max_batch'\?"),
+        ({"colour": "red"}, r"no option 'colour' \(the options: lookupd, lookup, nsqd, "),
+    ],
+)
+def test_an_unknown_option_is_a_config_error_naming_the_nearest(
+    options: dict[str, object], match: str
+) -> None:
+    with pytest.raises(ConfigError, match=match):
+        Producer(nsqd="127.0.0.1:1", **options)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=match):
+        ProducerConfig.from_options(None, {"nsqd": "127.0.0.1:1", **options})  # type: ignore[typeddict-item]
