@@ -59,7 +59,7 @@ from nsq_ha.protocol.identify import AuthResponse, Negotiated
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.session import ClientSession
 from nsq_ha.protocol.state import ConnState, command_name
-from nsq_ha.transport import StreamTransport
+from nsq_ha.transport import StreamTransport, loop_of
 
 __all__ = ["ErrorHandler", "MessageHandler", "NsqdConnection"]
 
@@ -327,13 +327,12 @@ class NsqdConnection:
         Their failures arrive later through ``on_error`` (FIN/REQ/TOUCH) or close the
         connection (fatal ones).
         """
-        transport = self._wire()
         try:
-            data = self._session.send_nowait(command, now=transport.loop.time())
+            data = self._session.send_nowait(command, now=loop_of(self._transport).time())
         except LocalProtocolError:
             self._raise_if_closed()
             raise
-        transport.send(data)
+        self._wire().send(data)
         self._deliveries.answered()
 
     async def command(
