@@ -3,16 +3,21 @@
 :class:`Consumer` is the public face; the work is done by small parts, each given what it needs
 and calling one way:
 
-* :class:`~nsq_ha.consumer.config.ConsumerConfig`: every option, checked once.
+* :class:`~nsq_ha.consumer.config.ConsumerConfig`: every option's name, type, default and
+  check, once (the keywords are typed by :class:`~nsq_ha.consumer.config.ConsumerOptions`).
 * :class:`~nsq_ha.consumer.discovery.Discovery`: the partition map followed, subscriptions
-  made (``SUB`` / ``SUB_ORDERED``, ext or not) and re-made after failures, with backoff.
-* :class:`~nsq_ha.consumer.slots.Slot`: one subscription, what it holds in flight, and the
-  answer path (``Message`` -> slot -> connection).
-* :class:`~nsq_ha.consumer.flow.Flow`: RDY, as :class:`~nsq_ha.consumer.rdy.RdyPlanner` decides
-  (budget ``max_in_flight`` across all connections, probe then share, rotation, backoff).
+  made (``SUB`` / ``SUB_ORDERED``, ext or not), and a failed or lost one re-made by its
+  reconnect loop (:func:`nsq_ha.retry.retry_after`).
+* :class:`~nsq_ha.consumer.slots.Slot`: one subscription, what it holds in flight (told to the
+  :class:`~nsq_ha.consumer.rdy.RdyPlanner`), and the answer path (``Message`` -> slot ->
+  connection).
+* :class:`~nsq_ha.consumer.flow.Flow`: sends the RDY the planner decides (budget
+  ``max_in_flight`` across all connections, probe then share, rotation, backoff).
 * :class:`~nsq_ha.consumer.handout.Intake`: messages handed out, one per partition at a time
   on ordered subscriptions (:class:`~nsq_ha.consumer.handout.PartitionGate`); ``on_give_up``.
 * :mod:`~nsq_ha.consumer.runners`: ``run`` and ``run_batches``.
+* :mod:`~nsq_ha.consumer.positions`: where a new channel starts, and seeks (through
+  :mod:`nsq_ha.admin`, loaded on first use).
 * :func:`~nsq_ha.consumer.drain.drain`: closing without leaving anything in flight on nsqd.
 """
 
