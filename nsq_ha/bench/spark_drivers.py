@@ -21,6 +21,23 @@ bodies.
   vanilla nsqd (Go); these compare them on the server Spark's workloads use, whose Python
   shares the 2 cores.
 
+On the real fork (the spec names ``lookupd`` and ``topic``: the stage's 4-partition topic,
+plain or ordered, see :mod:`nsq_ha.bench.stage`) the same entry points measure Spark and the
+client on the same Go servers. Every run publishes its rows first, spread evenly over the 4
+partitions (``n / 4`` each, by partition), and reads them from the offsets before them:
+
+* ``spark-read`` (``spark_mode`` ``stream``): a warm-up read of 2000 rows, then the timed
+  ``availableNow`` read of the ``n`` rows into ``noop``, from the query's start to its end;
+  ``spark_mode`` ``batch``: the same rows through ``spark.read`` between ``startingOffsets`` (the
+  offsets before them) and ``endingOffsets=latest``, counted; ``spark_mode`` ``fixed``: PySpark's
+  fixed cost of one stream query, a read of 4 rows after a warm-up one (``count`` 1: the
+  rate is queries per second);
+* ``spark-read-ordered``: the stream read of an ordered topic;
+* ``dev-consume``: ``async for`` over the 4 partitions (FIN each, RDY 2500) on a channel made
+  at their ends before the publish (deleted afterwards), timed from the consumer's start;
+* ``dev-ordered``: 4 ordered consumers at once, one per partition, each reading its ``n / 4``;
+* ``spark-write`` / ``dev-write``: as on the embedded cluster, to the fork's topic.
+
 Both give ``count`` and ``seconds`` (rows per second); no CPU figure: the work is in the JVM and
 in Spark's Python workers, not in this process.
 """
@@ -35,10 +52,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from nsq_ha.admin import LookupdAdmin
+from nsq_ha.admin import LookupdAdmin, NsqdAdmin
 from nsq_ha.bench.measure import body
 from nsq_ha.producer import Producer
 
@@ -113,7 +130,9 @@ def _read_once(spark: Any, lookupd: str, topic: str, start: dict[int, int]) -> t
 
 
 def spark_read(spec: dict[str, Any]) -> dict[str, Any]:
-    """The ``spark-read`` workload (see the module)."""
+    """The ``spark-read`` and ``spark-read-ordered`` workloads (see the module)."""
+    if _on_fork(spec):
+        return _fork_read(spec)
     from nsq_ha.devcluster import DevClusterThread
     from nsq_ha.spark.options import parse_read_options
     from nsq_ha.spark.source import fetch_extents
@@ -138,6 +157,8 @@ def spark_read(spec: dict[str, Any]) -> dict[str, Any]:
 
 def ordered_consume(spec: dict[str, Any]) -> dict[str, Any]:
     """The ``dev-ordered`` workload (see the module)."""
+    if _on_fork(spec):
+        return _fork_consume(spec, ordered=True)
     from nsq_ha.devcluster import DevClusterThread
 
     n = spec["n"]
@@ -150,13 +171,15 @@ def ordered_consume(spec: dict[str, Any]) -> dict[str, Any]:
     return {"count": n, "seconds": seconds}
 
 
-async def _consume(lookupd: str, topic: str, n: int, options: dict[str, Any]) -> float:
-    """Seconds to consume ``n`` messages of channel ``bench`` with ``async for``, each
-    finished, the clock started once the consumer is up (``options``: the Consumer's)."""
+async def _consume(
+    lookupd: str, topic: str, n: int, options: dict[str, Any], channel: str = "bench"
+) -> float:
+    """Seconds to consume ``n`` messages of ``channel`` with ``async for``, each finished, the
+    clock started once the consumer is up (``options``: the Consumer's)."""
     from nsq_ha.consumer import Consumer
 
     got = 0
-    async with Consumer(topic, "bench", lookupd=lookupd, **options) as consumer:
+    async with Consumer(topic, channel, lookupd=lookupd, **options) as consumer:
         began = time.perf_counter()
         async for message in consumer:
             await message.finish()
@@ -168,12 +191,8 @@ async def _consume(lookupd: str, topic: str, n: int, options: dict[str, Any]) ->
 
 def spark_write(spec: dict[str, Any]) -> dict[str, Any]:
     """The ``spark-write`` workload (see the module)."""
-    from nsq_ha.devcluster import DevClusterThread
-
     n = spec["n"]
-    with DevClusterThread(nodes=3) as dev:
-        lookupd, topic = dev.lookupd_http, _topic()
-        asyncio.run(_create(lookupd, topic))
+    with _where(spec, in_process=True) as (lookupd, topic):
         spark = _session()
         try:
             from pyspark.sql import functions as F
@@ -204,6 +223,8 @@ def spark_write(spec: dict[str, Any]) -> dict[str, Any]:
 
 def plain_consume(spec: dict[str, Any]) -> dict[str, Any]:
     """The ``dev-consume`` workload (see the module)."""
+    if _on_fork(spec):
+        return _fork_consume(spec, ordered=False)
     n = spec["n"]
     with _cluster_process() as lookupd:
         topic = _topic()
@@ -233,9 +254,7 @@ def keyed_publish(spec: dict[str, Any]) -> dict[str, Any]:
             await asyncio.gather(*(call(min(500, n - i)) for i in range(0, n, 500)))
             return time.perf_counter() - began
 
-    with _cluster_process() as lookupd:
-        topic = _topic()
-        asyncio.run(_create(lookupd, topic))
+    with _where(spec, in_process=False) as (lookupd, topic):
         seconds = asyncio.run(asyncio.wait_for(publish(lookupd, topic), 600))
     return {"count": n, "seconds": seconds}
 
@@ -265,3 +284,154 @@ def _cluster_process(timeout: float = 60.0) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+
+
+@contextlib.contextmanager
+def _where(spec: dict[str, Any], *, in_process: bool) -> Iterator[tuple[str, str]]:
+    """(lookupd, topic) of a run: the stage's fork topic, or a new topic on an embedded
+    cluster, in this process or (``in_process`` False) in a child process."""
+    if _on_fork(spec):
+        yield spec["lookupd"], spec["topic"]
+        return
+    if not in_process:
+        with _cluster_process() as lookupd:
+            topic = _topic()
+            asyncio.run(_create(lookupd, topic))
+            yield lookupd, topic
+        return
+    from nsq_ha.devcluster import DevClusterThread
+
+    with DevClusterThread(nodes=3) as dev:
+        topic = _topic()
+        asyncio.run(_create(dev.lookupd_http, topic))
+        yield dev.lookupd_http, topic
+
+
+# -- on the real fork --------------------------------------------------------------------------
+
+
+def _on_fork(spec: dict[str, Any]) -> bool:
+    """Whether the stage placed the run on the fork (its lookupd and topic in the spec)."""
+    return bool(spec.get("lookupd"))
+
+
+def _ends(lookupd: str, topic: str) -> dict[int, int]:
+    """Each partition's write end now."""
+    from nsq_ha.spark.options import parse_read_options
+    from nsq_ha.spark.source import fetch_extents
+
+    endpoint = parse_read_options({"lookupd": lookupd, "topic": topic}).endpoint
+    return {p: e.end for p, e in fetch_extents(endpoint).items()}
+
+
+async def _publish_even(lookupd: str, topic: str, count: int, size: int) -> None:
+    """``count`` messages, ``count / PARTITIONS`` to each partition (by partition number)."""
+    bodies = [body(size)] * 500
+    share = [count // PARTITIONS + (p < count % PARTITIONS) for p in range(PARTITIONS)]
+    async with Producer(lookupd=lookupd) as producer:
+
+        async def fill(partition: int, left: int) -> None:
+            while left > 0:
+                await producer.publish_many(topic, bodies[: min(500, left)], partition=partition)
+                left -= min(500, left)
+
+        await asyncio.gather(*(fill(p, share[p]) for p in range(PARTITIONS)))
+
+
+def _batch_once(spark: Any, lookupd: str, topic: str, start: dict[int, int]) -> tuple[int, float]:
+    """A bounded batch read from ``start`` to the write ends: the rows counted, the seconds."""
+    began = time.perf_counter()
+    rows = (
+        spark.read.format("nsq")
+        .option("lookupd", lookupd)
+        .option("topic", topic)
+        .option("startingOffsets", json.dumps({str(p): o for p, o in start.items()}))
+        .option("endingOffsets", "latest")
+        .load()
+        .count()
+    )
+    return int(rows), time.perf_counter() - began
+
+
+def _fork_read(spec: dict[str, Any]) -> dict[str, Any]:
+    """A Spark read on the fork (``spark_mode``: stream, batch or fixed; see the module)."""
+    lookupd, topic, n, size = spec["lookupd"], spec["topic"], spec["n"], spec["size"]
+    mode = spec.get("spark_mode") or "stream"
+    read: Callable[[Any, str, str, dict[int, int]], tuple[int, float]]
+    read = _batch_once if mode == "batch" else _read_once
+
+    def publish_and_read(count: int) -> float:
+        start = _ends(lookupd, topic)
+        asyncio.run(_publish_even(lookupd, topic, count, size))
+        rows, seconds = read(spark, lookupd, topic, start)
+        if rows != count:
+            raise RuntimeError(f"the {mode} read gave {rows} rows of the {count} published")
+        return seconds
+
+    spark = _session()
+    try:
+        if mode == "fixed":
+            publish_and_read(PARTITIONS)  # warm-up: the JVM, Spark's Python workers
+            return {"count": 1, "seconds": publish_and_read(PARTITIONS)}
+        publish_and_read(2000)  # warm-up
+        return {"count": n, "seconds": publish_and_read(n)}
+    finally:
+        spark.stop()
+
+
+def _fork_consume(spec: dict[str, Any], *, ordered: bool) -> dict[str, Any]:
+    """``async for`` over the 4 partitions (one consumer), or 4 ordered consumers (one per
+    partition), of ``n`` messages published after their channel was made."""
+    lookupd, topic, n = spec["lookupd"], spec["topic"], spec["n"]
+    channel = f"bench_{os.getpid()}"
+    asyncio.run(_channel(lookupd, topic, channel, create=True))
+    try:
+        asyncio.run(_publish_even(lookupd, topic, n, spec["size"]))
+        if ordered:
+            run = _ordered_four(lookupd, topic, channel, n)
+        else:
+            run = _consume(lookupd, topic, n, {"max_in_flight": 2500}, channel)
+        seconds = asyncio.run(asyncio.wait_for(run, 600))
+    finally:
+        asyncio.run(_channel(lookupd, topic, channel, create=False))
+    return {"count": n, "seconds": seconds}
+
+
+async def _channel(lookupd: str, topic: str, channel: str, *, create: bool) -> None:
+    """Create ``channel`` on every partition (at its end), or delete it."""
+    async with LookupdAdmin(lookupd) as admin:
+        if create:
+            await admin.create_channel(topic, channel)
+            return
+        for partition, node in await admin.channel_targets(topic):
+            async with NsqdAdmin(node.http_url) as nsqd:
+                await nsqd.delete_channel(topic, channel, partition)
+
+
+async def _ordered_four(lookupd: str, topic: str, channel: str, n: int) -> float:
+    """Seconds for 4 ordered consumers, one per partition, to finish their ``n / 4`` each,
+    the clock started once all are up."""
+    from nsq_ha.consumer import Consumer
+
+    share = [n // PARTITIONS + (p < n % PARTITIONS) for p in range(PARTITIONS)]
+
+    async def take(consumer: Consumer, count: int) -> None:
+        got = 0
+        async for message in consumer:
+            await message.finish()
+            got += 1
+            if got == count:
+                return
+
+    async with contextlib.AsyncExitStack() as stack:
+        consumers = [
+            await stack.enter_async_context(
+                Consumer(
+                    topic, channel, lookupd=lookupd, partitions=[p], ordered=True, max_in_flight=1
+                )
+            )
+            for p in range(PARTITIONS)
+        ]
+        began = time.perf_counter()
+        await asyncio.gather(*(take(c, share[p]) for p, c in enumerate(consumers)))
+        return time.perf_counter() - began

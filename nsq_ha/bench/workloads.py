@@ -70,6 +70,8 @@ class Workload:
     slow: bool = False
     #: at most this many rounds (None: the profile's), for workloads that start a JVM per run
     max_rounds: int | None = None
+    #: how a Spark read reads: "stream", "batch", or "fixed" (the fixed cost of one query)
+    mode: str = ""
 
 
 VANILLA_WORKLOADS = (
@@ -125,6 +127,7 @@ FORK_TOPICS = {
     "r3d": (1, 3, False, True),
     "k4": (4, 1, False, False),
     "ord": (1, 1, True, False),
+    "o4": (4, 1, True, False),  # the Spark ordered read's
 }
 
 FORK_WORKLOADS = (
@@ -217,8 +220,81 @@ FORK_WORKLOADS = (
     ),
 )
 
-#: Spark local[2] against the embedded 3-node cluster (issue 23's setup)
+#: Spark local[2] against the fork's cluster, each beside the client's own figure on the same
+#: topic (``k4``: 4 partitions, replica 1; ``o4``: the same, ordered); then against the
+#: embedded 3-node cluster (issue 23's first setup)
 SPARK_WORKLOADS = (
+    Workload(
+        "spark-fork-read",
+        "Spark local[2], fork: stream read of 4 partitions (availableNow, noop)",
+        "k4",
+        "spark-read",
+        ("nsq_ha",),
+        max_rounds=2,
+        mode="stream",
+    ),
+    Workload(
+        "spark-fork-consume",
+        "fork: async for over the same 4 partitions, FIN each (the Spark reads' reference)",
+        "k4",
+        "dev-consume",
+        ("nsq_ha",),
+        max_rounds=2,
+    ),
+    Workload(
+        "spark-fork-batch",
+        "Spark local[2], fork: bounded batch read of 4 partitions (offsets to latest, count)",
+        "k4",
+        "spark-read",
+        ("nsq_ha",),
+        max_rounds=2,
+        mode="batch",
+    ),
+    Workload(
+        "spark-fork-fixed",
+        "Spark local[2], fork: one stream query of 4 rows (PySpark's fixed cost per query) "
+        "[queries/s]",
+        "k4",
+        "spark-read",
+        ("nsq_ha",),
+        max_rounds=2,
+        mode="fixed",
+    ),
+    Workload(
+        "spark-fork-write",
+        "Spark local[2], fork: keyed batch write to 4 partitions",
+        "k4",
+        "spark-write",
+        ("nsq_ha",),
+        max_rounds=2,
+    ),
+    Workload(
+        "spark-fork-pubmany",
+        "fork: keyed publish_many to the same 4 partitions (the Spark write's reference)",
+        "k4",
+        "dev-write",
+        ("nsq_ha",),
+        max_rounds=2,
+    ),
+    Workload(
+        "spark-fork-read-ordered",
+        "Spark local[2], fork: stream read of 4 ordered partitions (availableNow, noop)",
+        "o4",
+        "spark-read-ordered",
+        ("nsq_ha",),
+        ordered=True,
+        max_rounds=2,
+        mode="stream",
+    ),
+    Workload(
+        "spark-fork-ordered",
+        "fork: 4 ordered consumers, one per partition (the Spark ordered read's reference)",
+        "o4",
+        "dev-ordered",
+        ("nsq_ha",),
+        ordered=True,
+        max_rounds=2,
+    ),
     Workload(
         "spark-read",
         "Spark local[2], embedded cluster: stream read of 4 partitions (availableNow, noop)",
@@ -293,11 +369,11 @@ def base_spec(profile: Profile, workload: Workload, client: str) -> dict[str, An
     n = profile.n_ordered if workload.ordered else (profile.n_slow if workload.slow else profile.n)
     if workload.kind == "hold":
         n = profile.hold
-    if workload.kind.startswith("spark-") or workload.kind in ("dev-consume", "dev-write"):
+    if workload.kind.startswith("spark-") or workload.kind.startswith("dev-"):
         # an ordered read goes one round trip per message: half the rows
         n = profile.n_spark // 2 if workload.ordered else profile.n_spark
-    if workload.kind == "dev-ordered":  # the ordered read's reference: a few seconds' worth
-        n = profile.n_ordered * 5
+    if workload.kind == "dev-ordered" and workload.server == "dev":
+        n = profile.n_ordered * 5  # the ordered read's reference, one partition: seconds' worth
     return {
         "workload": workload.kind,
         "client": "nsq_ha" if client in _ASYNC_NSQ_HA else client.removesuffix("-uvloop"),
@@ -316,4 +392,5 @@ def base_spec(profile: Profile, workload: Workload, client: str) -> dict[str, An
         # 10k msgs/s, a throughput-for-latency trade every client can make
         "unbuffered": workload.kind == "latency",
         "channel": "bench",
+        "spark_mode": workload.mode,
     }
