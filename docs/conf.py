@@ -76,10 +76,6 @@ autoclass_content = "both"  # the class docstring, then __init__'s (LookupClient
 # real breakage (bad reST in a docstring, an import error, a duplicate object) still warns.
 nitpicky = False
 
-# Curly quotes and ellipses, but "--" stays two hyphens: option names (``--topic``) appear in
-# plain text too, in the command line's generated page.
-smartquotes_action = "qe"
-
 # -- HTML --------------------------------------------------------------------------------------
 # Furo: the navigation on the left (every page, nested, wrapped rather than cut), the page's
 # own table of contents on the right, code blocks that scroll inside the page.
@@ -198,7 +194,23 @@ def _google_args(
     lines[:] = GoogleDocstring(lines, config, app, what, name, obj, options).lines()
 
 
+def _argparse_directive() -> Any:
+    """sphinx-argparse's directive, its output left as argparse wrote it: the help texts name
+    options (``--topic``) in plain text, where smart quotes would turn "--" into a dash."""
+    from sphinxarg.ext import ArgParseDirective
+
+    class ArgParse(ArgParseDirective):  # type: ignore[misc]
+        def run(self) -> list[Any]:
+            result: list[Any] = super().run()
+            for node in result:
+                node["support_smartquotes"] = False
+            return result
+
+    return ArgParse
+
+
 def setup(app: Any) -> None:
+    app.add_directive("argparse", _argparse_directive(), override=True)
     app.connect("autodoc-process-docstring", _google_args)
     app.add_domain(_PythonDomain, override=True)
     app.connect("autodoc-process-bases", _drop_object_base)
