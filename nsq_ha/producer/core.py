@@ -75,9 +75,9 @@ from nsq_ha.producer.config import ProducerConfig, ProducerOptions
 from nsq_ha.producer.message import OutgoingMessage
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.result import PublishResult
-from nsq_ha.producer.routes import ConnKey, Routes, SlotMemo
+from nsq_ha.producer.routes import ConnKey, Routes
 from nsq_ha.producer.sender import Sender
-from nsq_ha.producer.topic import Topic
+from nsq_ha.producer.topic import SlotMemo, Topic
 from nsq_ha.protocol.commands import seconds_to_ms
 from nsq_ha.protocol.names import validate_topic
 from nsq_ha.protocol.publish import ExtHeader

@@ -1,35 +1,24 @@
-"""Where a topic's messages can go: :class:`Routes` built from a partition map, the slot of
-a key (:class:`SlotMemo`), and the refusals that follow from the server kind
-(:func:`check_features`), decided before anything is sent (pure: no I/O). The
-:class:`~nsq_ha.producer.topic.Topic` keeps a topic's routes and uses these.
+"""Where a topic's messages can go: :class:`Routes` built from a partition map, and the
+refusals that follow from the server kind (:func:`check_features`), decided before anything is
+sent (pure: no I/O). The :class:`~nsq_ha.producer.topic.Topic` keeps a topic's routes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
 
 from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import NodeInfo, PartitionMap
 from nsq_ha.producer.message import OutgoingMessage
-from nsq_ha.routing import ShardingKey, ShardingStrategy
 
 __all__ = [
-    "MEMO_KEY_LENGTH",
-    "MEMO_SIZE",
     "ConnKey",
     "Routes",
-    "SlotMemo",
     "check_features",
 ]
-
-#: keys whose slot :class:`SlotMemo` remembers: str and bytes up to this length, and int keys
-MEMO_KEY_LENGTH: Final = 128
-#: the most keys :class:`SlotMemo` remembers (every partition count together)
-MEMO_SIZE: Final = 16_384
 
 #: A connection's identity: nsqd address, and on the fork the topic and partition it serves.
 ConnKey = tuple[str, str, int]
@@ -73,46 +62,6 @@ class Routes:
             return cls(pmap.topic, True, nodes, count or known_count, ext, pmap.ordered)
         nodes = dict(enumerate(pmap.producers))
         return cls(pmap.topic, False, nodes, len(nodes))
-
-
-class SlotMemo:
-    """The slot of keys routed before, per partition count, so that a repeated key is not
-    hashed (nor checked) again: a keyed publish's routing is then one dict lookup.
-
-    Only exact ``int`` keys and exact ``str`` and ``bytes`` keys up to
-    :data:`MEMO_KEY_LENGTH` are kept, and only once the strategy has accepted them; a key
-    that merely compares equal to one (``True``, ``1.0``) is not of those types, so it is
-    still checked. At most :data:`MEMO_SIZE` keys are kept; the memo starts over when full.
-    The strategy must be a function of the key and the count (every built-in one is).
-    """
-
-    __slots__ = ("_by_count", "_size", "strategy")
-
-    def __init__(self, strategy: ShardingStrategy) -> None:
-        self.strategy = strategy
-        self._by_count: dict[int, dict[ShardingKey, int]] = {}
-        self._size = 0
-
-    def slot(self, key: ShardingKey, count: int) -> int:
-        """``strategy.partition(key, count)``, from the memo when the key was routed before."""
-        if type(key) is str or type(key) is bytes:
-            if len(key) > MEMO_KEY_LENGTH:
-                return self.strategy.partition(key, count)
-        elif type(key) is not int:  # bool, float, subclasses: the strategy checks them
-            return self.strategy.partition(key, count)
-        memo = self._by_count.get(count)
-        if memo is None:
-            memo = self._by_count[count] = {}
-        slot = memo.get(key)
-        if slot is None:
-            slot = self.strategy.partition(key, count)
-            if self._size >= MEMO_SIZE:
-                self._by_count.clear()
-                self._size = 0
-                memo = self._by_count[count] = {}
-            memo[key] = slot
-            self._size += 1
-        return slot
 
 
 def check_features(

@@ -30,7 +30,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from nsq_ha import events
 from nsq_ha.errors import (
@@ -44,18 +44,63 @@ from nsq_ha.lookup import LookupClient, PartitionMap
 from nsq_ha.producer.batch import Call
 from nsq_ha.producer.message import OutgoingMessage
 from nsq_ha.producer.pool import ConnectionPool
-from nsq_ha.producer.routes import Routes, SlotMemo, check_features
-from nsq_ha.routing import ShardingKey
+from nsq_ha.producer.routes import Routes, check_features
+from nsq_ha.routing import ShardingKey, ShardingStrategy
 
 if TYPE_CHECKING:
     from nsq_ha.connection import NsqdConnection
 
-__all__ = ["Lane", "Topic", "Window"]
+__all__ = ["MEMO_KEY_LENGTH", "MEMO_SIZE", "Lane", "SlotMemo", "Topic", "Window"]
 
 log = logging.getLogger(__name__)
 
+#: keys whose slot :class:`SlotMemo` remembers: str and bytes up to this length, and int keys
+MEMO_KEY_LENGTH: Final = 128
+#: the most keys :class:`SlotMemo` remembers (every partition count together)
+MEMO_SIZE: Final = 16_384
+
 #: what queuing a call gives: the future of its outcomes
 _F = TypeVar("_F", bound="asyncio.Future[Any]")
+
+
+class SlotMemo:
+    """The slot of keys routed before, per partition count, so that a repeated key is not
+    hashed (nor checked) again: a keyed publish's routing is then one dict lookup.
+
+    Only exact ``int`` keys and exact ``str`` and ``bytes`` keys up to
+    :data:`MEMO_KEY_LENGTH` are kept, and only once the strategy has accepted them; a key
+    that merely compares equal to one (``True``, ``1.0``) is not of those types, so it is
+    still checked. At most :data:`MEMO_SIZE` keys are kept; the memo starts over when full.
+    The strategy must be a function of the key and the count (every built-in one is).
+    """
+
+    __slots__ = ("_by_count", "_size", "strategy")
+
+    def __init__(self, strategy: ShardingStrategy) -> None:
+        self.strategy = strategy
+        self._by_count: dict[int, dict[ShardingKey, int]] = {}
+        self._size = 0
+
+    def slot(self, key: ShardingKey, count: int) -> int:
+        """``strategy.partition(key, count)``, from the memo when the key was routed before."""
+        if type(key) is str or type(key) is bytes:
+            if len(key) > MEMO_KEY_LENGTH:
+                return self.strategy.partition(key, count)
+        elif type(key) is not int:  # bool, float, subclasses: the strategy checks them
+            return self.strategy.partition(key, count)
+        memo = self._by_count.get(count)
+        if memo is None:
+            memo = self._by_count[count] = {}
+        slot = memo.get(key)
+        if slot is None:
+            slot = self.strategy.partition(key, count)
+            if self._size >= MEMO_SIZE:
+                self._by_count.clear()
+                self._size = 0
+                memo = self._by_count[count] = {}
+            memo[key] = slot
+            self._size += 1
+        return slot
 
 
 @dataclass(slots=True)
@@ -136,7 +181,6 @@ class Topic:
 
     __slots__ = (
         "_leaders",
-        "_pmap",
         "_round_robin",
         "_warned",
         "active",
@@ -171,7 +215,6 @@ class Topic:
         self.pool = pool
         #: the routes in use: of the last map seen (or the static nodes)
         self.routes: Routes | None = static
-        self._pmap: PartitionMap | None = None
         #: the last partition count lookupd's ``meta`` gave (0: none yet)
         self.count = 0
         #: a lookup (or the static nodes) served this topic once: its name is valid
@@ -221,20 +264,12 @@ class Topic:
         return routes
 
     def cached(self) -> Routes | None:
-        """The routes of the lookup's cached map (None when there is none, or no writable
-        partition in it); the static nodes' without a lookup."""
-        lookup = self.lookup
-        if lookup is None:
-            return self.routes
-        pmap = lookup.cached(self.name, "w")
-        if pmap is None:
-            return None
-        if pmap is self._pmap:  # every publish: keep it to an identity check
-            routes = self.routes
-            return routes if routes is not None and routes.nodes else None
-        if not pmap.routes():
-            return None
-        return self._store(pmap)
+        """The routes in use (None when there are none, or no writable partition in them):
+        the static nodes' without a lookup; else those of the last map seen, which the lookup's
+        watch brings (:meth:`_on_map`) as soon as it changes, so a publish asks nothing of the
+        lookup client."""
+        routes = self.routes
+        return routes if routes is not None and routes.nodes else None
 
     async def current(self, *, keyed: bool, closing: Callable[[], bool]) -> Routes:
         """The routes, asking lookupd when the cache cannot serve; a typed error when the topic
@@ -275,7 +310,8 @@ class Topic:
         return routes
 
     def _on_map(self, pmap: PartitionMap) -> None:
-        """Lookup listener: keep the new routes."""
+        """Lookup listener (called within the fetch that brought a changed map, before its
+        caller resumes): keep the new routes."""
         if self.watched and pmap.topic == self.name:
             self._store(pmap)
 
@@ -286,8 +322,7 @@ class Topic:
         closed (the next publish there connects to the new one)."""
         if pmap.fork and pmap.meta is not None and pmap.meta.partition_num > 0:
             self.count = pmap.meta.partition_num
-        routes = Routes.from_map(pmap, self.count)
-        self._pmap, self.routes = pmap, routes
+        routes = self.routes = Routes.from_map(pmap, self.count)
         if not routes.fork:
             return routes
         leaders = self._leaders

@@ -11,9 +11,9 @@ from nsq_ha.producer.batch import UNKNOWN, Outcome, PlainBytes
 from nsq_ha.producer.message import BatchBuilder, OutgoingMessage
 from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.pool import ConnectionPool
-from nsq_ha.producer.routes import Routes, SlotMemo
+from nsq_ha.producer.routes import Routes
 from nsq_ha.producer.sender import Sender
-from nsq_ha.producer.topic import Topic
+from nsq_ha.producer.topic import SlotMemo, Topic
 from nsq_ha.routing import get_strategy
 
 #: ``send(topic, messages, slot)``: one batch; each message's outcome, or it raises

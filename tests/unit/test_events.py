@@ -13,8 +13,7 @@ from nsq_ha import events
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer.pool import ConnectionPool
-from nsq_ha.producer.routes import SlotMemo
-from nsq_ha.producer.topic import Topic
+from nsq_ha.producer.topic import SlotMemo, Topic
 from nsq_ha.routing import get_strategy
 
 MOVED = events.LeaderChanged(role="consumer", topic="t", partition=0, old="a:1", new="b:1")

@@ -17,8 +17,8 @@ from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.producer.core import sweep_interval
 from nsq_ha.producer.message import OutgoingMessage
 from nsq_ha.producer.pool import ConnectionPool
-from nsq_ha.producer.routes import Routes, SlotMemo, check_features
-from nsq_ha.producer.topic import Topic
+from nsq_ha.producer.routes import Routes, check_features
+from nsq_ha.producer.topic import SlotMemo, Topic
 from nsq_ha.redact import redact_text as redact
 from nsq_ha.routing import get_strategy
 
@@ -94,25 +94,17 @@ def node(port: int) -> NodeInfo:
     return NodeInfo("127.0.0.1", port, port + 1, version="0.3.7-HA.1.13.0")
 
 
-class OneMap:
-    """A lookup client whose cache holds one map (as the Topic reads it)."""
-
-    def __init__(self) -> None:
-        self.pmap: PartitionMap | None = None
-
-    def cached(self, topic: str, access: str) -> PartitionMap | None:
-        return self.pmap
-
-
-def fresh_topic(lookup: OneMap) -> Topic:
+def watched_topic() -> Topic:
+    """A producer's topic ``"t"`` as the lookup's watch keeps it."""
     pool = ConnectionPool(ConnectionConfig(), {})
     memo = SlotMemo(get_strategy("murmur3"))
-    return Topic("t", lookup=lookup, static=None, memo=memo, pool=pool)  # type: ignore[arg-type]
+    topic = Topic("t", lookup=None, static=None, memo=memo, pool=pool)
+    topic.watched = True
+    return topic
 
 
 def test_a_fork_map_without_meta_keeps_the_last_known_count() -> None:
-    lookup = OneMap()
-    topic = fresh_topic(lookup)
+    topic = watched_topic()
     with_meta = PartitionMap(
         "t", "w", {0: node(1), 1: node(2), 2: node(3)}, meta=TopicMeta(3), fork=True
     )
@@ -120,7 +112,7 @@ def test_a_fork_map_without_meta_keeps_the_last_known_count() -> None:
     assert Routes.from_map(without).count == 0  # unknown: never max(listed) + 1
 
     def routes_of(pmap: PartitionMap, topic: Topic = topic) -> Routes:
-        lookup.pmap = pmap
+        topic._on_map(pmap)  # as the lookup's watch hands a new map over
         routes = topic.cached()
         assert routes is not None
         return routes
@@ -131,7 +123,7 @@ def test_a_fork_map_without_meta_keeps_the_last_known_count() -> None:
     assert (routes.count, routes.writable, routes.ext) == (3, (0, 1), None)
     zero_meta = PartitionMap("t", "w", {0: node(1)}, meta=TopicMeta(0), fork=True)
     assert routes_of(zero_meta).count == 3  # a 0 from lookupd tells nothing either
-    assert routes_of(without, fresh_topic(lookup)).count == 0  # an expired topic starts over
+    assert routes_of(without, watched_topic()).count == 0  # an expired topic starts over
 
 
 def test_ext_headers_for_a_topic_lookup_describes_as_not_ext_are_refused() -> None:

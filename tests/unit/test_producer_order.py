@@ -12,7 +12,7 @@ from nsq_ha.connection import ConnectionConfig
 from nsq_ha.errors import ConfigError, TopicNotFoundError
 from nsq_ha.producer import topic as producer_topic
 from nsq_ha.producer.pool import ConnectionPool
-from nsq_ha.producer.routes import SlotMemo
+from nsq_ha.producer.topic import SlotMemo
 from nsq_ha.routing import get_strategy
 
 ROUTES = "routes"

@@ -21,14 +21,8 @@ from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.producer.message import OutgoingMessage
 from nsq_ha.producer.pool import ConnectionPool
-from nsq_ha.producer.routes import (
-    MEMO_KEY_LENGTH,
-    MEMO_SIZE,
-    Routes,
-    SlotMemo,
-    check_features,
-)
-from nsq_ha.producer.topic import Topic, Window
+from nsq_ha.producer.routes import Routes, check_features
+from nsq_ha.producer.topic import MEMO_KEY_LENGTH, MEMO_SIZE, SlotMemo, Topic, Window
 from nsq_ha.routing import ShardingKey, ShardingStrategy, get_strategy
 
 
