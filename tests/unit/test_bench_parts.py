@@ -184,14 +184,12 @@ def test_the_cpu_mode_covers_every_client_of_the_client_bound_workloads() -> Non
     from nsq_ha.bench.workloads import PEERS
 
     by_id = {w.id: w for w in CPU_WORKLOADS}
-    assert set(by_id) == {
-        "consume",
-        "pub1",
-        "pubmany",
-        "fork-keyed-cold",
-        "fork-keyed",
-        "fork-ordered",
+    fork_pub = {
+        f"fork-{kind}-{tasks}"
+        for kind in ("keyed-cold", "keyed", "unkeyed")
+        for tasks in (1, 100, 2000)
     }
+    assert set(by_id) == {"consume", "pub1", "pubmany", "fork-ordered", *fork_pub}
     assert set(by_id["consume"].clients) == {
         "nsq_ha",
         "nsq_ha-uvloop",
@@ -210,15 +208,29 @@ def test_the_cpu_mode_covers_every_client_of_the_client_bound_workloads() -> Non
             spec = base_spec(PROFILES["quick"], w.workload, client)
             key = (spec["client"], spec["workload"])
             assert client in PEERS or key in _ASYNC or key in _BLOCKING, (w.id, client)
-    # cold counts from before the fresh producer's first publish; warm after one
-    cold, warm = by_id["fork-keyed-cold"], by_id["fork-keyed"]
-    assert (cold.counts[0], cold.workload.kind, cold.workload.concurrency) == (0, "pub1-cold", 100)
-    assert (warm.workload.kind, warm.workload.keyed) == ("pub1", True)
+    # cold: both counts from a fresh producer (their difference keeps what the cold start
+    # leaves behind); warm: after one publish; unkeyed: the same topic without keys
+    for tasks in (1, 100, 2000):
+        cold, warm = by_id[f"fork-keyed-cold-{tasks}"], by_id[f"fork-keyed-{tasks}"]
+        unkeyed = by_id[f"fork-unkeyed-{tasks}"]
+        assert (cold.workload.kind, cold.workload.concurrency, cold.workload.keyed) == (
+            "pub1-cold",
+            tasks,
+            True,
+        )
+        assert (warm.workload.kind, warm.workload.concurrency, warm.workload.keyed) == (
+            "pub1",
+            tasks,
+            True,
+        )
+        assert (unkeyed.workload.kind, unkeyed.workload.keyed) == ("pub1", False)
+        assert cold.counts == warm.counts == unkeyed.counts
+        assert all(n % tasks == 0 for n in cold.counts)
     assert by_id["fork-ordered"].counts[1] < by_id["consume"].counts[1]
     # the smoke run: a tenth, whole calls of every task
     assert by_id["consume"].scaled(10) == (200, 600)
     assert by_id["pubmany"].scaled(10) == (800, 4800)
-    assert cold.scaled(10) == (0, 200)
+    assert by_id["fork-keyed-cold-100"].scaled(10) == (200, 600)
 
 
 def test_the_keyed_cold_start_is_a_wall_clock_workload_at_three_concurrencies() -> None:
