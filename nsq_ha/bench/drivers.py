@@ -121,7 +121,7 @@ async def publish_many(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _consumer(spec: dict[str, Any], **options: Any) -> Consumer:
     if spec.get("unbuffered"):  # nsqd buffers 16 KiB of deliveries (up to 250 ms) by default
-        options["config"] = ConnectionConfig(output_buffer_size=-1)
+        options["connection"] = ConnectionConfig(output_buffer_size=-1)
     return Consumer(
         spec["topic"],
         spec["channel"],
