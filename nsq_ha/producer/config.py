@@ -75,16 +75,38 @@ def _count(value: object, name: str) -> int:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ProducerConfig:
-    """How a producer finds nsqd, routes, batches, retries and closes.
+    """How a producer finds nsqd, routes, batches, retries and closes: every option of a
+    :class:`~nsq_ha.producer.Producer` (and of the blocking :class:`nsq_ha.sync.Producer`),
+    its default and its check, here once.
 
-    Exactly one of ``lookupd`` (nsqlookupd HTTP addresses), ``lookup`` (a shared
-    :class:`~nsq_ha.lookup.LookupClient`) or ``nsqd`` (nsqd TCP ``host:port`` addresses).
-    ``strategy`` is a name (``"murmur3"``, ``"java"``, ``"jump"``) or a
-    :class:`~nsq_ha.routing.ShardingStrategy`; it is kept as the strategy object.
-    ``connection`` holds the connections' settings, ``retry`` the
-    :class:`~nsq_ha.producer.policy.RetryPolicy`. See :class:`~nsq_ha.producer.Producer` for
-    what each option does. Durations are finite seconds (ConfigError for NaN, infinities,
-    negatives and non-numbers).
+    Give exactly one of ``lookupd``, ``lookup`` or ``nsqd``.
+
+    Args:
+        lookupd: nsqlookupd HTTP address(es) (``"http://127.0.0.1:4161"``), for the fork or
+            vanilla.
+        lookup: a shared :class:`~nsq_ha.lookup.LookupClient` (not closed with the producer).
+        nsqd: nsqd TCP address(es) (``"127.0.0.1:4150"``): vanilla, or the fork without keys.
+        strategy: how a sharding key picks a partition: ``"murmur3"`` (the fork's Go SDK),
+            ``"java"`` (its Java SDK), ``"jump"`` or a
+            :class:`~nsq_ha.routing.ShardingStrategy`; kept as the strategy object.
+        connection: the connections' settings (a :class:`~nsq_ha.connection.ConnectionConfig`:
+            size limits, TLS, AUTH, compression, timeouts).
+        retry: the :class:`~nsq_ha.producer.policy.RetryPolicy` of every publish.
+        trace: publish every message traced (trace id 0 unless given), so that every result
+            carries its id and queue offset.
+        unkeyed_window: unacknowledged unkeyed commands per partition.
+        max_batch: most messages per ``MPUB``.
+        linger: seconds a batch waits for more messages before it goes (0: it goes as soon as
+            the previous batch of its partition is acknowledged).
+        close_timeout: how long ``Producer.close`` waits for in-flight publishes before failing
+            them.
+        topic_idle_timeout: seconds after a topic's last publish (and once none of its
+            messages is queued or in flight) when its state is freed: routes, lanes,
+            connections, and its lookup is no longer refreshed; the next publish to it looks it
+            up again.
+
+    Durations are finite seconds (ConfigError for NaN, infinities, negatives and
+    non-numbers); addresses become tuples of distinct addresses.
     """
 
     lookupd: tuple[str, ...] | None = None

@@ -93,36 +93,14 @@ _T = TypeVar("_T")
 class Producer:
     """Publish to NSQ topics: partitions of the HA fork (through nsqlookupd) or vanilla nsqd.
 
-    Give exactly one of ``lookupd``, ``lookup`` or ``nsqd``. Every option can instead come as
-    one ProducerConfig: ``Producer(config=ProducerConfig(...))`` (no other keyword then);
-    :attr:`producer_config` is the one in use either way. Durations are finite seconds: NaN,
-    infinities and negatives are refused with ConfigError, before anything connects.
-
-    Args:
-        config: every option at once, as a :class:`~nsq_ha.producer.config.ProducerConfig`.
-        lookupd: nsqlookupd HTTP address(es) (``"http://127.0.0.1:4161"``), for the fork or
-            vanilla.
-        lookup: a shared :class:`~nsq_ha.lookup.LookupClient` (not closed with the producer).
-        nsqd: nsqd TCP address(es) (``"127.0.0.1:4150"``): vanilla, or the fork without keys.
-        strategy: how a sharding key picks a partition: ``"murmur3"`` (default, the fork's Go
-            SDK), ``"java"`` (its Java SDK), ``"jump"`` or a
-            :class:`~nsq_ha.routing.ShardingStrategy`.
-        connection: the connections' settings (a :class:`~nsq_ha.connection.ConnectionConfig`:
-            size limits, TLS, AUTH, compression, timeouts).
-        retry: the :class:`~nsq_ha.producer.policy.RetryPolicy` (default: up to 60 tries
-            within 60 s).
-        trace: publish every message traced (trace id 0 unless given), so that every result
-            carries its id and queue offset.
-        unkeyed_window: unacknowledged unkeyed commands per partition (1024).
-        max_batch: most messages per ``MPUB`` (1000).
-        linger: seconds a batch waits for more messages before it goes (0: it goes as soon as
-            the previous batch of its partition is acknowledged).
-        close_timeout: how long :meth:`close` waits for in-flight publishes before failing
-            them (10 s).
-        topic_idle_timeout: seconds after a topic's last publish (and once none of its
-            messages is queued or in flight) when its state is freed: routes, lanes,
-            connections, and its lookup is no longer refreshed; the next publish to it looks it
-            up again (300 s).
+    The options are :class:`~nsq_ha.producer.config.ProducerConfig`'s fields, as keywords
+    (``Producer(lookupd=..., max_batch=500)``; connection settings as
+    ``connection=ConnectionConfig(...)``; typed by
+    :class:`~nsq_ha.producer.config.ProducerOptions`), or a whole
+    ``config=ProducerConfig(...)`` (then give no option); :attr:`producer_config` holds them.
+    Give exactly one of ``lookupd``, ``lookup`` or ``nsqd``. Every bad value, or an option
+    name it does not have, raises :class:`~nsq_ha.errors.ConfigError` here, before anything
+    connects.
 
     Group commit: concurrent :meth:`publish` and :meth:`publish_many` calls are queued per
     partition and sent as one ``MPUB`` (or ``MPUB_TRACE``/``MPUB_EXT``) per batch, up to
@@ -130,9 +108,7 @@ class Producer:
     error. Keyed calls keep call order (one batch out per partition); unkeyed calls spread
     their batches round-robin.
 
-    The keywords are :class:`~nsq_ha.producer.config.ProducerOptions`, with
-    :class:`~nsq_ha.producer.config.ProducerConfig`'s defaults. Use ``async with
-    Producer(...) as producer`` or call :meth:`close`.
+    Use ``async with Producer(...) as producer`` or call :meth:`close`.
     """
 
     def __init__(
@@ -394,8 +370,9 @@ class Producer:
                 return await submit(topic, routes)
         if not keyed:
             return await submit(*await self._look_up(name, key, partition))
-        if topic is None:
+        if topic is None:  # its first call: refuse bad input before keeping anything
             validate_topic(name)
+            self._check_key(key, partition)
             topic = self._topic(name)
         held = topic
 

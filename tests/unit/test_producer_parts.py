@@ -294,3 +294,21 @@ async def test_bad_input_is_refused_before_any_connection() -> None:
     with pytest.raises(ProducerClosedError):
         await producer.publish("t", b"x")
     await producer.close()  # twice is fine
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"sharding_key": 1.5}, InvalidArgumentError),
+        ({"sharding_key": "k", "partition": 1}, ConfigError),
+        ({"partition": "1"}, ConfigError),
+    ],
+)
+async def test_a_refused_first_keyed_publish_leaves_no_state(
+    options: dict[str, object], error: type[Exception]
+) -> None:
+    """Bad input is refused before anything is kept for the topic (or looked up, or sent)."""
+    async with Producer(nsqd="127.0.0.1:1") as producer:
+        with pytest.raises(error):
+            await producer.publish("t", b"x", **options)  # type: ignore[arg-type]
+        assert producer.topics == frozenset()
