@@ -27,9 +27,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 from nsq_ha.connection.config import ConnectionConfig, parse_address
 from nsq_ha.connection.handshake import Handshake
@@ -71,8 +70,10 @@ MessageHandler = Callable[[DecodedMessage], object]
 ErrorHandler = Callable[[BrokerError], object]
 
 
-@dataclass(frozen=True, slots=True)
-class _Encoded:
+_BYTES = (bytes, bytearray)
+
+
+class _Encoded(NamedTuple):
     """A command its caller encoded already: what :meth:`NsqdConnection.command` makes of bytes
     (kept for callers not moved to the typed commands yet)."""
 
@@ -347,14 +348,16 @@ class NsqdConnection:
         NsqTimeoutError, and the late answer is discarded. An error frame raises its
         BrokerError; a closed connection ConnectionClosedError.
         """
-        if isinstance(command, bytes | bytearray):
+        if isinstance(command, _BYTES):
             command = _Encoded(command_name(command), bytes(command))
         try:
             data = self._session.send(command)
         except LocalProtocolError:
             self._raise_if_closed()
             raise
-        transport = self._wire()
+        transport = self._transport
+        if transport is None:  # the session refuses every command before the handshake
+            raise self._closed_error()
         transport.send(data)
         answers = self._answers
         return await answers.wait(
