@@ -408,7 +408,7 @@ async def run_pub(args: argparse.Namespace) -> int:
                 args,
                 args.key,
                 sep,
-                max_size=producer.config.max_msg_size,
+                max_size=producer.config.connection.max_msg_size,
                 stop=stop,
                 on_idle=rounds.flush,
             )

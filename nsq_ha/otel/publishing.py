@@ -68,7 +68,7 @@ async def _publishing(
         a.OPERATION_TYPE: "send",
         a.OPERATION_NAME: "publish",
     }
-    span_attrs = {**attrs, a.CLIENT_ID: a.client_id(producer.config)}
+    span_attrs = {**attrs, a.CLIENT_ID: a.client_id(producer.config.connection)}
     if count != 1:
         span_attrs[a.BATCH_COUNT] = count
     elif size is not None:

@@ -56,7 +56,6 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack, cast
 
-from nsq_ha.connection import ConnectionConfig
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, ProducerClosedError, PublishError
 from nsq_ha.lookup import LookupClient
@@ -97,7 +96,7 @@ class Producer:
     (``Producer(lookupd=..., max_batch=500)``; connection settings as
     ``connection=ConnectionConfig(...)``; typed by
     :class:`~nsq_ha.producer.config.ProducerOptions`), or a whole
-    ``config=ProducerConfig(...)`` (then give no option); :attr:`producer_config` holds them.
+    ``config=ProducerConfig(...)`` (then give no option); :attr:`config` holds them.
     Give exactly one of ``lookupd``, ``lookup`` or ``nsqd``. Every bad value, or an option
     name it does not have, raises :class:`~nsq_ha.errors.ConfigError` here, before anything
     connects.
@@ -115,8 +114,7 @@ class Producer:
         self, *, config: ProducerConfig | None = None, **options: Unpack[ProducerOptions]
     ) -> None:
         settings = ProducerConfig.from_options(config, options)
-        #: every option of this producer
-        self.producer_config = settings
+        self._config = settings
         self._owns_lookup = settings.lookupd is not None
         self._lookup = LookupClient(settings.lookupd) if settings.lookupd else settings.lookup
         #: counters for logs, tests and benchmarks
@@ -150,17 +148,11 @@ class Producer:
         self._closed = asyncio.Event()
         self._max_msg_size = settings.connection.max_msg_size
 
-    # -- options ----------------------------------------------------------------------------
-
     @property
-    def config(self) -> ConnectionConfig:
-        """The connections' settings (every option: :attr:`producer_config`)."""
-        return self.producer_config.connection
-
-    @property
-    def close_timeout(self) -> float:
-        """How long :meth:`close` waits for in-flight publishes by default."""
-        return self.producer_config.close_timeout
+    def config(self) -> ProducerConfig:
+        """Every option of this producer (``producer.config.max_batch``,
+        ``producer.config.connection.max_msg_size``, ...)."""
+        return self._config
 
     # -- state ------------------------------------------------------------------------------
 
@@ -168,9 +160,9 @@ class Producer:
         if self._lookup is not None:
             where = f"lookupd={[redact(u) for u in self._lookup.lookupds]}"
         else:
-            where = f"nsqd={[n.address for n in self.producer_config.static_nodes]}"
+            where = f"nsqd={[n.address for n in self._config.static_nodes]}"
         return (
-            f"<Producer {where} strategy={self.producer_config.strategy.name} "
+            f"<Producer {where} strategy={self._config.strategy.name} "
             f"topics={len(self._topics)} conns={len(self.connections)}>"
         )
 
@@ -390,7 +382,7 @@ class Producer:
         still waiting fail with PublishError ("producer closed before nsqd acknowledged"); none
         is silently dropped.
         """
-        limit = self.close_timeout
+        limit = self._config.close_timeout
         if timeout is not None:
             limit = seconds(timeout, "timeout", zero=True)
         if self._closing:
@@ -420,7 +412,7 @@ class Producer:
                 topic.conns.clear()
             await self._pool.close(conns)
             self._pool.aborting = True
-            await self._drained(self.config.close_timeout)
+            await self._drained(self._config.connection.close_timeout)
             if self._sweeper is not None:
                 await asyncio.gather(self._sweeper, return_exceptions=True)
             await self._pool.wait_closed()
@@ -439,7 +431,7 @@ class Producer:
         if topic is None:
             static = None
             if self._lookup is None:
-                nodes = dict(enumerate(self.producer_config.static_nodes))
+                nodes = dict(enumerate(self._config.static_nodes))
                 static = Routes(name, None, nodes, len(nodes))
             topic = self._topics[name] = Topic(
                 name, lookup=self._lookup, static=static, memo=self._memo, pool=self._pool
@@ -452,7 +444,7 @@ class Producer:
         if key is not None:
             if partition is not None:
                 raise ConfigError("give sharding_key= or partition=, not both")
-            self.producer_config.strategy.partition(key, 1)  # type, range and encoding checks
+            self._config.strategy.partition(key, 1)  # type, range and encoding checks
         elif partition is not None and (
             isinstance(partition, bool) or not isinstance(partition, int)
         ):
@@ -505,7 +497,7 @@ class Producer:
         """Start the task that frees idle topics (once, on the loop of the first publish); it
         holds the producer weakly, so a producer dropped without close() can still be freed."""
         if self._sweeper is None and not self._closing:
-            interval = sweep_interval(self.producer_config.topic_idle_timeout)
+            interval = sweep_interval(self._config.topic_idle_timeout)
             self._sweeper = asyncio.get_running_loop().create_task(
                 _sweep(weakref.ref(self), interval), name="nsq_ha-producer-idle-topics"
             )
@@ -516,7 +508,7 @@ class Producer:
         call waiting) counts as used now, so it is idle from its last work on, not from its
         last call."""
         now = time.monotonic() if now is None else now
-        cutoff = now - self.producer_config.topic_idle_timeout
+        cutoff = now - self._config.topic_idle_timeout
         expired: list[str] = []
         for name, topic in self._topics.items():
             if topic.busy:

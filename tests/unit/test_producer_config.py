@@ -78,16 +78,16 @@ def test_the_producer_refuses_the_same_values_the_same_way(
 async def test_a_producer_takes_a_whole_config_or_keywords_not_both() -> None:
     config = ProducerConfig(nsqd="127.0.0.1:1", max_batch=7, linger=0.5)
     producer = Producer(config=config)
-    assert producer.producer_config is config
+    assert producer.config is config
     await producer.close()
     with pytest.raises(ConfigError, match=r"not both \(linger, max_batch given as keywords\)"):
         Producer(config=config, max_batch=8, linger=0.0)
     connection = ConnectionConfig(client_id="keyed")
     keyed = Producer(nsqd="127.0.0.1:1", connection=connection, max_batch=8)
-    assert keyed.producer_config == ProducerConfig(
+    assert keyed.config == ProducerConfig(
         nsqd="127.0.0.1:1", connection=connection, max_batch=8
     )
-    assert keyed.config == connection
+    assert keyed.config.connection == connection
     await keyed.close()
 
 

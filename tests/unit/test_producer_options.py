@@ -50,7 +50,7 @@ def test_producer_counts_must_be_ints_of_at_least_one(name: str, value: object) 
 
 def test_producer_accepts_sound_durations() -> None:
     producer = Producer(nsqd="127.0.0.1:1", linger=0, close_timeout=0.5, topic_idle_timeout=7)
-    config = producer.producer_config
+    config = producer.config
     assert (config.linger, config.close_timeout, config.topic_idle_timeout) == (0, 0.5, 7)
 
 

@@ -279,7 +279,7 @@ async def test_bad_input_is_refused_before_any_connection() -> None:
     with pytest.raises(InvalidArgumentError, match="empty"):
         await producer.publish("t", b"")
     with pytest.raises(InvalidArgumentError, match="over the limit"):
-        await producer.publish("t", b"x" * (producer.config.max_msg_size + 1))
+        await producer.publish("t", b"x" * (producer.config.connection.max_msg_size + 1))
     with pytest.raises(ConfigError, match="defer"):
         await producer.publish("t", b"x", defer=-1)
     with pytest.raises(ConfigError, match="sequence of bodies"):

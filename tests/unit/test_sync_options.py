@@ -115,7 +115,7 @@ def test_the_sync_producer_takes_connection_settings_under_connection() -> None:
     settings = ConnectionConfig(client_id="orders-1")
     with sync.Producer(nsqd=NOWHERE, connection=settings) as producer:
         assert producer.producer_config.connection is settings
-        assert producer.aio.producer_config == producer.producer_config
+        assert producer.aio.config == producer.producer_config
 
 
 def test_the_sync_producer_builds_the_same_config_as_the_async_one() -> None:
@@ -123,7 +123,7 @@ def test_the_sync_producer_builds_the_same_config_as_the_async_one() -> None:
     producer = sync.Producer(**options)  # type: ignore[arg-type]
     try:
         assert producer.producer_config == ProducerConfig(**options)  # type: ignore[arg-type]
-        assert producer.aio.producer_config == producer.producer_config
+        assert producer.aio.config == producer.producer_config
     finally:
         producer.close()
     with pytest.raises(ConfigError, match="max_batch"):
