@@ -4,7 +4,8 @@ Meant for an in-process broker and for tests. It follows nsqd's reading rules:
 
 * lines split on single spaces (a double or trailing space yields an empty parameter) and one
   ``\\r`` before ``\\n`` is stripped, except for FIN/REQ/TOUCH;
-* FIN, REQ and TOUCH are read by position because their 16-byte ids are binary (§2.5-§2.7);
+* FIN, REQ and TOUCH are read by position because their 16-byte ids are binary (§2.5-§2.7),
+  even after a bare name (``FIN\\n`` waits for the id, as nsqd does);
 * bodies are ``[i32 size][bytes]``; a size ``<= 0`` or above ``max_body_size`` is reported on
   the command (``body`` is ``None``) and the decoder stops, as nsqd closes the connection;
 * MPUB* bodies are read structurally (count, then each message), like nsqd, so a declared size
@@ -47,6 +48,8 @@ BODY_COMMANDS = frozenset(
 _BATCH_COMMANDS = frozenset({b"MPUB", b"MPUB_TRACE", b"MPUB_EXT"})
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
+#: the commands read by position, each with the byte that may follow its name
+_POSITIONAL = tuple(name + sep for name in (b"FIN", b"REQ", b"TOUCH") for sep in (b" ", b"\n"))
 _MAX_LINE = 4096
 _DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
 
@@ -186,7 +189,7 @@ class CommandDecoder:
             command = ClientCommand(b"FIN", (bytes(buffer[4:20]),))
             del buffer[:21]
             return command
-        if buffer.startswith((b"FIN ", b"REQ ", b"TOUCH ")):
+        if buffer.startswith(_POSITIONAL):
             return self._positional()
         newline = buffer.find(b"\n")
         if newline < 0:
@@ -208,9 +211,11 @@ class CommandDecoder:
             self._fail(f"{what.decode()} line longer than {_MAX_LINE} bytes")
 
     def _positional(self) -> ClientCommand | None:
-        """Decode FIN/REQ/TOUCH, whose 16-byte id may contain spaces and newlines."""
+        """Decode FIN/REQ/TOUCH, whose 16-byte id may contain spaces and newlines. The byte
+        after the name is skipped whatever it is: a bare ``FIN\n`` waits for the id after it,
+        as nsqd does."""
         buffer = self._buffer
-        name = bytes(buffer[: buffer.index(b" ")])
+        name = next(p[:-1] for p in _POSITIONAL if buffer.startswith(p))
         id_start = len(name) + 1
         id_end = id_start + 16
         if name == b"TOUCH":
@@ -230,7 +235,7 @@ class CommandDecoder:
             self._check_line_length(name)
             return None
         params: tuple[bytes, ...] = (bytes(buffer[id_start:id_end]),)
-        if name == b"REQ":
+        if name == b"REQ" and newline > id_end:  # ``REQ <id>\n``: no timeout at all
             params += (bytes(buffer[id_end + 1 : newline]),)
         del buffer[: newline + 1]
         return ClientCommand(name, params)

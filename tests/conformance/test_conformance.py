@@ -755,6 +755,39 @@ def test_fin_short_line_waits_for_the_id(backend: Backend) -> None:
         w.expect_silence(1.0)
 
 
+@pytest.mark.parametrize(
+    ("command", "error"),
+    [
+        pytest.param("FIN", fin_failed(NOT_IN_FLIGHT), id="FIN"),
+        pytest.param("TOUCH", touch_failed(NOT_IN_FLIGHT), id="TOUCH"),
+        pytest.param("REQ", "E_INVALID REQ insufficient number of params", id="REQ"),
+    ],
+)
+def test_a_bare_fin_touch_or_req_waits_for_the_id(
+    backend: Backend, command: str, error: str
+) -> None:
+    """§2.5-2.7: ``FIN\\n`` (no space, no id) gets no answer: nsqd reads the next 16 bytes as
+    the id, whatever the byte after the name was; then it answers as for ``FIN <id>\\n`` (REQ
+    without a timeout: the fatal ``insufficient number of params``)."""
+    with subscribe(backend.leader(PLAIN), Sub(PLAIN, f"c_bare_{command.lower()}")) as w:
+        w.send(command.encode() + b"\n")
+        w.expect_silence(1.0)
+        w.send(NOT_IN_FLIGHT + b"\n")
+        w.expect_error(error)
+        if command == "REQ":
+            w.expect_closed()
+        else:
+            prove_open_subscribed(w)
+
+
+def test_req_without_a_timeout_is_fatal(backend: Backend) -> None:
+    """§2.6: ``REQ <id>\\n`` (no space, no timeout) is the fatal ``E_INVALID REQ insufficient
+    number of params``."""
+    with subscribe(backend.leader(PLAIN), Sub(PLAIN, "c_req_no_timeout")) as w:
+        w.send(b"REQ " + NOT_IN_FLIGHT + b"\n")
+        w.expect_error_then_closed("E_INVALID REQ insufficient number of params")
+
+
 @pytest.mark.parametrize("value", [b"abc", b"-5"])
 def test_req_unparsable_timeout_is_fatal(backend: Backend, value: bytes) -> None:
     """§2.6: a REQ timeout that is not decimal digits is a fatal ``E_INVALID``; the text
