@@ -41,6 +41,7 @@ from nsq_ha.consumer.positions import (
     move,
     nsqd_admin,
     refuse_on_vanilla,
+    retriable,
     start_body,
 )
 from nsq_ha.consumer.slots import ConnKey, Slot, SlotContext
@@ -444,7 +445,17 @@ class Discovery:
         if body is None or node is None:
             self._placed.add(partition)  # nothing to apply (or no map: nsqd= addresses)
             return
-        async with nsqd_admin(node.http_url) as admin:
+        try:
+            await self._apply(node.http_url, partition, body)
+        except NsqError as exc:
+            raise retriable(exc) from exc
+        self._created.discard(partition)
+        self._placed.add(partition)
+        log.info("%s/%s partition %d: new channel at %s", self.topic, self.channel, partition, body)
+
+    async def _apply(self, url: str, partition: int, body: str) -> None:
+        """Create the channel (unless it exists) and move it to ``body``."""
+        async with nsqd_admin(url) as admin:
             if partition not in self._created:
                 if await channel_exists(admin, self.topic, self.channel, partition):
                     log.info(
@@ -464,12 +475,9 @@ class Discovery:
             try:
                 await move(admin, self.topic, self.channel, partition, body)
             except NsqError as exc:
-                if not decide(exc).retry:  # leave no channel behind at the wrong position
+                if not decide(retriable(exc)).retry:  # leave no channel at the wrong position
                     await self._unmake(admin, partition)
                 raise
-        self._created.discard(partition)
-        self._placed.add(partition)
-        log.info("%s/%s partition %d: new channel at %s", self.topic, self.channel, partition, body)
 
     async def _unmake(self, admin: NsqdAdmin, partition: int) -> None:
         """Delete the channel this consumer made and could not move: a later start finds it

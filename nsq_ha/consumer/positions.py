@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from nsq_ha.durations import seconds
-from nsq_ha.errors import ConfigError, UnsupportedByServerError
+from nsq_ha.errors import ConfigError, NotLeaderError, NsqError, UnsupportedByServerError
 from nsq_ha.lookup import NodeInfo, PartitionMap
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ ADMIN_TIMEOUT = 10.0
 _MAX_OFFSET = 2**63 - 1
 #: what the fork answers a seek into a partition that never had a message
 _EMPTY_LOG = "commit log end of file"
+_NOT_LEADER = "E_FAILED_ON_NOT_LEADER"
 
 
 def check_start(
@@ -214,6 +215,15 @@ async def move(admin: NsqdAdmin, topic: str, channel: str, partition: int, body:
         if _EMPTY_LOG not in str(exc):
             raise
         log.info("%s/%s partition %d is empty: already at %s", topic, channel, partition, body)
+
+
+def retriable(exc: NsqError) -> NsqError:
+    """An nsqd admin refusal with ``E_FAILED_ON_NOT_LEADER`` as the :class:`NotLeaderError` it
+    is (the partition has no leader there yet: a new partition of an expansion, a leader that
+    moved), which the reconnect loop waits out; anything else as it is."""
+    if _NOT_LEADER in str(exc) and not isinstance(exc, NotLeaderError):
+        return NotLeaderError(_NOT_LEADER, f"({exc})")
+    return exc
 
 
 async def channel_exists(admin: NsqdAdmin, topic: str, channel: str, partition: int) -> bool:
