@@ -1,1 +1,1 @@
-"""The chaos suite: history checker, fault proxy, nemeses, and the runs (issue 10)."""
+"""The chaos suite: history checker, fault proxy, nemeses, and the runs."""

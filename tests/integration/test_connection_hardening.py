@@ -1,4 +1,4 @@
-"""What one nsqd connection promises whatever the server does (issue 20, connection part).
+"""What one nsqd connection promises whatever the server does.
 
 Every test plays nsqd with a small lying TCP server (:mod:`tests.integration.lying_nsqd`) that
 follows the protocol exactly as far as the test needs and then lies: it stops reading, trickles
@@ -47,9 +47,9 @@ from .lying_nsqd import LoopLag, Peer, Script, identify_answer, lying_nsqd
 from .publishes import pub_command, publish
 
 MiB = 1024 * 1024
-#: The memory a lying server may make the client hold (issue 20's target).
+#: The memory a lying server may make the client hold (the hardening target).
 MEMORY_BOUND = 64 * MiB
-#: The longest event-loop stall a lying server may cause (issue 20's target).
+#: The longest event-loop stall a lying server may cause (the hardening target).
 LAG_BOUND = 0.1
 SECRET = "s3cr3t-do-not-leak"  # noqa: S105 - the secret every test checks is never shown
 
@@ -78,7 +78,7 @@ def _message_frame(index: int) -> bytes:
     return encode_frame(FrameType.MESSAGE, encode_message(message, MessageFormat.vanilla()))
 
 
-# -- item 6: the command timeout covers the wait for a full socket ---------------------------------
+# -- the command timeout covers the wait for a full socket -----------------------------------------
 
 
 async def _stop_reading(peer: Peer) -> None:
@@ -127,7 +127,7 @@ async def test_producer_attempt_timeout_covers_a_full_socket() -> None:
                 await producer.close()
 
 
-# -- item 10: liveness is a complete frame, not a byte ---------------------------------------------
+# -- liveness is a complete frame, not a byte ------------------------------------------------------
 
 
 async def test_a_trickled_frame_is_no_sign_of_life() -> None:
@@ -156,7 +156,7 @@ async def test_a_trickled_frame_is_no_sign_of_life() -> None:
             await conn.close()
 
 
-# -- item 12: a deflate bomb is decoded in bounded slices ------------------------------------------
+# -- a deflate bomb is decoded in bounded slices ---------------------------------------------------
 
 
 def _deflate_bomb(kind: str, compressor: zlib._Compress) -> bytes:
@@ -359,7 +359,7 @@ async def test_heartbeats_spread_over_a_slow_handshake_are_no_flood() -> None:
     assert sum(command == ClientCommand(b"NOP") for command in sent) == beats, sent
 
 
-# -- item 13: messages beyond RDY are a protocol violation -----------------------------------------
+# -- messages beyond RDY are a protocol violation --------------------------------------------------
 
 
 def _rdy_ignoring_script(total: int = 300_000, batch: int = 10_000) -> tuple[list[int], Script]:
@@ -500,7 +500,7 @@ async def test_plaintext_auth_is_sent_when_allowed(caplog: pytest.LogCaptureFixt
     assert SECRET not in caplog.text
 
 
-# -- item 18: a cancelled handshake says so --------------------------------------------------------
+# -- a cancelled handshake says so -----------------------------------------------------------------
 
 
 async def test_a_cancelled_handshake_logs_a_reason(caplog: pytest.LogCaptureFixture) -> None:

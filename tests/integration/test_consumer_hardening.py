@@ -1,4 +1,4 @@
-"""Consumer hardening (issue 20): serial handling of ordered partitions through redeliveries,
+"""Consumer hardening: serial handling of ordered partitions through redeliveries,
 answers validated before anything changes, every duration option checked, unknown partitions
 refused.
 

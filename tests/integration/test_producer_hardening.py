@@ -1,4 +1,4 @@
-"""Producer hardening (issue 20): keyed routing never guesses a partition count, a fork nsqd
+"""Producer hardening: keyed routing never guesses a partition count, a fork nsqd
 given as ``nsqd=`` refuses keys, idle topics expire, lookupd credentials stay hidden, and bad
 input is refused before anything is sent.
 
@@ -46,7 +46,7 @@ def stored(cluster: DevCluster, topic: str, partitions: int) -> dict[bytes, list
     return where
 
 
-# -- item 2: a keyed publish never routes by a guessed partition count -------------------------
+# -- a keyed publish never routes by a guessed partition count ---------------------------------
 
 
 async def test_keys_keep_their_partition_when_lookup_drops_meta_and_the_last_leader() -> None:
@@ -130,7 +130,7 @@ async def test_a_keyed_publish_waits_until_the_partition_count_is_known() -> Non
         assert b"never" not in stored(cluster, "late", 3)
 
 
-# -- item 3: nsqd= with a fork node cannot route a key -----------------------------------------
+# -- nsqd= with a fork node cannot route a key -------------------------------------------------
 
 
 async def read_partitions(
@@ -175,7 +175,7 @@ async def test_a_sharding_key_through_a_fork_nsqd_address_is_refused_before_send
     assert got == [f"{tag}-unkeyed".encode()]
 
 
-# -- item 15: idle topics expire ---------------------------------------------------------------
+# -- idle topics expire ------------------------------------------------------------------------
 
 
 async def test_idle_topics_are_freed_and_no_longer_looked_up() -> None:
@@ -214,7 +214,7 @@ async def test_idle_topics_are_freed_and_no_longer_looked_up() -> None:
         await lookup.close()
 
 
-# -- item 16: lookupd credentials never shown --------------------------------------------------
+# -- lookupd credentials never shown -----------------------------------------------------------
 
 
 async def test_lookupd_credentials_stay_out_of_repr_logs_and_errors(
@@ -250,7 +250,7 @@ async def test_lookupd_credentials_stay_out_of_repr_logs_and_errors(
     assert not [line for line in logs if secret in line]
 
 
-# -- item 18: bad input refused before anything is sent ----------------------------------------
+# -- bad input refused before anything is sent -------------------------------------------------
 
 
 @pytest.mark.fork

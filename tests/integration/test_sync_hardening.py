@@ -56,7 +56,7 @@ def _run_script(source: str, *argv: str, timeout: float = 120) -> subprocess.Com
     return proc
 
 
-# -- item 4: a dropped producer is flushed at exit --------------------------------------------
+# -- a dropped producer is flushed at exit ----------------------------------------------------
 
 _DROPPED = """
     import gc, sys, threading
@@ -119,7 +119,7 @@ def test_a_producer_dropped_by_a_finished_thread_is_flushed_at_exit(
     assert _stored(vanilla_cluster, topic) == 5000
 
 
-# -- item 7: a producer inherited by a forked child -------------------------------------------
+# -- a producer inherited by a forked child ---------------------------------------------------
 
 _FORKED = """
     import os, sys, time
@@ -223,7 +223,7 @@ def test_a_fork_child_process_flushes_the_inherited_producer_when_it_ends(
     assert _stored(vanilla_cluster, topic) == 3001
 
 
-# -- item 11 and item 9: bad durations refused before anything is sent ------------------------
+# -- bad durations refused before anything is sent --------------------------------------------
 
 BAD_TIMEOUTS: list[object] = [math.inf, 1e12, "5", math.nan, -1.0, True, -math.inf]
 

@@ -1,4 +1,4 @@
-"""ConnectionConfig refuses every meaningless duration with ConfigError (issue 20, item 9)."""
+"""ConnectionConfig refuses every meaningless duration with ConfigError."""
 
 from __future__ import annotations
 

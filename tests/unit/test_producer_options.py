@@ -1,4 +1,4 @@
-"""Producer and RetryPolicy options (issue 20, item 9): every duration is a finite number of
+"""Producer and RetryPolicy options: every duration is a finite number of
 seconds; NaN, infinities, negatives, bools and strings are refused with ConfigError, before any
 state changes. Also the small pure parts added with them: routes that never guess a partition
 count, ext refusals, and the redaction of lookupd credentials."""
