@@ -156,6 +156,7 @@ def test_every_block_is_run_or_says_why_not() -> None:
         "testing_the_embedded_cluster_sh1",
         "testing_the_embedded_cluster_py1",
         "operating_administration_py1",
+        "operating_adding_partitions_sh1",
         "operating_against_a_real_cluster_sh1",
         "development_run_the_tests_sh1",
     ]
