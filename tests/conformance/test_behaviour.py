@@ -1306,7 +1306,7 @@ def test_the_first_sub_ordered_on_a_channel_with_a_backlog_may_send_its_head_twi
     """SUB_ORDERED makes nsqd's SetOrdered reset the reader the first time: the head message
     the pump holds goes out, the reset forgets it and reads it again. The real fork sends it
     twice (same id, attempts 1) in most runs, once in others; the embedded cluster twice when
-    the message is 0.1 s old or more (tests/unit/test_devcluster_store.py). Then the rest, one
+    the message is 0.1 s old or more (tests/unit/devcluster/test_store.py). Then the rest, one
     at a time, in order."""
     created_channel(backend, B_ORD, "c_first_ordered")
     with Wire(backend.leader(B_ORD)) as p:

@@ -22,7 +22,7 @@ from nsq_ha.lookup.wire import (
     unwrap,
 )
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
 
 def _http_answers(name: str) -> dict[str, tuple[int, dict[str, str], bytes]]:
