@@ -60,7 +60,8 @@ __all__ = [
     "run_cpu",
 ]
 
-#: a callgrind run of a few thousand messages takes a minute or two (more on a loaded machine); this bounds a stuck one
+#: a callgrind run of a few thousand messages takes a minute or two (more on a loaded
+#: machine); this bounds a stuck one
 RUN_TIMEOUT = 1800.0
 #: the drivers' lookup deadline under valgrind (the default is 5 s)
 LOOKUP_TIMEOUT = 120.0

@@ -202,7 +202,7 @@ def _object(s: bytes, depth: int) -> tuple[JsonObject, bytes]:
     while True:
         s = _skip(s)
         if not s or s[:1] != b'"':
-            raise _Refused("cannot find opening '\"\" for object key", s)
+            raise _Refused('cannot find opening \'"" for object key', s)
         try:
             key, s = _raw_key(s[1:])
         except _Refused as refused:

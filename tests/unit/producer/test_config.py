@@ -84,9 +84,7 @@ async def test_a_producer_takes_a_whole_config_or_keywords_not_both() -> None:
         Producer(config=config, max_batch=8, linger=0.0)
     connection = ConnectionConfig(client_id="keyed")
     keyed = Producer(nsqd="127.0.0.1:1", connection=connection, max_batch=8)
-    assert keyed.config == ProducerConfig(
-        nsqd="127.0.0.1:1", connection=connection, max_batch=8
-    )
+    assert keyed.config == ProducerConfig(nsqd="127.0.0.1:1", connection=connection, max_batch=8)
     assert keyed.config.connection == connection
     await keyed.close()
 
