@@ -101,58 +101,11 @@ def test_a_result_line_becomes_the_workloads_figures() -> None:
     assert Sample(error="boom").describe() == "ERROR boom"
 
 
-def test_the_spark_workloads_and_their_targets() -> None:
-    from nsq_ha.bench.workloads import SPARK_WORKLOADS
-
-    quick = PROFILES["quick"]
-    read, ordered, reference, write, dev_consume, dev_write = SPARK_WORKLOADS
-    assert base_spec(quick, read, "nsq_ha")["n"] == quick.n_spark == 100_000
-    assert base_spec(quick, write, "nsq_ha")["workload"] == "spark-write"
-    assert base_spec(quick, ordered, "nsq_ha")["ordered"] is True
-    assert base_spec(quick, reference, "nsq_ha")["workload"] == "dev-ordered"
-    # the client itself on the embedded cluster: as many messages as the Spark workloads
-    for same_server, kind in ((dev_consume, "dev-consume"), (dev_write, "dev-write")):
-        spec = base_spec(quick, same_server, "nsq_ha")
-        assert (spec["workload"], spec["n"], same_server.server) == (kind, 100_000, "dev")
-    # a JVM per run: --quick stays < 5 min
-    assert {w.max_rounds for w in SPARK_WORKLOADS} == {2}
-    smoke = Bench(PROFILES["smoke"], use_fork=False)  # too heavy for the smoke run
-    assert smoke.unavailable["spark"] == "not in the smoke profile"
-    assert not {w.id for w in smoke.workloads()} & {"spark-read", "spark-write"}
-    bench = Bench(quick, use_fork=False)
-    bench.unavailable.pop("spark", None)
-    bench.cells = {
-        ("spark-read", "nsq_ha"): Cell([Sample(rate=60_000.0)]),
-        ("consume", "nsq_ha"): Cell([Sample(rate=120_000.0)]),
-        ("spark-write", "nsq_ha"): Cell([Sample(rate=160_000.0)]),
-        ("pubmany", "nsq_ha"): Cell([Sample(rate=400_000.0)]),
-        ("spark-read-ordered", "nsq_ha"): Cell([Sample(rate=9_000.0)]),
-        ("spark-dev-ordered", "nsq_ha"): Cell([Sample(rate=3_000.0)]),
-        ("spark-dev-consume", "nsq_ha"): Cell([Sample(rate=80_000.0)]),
-        ("spark-dev-write", "nsq_ha"): Cell([Sample(rate=200_000.0)]),
-    }
-    targets = {t.name: t for t in Report(bench).targets()}
-    read_rate = targets["Spark stream read, plain topic"]
-    assert (read_rate.value, read_rate.holds) == (60.0, False)  # k rows/s against 100k
-    assert targets["Spark stream read / async for"].value == pytest.approx(0.5)
-    assert targets["Spark keyed batch write"].holds is True
-    assert targets["Spark keyed batch write / publish_many"].value == pytest.approx(0.4)
-    assert targets["Spark keyed batch write / publish_many"].holds is False
-    ordered_read = targets["Spark ordered read / (ordered consume x 4 partitions)"]
-    assert (ordered_read.value, ordered_read.holds) == (pytest.approx(0.75), False)
-    same_read = targets["Spark stream read / async for, both on the embedded cluster"]
-    same_write = targets[
-        "Spark keyed batch write / keyed publish_many, both on the embedded cluster"
-    ]
-    assert (same_read.value, same_read.goal) == (pytest.approx(0.75), None)
-    assert (same_write.value, same_write.goal) == (pytest.approx(0.8), None)
-
-
 def test_a_workload_with_max_rounds_runs_only_that_many() -> None:
     from nsq_ha.bench.workloads import SPARK_WORKLOADS
 
     bench = Bench(PROFILES["quick"], use_fork=False)  # 3 rounds
-    read = SPARK_WORKLOADS[0]
+    read = next(w for w in SPARK_WORKLOADS if w.id == "spark-read")
     pub1 = next(w for w in VANILLA_WORKLOADS if w.id == "pub1")
     bench.workloads = lambda: [pub1, read]  # type: ignore[method-assign]
     bench.clients = lambda workload: ["nsq_ha"]  # type: ignore[method-assign]
