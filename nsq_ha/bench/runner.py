@@ -140,9 +140,7 @@ class Bench:
         if self.stage is not None and self.stage.fork is not None:
             chosen += FORK_WORKLOADS
         if "spark" not in self.unavailable:
-            fork = self.stage is not None and self.stage.fork is not None
-            # the embedded-cluster rows start their own cluster; the fork rows need the fork's
-            chosen += [w for w in SPARK_WORKLOADS if w.server == "dev" or fork]
+            chosen += SPARK_WORKLOADS
         if self.only:
             chosen = [w for w in chosen if any(w.id.startswith(o) for o in self.only)]
         return chosen
