@@ -26,7 +26,7 @@ from nsq_ha.spark.compat import (
     supports,
 )
 
-PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[3] / "pyproject.toml"
 
 
 @pytest.mark.parametrize(
