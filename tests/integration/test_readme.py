@@ -54,6 +54,9 @@ NOT_RUN = {
     "operating_against_a_real_cluster_sh1": "needs a Docker engine, which this project's machines "
     "do not have (the page says so); tests/unit/test_docker_files.py checks the compose files",
     "development_run_the_tests_sh1": "make test is the suite this test belongs to",
+    "spark_on_a_spark_cluster_sh1": "needs a Spark standalone cluster at spark-master:7077 and "
+    "an install from PyPI; tests/integration/test_spark_standalone.py runs a stream read and a "
+    "keyed write through spark:// on a master and two workers it starts",
 }
 
 
@@ -152,6 +155,7 @@ def test_every_block_is_run_or_says_why_not() -> None:
         "consuming_blocking_code_py1",
         "cli_top_sh1",
         "spark_top_py1",
+        "spark_on_a_spark_cluster_sh1",
         "opentelemetry_an_example_py1",
         "testing_the_embedded_cluster_sh1",
         "testing_the_embedded_cluster_py1",
