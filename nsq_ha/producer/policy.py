@@ -1,19 +1,9 @@
-"""How a producer retries a publish: a small frozen config turned into a tenacity policy."""
+"""How a producer retries a publish: a small frozen config that the sender hands to
+:func:`nsq_ha.retry.retry_after` (its attempts, its deadline and its :attr:`~RetryPolicy.waits`)."""
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
 from dataclasses import dataclass
-
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    stop_after_delay,
-)
-from tenacity.stop import stop_base
 
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
@@ -44,7 +34,7 @@ class RetryPolicy:
     attempt_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        """Refuse values tenacity would misread."""
+        """Refuse values the retry loop would misread."""
         if isinstance(self.attempts, bool) or not isinstance(self.attempts, int):
             raise ConfigError(f"attempts must be an int, not {self.attempts!r}")
         if self.attempts < 1:
@@ -60,43 +50,7 @@ class RetryPolicy:
         """The waits as the project's retry loop takes them (:class:`nsq_ha.retry.Backoff`)."""
         return Backoff(initial=self.initial_backoff, cap=self.max_backoff, jitter=self.jitter)
 
-    def backoff(self, state: RetryCallState) -> float:
-        """Seconds to wait after attempt ``state.attempt_number`` failed (tenacity's wait)."""
-        return self.delay(state.attempt_number)
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after attempt number ``attempt`` (1 for the first) failed."""
-        exponent = min(attempt - 1, 62)  # 2**62 s is "capped" whatever the cap
-        wait = min(self.max_backoff, self.initial_backoff * 2.0**exponent)
-        return wait + random.uniform(0, self.jitter)  # noqa: S311 - jitter, not crypto
-
-    def exhausted(self, attempt: int, elapsed: float) -> bool:
-        """No try after attempt number ``attempt``, ``elapsed`` seconds after the first began
-        (what :meth:`retrying`'s stop condition says)."""
-        return attempt >= self.attempts or (self.deadline is not None and elapsed >= self.deadline)
-
     @classmethod
     def no_retry(cls) -> RetryPolicy:
         """One try only: every error reaches the caller (wrapped in PublishError if retriable)."""
         return cls(attempts=1, deadline=None)
-
-    def retrying(
-        self,
-        should_retry: Callable[[BaseException], bool],
-        before_sleep: Callable[[RetryCallState], None] | None = None,
-    ) -> AsyncRetrying:
-        """A fresh tenacity controller for one publish.
-
-        Errors ``should_retry`` refuses are raised as they are; when the policy gives up,
-        tenacity raises ``RetryError`` holding the last attempt.
-        """
-        stop: stop_base = stop_after_attempt(self.attempts)
-        if self.deadline is not None:
-            stop = stop | stop_after_delay(self.deadline)
-        return AsyncRetrying(
-            stop=stop,
-            wait=self.backoff,
-            retry=retry_if_exception(should_retry),
-            before_sleep=before_sleep,
-            reraise=False,
-        )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
-from tenacity import RetryError
 
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.errors import (
@@ -23,6 +23,7 @@ from nsq_ha.producer.message import OutgoingMessage
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import Routes, check_features
 from nsq_ha.producer.topic import MEMO_KEY_LENGTH, MEMO_SIZE, SlotMemo, Topic, Window
+from nsq_ha.retry import retry_after
 from nsq_ha.routing import ShardingKey, ShardingStrategy, get_strategy
 
 
@@ -62,19 +63,31 @@ def test_retry_policy_refuses_bad_values(kwargs: dict[str, object]) -> None:
 
 
 async def always_failing(policy: RetryPolicy, retry: bool) -> int:
-    """Run a try that always fails with NotLeaderError under ``policy``; return the tries."""
+    """Publish tries that always fail with NotLeaderError, retried as the sender retries them
+    (:func:`nsq_ha.retry.retry_after` with the policy's attempts, deadline and waits); return
+    how many tries were made."""
     tries = 0
+
+    async def attempt(number: int) -> None:
+        nonlocal tries
+        tries += 1
+        raise NotLeaderError("E_FAILED_ON_NOT_LEADER")
+
+    started = time.monotonic()
     try:
-        async for attempt in policy.retrying(lambda exc: retry):
-            with attempt:
-                tries += 1
-                raise NotLeaderError("E_FAILED_ON_NOT_LEADER")
-    except RetryError as exc:
-        last = exc.last_attempt.exception()
-        assert retry
-        assert isinstance(last, NotLeaderError)
-    except NotLeaderError:
-        assert not retry
+        await attempt(1)
+    except NotLeaderError as first:
+        with pytest.raises(NotLeaderError):
+            await retry_after(
+                first,
+                attempt,
+                what="publish",
+                backoff=policy.waits,
+                attempts=policy.attempts,
+                deadline=policy.deadline,
+                started=started,
+                should_retry=lambda exc: retry,
+            )
     return tries
 
 
@@ -91,16 +104,10 @@ async def test_retry_policy_deadline_ends_retries() -> None:
 
 
 def test_backoff_doubles_up_to_its_cap_plus_jitter() -> None:
-    policy = RetryPolicy(initial_backoff=0.1, max_backoff=0.5, jitter=0.0)
-
-    class State:
-        def __init__(self, n: int) -> None:
-            self.attempt_number = n
-
-    waits = [policy.backoff(State(n)) for n in (1, 2, 3, 4, 5, 1000)]  # type: ignore[arg-type]
-    assert waits == [0.1, 0.2, 0.4, 0.5, 0.5, 0.5]
-    jittered = RetryPolicy(initial_backoff=0.1, max_backoff=0.5, jitter=0.2)
-    assert all(0.1 <= jittered.backoff(State(1)) <= 0.3 for _ in range(50))  # type: ignore[arg-type]
+    waits = RetryPolicy(initial_backoff=0.1, max_backoff=0.5, jitter=0.0).waits
+    assert [waits.delay(n) for n in (1, 2, 3, 4, 5, 1000)] == [0.1, 0.2, 0.4, 0.5, 0.5, 0.5]
+    jittered = RetryPolicy(initial_backoff=0.1, max_backoff=0.5, jitter=0.2).waits
+    assert all(0.1 <= jittered.delay(1) <= 0.3 for _ in range(50))
 
 
 def _topic(strategy: ShardingStrategy) -> Topic:
