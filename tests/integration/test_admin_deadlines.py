@@ -31,6 +31,7 @@ LOOKUPD_CALLS: dict[str, Callable[[LookupdAdmin], Awaitable[object]]] = {
     "create_topic": lambda a: a.create_topic("t", 2, multi_part=True, timeout=TIMEOUT),
     "wait_stable": lambda a: a.wait_stable(TIMEOUT),
     "move_leader": lambda a: a.move_leader("t", 0, timeout=TIMEOUT),
+    "expand_topic": lambda a: a.expand_topic("t", 3, timeout=TIMEOUT),
 }
 
 NSQD_CALLS: dict[str, Callable[[NsqdAdmin], Awaitable[object]]] = {

@@ -38,6 +38,7 @@ async def _timed(*argv: str, limit: float) -> tuple[subprocess.CompletedProcess[
         (["channel", "pause", "--topic", "t", "--channel", "c", "--timeout", "3"], 3.0),
         (["topic", "delete", "--topic", "t", "--timeout", "3"], 3.0),
         (["lookup", "--topic", "t", "--timeout", "3"], 3.0),
+        (["topic", "expand", "--topic", "t", "--partitions", "3", "--timeout", "3"], 3.0),
     ],
     ids=[
         "topic-create",
@@ -47,6 +48,7 @@ async def _timed(*argv: str, limit: float) -> tuple[subprocess.CompletedProcess[
         "channel-pause",
         "topic-delete",
         "lookup",
+        "topic-expand",
     ],
 )
 async def test_an_admin_command_ends_by_its_timeout_against_a_trickling_lookupd(
@@ -76,6 +78,7 @@ async def test_an_admin_command_ends_by_its_timeout_against_a_trickling_lookupd(
         ["stats", "--watch", "nan"],
         ["stats", "--watch", "inf"],
         ["lookup", "--topic", "t", "--timeout", "-1"],
+        ["topic", "expand", "--topic", "t", "--partitions", "3", "--timeout", "nan"],
     ],
     ids=lambda argv: " ".join(a for a in argv if a not in ("--topic", "t", "--channel", "c")),
 )
