@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-test
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test chaos install servers lint typecheck architecture docs unit clean
+.PHONY: demo test chaos install servers lint typecheck architecture docs docs-screenshots unit clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,18 @@ architecture: $(STAMP)
 docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -E -q -b html -d docs/_build/doctrees docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
+
+# What a reader sees: the landing page, the Quickstart and the Producer's API page, rendered by
+# headless Chromium (Debian's chromium package) at a laptop's width into docs/screenshots/.
+SHOTS := index quickstart api/producer
+docs-screenshots: docs
+	@mkdir -p docs/screenshots
+	@for page in $(SHOTS); do \
+	  out=docs/screenshots/$$(basename $$page).png; \
+	  chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1600 \
+	    --screenshot=$$out file://$(CURDIR)/docs/_build/html/$$page.html 2>/dev/null || exit 1; \
+	  echo "docs-screenshots: $$out"; \
+	done
 
 # The whole suite on $(PYTHON) (3.11) and the extra interpreters' runs (below), as two streams
 # side by side, each one's output printed whole when it ends: the real-server tests (integration

@@ -33,7 +33,7 @@ extensions = [
     "sphinxarg.ext",  # the ``argparse`` directive of docs/cli.md
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "screenshots"]
 # The guides (README.md, ARCHITECTURE.md, CHANGELOG.md, bench/ and docker/README.md) stay where
 # they are: a page here named like each one *includes* it (index.md is the README, the overview),
 # so that their relative links to each other resolve in the docs as they do on a repository
