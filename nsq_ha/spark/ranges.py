@@ -98,7 +98,7 @@ def _subscribe(task: RangeTask) -> Consumer:
         max_attempts=0,
         backoff=None,
         drain_timeout=1.0,
-        config=task.security.apply(),
+        connection=task.security.apply(),
     )
 
 
@@ -116,7 +116,7 @@ async def _open_range(task: RangeTask) -> AsyncConsumer:
         max_attempts=0,
         backoff=None,
         drain_timeout=1.0,
-        config=task.security.apply(),
+        connection=task.security.apply(),
     )
     try:
         await consumer.start()

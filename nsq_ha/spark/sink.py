@@ -325,7 +325,7 @@ def publish_rows(
         strategy=opts.strategy,
         trace=opts.trace,
         max_batch=opts.max_batch,
-        config=endpoint.security.apply(),
+        connection=endpoint.security.apply(),
         **dict(producer_args or {}),
     )
     loop = shared_loop()

@@ -383,7 +383,7 @@ class DriverReader:
                         max_attempts=0,
                         backoff=None,
                         drain_timeout=1.0,
-                        config=endpoint.security.apply(),
+                        connection=endpoint.security.apply(),
                     )
                     consumers.append((topic, consumer))
             except BaseException:

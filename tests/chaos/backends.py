@@ -91,7 +91,7 @@ def _fork_like(
     return Backend(
         name=name,
         topics={ordered: True, plain: False},
-        make_producer=lambda: Producer(lookupd=lookupd, trace=True, config=CONFIG, retry=RETRY),
+        make_producer=lambda: Producer(lookupd=lookupd, trace=True, connection=CONFIG, retry=RETRY),
         make_consumer=lambda topic: _consumer(topic, lookupd=lookupd),
         nemeses=nemeses,
         heal_all=heal_all,
@@ -307,7 +307,7 @@ async def vanilla_backend(cluster: VanillaCluster, rng: random.Random) -> AsyncI
         yield Backend(
             name="vanilla",
             topics=topics,
-            make_producer=lambda: Producer(nsqd=addresses, config=CONFIG, retry=RETRY),
+            make_producer=lambda: Producer(nsqd=addresses, connection=CONFIG, retry=RETRY),
             make_consumer=lambda topic: _consumer(topic, nsqd=addresses),
             nemeses=nemeses,
             heal_all=heal_all,

@@ -179,7 +179,7 @@ def test_the_driver_source_reads_vanilla_over_tls_and_auth(
     with VanillaCluster(vanilla_binaries, nsqd_args=flags, node_count=1) as cluster:
         nsqd = cluster.nodes[0].tcp_address
         config = Security(tls=True, tls_ca_file=pki["ca.pem"], auth_secret=SECRET).apply()
-        with Producer(nsqd=nsqd, config=config) as producer:
+        with Producer(nsqd=nsqd, connection=config) as producer:
             producer.publish_many("sp_secure_v", [f"v{i:04d}".encode() for i in range(total)])
         reader = spark.readStream.format("nsq")
         options = {
