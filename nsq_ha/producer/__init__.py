@@ -1,16 +1,7 @@
-"""Publishing: the asyncio :class:`Producer`, its results, retry policy and batching core."""
+"""Publishing: the asyncio :class:`Producer`, its config, results and retry policy."""
 
 from nsq_ha.producer.config import ProducerConfig
 from nsq_ha.producer.core import Producer, PublishResult
-from nsq_ha.producer.message import OutgoingMessage, Receipt, prepare_message
 from nsq_ha.producer.policy import RetryPolicy
 
-__all__ = [
-    "OutgoingMessage",
-    "Producer",
-    "ProducerConfig",
-    "PublishResult",
-    "Receipt",
-    "RetryPolicy",
-    "prepare_message",
-]
+__all__ = ["Producer", "ProducerConfig", "PublishResult", "RetryPolicy"]

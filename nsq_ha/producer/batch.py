@@ -34,22 +34,13 @@ from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.producer.message import (
     PLAIN_RECEIPT,
     BatchBuilder,
-    OutgoingMessage,
     Receipt,
     derive_batch,
     prepare_message,
 )
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.protocol.frames import OK
-from nsq_ha.protocol.publish import (
-    ExtHeader,
-    encode_mpub_ext,
-    encode_mpub_trace,
-    encode_pub,
-    encode_pub_ext,
-    encode_pub_trace,
-    frame_batch,
-)
+from nsq_ha.protocol.publish import ExtHeader, Publish, PublishMessage
 from nsq_ha.protocol.trace import parse_traced_response
 
 __all__ = [
@@ -76,12 +67,10 @@ __all__ = [
 ]
 
 _NO_LIMIT = float("inf")
-#: Bytes of a stored record before the body: length prefix, timestamp, attempts, id, trace id.
-_RECORD_OVERHEAD = 4 + 26
 
 
-#: an OutgoingMessage from (body, trace_id, ext), without a Python-level call per message
-_new_message = functools.partial(tuple.__new__, OutgoingMessage)
+#: an PublishMessage from (body, trace_id, ext), without a Python-level call per message
+_new_message = functools.partial(tuple.__new__, PublishMessage)
 
 
 def prepare_one(
@@ -90,7 +79,7 @@ def prepare_one(
     ext: ExtHeader | None = None,
     *,
     max_msg_size: int | None = None,
-) -> OutgoingMessage:
+) -> PublishMessage:
     """:func:`prepare_message` of one publish call's message: a plain body (non-empty
     ``bytes`` within ``max_msg_size``, no trace id, no header) is ready as it is."""
     if (
@@ -109,7 +98,7 @@ def prepare_messages(
     exts: Sequence[ExtHeader | None] | None = None,
     *,
     max_msg_size: int | None = None,
-) -> list[OutgoingMessage]:
+) -> list[PublishMessage]:
     """:func:`prepare_message` of each body with its trace id and ext header (``None``: none
     for any message; else one per body): what every publish, of one message or many, sends."""
     return prepare_batch(bodies, trace_ids, exts, max_msg_size=max_msg_size)[0]
@@ -121,7 +110,7 @@ def prepare_batch(
     exts: Sequence[ExtHeader | None] | None = None,
     *,
     max_msg_size: int | None = None,
-) -> tuple[list[OutgoingMessage], int | None]:
+) -> tuple[list[PublishMessage], int | None]:
     """:func:`prepare_messages`, and what the messages add to an ``MPUB`` body (a length and
     the body each) when none has a trace id or an ext header (else ``None``).
 
@@ -143,7 +132,7 @@ def prepare_batch(
     return messages, plain_size(messages)
 
 
-def plain_size(messages: Sequence[OutgoingMessage]) -> int | None:
+def plain_size(messages: Sequence[PublishMessage]) -> int | None:
     """What ``messages`` add to an ``MPUB`` body (a length and the body each), or ``None``
     when one of them has a trace id or an ext header."""
     if len(messages) == 1:  # the same sums, without four iterator objects
@@ -163,7 +152,7 @@ _EXT_OF = operator.itemgetter(2)
 _IS_NONE = functools.partial(operator.is_, None)
 
 
-def batch_command(messages: Sequence[OutgoingMessage], *, tracing: bool = False) -> bytes:
+def batch_command(messages: Sequence[PublishMessage], *, tracing: bool = False) -> bytes:
     """The command :func:`encode_batch` sends for ``messages``: ``b"PUB"``, ``b"MPUB_TRACE"``..."""
     if not messages:
         raise InvalidArgumentError("a publish needs at least one message")
@@ -185,44 +174,21 @@ def batch_command(messages: Sequence[OutgoingMessage], *, tracing: bool = False)
 def encode_batch(
     topic: str,
     partition: int | None,
-    messages: Sequence[OutgoingMessage],
+    messages: Sequence[PublishMessage],
     *,
     tracing: bool = False,
     max_msg_size: int | None = None,
     max_body_size: int | None = None,
     name: bytes | None = None,
-) -> bytes:
-    """Encode ``messages`` as one publish command (see the table in the module docstring).
-
-    ``name``: what :func:`batch_command` returns for them, when the caller has it already.
-    """
+) -> Publish:
+    """The one publish command of ``messages`` (see the table in the module docstring), sizes
+    checked against the limits when it is encoded. ``name``: what :func:`batch_command`
+    returns for them, when the caller has it already."""
     name = name or batch_command(messages, tracing=tracing)
-    limits = {"max_msg_size": max_msg_size}
-    first = messages[0]
-    if name == b"PUB":
-        return encode_pub(topic, first.body, partition, **limits)
-    if name == b"PUB_TRACE":
-        return encode_pub_trace(topic, first.body, first.trace_id or 0, partition, **limits)
-    if name == b"PUB_EXT" and first.ext is not None:
-        return encode_pub_ext(topic, first.body, first.ext, partition, **limits)
-    if name == b"MPUB":  # the bodies were checked when the messages were made
-        return frame_batch(
-            b"MPUB", topic, partition, list(map(_BODY_OF, messages)), max_msg_size, max_body_size
-        )
-    if name == b"MPUB_TRACE":
-        return encode_mpub_trace(
-            topic,
-            [(m.trace_id or 0, m.body) for m in messages],
-            partition,
-            **limits,
-            max_body_size=max_body_size,
-        )
-    return encode_mpub_ext(
-        topic, [(m.ext, m.body) for m in messages], partition, **limits, max_body_size=max_body_size
-    )
+    return Publish(name, topic, partition, messages, max_msg_size, max_body_size)
 
 
-def _expects_traced(name: bytes, messages: Sequence[OutgoingMessage]) -> bool:
+def _expects_traced(name: bytes, messages: Sequence[PublishMessage]) -> bool:
     if name in (b"PUB_TRACE", b"MPUB_TRACE"):
         return True
     return name == b"PUB_EXT" and messages[0].trace_id is not None
@@ -230,7 +196,7 @@ def _expects_traced(name: bytes, messages: Sequence[OutgoingMessage]) -> bool:
 
 def receipts_from_answer(
     answer: bytes,
-    messages: Sequence[OutgoingMessage],
+    messages: Sequence[PublishMessage],
     *,
     tracing: bool = False,
     ext_topic: bool | None = None,
@@ -319,7 +285,7 @@ class Call:
 
     def __init__(
         self,
-        messages: list[OutgoingMessage],
+        messages: list[PublishMessage],
         future: asyncio.Future[Outcomes],
         plain_bytes: int | _Unknown | None = UNKNOWN,
     ) -> None:
@@ -343,7 +309,7 @@ Run = tuple[Call, int, int]
 class _Queued(NamedTuple):
     """One message of a queued call, as :meth:`BatchBuilder.take` sees it."""
 
-    message: OutgoingMessage
+    message: PublishMessage
     call: Call
 
 
@@ -430,14 +396,14 @@ def live(runs: list[Run], splits: set[Call]) -> list[Run]:
     return runs
 
 
-def messages_of(runs: list[Run]) -> list[OutgoingMessage]:
+def messages_of(runs: list[Run]) -> list[PublishMessage]:
     """The messages of ``runs``, in order (a whole call's own list when it is the batch)."""
     if len(runs) == 1:
         call, start, end = runs[0]
         return (
             call.messages if start == 0 and end == len(call.messages) else call.messages[start:end]
         )
-    messages: list[OutgoingMessage] = []
+    messages: list[PublishMessage] = []
     for call, start, end in runs:
         if end - start == 1:
             messages.append(call.messages[start])

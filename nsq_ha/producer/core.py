@@ -71,7 +71,6 @@ from nsq_ha.producer.batch import (
     prepare_one,
 )
 from nsq_ha.producer.config import ProducerConfig, ProducerOptions
-from nsq_ha.producer.message import OutgoingMessage
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import ConnKey, Routes
@@ -79,7 +78,7 @@ from nsq_ha.producer.sender import Sender
 from nsq_ha.producer.topic import SlotMemo, Topic
 from nsq_ha.protocol.commands import seconds_to_ms
 from nsq_ha.protocol.names import validate_topic
-from nsq_ha.protocol.publish import ExtHeader
+from nsq_ha.protocol.publish import ExtHeader, PublishMessage
 from nsq_ha.redact import redact_text as redact
 from nsq_ha.routing import ShardingKey
 
@@ -295,7 +294,7 @@ class Producer:
         return outcomes  # type: ignore[return-value]  # no exception among them: all results
 
     async def _publish_by_key(
-        self, topic: str, messages: list[OutgoingMessage], sharding_keys: Sequence[ShardingKey]
+        self, topic: str, messages: list[PublishMessage], sharding_keys: Sequence[ShardingKey]
     ) -> list[PublishResult]:
         """:meth:`publish_many` with a key per message: one lane submission per partition."""
         keys = sequence_of(sharding_keys, "sharding_keys")
@@ -330,7 +329,7 @@ class Producer:
     async def _queue(
         self,
         topic: str,
-        messages: list[OutgoingMessage],
+        messages: list[PublishMessage],
         key: ShardingKey | None,
         partition: int | None,
         plain_bytes: PlainBytes = UNKNOWN,

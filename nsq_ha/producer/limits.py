@@ -32,7 +32,8 @@ from nsq_ha.errors import (
     InvalidJsonHeaderError,
     InvalidTraceIdError,
 )
-from nsq_ha.producer.message import BatchBuilder, OutgoingMessage, mpub_sizes
+from nsq_ha.producer.message import BatchBuilder, mpub_sizes
+from nsq_ha.protocol.publish import PublishMessage
 
 __all__ = ["MAX_SERVERS", "ServerLimits", "refused_limit", "split_batch", "splits_batch"]
 
@@ -124,7 +125,7 @@ class ServerLimits:
                 msg, body = min(msg, learned[0]), min(body, learned[1])
         return msg, body, msg < self.max_msg_size
 
-    def check(self, address: str, messages: Sequence[OutgoingMessage], name: bytes) -> None:
+    def check(self, address: str, messages: Sequence[PublishMessage], name: bytes) -> None:
         """Refuse (BodyTooLargeError, nothing sent) a batch of several messages that breaks a
         limit ``address`` named: the sender then cuts it again instead of sending it."""
         learned = self.learned.get(address)
@@ -146,19 +147,19 @@ class ServerLimits:
 class _Queued(NamedTuple):
     """A message as :meth:`BatchBuilder.take` sees it."""
 
-    message: OutgoingMessage
+    message: PublishMessage
 
 
 def split_batch(
-    messages: Sequence[OutgoingMessage], builder: BatchBuilder
-) -> list[list[OutgoingMessage]]:
+    messages: Sequence[PublishMessage], builder: BatchBuilder
+) -> list[list[PublishMessage]]:
     """Cut a refused batch of two or more messages into parts, in order: as ``builder`` cuts
     batches (under the limits known now; a message over the message limit alone), or, when
     that leaves it whole, in two halves."""
     if len(messages) < 2:
         raise InvalidArgumentError("only a batch of two or more messages can be split")
     queue = deque(map(_Queued, messages))
-    parts: list[list[OutgoingMessage]] = []
+    parts: list[list[PublishMessage]] = []
     while queue:
         parts.append([item.message for item in builder.take(queue)])
     if len(parts) < 2:

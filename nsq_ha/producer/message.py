@@ -1,4 +1,4 @@
-"""One outgoing message and how it is framed: :class:`OutgoingMessage`, its full validation
+"""One outgoing message and how it is framed: :class:`PublishMessage`, its full validation
 (:func:`prepare_message`: trace ids and ext headers), its encoded and stored sizes, the rules
 that cut batches of traced and ext messages or under a limit an nsqd named
 (:class:`BatchBuilder`), and the :class:`Receipt` nsqd's answer gives each message.
@@ -21,18 +21,17 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.producer.result import message_id
 from nsq_ha.protocol.commands import as_bytes, check_size, check_uint, compact_json
-from nsq_ha.protocol.publish import TRACE_ID_HEADER, ExtHeader, encode_ext_header
+from nsq_ha.protocol.publish import TRACE_ID_HEADER, ExtHeader, PublishMessage, encode_ext_header
 from nsq_ha.protocol.trace import TracedResponse
 
 __all__ = [
     "PLAIN_RECEIPT",
     "BatchBuilder",
-    "OutgoingMessage",
     "Receipt",
     "batch_body_size",
     "derive_batch",
@@ -47,26 +46,13 @@ log = logging.getLogger(__name__)
 _RECORD_OVERHEAD = 4 + 26
 
 
-class OutgoingMessage(NamedTuple):
-    """One message ready to publish: validated body, optional trace id, encoded ext header.
-
-    A named tuple rather than a frozen dataclass: one is made per published message, and a
-    tuple is several times cheaper to build.
-    """
-
-    body: bytes
-    trace_id: int | None = None
-    #: The JSON header exactly as it goes on the wire (``##trace_id`` already merged in).
-    ext: bytes | None = None
-
-
 def prepare_message(
     body: object,
     *,
     trace_id: int | None = None,
     ext: ExtHeader | None = None,
     max_msg_size: int | None = None,
-) -> OutgoingMessage:
+) -> PublishMessage:
     """Validate one message before it is queued; every problem raises a typed error.
 
     ``body`` must be non-empty bytes; ``trace_id`` a u64; ``ext`` a JSON object (a mapping, or
@@ -94,7 +80,7 @@ def prepare_message(
         check_size("message body (with the 8-byte trace id)", 8 + len(data), max_msg_size)
     else:
         check_size("message body", len(data), max_msg_size)
-    return OutgoingMessage(data, trace_id, header)
+    return PublishMessage(data, trace_id, header)
 
 
 def _with_trace_id(header: bytes, trace_id: int) -> bytes:
@@ -134,7 +120,7 @@ def batch_body_size(bodies: int, body_bytes: int, ext_bytes: int, kind: str) -> 
 
 class _HasMessage(Protocol):
     @property
-    def message(self) -> OutgoingMessage: ...
+    def message(self) -> PublishMessage: ...
 
 
 _Item = TypeVar("_Item", bound=_HasMessage)
@@ -220,7 +206,7 @@ class BatchBuilder:
         return True
 
 
-def _encoded_size(msg: OutgoingMessage, kind: str) -> int:
+def _encoded_size(msg: PublishMessage, kind: str) -> int:
     """Length of one message inside an ``MPUB*`` body of ``kind`` (what max_msg_size limits)."""
     if kind == "trace":
         return 8 + len(msg.body)
@@ -229,7 +215,7 @@ def _encoded_size(msg: OutgoingMessage, kind: str) -> int:
     return len(msg.body)
 
 
-def mpub_sizes(messages: Sequence[OutgoingMessage], name: bytes) -> tuple[int, int]:
+def mpub_sizes(messages: Sequence[PublishMessage], name: bytes) -> tuple[int, int]:
     """The body size of the ``name`` command (``b"MPUB"``, ``b"MPUB_TRACE"``, ``b"MPUB_EXT"``)
     carrying ``messages``, and its largest message as nsqd measures it (``max_msg_size``)."""
     kind = "ext" if name == b"MPUB_EXT" else "trace" if name == b"MPUB_TRACE" else "plain"
@@ -237,7 +223,7 @@ def mpub_sizes(messages: Sequence[OutgoingMessage], name: bytes) -> tuple[int, i
     return 4 + 4 * len(sizes) + sum(sizes), max(sizes, default=0)
 
 
-def record_size(msg: OutgoingMessage, *, ext_topic: bool) -> int:
+def record_size(msg: PublishMessage, *, ext_topic: bool) -> int:
     """Bytes nsqd's disk queue uses for ``msg``: the raw size a traced answer reports (§4.6)."""
     if not ext_topic:
         return _RECORD_OVERHEAD + len(msg.body)
@@ -266,7 +252,7 @@ PLAIN_RECEIPT = Receipt()
 
 
 def derive_batch(
-    response: TracedResponse, messages: Sequence[OutgoingMessage], ext_topic: bool | None
+    response: TracedResponse, messages: Sequence[PublishMessage], ext_topic: bool | None
 ) -> list[Receipt]:
     """Per-message receipts of an MPUB_TRACE from its single answer (see module docstring)."""
     if response.trace_id != 0:

@@ -12,7 +12,7 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import NodeInfo, PartitionMap
-from nsq_ha.producer.message import OutgoingMessage
+from nsq_ha.protocol.publish import PublishMessage
 
 __all__ = [
     "ConnKey",
@@ -67,7 +67,7 @@ class Routes:
 def check_features(
     fork: bool | None,
     topic: str,
-    messages: Sequence[OutgoingMessage],
+    messages: Sequence[PublishMessage],
     *,
     defer: float | None,
     partition: int | None,

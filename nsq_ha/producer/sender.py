@@ -49,13 +49,13 @@ from nsq_ha.producer.batch import (
     take,
 )
 from nsq_ha.producer.limits import ServerLimits, split_batch, splits_batch
-from nsq_ha.producer.message import BatchBuilder, OutgoingMessage
+from nsq_ha.producer.message import BatchBuilder
 from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import ConnKey, Routes, check_features
 from nsq_ha.producer.topic import Lane, Topic, Window
-from nsq_ha.protocol.publish import encode_dpub
+from nsq_ha.protocol.publish import Dpub, Publish, PublishMessage
 from nsq_ha.redact import redact_text as redact
 from nsq_ha.retry import Failure, decide, retry_after
 
@@ -148,7 +148,7 @@ class Sender:
         self,
         topic: Topic,
         slot: int | None,
-        messages: list[OutgoingMessage],
+        messages: list[PublishMessage],
         plain_bytes: PlainBytes = UNKNOWN,
     ) -> asyncio.Future[Outcomes]:
         """Queue ``messages`` (in order) on the lane of ``slot`` (None: unkeyed); the future
@@ -267,7 +267,7 @@ class Sender:
     async def send(
         self,
         topic: Topic,
-        messages: list[OutgoingMessage],
+        messages: list[PublishMessage],
         *,
         slot: int | None,
         defer: float | None = None,
@@ -378,7 +378,7 @@ class Sender:
                 )
 
     async def send_batch(
-        self, topic: Topic, messages: list[OutgoingMessage], slot: int | None
+        self, topic: Topic, messages: list[PublishMessage], slot: int | None
     ) -> list[Outcome]:
         """:meth:`send` without ``defer`` (what a lane's sender calls): each message's outcome.
 
@@ -421,7 +421,7 @@ class Sender:
     async def attempt(
         self,
         topic: Topic,
-        messages: list[OutgoingMessage],
+        messages: list[PublishMessage],
         slot: int | None,
         defer: float | None,
         attempts: int,
@@ -472,22 +472,20 @@ class Sender:
                     check_features(fork, name, messages, defer=defer, partition=partition)
                 if self.limits.learned:  # a limit nsqd named before
                     self.limits.check(address, messages, command)
+                request: Publish | Dpub
                 if defer is not None:
-                    data = encode_dpub(
-                        name, messages[0].body, defer, max_msg_size=self.config.max_msg_size
-                    )
+                    request = Dpub(name, messages[0].body, defer)
                 else:
-                    data = encode_batch(
+                    request = encode_batch(
                         name,
                         partition,
                         messages,
-                        tracing=tracing,
                         max_msg_size=self.config.max_msg_size,
                         max_body_size=self.config.max_body_size,
                         name=command,
                     )
                 self.stats["commands"] += 1
-                answer = await conn.command(data, response_timeout=self.policy.attempt_timeout)
+                answer = await conn.command(request, response_timeout=self.policy.attempt_timeout)
                 receipts = receipts_from_answer(
                     answer, messages, tracing=tracing, ext_topic=routes.ext, name=command
                 )

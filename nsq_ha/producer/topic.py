@@ -42,9 +42,9 @@ from nsq_ha.errors import (
 )
 from nsq_ha.lookup import LookupClient, PartitionMap
 from nsq_ha.producer.batch import Call
-from nsq_ha.producer.message import OutgoingMessage
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import Routes, check_features
+from nsq_ha.protocol.publish import PublishMessage
 from nsq_ha.routing import ShardingKey, ShardingStrategy
 
 if TYPE_CHECKING:
@@ -370,7 +370,7 @@ class Topic:
     def place(
         self,
         routes: Routes,
-        messages: Sequence[OutgoingMessage],
+        messages: Sequence[PublishMessage],
         key: ShardingKey | None,
         partition: int | None,
         defer: float | None = None,

@@ -2,11 +2,11 @@
 
 :class:`Publish` is the typed command the session takes: one of ``PUB``, ``PUB_TRACE``,
 ``PUB_EXT``, ``MPUB``, ``MPUB_TRACE``, ``MPUB_EXT`` for messages already checked where they came
-in (the producer's ``prepare_message``): encoding it checks nothing again. :class:`Dpub` is
-vanilla's deferred publish. The ``encode_*`` functions check their arguments and encode.
+in (the producer's ``prepare_message``). :class:`Dpub` is vanilla's deferred publish. The
+``encode_*`` functions check their arguments, make the command and encode it.
 
-Size limits are optional keyword arguments: pass the server's ``max_msg_size`` (per message,
-trace id and JSON header included) and ``max_body_size`` (whole MPUB* body) to get a
+Size limits are optional: give the server's ``max_msg_size`` (per message, trace id and JSON
+header included) and ``max_body_size`` (whole MPUB* body) to get a
 :class:`~nsq_ha.errors.BodyTooLargeError` naming the size and the limit instead of a fatal
 ``E_BAD_MESSAGE`` / ``E_BAD_BODY`` from nsqd. Empty bodies are refused (nsqd closes the
 connection on a zero-length body).
@@ -19,7 +19,7 @@ import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple, Protocol, TypeAlias
+from typing import ClassVar, NamedTuple, TypeAlias
 
 from nsq_ha.errors import InvalidArgumentError
 from nsq_ha.protocol.commands import (
@@ -28,23 +28,17 @@ from nsq_ha.protocol.commands import (
     check_size,
     check_uint,
     checked_seconds_to_ms,
-    command_line,
     compact_json,
-    partition_params,
     seconds_to_ms,
-    with_body,
 )
 from nsq_ha.protocol.names import validate_partition, validate_topic
 
 __all__ = [
-    "MAX_EXT_HEADER_LENGTH",
-    "PUBLISH_COMMANDS",
     "TRACE_ID_HEADER",
     "Dpub",
     "ExtHeader",
     "Publish",
     "PublishMessage",
-    "PublishedMessage",
     "encode_dpub",
     "encode_ext_header",
     "encode_mpub",
@@ -53,7 +47,6 @@ __all__ = [
     "encode_pub",
     "encode_pub_ext",
     "encode_pub_trace",
-    "frame_batch",
 ]
 
 #: A JSON header: a mapping (serialised compactly, key order kept) or ready-made JSON bytes.
@@ -67,30 +60,19 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _DECIMAL_U64 = re.compile(r"[0-9]{1,20}")
-#: The six publish commands :class:`Publish` encodes.
-PUBLISH_COMMANDS = frozenset(
-    {b"PUB", b"PUB_TRACE", b"PUB_EXT", b"MPUB", b"MPUB_TRACE", b"MPUB_EXT"}
-)
-
-
-class PublishedMessage(Protocol):
-    """One checked message of a :class:`Publish` (the producer's ``OutgoingMessage`` is one)."""
-
-    @property
-    def body(self) -> bytes:
-        """The body: non-empty bytes."""
-
-    @property
-    def trace_id(self) -> int | None:
-        """A u64 trace id (PUB_TRACE, MPUB_TRACE; ``None`` sends 0 there)."""
-
-    @property
-    def ext(self) -> bytes | None:
-        """The JSON header exactly as it goes on the wire (PUB_EXT, MPUB_EXT)."""
+#: what a single message's size is called in a refusal
+_SINGLE = {
+    b"PUB": "PUB body",
+    b"PUB_TRACE": "PUB_TRACE body (with the 8-byte trace id)",
+    b"PUB_EXT": "PUB_EXT body (with the JSON header)",
+}
 
 
 class PublishMessage(NamedTuple):
-    """A checked message (see :class:`PublishedMessage`)."""
+    """One checked message: a non-empty body, an optional u64 trace id (``None`` sends 0 in a
+    traced command), and the JSON header exactly as it goes on the wire (``##trace_id``
+    merged in). A named tuple: one is made per published message, and a tuple is the cheapest
+    to make."""
 
     body: bytes
     trace_id: int | None = None
@@ -100,17 +82,20 @@ class PublishMessage(NamedTuple):
 class Publish(NamedTuple):
     """One publish command of checked messages; answered (``OK`` or the traced answer).
 
-    ``name`` is one of :data:`PUBLISH_COMMANDS`: a ``PUB*`` sends the first message only, an
-    ``MPUB*`` all of them (at least one). ``topic`` and ``partition`` are checked names, the
-    messages were checked (bodies non-empty, sizes under the server's limits, trace ids u64,
-    headers JSON objects nsqd accepts) where they came in: encoding trusts them. A named tuple
-    (immutable): one is made per batch published, and a tuple is the cheapest to make.
+    ``name`` is ``PUB``, ``PUB_TRACE``, ``PUB_EXT`` (the first message only) or ``MPUB``,
+    ``MPUB_TRACE``, ``MPUB_EXT`` (all, at least one). ``topic`` and ``partition`` are checked
+    names. :meth:`encode` checks each message's size as nsqd measures it against
+    ``max_msg_size`` and an ``MPUB*`` body against ``max_body_size`` (``None``: only what a
+    length field holds): the session encodes before it records the command, so a refusal
+    leaves it as it was.
     """
 
     name: bytes
     topic: str
     partition: int | None
-    messages: Sequence[PublishedMessage]
+    messages: Sequence[PublishMessage]
+    max_msg_size: int | None = None
+    max_body_size: int | None = None
 
     def encode(self) -> bytes:
         """The command's bytes."""
@@ -121,18 +106,30 @@ class Publish(NamedTuple):
         else:
             line = b"%s %s %d\n" % (name, topic, self.partition)
         messages = self.messages
-        if name == b"PUB":
-            body = messages[0].body
-        elif name == b"MPUB":
-            body = _batch([m.body for m in messages])
-        elif name == b"PUB_TRACE":
-            body = _U64.pack(messages[0].trace_id or 0) + messages[0].body
+        limit = MAX_WIRE_LENGTH if self.max_msg_size is None else self.max_msg_size
+        if name in _SINGLE:
+            first = messages[0]
+            if name == b"PUB":
+                body = first.body
+            elif name == b"PUB_TRACE":
+                body = _U64.pack(first.trace_id or 0) + first.body
+            else:
+                body = _with_header(first.ext or b"", first.body)
+            if len(body) > limit:
+                check_size(_SINGLE[name], len(body), self.max_msg_size)
+            return line + _U32.pack(len(body)) + body
+        if name == b"MPUB":
+            parts = [m.body for m in messages]
         elif name == b"MPUB_TRACE":
-            body = _batch([_U64.pack(m.trace_id or 0) + m.body for m in messages])
-        elif name == b"PUB_EXT":
-            body = _with_header(messages[0].ext or b"", messages[0].body)
+            parts = [_U64.pack(m.trace_id or 0) + m.body for m in messages]
         else:
-            body = _batch([_with_header(m.ext or b"", m.body) for m in messages])
+            parts = [_with_header(m.ext or b"", m.body) for m in messages]
+        lengths = list(map(len, parts))
+        if max(lengths) > limit:
+            for index, length in enumerate(lengths):  # name the first one too large
+                check_size(f"{name.decode()} message {index}", length, self.max_msg_size)
+        body = _batch(parts, lengths)
+        check_size(f"{name.decode()} body", len(body), self.max_body_size)
         return line + _U32.pack(len(body)) + body
 
 
@@ -141,20 +138,20 @@ def _with_header(header: bytes, body: bytes) -> bytes:
     return _U16.pack(len(header)) + header + body
 
 
-def _batch(messages: list[bytes]) -> bytes:
+def _batch(messages: list[bytes], lengths: list[int]) -> bytes:
     """``[u32 count]{[u32 len][msg]}``: the lengths and the messages in alternate slots (two
     slice assignments instead of a Python loop over the messages)."""
     parts: list[bytes] = [b""] * (2 * len(messages) + 1)
     parts[0] = _U32.pack(len(messages))
-    parts[1::2] = map(_U32.pack, map(len, messages))
+    parts[1::2] = map(_U32.pack, lengths)
     parts[2::2] = messages
     return b"".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
 class Dpub:
-    """``DPUB <topic> <delay ms>`` of one checked message (vanilla only; ``delay`` in seconds,
-    checked when made)."""
+    """``DPUB <topic> <delay ms>`` of one checked message (vanilla only; the fork answers a
+    fatal ``E_INVALID``); ``delay`` in seconds, checked when made."""
 
     name: ClassVar[bytes] = b"DPUB"
     topic: str
@@ -171,26 +168,12 @@ class Dpub:
         return line + _U32.pack(len(self.body)) + self.body
 
 
-def _line(name: bytes, topic: str, partition: int | None) -> bytes:
-    """Return ``NAME <topic> [<partition>]\\n``."""
-    topic_token = validate_topic(topic).encode("ascii")
-    return command_line(name, topic_token, *partition_params(validate_partition(partition)))
-
-
 def _body(value: object, what: str) -> bytes:
     """Return a non-empty message body as bytes."""
     body = as_bytes(value, what)
     if not body:
         raise InvalidArgumentError(f"{what} must not be empty (nsqd refuses empty messages)")
     return body
-
-
-def _check_trace_value(value: object) -> None:
-    """Refuse a ``##trace_id`` nsqd would answer with INVALID_TRACE_ID."""
-    if not isinstance(value, str):
-        raise InvalidArgumentError(f"{TRACE_ID_HEADER} must be a decimal string, not {value!r}")
-    if _DECIMAL_U64.fullmatch(value) is None or int(value) >= 1 << 64:
-        raise InvalidArgumentError(f"{TRACE_ID_HEADER} {value!r} is not a decimal u64")
 
 
 def encode_ext_header(header: ExtHeader) -> bytes:
@@ -211,7 +194,11 @@ def encode_ext_header(header: ExtHeader) -> bytes:
     if not isinstance(parsed, Mapping):
         raise InvalidArgumentError("ext header must be a JSON object")
     if TRACE_ID_HEADER in parsed:
-        _check_trace_value(parsed[TRACE_ID_HEADER])
+        value = parsed[TRACE_ID_HEADER]  # nsqd answers INVALID_TRACE_ID otherwise
+        if not isinstance(value, str):
+            raise InvalidArgumentError(f"{TRACE_ID_HEADER} must be a decimal string, not {value!r}")
+        if _DECIMAL_U64.fullmatch(value) is None or int(value) >= 1 << 64:
+            raise InvalidArgumentError(f"{TRACE_ID_HEADER} {value!r} is not a decimal u64")
     if len(data) > MAX_EXT_HEADER_LENGTH:
         raise InvalidArgumentError(
             f"ext header is {len(data)} bytes, over the limit of {MAX_EXT_HEADER_LENGTH}"
@@ -219,13 +206,27 @@ def encode_ext_header(header: ExtHeader) -> bytes:
     return data
 
 
+def _encode(
+    name: bytes,
+    topic: str,
+    partition: int | None,
+    messages: list[PublishMessage],
+    max_msg_size: int | None,
+    max_body_size: int | None = None,
+) -> bytes:
+    """Check the topic, the partition and that there is a message; encode the command."""
+    if not messages:
+        raise InvalidArgumentError(f"{name.decode()} needs at least one message")
+    checked = validate_topic(topic), validate_partition(partition)
+    return Publish(name, *checked, messages, max_msg_size, max_body_size).encode()
+
+
 def encode_pub(
     topic: str, body: bytes, partition: int | None = None, *, max_msg_size: int | None = None
 ) -> bytes:
     """Return ``PUB <topic> [<partition>]\\n[len][body]``."""
-    data = _body(body, "PUB body")
-    check_size("PUB body", len(data), max_msg_size)
-    return with_body(_line(b"PUB", topic, partition), data)
+    message = PublishMessage(_body(body, "PUB body"))
+    return _encode(b"PUB", topic, partition, [message], max_msg_size)
 
 
 def encode_pub_trace(
@@ -240,9 +241,8 @@ def encode_pub_trace(
 
     nsqd answers with the 30-byte traced response (:mod:`nsq_ha.protocol.trace`).
     """
-    data = _U64.pack(check_uint(trace_id, "trace id", 64)) + _body(body, "PUB_TRACE body")
-    check_size("PUB_TRACE body (with the 8-byte trace id)", len(data), max_msg_size)
-    return with_body(_line(b"PUB_TRACE", topic, partition), data)
+    message = PublishMessage(_body(body, "PUB_TRACE body"), check_uint(trace_id, "trace id", 64))
+    return _encode(b"PUB_TRACE", topic, partition, [message], max_msg_size)
 
 
 def encode_pub_ext(
@@ -258,35 +258,8 @@ def encode_pub_ext(
     The header must not be empty (nsqd cannot parse an empty header). With a valid
     ``##trace_id`` nsqd answers with the traced response, otherwise ``OK``.
     """
-    json_header = encode_ext_header(header)
-    data = _U16.pack(len(json_header)) + json_header + _body(body, "PUB_EXT body")
-    check_size("PUB_EXT body (with the JSON header)", len(data), max_msg_size)
-    return with_body(_line(b"PUB_EXT", topic, partition), data)
-
-
-def frame_batch(
-    name: bytes,
-    topic: str,
-    partition: int | None,
-    messages: list[bytes],
-    max_msg_size: int | None,
-    max_body_size: int | None,
-) -> bytes:
-    """Frame already-encoded messages as ``[u32 count]{[u32 len][msg]}`` and check sizes.
-
-    ``name`` is the batch command (``MPUB``, ``MPUB_TRACE``, ``MPUB_EXT``); each message must
-    already be what that command carries (non-empty bytes: the encoders above check that).
-    """
-    if not messages:
-        raise InvalidArgumentError(f"{name.decode()} needs at least one message")
-    lengths = list(map(len, messages))
-    limit = MAX_WIRE_LENGTH if max_msg_size is None else min(max_msg_size, MAX_WIRE_LENGTH)
-    if max(lengths) > limit:
-        for index, length in enumerate(lengths):  # name the first one too large
-            check_size(f"{name.decode()} message {index}", length, max_msg_size)
-    body = _batch(messages)
-    check_size(f"{name.decode()} body", len(body), max_body_size)
-    return with_body(_line(name, topic, partition), body)
+    message = PublishMessage(_body(body, "PUB_EXT body"), None, encode_ext_header(header))
+    return _encode(b"PUB_EXT", topic, partition, [message], max_msg_size)
 
 
 def encode_mpub(
@@ -298,10 +271,8 @@ def encode_mpub(
     max_body_size: int | None = None,
 ) -> bytes:
     """Return ``MPUB <topic> [<partition>]\\n[len][u32 count]{[u32 len][body]}``."""
-    messages = list(bodies)
-    if not all(type(body) is bytes and body for body in messages):  # else say which is wrong
-        messages = [_body(body, "MPUB message") for body in messages]
-    return frame_batch(b"MPUB", topic, partition, messages, max_msg_size, max_body_size)
+    messages = [PublishMessage(_body(body, "MPUB message")) for body in bodies]
+    return _encode(b"MPUB", topic, partition, messages, max_msg_size, max_body_size)
 
 
 def encode_mpub_trace(
@@ -317,11 +288,11 @@ def encode_mpub_trace(
     nsqd answers with one traced response: the first message's id and offset, trace id 0 and
     the raw size of the whole batch.
     """
-    encoded = [
-        _U64.pack(check_uint(trace_id, "trace id", 64)) + _body(body, "MPUB_TRACE message")
+    checked = [
+        PublishMessage(_body(body, "MPUB_TRACE message"), check_uint(trace_id, "trace id", 64))
         for trace_id, body in messages
     ]
-    return frame_batch(b"MPUB_TRACE", topic, partition, encoded, max_msg_size, max_body_size)
+    return _encode(b"MPUB_TRACE", topic, partition, checked, max_msg_size, max_body_size)
 
 
 def encode_mpub_ext(
@@ -337,20 +308,19 @@ def encode_mpub_ext(
     A ``None`` header is sent with JSON length 0 (allowed here, unlike PUB_EXT). Any error
     frame after MPUB_EXT means the stream is out of sync: reconnect (§2.15).
     """
-    encoded: list[bytes] = []
-    for header, body in messages:
-        json_header = b"" if header is None else encode_ext_header(header)
-        encoded.append(_U16.pack(len(json_header)) + json_header + _body(body, "MPUB_EXT message"))
-    return frame_batch(b"MPUB_EXT", topic, partition, encoded, max_msg_size, max_body_size)
+    checked = [
+        PublishMessage(
+            _body(body, "MPUB_EXT message"),
+            None,
+            None if header is None else encode_ext_header(header),
+        )
+        for header, body in messages
+    ]
+    return _encode(b"MPUB_EXT", topic, partition, checked, max_msg_size, max_body_size)
 
 
 def encode_dpub(topic: str, body: bytes, delay: float, *, max_msg_size: int | None = None) -> bytes:
-    """Return ``DPUB <topic> <delay ms>\\n[len][body]`` (vanilla only; ``delay`` in seconds).
-
-    The fork has no DPUB: it answers with a fatal ``E_INVALID invalid command``.
-    """
-    milliseconds = seconds_to_ms(delay, "DPUB delay")
-    data = _body(body, "DPUB body")
-    check_size("DPUB body", len(data), max_msg_size)
-    line = command_line(b"DPUB", validate_topic(topic).encode("ascii"), str(milliseconds).encode())
-    return with_body(line, data)
+    """Return ``DPUB <topic> <delay ms>\\n[len][body]`` (vanilla only; ``delay`` in seconds)."""
+    command = Dpub(validate_topic(topic), _body(body, "DPUB body"), delay)
+    check_size("DPUB body", len(command.body), max_msg_size)
+    return command.encode()

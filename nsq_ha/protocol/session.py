@@ -407,6 +407,7 @@ class ClientSession:
             raise LocalProtocolError(f"{name.decode()} has no response: use send_nowait()")
         if name in FORK_ONLY_COMMANDS and not self._fork:
             raise LocalProtocolError(f"{name.decode()} exists only on the fork; nsqd is vanilla")
+        data = command.encode()  # a publish checks its sizes here: refused, nothing is recorded
         if name in SUBSCRIBE_COMMANDS:
             negotiated = self._negotiated
             extend = negotiated is not None and negotiated.extend_support
@@ -418,7 +419,7 @@ class ClientSession:
         elif name == b"CLS":
             self._machine.move(ConnState.CLOSING)
         self._pending.append(name)
-        return command.encode()
+        return data
 
     def send_nowait(self, command: Command, *, now: float | None = None) -> bytes:
         """Return the bytes of ``command`` after recording it: FIN, REQ, TOUCH, RDY or NOP (no

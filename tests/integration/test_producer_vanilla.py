@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import uuid
+from pathlib import Path
+from types import FrameType
 
 import pytest
 
+import nsq_ha
 from nsq_ha import sync
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.errors import ConnectionClosedError, TopicNotFoundError, UnsupportedByServerError
@@ -21,6 +25,7 @@ from nsq_ha.testing.servers import VanillaCluster
 from .helpers import drain, take
 
 pytestmark = pytest.mark.vanilla
+PACKAGE = Path(nsq_ha.__file__).resolve().parent
 
 
 def _topic() -> str:
@@ -181,3 +186,33 @@ async def test_linger_gathers_publishes_that_arrive_apart(vanilla_cluster: Vanil
         assert patient.stats["commands"] == 1  # one MPUB for all ten
     assert len(results) == 10
     assert all(r.address == address for r in results)
+
+
+async def test_a_warm_publish_passes_through_the_producer_the_session_and_the_wire_only(
+    vanilla_cluster: VanillaCluster,
+) -> None:
+    """From ``publish()`` until it returns, a warm publish calls into the producer's core,
+    topic, sender and batch, the publish command and the session, and the connection and
+    transport: the topic's name was checked when its Topic was made, not again on every publish,
+    and the batch goes to the session as a typed command, never as bytes parsed again."""
+    entered: set[str] = set()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            path = Path(frame.f_code.co_filename).resolve()
+            if path.is_relative_to(PACKAGE):
+                entered.add(str(path.relative_to(PACKAGE)))
+
+    topic = _topic()
+    async with Producer(nsqd=vanilla_cluster.nodes[0].tcp_address) as producer:
+        for _ in range(3):  # warm: connected, the topic known
+            await producer.publish(topic, b"warm")
+        sys.setprofile(profile)
+        try:
+            await producer.publish(topic, b"journey")
+        finally:
+            sys.setprofile(None)
+    producer_modules = {f"producer/{m}.py" for m in ("core", "topic", "sender", "batch")}
+    protocol_modules = {"protocol/publish.py", "protocol/session.py"}
+    wire = {"connection/core.py", "connection/reader.py", "transport.py"}
+    assert entered == producer_modules | protocol_modules | wire

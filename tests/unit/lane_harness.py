@@ -8,16 +8,17 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.producer.batch import UNKNOWN, Outcome, PlainBytes
-from nsq_ha.producer.message import BatchBuilder, OutgoingMessage
+from nsq_ha.producer.message import BatchBuilder
 from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import Routes
 from nsq_ha.producer.sender import Sender
 from nsq_ha.producer.topic import SlotMemo, Topic
+from nsq_ha.protocol.publish import PublishMessage
 from nsq_ha.routing import get_strategy
 
 #: ``send(topic, messages, slot)``: one batch; each message's outcome, or it raises
-SendBatch = Callable[[str, list[OutgoingMessage], "int | None"], Awaitable[Sequence[Outcome]]]
+SendBatch = Callable[[str, list[PublishMessage], "int | None"], Awaitable[Sequence[Outcome]]]
 
 
 class _Sender(Sender):
@@ -46,7 +47,7 @@ class _Sender(Sender):
         self.make_builder = make_builder
 
     async def send_batch(
-        self, topic: Topic, messages: list[OutgoingMessage], slot: int | None
+        self, topic: Topic, messages: list[PublishMessage], slot: int | None
     ) -> list[Outcome]:
         return list(await self.send(topic.name, messages, slot))  # type: ignore[call-arg, arg-type, operator]
 
@@ -79,7 +80,7 @@ class Lanes:
         self,
         topic: str,
         slot: int | None,
-        messages: list[OutgoingMessage],
+        messages: list[PublishMessage],
         plain_bytes: PlainBytes = UNKNOWN,
     ) -> asyncio.Future[list[Outcome]]:
         assert topic == self.topic.name

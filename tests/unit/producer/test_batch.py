@@ -26,7 +26,6 @@ from nsq_ha.producer.batch import (
 )
 from nsq_ha.producer.message import (
     BatchBuilder,
-    OutgoingMessage,
     Receipt,
     batch_body_size,
     prepare_message,
@@ -44,21 +43,22 @@ from nsq_ha.protocol import (
     encode_pub_trace,
     encode_traced_response,
 )
+from nsq_ha.protocol.publish import Publish, PublishMessage
 
 
 @dataclass
 class Item:
-    message: OutgoingMessage
+    message: PublishMessage
 
 
-def queue_of(*messages: OutgoingMessage) -> deque[Item]:
+def queue_of(*messages: PublishMessage) -> deque[Item]:
     return deque(Item(m) for m in messages)
 
 
 def msg(
     body: bytes = b"x", trace_id: int | None = None, ext: bytes | None = None
-) -> OutgoingMessage:
-    return OutgoingMessage(body, trace_id, ext)
+) -> PublishMessage:
+    return PublishMessage(body, trace_id, ext)
 
 
 # -- prepare_message --------------------------------------------------------------------------
@@ -132,19 +132,35 @@ def test_command_table() -> None:
 def test_encode_batch_matches_the_protocol_encoders() -> None:
     a, b = b"alpha", b"beta"
     header = b'{"k":"v"}'
-    assert encode_batch("t", 1, [msg(a)]) == encode_pub("t", a, 1)
-    assert encode_batch("t", 1, [msg(a)], tracing=True) == encode_pub_trace("t", a, 0, 1)
-    assert encode_batch("t", 1, [msg(a, 9)]) == encode_pub_trace("t", a, 9, 1)
-    assert encode_batch("t", None, [msg(a, ext=header)]) == encode_pub_ext("t", a, header)
-    assert encode_batch("t", 2, [msg(a), msg(b)]) == encode_mpub("t", [a, b], 2)
-    assert encode_batch("t", 2, [msg(a, 5), msg(b)]) == encode_mpub_trace("t", [(5, a), (0, b)], 2)
-    assert encode_batch("t", 0, [msg(a, ext=header), msg(b)]) == encode_mpub_ext(
+    assert encode_batch("t", 1, [msg(a)]).encode() == encode_pub("t", a, 1)
+    assert encode_batch("t", 1, [msg(a)], tracing=True).encode() == encode_pub_trace("t", a, 0, 1)
+    assert encode_batch("t", 1, [msg(a, 9)]).encode() == encode_pub_trace("t", a, 9, 1)
+    assert encode_batch("t", None, [msg(a, ext=header)]).encode() == encode_pub_ext("t", a, header)
+    assert encode_batch("t", 2, [msg(a), msg(b)]).encode() == encode_mpub("t", [a, b], 2)
+    assert encode_batch("t", 2, [msg(a, 5), msg(b)]).encode() == encode_mpub_trace(
+        "t", [(5, a), (0, b)], 2
+    )
+    assert encode_batch("t", 0, [msg(a, ext=header), msg(b)]).encode() == encode_mpub_ext(
         "t", [(header, a), (None, b)], 0
     )
 
 
+def test_encode_batch_gives_the_typed_publish_the_session_takes() -> None:
+    command = encode_batch("t", 1, [msg(b"a"), msg(b"b", 4)], max_msg_size=10, max_body_size=100)
+    assert isinstance(command, Publish)
+    assert (command.name, command.topic, command.partition) == (b"MPUB_TRACE", "t", 1)
+    assert command.encode() == encode_mpub_trace("t", [(0, b"a"), (4, b"b")], 1)
+
+
+def test_a_tracing_producer_counts_the_trace_id_against_the_message_limit() -> None:
+    """A plain body at the limit is 8 bytes over it once PUB_TRACE carries it."""
+    command = encode_batch("t", 0, [msg(b"x" * 10)], tracing=True, max_msg_size=10)
+    with pytest.raises(BodyTooLargeError, match=r"18 bytes.* 10"):
+        command.encode()
+
+
 def test_encoded_batches_decode_as_nsqd_would_read_them() -> None:
-    data = encode_batch("topic", 3, [msg(b"one", 1), msg(b"two"), msg(b"three", 3)])
+    data = encode_batch("topic", 3, [msg(b"one", 1), msg(b"two"), msg(b"three", 3)]).encode()
     _magic, command = CommandDecoder().feed(b"  V2" + data)
     assert isinstance(command, ClientCommand)
     assert command.name == b"MPUB_TRACE"
@@ -217,13 +233,13 @@ def test_every_batch_encodes_within_the_limits(
     ]
     builder = BatchBuilder(max_msg_size=max_msg, max_body_size=body_limit, ext_topic=ext_topic)
     queue = queue_of(*messages)
-    seen: list[OutgoingMessage] = []
+    seen: list[PublishMessage] = []
     while queue:
         batch = [item.message for item in builder.take(queue)]
         assert batch
         seen.extend(batch)
         if len(batch) > 1:  # a lone message is checked by prepare_message, not the builder
-            encode_batch("t", 0, batch, max_msg_size=max_msg, max_body_size=body_limit)
+            encode_batch("t", 0, batch, max_msg_size=max_msg, max_body_size=body_limit).encode()
     assert seen == messages
 
 

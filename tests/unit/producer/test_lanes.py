@@ -12,9 +12,10 @@ from lane_harness import Lanes
 
 from nsq_ha.errors import PubFailedError
 from nsq_ha.producer.batch import Outcome, encode_batch, prepare_messages
-from nsq_ha.producer.message import BatchBuilder, OutgoingMessage
+from nsq_ha.producer.message import BatchBuilder
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import Routes
+from nsq_ha.protocol.publish import PublishMessage
 
 
 def _lanes(
@@ -24,7 +25,7 @@ def _lanes(
     second_out: asyncio.Event | None = None,
 ) -> Lanes:
     async def send(
-        topic: str, messages: list[OutgoingMessage], slot: int | None
+        topic: str, messages: list[PublishMessage], slot: int | None
     ) -> list[PublishResult]:
         number = len(sent)
         sent.append([m.body for m in messages])
@@ -41,7 +42,7 @@ def _lanes(
     return Lanes(send=send, builder=builder, routes=lambda t: None, linger=0.0, max_batch=max_batch)
 
 
-def _bodies(prefix: str, count: int) -> list[OutgoingMessage]:
+def _bodies(prefix: str, count: int) -> list[PublishMessage]:
     return prepare_messages([f"{prefix}{i}".encode() for i in range(count)])
 
 
@@ -108,13 +109,15 @@ def test_a_keyed_lane_sends_every_message_once_in_order_within_the_limits(
     header = b'{"k":1}'
 
     async def run() -> None:
-        sent: list[OutgoingMessage] = []
+        sent: list[PublishMessage] = []
 
         async def send(
-            topic: str, messages: list[OutgoingMessage], slot: int | None
+            topic: str, messages: list[PublishMessage], slot: int | None
         ) -> list[PublishResult]:
             if len(messages) > 1:  # a lone message is checked by prepare_message
-                encode_batch("t", 0, messages, max_msg_size=max_msg, max_body_size=body_limit)
+                encode_batch(
+                    "t", 0, messages, max_msg_size=max_msg, max_body_size=body_limit
+                ).encode()
             assert len(messages) <= max_batch
             first = len(sent)
             sent.extend(messages)
@@ -137,7 +140,7 @@ def test_a_keyed_lane_sends_every_message_once_in_order_within_the_limits(
         )
         queued = [
             [
-                OutgoingMessage(b"b" * size, 7 if traced else None, header if ext else None)
+                PublishMessage(b"b" * size, 7 if traced else None, header if ext else None)
                 for size, traced, ext in call
             ]
             for call in calls
@@ -170,10 +173,10 @@ async def test_plain_calls_fill_batches_up_to_the_limits(
     sizes: list[int] = []
 
     async def send(
-        topic: str, messages: list[OutgoingMessage], slot: int | None
+        topic: str, messages: list[PublishMessage], slot: int | None
     ) -> list[PublishResult]:
         if len(messages) > 1:
-            encode_batch("t", 0, messages, max_msg_size=100, max_body_size=body_limit)
+            encode_batch("t", 0, messages, max_msg_size=100, max_body_size=body_limit).encode()
         sizes.append(len(messages))
         return [PublishResult(topic, slot, "n", 1) for _ in messages]
 
@@ -183,7 +186,7 @@ async def test_plain_calls_fill_batches_up_to_the_limits(
     lanes = Lanes(
         send=send, builder=builder, routes=lambda t: None, linger=0.0, max_batch=max_batch
     )
-    futures = [lanes.submit("t", 0, [OutgoingMessage(b"x" * 10)] * n) for n in calls]
+    futures = [lanes.submit("t", 0, [PublishMessage(b"x" * 10)] * n) for n in calls]
     outcomes = await asyncio.gather(*futures)
     assert sizes == batches
     assert [len(o) for o in outcomes] == calls
@@ -194,7 +197,7 @@ async def test_a_message_over_the_room_left_starts_the_next_batch_alone() -> Non
     sizes: list[int] = []
 
     async def send(
-        topic: str, messages: list[OutgoingMessage], slot: int | None
+        topic: str, messages: list[PublishMessage], slot: int | None
     ) -> list[PublishResult]:
         sizes.append(len(messages))
         return [PublishResult(topic, slot, "n", 1) for _ in messages]
@@ -203,7 +206,7 @@ async def test_a_message_over_the_room_left_starts_the_next_batch_alone() -> Non
         return BatchBuilder(max_msg_size=100, max_body_size=50, max_count=10)
 
     lanes = Lanes(send=send, builder=builder, routes=lambda t: None, linger=0.0, max_batch=10)
-    await lanes.submit("t", 0, [OutgoingMessage(b"x" * 60)] * 2)  # each one alone is a PUB
+    await lanes.submit("t", 0, [PublishMessage(b"x" * 60)] * 2)  # each one alone is a PUB
     assert sizes == [1, 1]
 
 

@@ -33,9 +33,10 @@ from nsq_ha.producer.limits import (
     split_batch,
     splits_batch,
 )
-from nsq_ha.producer.message import BatchBuilder, OutgoingMessage, mpub_sizes
+from nsq_ha.producer.message import BatchBuilder, mpub_sizes
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import Routes
+from nsq_ha.protocol.publish import PublishMessage
 
 
 def refusal(frame: str) -> BrokerError:
@@ -44,8 +45,8 @@ def refusal(frame: str) -> BrokerError:
     return BrokerError.class_for(code)(code, description)
 
 
-def msg(body: bytes = b"x", trace_id: int | None = None) -> OutgoingMessage:
-    return OutgoingMessage(body, trace_id, None)
+def msg(body: bytes = b"x", trace_id: int | None = None) -> PublishMessage:
+    return PublishMessage(body, trace_id, None)
 
 
 def limits() -> ServerLimits:
@@ -146,7 +147,7 @@ def test_mpub_sizes_are_what_nsqd_measures() -> None:
     messages = [msg(b"x" * 10), msg(b"y" * 3)]
     assert mpub_sizes(messages, b"MPUB") == (4 + 14 + 7, 10)
     assert mpub_sizes(messages, b"MPUB_TRACE") == (4 + 22 + 15, 18)
-    with_header = [OutgoingMessage(b"x" * 10, None, b'{"a":"b"}'), msg(b"y")]
+    with_header = [PublishMessage(b"x" * 10, None, b'{"a":"b"}'), msg(b"y")]
     assert mpub_sizes(with_header, b"MPUB_EXT") == (4 + 4 + 2 + 9 + 10 + 4 + 2 + 1, 21)
 
 
@@ -200,7 +201,7 @@ async def test_lanes_cut_around_a_message_over_a_learned_limit_and_settle_each_c
     sent: list[list[bytes]] = []
     refused = BadMessageError("E_BAD_MESSAGE", "PUB message too big 2000 > 1000")
 
-    async def send(topic: str, messages: list[OutgoingMessage], slot: int | None) -> list[Outcome]:
+    async def send(topic: str, messages: list[PublishMessage], slot: int | None) -> list[Outcome]:
         sent.append([m.body for m in messages])
         return [
             refused if len(m.body) > 1000 else PublishResult(topic, slot, "n", 1) for m in messages

@@ -15,10 +15,10 @@ from nsq_ha.errors import ConfigError, UnsupportedByServerError
 from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.producer.core import sweep_interval
-from nsq_ha.producer.message import OutgoingMessage
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import Routes, check_features
 from nsq_ha.producer.topic import SlotMemo, Topic
+from nsq_ha.protocol.publish import PublishMessage
 from nsq_ha.redact import redact_text as redact
 from nsq_ha.routing import get_strategy
 
@@ -127,12 +127,12 @@ def test_a_fork_map_without_meta_keeps_the_last_known_count() -> None:
 
 
 def test_ext_headers_for_a_topic_lookup_describes_as_not_ext_are_refused() -> None:
-    ext = OutgoingMessage(b"x", None, b"{}")
+    ext = PublishMessage(b"x", None, b"{}")
     with pytest.raises(UnsupportedByServerError, match="not an ext topic"):
         check_features(True, "t", [ext], defer=None, partition=0, ext_topic=False)
     check_features(True, "t", [ext], defer=None, partition=0, ext_topic=None)  # unknown: nsqd
     check_features(True, "t", [ext], defer=None, partition=0, ext_topic=True)
-    check_features(True, "t", [OutgoingMessage(b"x")], defer=None, partition=0, ext_topic=False)
+    check_features(True, "t", [PublishMessage(b"x")], defer=None, partition=0, ext_topic=False)
 
 
 # -- redaction -------------------------------------------------------------------------------

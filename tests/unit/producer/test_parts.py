@@ -19,10 +19,10 @@ from nsq_ha.errors import (
 )
 from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
-from nsq_ha.producer.message import OutgoingMessage
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import Routes, check_features
 from nsq_ha.producer.topic import MEMO_KEY_LENGTH, MEMO_SIZE, SlotMemo, Topic, Window
+from nsq_ha.protocol.publish import PublishMessage
 from nsq_ha.retry import retry_after
 from nsq_ha.routing import ShardingKey, ShardingStrategy, get_strategy
 
@@ -243,9 +243,9 @@ def test_the_keys_remembered_are_bounded() -> None:
 
 def test_features_each_server_lacks_are_refused_before_sending() -> None:
     plain, traced, ext = (
-        OutgoingMessage(b"x"),
-        OutgoingMessage(b"x", 1),
-        OutgoingMessage(b"x", None, b"{}"),
+        PublishMessage(b"x"),
+        PublishMessage(b"x", 1),
+        PublishMessage(b"x", None, b"{}"),
     )
     with pytest.raises(UnsupportedByServer, match="DPUB"):
         check_features(True, "t", [plain], defer=1.0, partition=None)

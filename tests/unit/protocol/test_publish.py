@@ -24,6 +24,9 @@ from nsq_ha.protocol import (
     split_mpub_body,
     split_trace_message,
 )
+from nsq_ha.protocol.identify import parse_identify_response
+from nsq_ha.protocol.publish import Publish, PublishMessage
+from nsq_ha.protocol.session import ClientSession
 
 names = st.from_regex(r"[.a-zA-Z0-9_-]{1,64}", fullmatch=True)
 partitions = st.one_of(st.none(), st.just(-1), st.integers(0, 254))
@@ -226,3 +229,38 @@ def test_dpub_round_trip(topic: str, body: bytes, delay_ms: int) -> None:
     assert command == ClientCommand(
         b"DPUB", (topic.encode(), str(delay_ms).encode()), body, len(body)
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "messages", "limits", "match"),
+    [
+        (b"PUB", [PublishMessage(b"x" * 11)], {"max_msg_size": 10}, r"11 bytes.* 10"),
+        (b"PUB_TRACE", [PublishMessage(b"x" * 3, 1)], {"max_msg_size": 10}, r"11 bytes.* 10"),
+        (b"PUB_EXT", [PublishMessage(b"x", None, b"{}")], {"max_msg_size": 4}, r"5 bytes.* 4"),
+        (
+            b"MPUB_TRACE",
+            [PublishMessage(b"a"), PublishMessage(b"x" * 3)],
+            {"max_msg_size": 10},
+            r"message 1 .*11 bytes.* 10",
+        ),
+        (
+            b"MPUB",
+            [PublishMessage(b"ab"), PublishMessage(b"cd")],
+            {"max_body_size": 15},
+            r"16 bytes.* 15",
+        ),
+    ],
+)
+def test_a_publish_over_nsqds_limits_is_refused_before_the_session_records_it(
+    name: bytes, messages: list[PublishMessage], limits: dict[str, int], match: str
+) -> None:
+    """The size nsqd compares (a traced message 8 bytes more, an ext one its header and 2) is
+    checked against the limits the command carries; the session then has nothing pending."""
+    session = ClientSession()
+    session.start()
+    session.identified(parse_identify_response(b'{"version": "0.3.7-HA.1.12.3"}'))
+    session.ready()
+    with pytest.raises(BodyTooLargeError, match=match):
+        session.send(Publish(name, "t", 0, messages, **limits))
+    assert session.pending == 0
+    assert session.send(Publish(b"PUB", "t", 0, [PublishMessage(b"ok")])).endswith(b"ok")
