@@ -1,15 +1,11 @@
 """The machinery under :mod:`nsq_ha.sync`: the shared event loop thread, fork awareness, the
 exit flush and the check of blocking waits. Private: use :mod:`nsq_ha.sync`.
 
-* One event loop per process runs in a daemon thread (:func:`loop_thread`).
-* A forked child has no copy of that thread: right after ``fork`` the child marks its
+* A forked child has no copy of the loop thread: right after ``fork`` the child marks its
   inherited :class:`LoopThread` stale and starts a new one on first use. Objects bound to a
   stale loop re-create what they need in the child, or refuse at once (never wait for it).
 * At interpreter exit every blocking object still open is closed, all at once, each within a
-  deadline: publishes it still holds are flushed. Open objects are registered strongly, so
-  this holds for one the program dropped without closing it too.
-* A blocking call interrupted while it waits (Ctrl-C) can cancel what it started on the loop
-  and get back what that took anyway (:meth:`LoopThread.run_or_give_back`).
+  deadline (:func:`close_all_at_exit`).
 """
 
 from __future__ import annotations
@@ -121,7 +117,6 @@ class LoopThread:
         return not self.stale and self.pid == os.getpid() and self.thread.is_alive()
 
     def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
-        """Schedule ``coro`` on the loop; its future at once."""
         if threading.current_thread() is self.thread:
             coro.close()
             raise RuntimeError(
@@ -130,7 +125,7 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
-        """Run ``coro`` on the loop and wait for its result (NsqTimeoutError after ``timeout``)."""
+        """:meth:`submit` and :meth:`wait`."""
         return self.wait(self.submit(coro), timeout)
 
     def run_or_give_back(
@@ -192,7 +187,7 @@ class _Handover(Generic[_T]):
         return result
 
     def left(self) -> bool:
-        """True once the waiter stopped waiting."""
+        """True once the waiter stopped waiting (a method: read again after each ``await``)."""
         return self._abandoned
 
     def abandon(self) -> None:

@@ -73,72 +73,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = [
-    "AuthDisabledError",
-    "AuthError",
-    "AuthFailedError",
-    "AuthFirstError",
-    "AuthServerError",
-    "BadBodyError",
-    "BadChannelError",
-    "BadExtError",
-    "BadMessageError",
-    "BadPartitionError",
-    "BadProtocolError",
-    "BadTopicError",
-    "BodyTooLargeError",
-    "BrokerError",
-    "ChannelNotRegisteredError",
-    "ConfigError",
-    "ConnectError",
-    "ConnectionClosedError",
-    "ConsumerClosedError",
-    "CreateTopicFailedError",
-    "DiscoveryError",
-    "DpubFailedError",
-    "ExtNotSupportedError",
-    "ExtendSupportForbiddenError",
-    "ExtendSupportRequiredError",
-    "FinFailedError",
-    "HandshakeError",
-    "IdentifyFailedError",
-    "InvalidArgumentError",
-    "InvalidError",
-    "InvalidJsonHeaderError",
-    "InvalidNameError",
-    "InvalidTraceIdError",
-    "LocalProtocolError",
-    "LookupdNeverAnsweredError",
-    "LookupdUnavailableError",
-    "MessageAlreadyRespondedError",
-    "MessageCommandError",
-    "MessageConnectionGoneError",
-    "MessageResponseError",
-    "MpubFailedError",
-    "NotLeaderError",
-    "NotWritableError",
-    "NsqConnectionError",
-    "NsqError",
-    "NsqTimeoutError",
-    "PartitionNotAvailableError",
-    "ProducerClosedError",
-    "ProtocolError",
-    "PubFailedError",
-    "PubTooMuchWaitingError",
-    "PublishError",
-    "RemoteProtocolError",
-    "ReqFailedError",
-    "SubOrderRequiredError",
-    "TooManyConnectionsError",
-    "TopicNotExistError",
-    "TopicNotFoundError",
-    "TopicNotWritableError",
-    "TouchFailedError",
-    "UnauthorizedError",
-    "UnsupportedByServer",
-    "UnsupportedByServerError",
-]
-
 #: Commands after which the fork keeps the connection open on a leadership error (§2.19).
 _PUBLISH = frozenset(
     {b"PUB", b"PUB_TRACE", b"PUB_EXT", b"MPUB", b"MPUB_TRACE", b"MPUB_EXT", b"DPUB"}
@@ -173,7 +107,6 @@ class BodyTooLargeError(InvalidArgumentError):
     """A body is larger than the limit nsqd enforces (``max_msg_size`` / ``max_body_size``)."""
 
     def __init__(self, what: str, size: int, limit: int) -> None:
-        """Record which body was too large, its size and the limit, in bytes."""
         super().__init__(f"{what} is {size} bytes, over the limit of {limit} bytes")
         self.what, self.size, self.limit = what, size, limit
 
@@ -281,11 +214,8 @@ _REGISTRY: dict[str, type[BrokerError]] = {}
 
 
 class BrokerError(NsqError):
-    """An error frame sent by nsqd: ``<CODE> <description>``.
-
-    Subclasses set ``wire_code`` and are found by :meth:`class_for`; an unknown code gives a
-    plain ``BrokerError`` that keeps the code.
-    """
+    """An error frame sent by nsqd: ``<CODE> <description>``; subclasses set ``wire_code`` and
+    are found by :meth:`class_for`."""
 
     #: The code token this class stands for (empty on the generic class).
     wire_code: ClassVar[str] = ""
@@ -297,7 +227,6 @@ class BrokerError(NsqError):
     vanilla_fatal: ClassVar[bool] = True
 
     def __init__(self, code: str, description: str = "", *, fatal: bool | None = None) -> None:
-        """Create the error from its code and description (``fatal`` overrides the default)."""
         text = f"{code} {description}".rstrip() if description else code
         super().__init__(text)
         self.code, self.description = code, description
@@ -305,7 +234,6 @@ class BrokerError(NsqError):
             self.fatal = fatal
 
     def __init_subclass__(cls, **kwargs: object) -> None:
-        """Register subclasses that name a code token."""
         super().__init_subclass__(**kwargs)
         if cls.wire_code:
             _REGISTRY[cls.wire_code] = cls
@@ -450,10 +378,8 @@ class PubTooMuchWaitingError(BrokerError):
 
 
 class NotLeaderError(BrokerError):
-    """E_FAILED_ON_NOT_LEADER: this nsqd no longer leads the partition.
-
-    Fatal after SUB*/FIN, non-fatal after publishes (§2.19).
-    """
+    """E_FAILED_ON_NOT_LEADER: this nsqd no longer leads the partition (fatal after SUB*/FIN,
+    non-fatal after publishes: §2.19)."""
 
     wire_code = "E_FAILED_ON_NOT_LEADER"
     retriable = True
@@ -462,10 +388,8 @@ class NotLeaderError(BrokerError):
 
 
 class NotWritableError(BrokerError):
-    """E_FAILED_ON_NOT_WRITABLE: replication trouble or consumption disabled.
-
-    Fatal after SUB*/FIN, non-fatal after publishes (§2.19).
-    """
+    """E_FAILED_ON_NOT_WRITABLE: replication trouble or consumption disabled (fatal after
+    SUB*/FIN, non-fatal after publishes: §2.19)."""
 
     wire_code = "E_FAILED_ON_NOT_WRITABLE"
     retriable = True
@@ -567,7 +491,6 @@ class PublishError(NsqError):
     def __init__(
         self, message: str, *, attempts: int, last_error: BaseException | None = None
     ) -> None:
-        """Record the number of attempts and chain the last error."""
         super().__init__(message)
         self.attempts, self.last_error = attempts, last_error
         #: publish_many: per message, its PublishResult or the exception that stopped it

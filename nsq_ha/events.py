@@ -15,11 +15,9 @@ taking one event. Listeners are process-wide::
     ...
     events.unsubscribe(on_event)
 
-One registry for the process, not an ``on_event=`` option per client: the producer, the
-consumer, their configs and the blocking facade (``nsq_ha.sync``) stay as they are, and a tool
-that watches every client (the OpenTelemetry instrumentation, :mod:`nsq_ha.otel`) needs no
-handle on each. An event names its ``role`` (``"producer"``/``"consumer"``), topic, partition and
-(consumers) channel, which is what tells clients apart.
+One registry for the process, not an ``on_event=`` option per client, so that a tool watching
+every client (:mod:`nsq_ha.otel`) needs no handle on each: an event's ``role``, topic, partition
+and (consumers) channel tell the clients apart.
 
 Listeners are called synchronously on the client's event loop, where the event happens, in the
 order they subscribed; they must be quick and must not block. Nothing a listener raises reaches
@@ -153,7 +151,8 @@ def subscribe(listener: Listener, *kinds: type[Event]) -> Listener:
         raise TypeError(f"an event listener must be callable, not {listener!r}")
     for kind in kinds:
         if kind not in _ALL:
-            raise TypeError(f"{kind!r} is not an nsq_ha event class (one of {_names()})")
+            names = ", ".join(k.__name__ for k in _ALL)
+            raise TypeError(f"{kind!r} is not an nsq_ha event class (one of {names})")
     wanted = tuple(kinds) or _ALL
     _listeners = [(f, k) for f, k in _listeners if f != listener] + [(listener, wanted)]
     return listener
@@ -210,7 +209,3 @@ def _name_of(listener: Listener) -> str:
         return repr(listener)
     module = getattr(listener, "__module__", None)
     return f"{module}.{qualname}" if isinstance(module, str) else qualname
-
-
-def _names() -> str:
-    return ", ".join(kind.__name__ for kind in _ALL)

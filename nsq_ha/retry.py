@@ -43,7 +43,6 @@ that every loop of the project stops, waits, logs and gives up the same way:
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -54,7 +53,6 @@ from tenacity.wait import wait_base
 
 from .errors import (
     BrokerError,
-    ConfigError,
     NsqConnectionError,
     NsqError,
     NsqTimeoutError,
@@ -90,11 +88,6 @@ class Decision:
     refresh_lookup: bool
     #: Drop the connection the error came from and open a new one for the next try.
     reconnect: bool
-
-    @property
-    def give_up(self) -> bool:
-        """Nothing to try again: the error goes to the caller."""
-        return not self.retry
 
 
 #: The decision for an error nothing can be done about.
@@ -136,15 +129,6 @@ class Backoff:
     initial: float
     cap: float
     jitter: float = 0.0
-
-    def __post_init__(self) -> None:
-        """Refuse waits tenacity would misread (:class:`ConfigError`)."""
-        for name in ("initial", "cap", "jitter"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"backoff {name} must be a number of seconds, not {value!r}")
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"backoff {name} must be a finite number >= 0, got {value!r}")
 
     def capped(self, cap: float, *, jitter: bool = True) -> Backoff:
         """This family with waits of at most ``cap`` (the initial wait and the jitter lowered
@@ -198,8 +182,6 @@ class Failure:
     error: BaseException
     #: seconds before the next attempt (0.0 when the loop gives up)
     wait: float
-    #: seconds since the first attempt began
-    elapsed: float
 
 
 def _text(exc: BaseException) -> str:
@@ -226,20 +208,12 @@ def retrying(
     error itself by default). ``describe`` turns an error into the text logged (the caller
     redacts what may hold a secret).
     """
-    if attempts is not None and (
-        isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1
-    ):
-        raise ConfigError(f"attempts must be an int >= 1 or None, got {attempts!r}")
-    if deadline is not None and not (
-        isinstance(deadline, int | float) and not isinstance(deadline, bool) and deadline > 0
-    ):
-        raise ConfigError(f"deadline must be a number of seconds > 0 or None, got {deadline!r}")
     first = time.monotonic() if started is None else started
 
     def failure(state: RetryCallState, wait: float) -> Failure:
         assert state.outcome is not None  # noqa: S101 - tenacity calls these after an attempt
         error = cast("BaseException", state.outcome.exception())
-        return Failure(what, state.attempt_number, error, wait, time.monotonic() - first)
+        return Failure(what, state.attempt_number, error, wait)
 
     def stop(state: RetryCallState) -> bool:
         if attempts is not None and state.attempt_number >= attempts:

@@ -7,13 +7,10 @@ themselves, and many blocking callers in many threads share the same connections
 Do not call these from a coroutine running on that shared loop (they would wait for
 themselves): a RuntimeError says so. From other asyncio code, prefer the async classes.
 
-At interpreter exit, every object still open is closed: a :class:`Producer` flushes what it
-was given first, even one the program dropped without closing it. In a forked child, a
-:class:`Producer` made before the fork works (it opens its own connections in the child on
-first use; the parent's are left alone); a :class:`Consumer` or :class:`Message` inherited
-that way raises at once (ConsumerClosedError, MessageConnectionGoneError). Every duration
-argument is checked before anything is sent: ConfigError for NaN, infinities, negatives and
-non-numbers (``None`` means no limit where it is allowed).
+At interpreter exit, every object still open is closed (a :class:`Producer` flushes first),
+even one the program dropped without closing it. Every duration argument is checked before
+anything is sent: ConfigError for NaN, infinities, negatives and non-numbers (``None`` means no
+limit where it is allowed).
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar, Unpack
+from typing import Any, Self, TypedDict, TypeVar, Unpack
 
 from nsq_ha._sync_runtime import (
     CLOSE_BACKSTOP,
@@ -88,7 +85,32 @@ def _new_rebind_lock() -> None:
 os.register_at_fork(after_in_child=_new_rebind_lock)
 
 
-class Producer:
+class _PublishOptions(TypedDict, total=False):
+    """The keywords :meth:`Producer.publish` hands to :meth:`nsq_ha.producer.Producer.publish`."""
+
+    sharding_key: ShardingKey | None
+    partition: int | None
+    trace_id: int | None
+    ext: ExtHeader | None
+    defer: float | None
+
+
+class _Closing:
+    """``with`` closes it."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Producer(_Closing):
     """Blocking :class:`nsq_ha.producer.Producer`; the same options (the fields of
     :class:`~nsq_ha.producer.ProducerConfig` as keywords, or a whole one as ``config=``,
     checked the same way), the same results.
@@ -143,14 +165,6 @@ class Producer:
     def __repr__(self) -> str:
         return f"<sync {self._producer!r}>"
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
     @property
     def aio(self) -> AsyncProducer:
         """The asyncio producer underneath (use it only on :func:`shared_loop`)."""
@@ -166,55 +180,27 @@ class Producer:
         topic: str,
         body: bytes,
         *,
-        sharding_key: ShardingKey | None = None,
-        partition: int | None = None,
-        trace_id: int | None = None,
-        ext: ExtHeader | None = None,
-        defer: float | None = None,
         timeout: float | None = None,
+        **options: Unpack[_PublishOptions],
     ) -> PublishResult:
-        """Publish one message and wait for nsqd's acknowledgement (see the async method).
+        """Publish one message and wait for nsqd's acknowledgement: the keywords of
+        :meth:`nsq_ha.producer.Producer.publish` (``sharding_key``, ``partition``,
+        ``trace_id``, ``ext``, ``defer``).
 
         ``timeout`` (seconds, default: none beyond the retry policy) cancels the publish and
         raises NsqTimeoutError; the message may or may not have been written. A ``timeout``
         that is not a finite number >= 0 raises ConfigError before anything is sent.
         """
         limit = optional_seconds(timeout, "timeout")
-        future = self.publish_async(
-            topic,
-            body,
-            sharding_key=sharding_key,
-            partition=partition,
-            trace_id=trace_id,
-            ext=ext,
-            defer=defer,
-        )
-        return LoopThread.wait(future, limit)
+        return LoopThread.wait(self.publish_async(topic, body, **options), limit)
 
     def publish_async(
-        self,
-        topic: str,
-        body: bytes,
-        *,
-        sharding_key: ShardingKey | None = None,
-        partition: int | None = None,
-        trace_id: int | None = None,
-        ext: ExtHeader | None = None,
-        defer: float | None = None,
+        self, topic: str, body: bytes, **options: Unpack[_PublishOptions]
     ) -> concurrent.futures.Future[PublishResult]:
-        """Start a publish and return a future of its :class:`PublishResult` at once."""
+        """Start a publish (the keywords of :meth:`publish`, without ``timeout``) and return a
+        future of its :class:`PublishResult` at once."""
         runner, producer = self._bound()
-        return runner.submit(
-            producer.publish(
-                topic,
-                body,
-                sharding_key=sharding_key,
-                partition=partition,
-                trace_id=trace_id,
-                ext=ext,
-                defer=defer,
-            )
-        )
+        return runner.submit(producer.publish(topic, body, **options))
 
     def publish_many(
         self,
@@ -347,7 +333,7 @@ class Message:
         self._live().run(self._message.touch())
 
 
-class Consumer:
+class Consumer(_Closing):
     """Blocking :class:`nsq_ha.consumer.Consumer`: same arguments; iterate it.
 
     ``for message in consumer: ...; message.finish()`` blocks for each message and ends when
@@ -385,14 +371,6 @@ class Consumer:
 
     def __repr__(self) -> str:
         return f"<sync {self._consumer!r}>"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     @property
     def aio(self) -> AsyncConsumer:

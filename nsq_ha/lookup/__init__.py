@@ -1,6 +1,7 @@
 """Discovery through nsqlookupd: wire parsing (:mod:`.wire`) and :class:`LookupClient`."""
 
-from nsq_ha.lookup.client import LookupClient, normalize_lookupd
+from nsq_ha.lookup.client import LookupClient
+from nsq_ha.lookup.http import normalize_lookupd
 from nsq_ha.lookup.wire import (
     Access,
     LookupdError,

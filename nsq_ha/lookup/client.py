@@ -1,27 +1,15 @@
-"""LookupClient: find topic partitions through nsqlookupd (fork or vanilla).
+"""LookupClient: the partition maps of topics, per access, through nsqlookupd (fork or vanilla).
 
-The lookupds themselves (discovery, health, asking them all with failover, the size cap and the
-credentials) are :class:`~nsq_ha.lookup.pool.LookupdPool`'s; this module keeps the partition
-maps per topic and access:
+The lookupds themselves (discovery, health, failover, the size cap, the credentials) are
+:class:`~nsq_ha.lookup.pool.LookupdPool`'s. Here:
 
-* ``/lookup?topic=T&access=r|w&metainfo=true`` is asked of every usable lookupd at once and the
-  answers merged (the leader's first); a slow lookupd never holds back the others
-  (:data:`~nsq_ha.lookup.pool.ANSWER_GRACE`).
+* ``/lookup?topic=T&access=r|w&metainfo=true`` answers are merged (the leader's first).
 * Every lookup has an overall deadline, ``timeout`` seconds, discovery and every request
   included, however slowly a lookupd trickles its answer.
 * Refreshes are coalesced: however many callers ask at once, one request per lookupd goes out.
-* A lookupd that fails is skipped until a backoff (:data:`nsq_ha.retry.LOOKUPD`: 0.5 s doubling
-  to ``max_backoff``) has passed. Its first failure in a row is a warning, the others debug
-  lines, and its next answer says it is back (info).
-* While no lookupd given has ever answered, a failed lookup raises
-  :class:`~nsq_ha.errors.LookupdNeverAnsweredError` (not retried: a wrong address), saying what
-  each address did and what to check (:mod:`nsq_ha.lookup.failures`); once one has answered,
-  failures are :class:`~nsq_ha.errors.LookupdUnavailableError`, retried by producers.
 * Watched topics are refreshed on a timer with jitter; listeners hear about changed maps. A
-  failed periodic refresh is retried before the next round (:func:`nsq_ha.retry.retry_after`:
-  0.5 s doubling to ``refresh_interval``) until it works, logged as the other retry loops are.
-* Credentials in a seed (``http://user:secret@host:4161``) are sent as HTTP basic auth, never as
-  part of a URL; reprs, logs and errors show ``http://user:***@host:4161``.
+  failed periodic refresh is retried before the next round (0.5 s doubling to
+  ``refresh_interval``) until it works.
 """
 
 from __future__ import annotations
@@ -38,8 +26,7 @@ from typing import TYPE_CHECKING, Self
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, DiscoveryError, NsqError
 from nsq_ha.lookup.failures import lookup_failure, unwritable
-from nsq_ha.lookup.http import normalize_lookupd
-from nsq_ha.lookup.pool import ANSWER_GRACE, LookupdPool
+from nsq_ha.lookup.pool import LookupdPool
 from nsq_ha.lookup.wire import Access, PartitionMap, merge_maps, parse_lookup
 from nsq_ha.redact import redact_text
 from nsq_ha.retry import LOOKUPD, Failure, retry_after
@@ -47,7 +34,7 @@ from nsq_ha.retry import LOOKUPD, Failure, retry_after
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
 
-__all__ = ["ANSWER_GRACE", "DEFAULT_MAX_ANSWER_BYTES", "LookupClient", "normalize_lookupd"]
+__all__ = ["DEFAULT_MAX_ANSWER_BYTES", "LookupClient"]
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +74,7 @@ class LookupClient:
             raise ConfigError(f"seeds must be addresses, got {type(seeds).__name__}") from None
         if not seed_list:
             raise ConfigError("LookupClient needs at least one nsqlookupd address")
-        self._timeout = seconds(timeout, "timeout")
+        self.timeout = seconds(timeout, "timeout")
         self.refresh_interval = seconds(refresh_interval, "refresh_interval")
         self.max_backoff = seconds(max_backoff, "max_backoff")
         if (
@@ -110,7 +97,7 @@ class LookupClient:
         self._pool = LookupdPool(
             seed_list,
             http=http,
-            timeout=self._timeout,
+            timeout=self.timeout,
             max_answer_bytes=max_answer_bytes,
             backoff=LOOKUPD.capped(self.max_backoff, jitter=bool(jitter)),
         )
@@ -140,21 +127,9 @@ class LookupClient:
         await self.close()
 
     @property
-    def timeout(self) -> float:
-        """The deadline of one lookup, in seconds."""
-        return self._timeout
-
-    @property
-    def answered(self) -> bool:
-        """True once some lookupd has sent an HTTP answer (any status)."""
-        return self._pool.answered
-
-    @property
     def lookupds(self) -> list[str]:
-        """Known lookupd base URLs (seeds and discovered), leader first when known.
-
-        Passwords are redacted (``http://user:***@host:4161``).
-        """
+        """Known lookupd base URLs (seeds and discovered), leader first when known, passwords
+        redacted (``http://user:***@host:4161``)."""
         return self._pool.lookupds
 
     @property
@@ -168,10 +143,8 @@ class LookupClient:
         return frozenset(self._maps)
 
     def lookupd_status(self) -> list[tuple[str, int, float]]:
-        """``(url, failures in a row, seconds until it is asked again)`` per known lookupd.
-
-        The URL is shown as in :attr:`lookupds` (password redacted).
-        """
+        """``(url as in :attr:`lookupds`, failures in a row, seconds until it is asked again)``
+        per known lookupd."""
         return self._pool.status()
 
     async def close(self) -> None:
@@ -189,12 +162,9 @@ class LookupClient:
         await self._pool.close()
 
     async def discover(self) -> list[str]:
-        """Ask ``/listlookup`` for the fork's lookupds; keep the seeds on vanilla/standalone.
-
-        Every usable lookupd is asked at once; the first decisive answer wins (a list, null on
-        a standalone fork, 404 on vanilla). Bounded by ``timeout``.
-        """
-        await self._pool.discover(asyncio.get_running_loop().time() + self._timeout)
+        """Ask ``/listlookup`` for the fork's lookupds (see :meth:`LookupdPool.discover`), within
+        ``timeout``; the lookupds known then."""
+        await self._pool.discover(asyncio.get_running_loop().time() + self.timeout)
         return self.lookupds
 
     # -- lookups ----------------------------------------------------------------------------
@@ -206,10 +176,8 @@ class LookupClient:
     async def lookup(
         self, topic: str, access: Access = "r", *, force: bool = False
     ) -> PartitionMap:
-        """The partition map of ``topic`` for readers (``r``) or writers (``w``).
-
-        Cached unless ``force``; concurrent refreshes of the same key share one request round.
-        """
+        """The partition map of ``topic`` for readers (``r``) or writers (``w``), cached unless
+        ``force``."""
         if access not in ("r", "w"):
             raise ConfigError(f"access must be 'r' or 'w', got {access!r}")
         key = (topic, access)
@@ -218,11 +186,8 @@ class LookupClient:
         return await self.refresh(topic, access)
 
     async def refresh(self, topic: str, access: Access = "r") -> PartitionMap:
-        """Fetch ``topic`` now, or join the fetch already under way for the same key.
-
-        The fetch runs as its own task: a caller that is cancelled leaves it running for the
-        others.
-        """
+        """Fetch ``topic`` now, or join the fetch already under way for the same key (its own
+        task: a caller that is cancelled leaves it running for the others)."""
         if self._closed:
             raise DiscoveryError("LookupClient is closed")
         key = (topic, access)
@@ -244,7 +209,7 @@ class LookupClient:
             task.exception()  # retrieved here; every waiter re-raises it from the shield
 
     async def _fetch(self, topic: str, access: Access) -> PartitionMap:
-        deadline = asyncio.get_running_loop().time() + self._timeout
+        deadline = asyncio.get_running_loop().time() + self.timeout
         if not self._pool.discovered:
             with contextlib.suppress(NsqError):
                 await self._pool.discover(deadline)

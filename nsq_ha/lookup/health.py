@@ -27,16 +27,6 @@ class LookupdHealth:
     #: what its last failure was (for the error when no lookupd has ever answered)
     reason: str = ""
 
-    @property
-    def url(self) -> str:
-        """The base URL requests go to (no userinfo)."""
-        return self.endpoint.url
-
-    @property
-    def shown(self) -> str:
-        """The base URL for logs, reprs and errors (password redacted)."""
-        return self.endpoint.shown
-
     def usable(self, now: float) -> bool:
         """Its backoff is over at ``now``."""
         return now >= self.retry_at
@@ -53,14 +43,14 @@ class LookupdHealth:
             log.warning(
                 "nsqlookupd %s failed on attempt 1 (%s); next try in %.2f s, further failures "
                 "in a row are logged at debug level until it answers again",
-                self.shown,
+                self.endpoint.shown,
                 reason,
                 delay,
             )
         else:
             log.debug(
                 "nsqlookupd %s failed on attempt %d (%s); next try in %.2f s",
-                self.shown,
+                self.endpoint.shown,
                 self.failures,
                 reason,
                 delay,
@@ -71,7 +61,7 @@ class LookupdHealth:
         if self.failures:
             log.info(
                 "nsqlookupd %s answers again (after %d failures in a row)",
-                self.shown,
+                self.endpoint.shown,
                 self.failures,
             )
         self.failures, self.retry_at = 0, 0.0

@@ -1,19 +1,13 @@
 """The nsqlookupds a :class:`~nsq_ha.lookup.LookupClient` asks: :class:`LookupdPool`.
 
-* Seeds are nsqlookupd HTTP addresses; ``/listlookup`` finds the rest of a fork's lookupds (404 on
-  vanilla, null on a standalone fork: the seeds are used as they are). Every usable lookupd is
-  asked at once and the first decisive answer wins.
-* A question for every lookupd (:meth:`LookupdPool.gather`) is asked of every usable one at
-  once. Once one has answered, the others get :data:`ANSWER_GRACE` seconds more: a slow lookupd
-  never holds back the answers of the others (its request goes on in the background until the
-  deadline, and then counts as a failure).
-* Answers are read streaming and refused past ``max_answer_bytes``; the wire module caps what
-  they may hold (:mod:`nsq_ha.lookup.wire`). A lookupd whose answer is refused counts as failed.
-* A lookupd that fails is skipped until its backoff (:data:`nsq_ha.retry.LOOKUPD`'s family,
-  :mod:`nsq_ha.lookup.health`) has passed, unless no other lookupd may be asked.
+* Seeds are nsqlookupd HTTP addresses; ``/listlookup`` finds the rest of a fork's lookupds.
+* Every usable lookupd is asked at once (:meth:`LookupdPool.gather`); once one has answered, the
+  others get :data:`ANSWER_GRACE` seconds more, so a slow lookupd never holds back the others.
+* A lookupd whose answer is refused (:mod:`nsq_ha.lookup.http` caps its size,
+  :mod:`nsq_ha.lookup.wire` what it may hold) counts as failed, and a failed one is skipped until
+  its backoff (:mod:`nsq_ha.lookup.health`) has passed, unless no other lookupd may be asked.
 * Credentials in a seed (``http://user:secret@host:4161``) are sent as HTTP basic auth, never as
   part of a URL; what is shown is ``http://user:***@host:4161``.
-* All HTTP goes through one ``httpx.AsyncClient``.
 """
 
 from __future__ import annotations
@@ -91,21 +85,20 @@ class LookupdPool:
 
     @property
     def lookupds(self) -> list[str]:
-        """Known lookupd base URLs, leader first when known, passwords redacted."""
-        return [s.shown for s in self._lookupds.values()]
+        return [s.endpoint.shown for s in self._lookupds.values()]
 
     def usable_count(self) -> int:
-        """How many lookupds are not backing off now."""
         now = time.monotonic()
         return sum(s.usable(now) for s in self._lookupds.values())
 
     def status(self) -> list[tuple[str, int, float]]:
-        """``(url, failures in a row, seconds until it is asked again)`` per known lookupd."""
         now = time.monotonic()
-        return [(s.shown, s.failures, max(0.0, s.retry_at - now)) for s in self._lookupds.values()]
+        return [
+            (s.endpoint.shown, s.failures, max(0.0, s.retry_at - now))
+            for s in self._lookupds.values()
+        ]
 
     async def close(self) -> None:
-        """Stop every request, and close the HTTP client if this pool made it."""
         await self._cancel(list(self._stragglers))
         if self._owns_http:
             await self._http.aclose()
@@ -115,7 +108,9 @@ class LookupdPool:
         each was unreachable: a wrong address, not an outage."""
         if self.answered or not all(isinstance(e, LookupdUnavailableError) for e in errors):
             return None
-        return never_answered([(s.shown, s.reason) for s in self._lookupds.values() if s.failures])
+        return never_answered(
+            [(s.endpoint.shown, s.reason) for s in self._lookupds.values() if s.failures]
+        )
 
     # -- one lookupd ------------------------------------------------------------------------
 
@@ -135,6 +130,7 @@ class LookupdPool:
         """
         import httpx
 
+        shown = state.endpoint.shown
         self.requests_sent[path] = self.requests_sent.get(path, 0) + 1
         try:
             async with asyncio.timeout_at(deadline):
@@ -144,16 +140,19 @@ class LookupdPool:
         except TimeoutError:
             self._mark_failed(state, f"did not answer {path} within {self.timeout:.1f} s")
             raise LookupdUnavailableError(
-                f"nsqlookupd {state.shown} did not answer {path} within {self.timeout:.1f} s "
-                "(timeout)"
+                f"nsqlookupd {shown} did not answer {path} within {self.timeout:.1f} s (timeout)"
             ) from None
         except httpx.HTTPError as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             what = f"unreachable: {reason}"
             if isinstance(exc, httpx.RemoteProtocolError) and not self.answered:
-                what = not_http(reason, await self._nsqd_port(state, deadline))
+                nsqd = False
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(deadline):
+                        nsqd = await looks_like_nsqd(state.endpoint.url)
+                what = not_http(reason, nsqd)
             self._mark_failed(state, what)
-            raise LookupdUnavailableError(f"nsqlookupd {state.shown} {what}") from exc
+            raise LookupdUnavailableError(f"nsqlookupd {shown} {what}") from exc
         except RemoteProtocolError as exc:
             self.answered = True  # an HTTP answer, refused for its size or encoding
             self._mark_failed(state, str(exc))
@@ -162,18 +161,10 @@ class LookupdPool:
         if answer.status < 500:
             state.answered()
         try:
-            return parse(unwrap(answer.status, answer.headers, answer.body, state.shown + path))
+            return parse(unwrap(answer.status, answer.headers, answer.body, shown + path))
         except RemoteProtocolError as exc:
             self._mark_failed(state, str(exc))
             raise
-
-    @staticmethod
-    async def _nsqd_port(state: LookupdHealth, deadline: float) -> bool:
-        """Whether ``state``'s address answers like nsqd's TCP port (by ``deadline``)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout_at(deadline):
-                return await looks_like_nsqd(state.url)
-        return False
 
     def _mark_failed(self, state: LookupdHealth, reason: str) -> None:
         state.failed(reason, time.monotonic(), self._backoff)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 
 import pytest
@@ -24,7 +23,6 @@ from nsq_ha.retry import (
     Failure,
     decide,
     retry_after,
-    retrying,
 )
 
 #: class name -> (retry, refresh lookup, reconnect) for an error built without command context
@@ -106,8 +104,8 @@ def _build(cls: type[NsqError]) -> NsqError:
 
 
 def _classes() -> list[type[NsqError]]:
-    found = {getattr(errors, name) for name in errors.__all__}
-    return sorted((c for c in found if isinstance(c, type)), key=lambda c: c.__name__)
+    found = {c for c in vars(errors).values() if isinstance(c, type)}
+    return sorted((c for c in found if c.__module__ == errors.__name__), key=lambda c: c.__name__)
 
 
 def test_the_table_covers_every_error_class() -> None:
@@ -119,7 +117,6 @@ def test_each_error_class_decides_as_the_table_says(cls: type[NsqError]) -> None
     retry, refresh, reconnect = TABLE[cls.__name__]
     decision = decide(_build(cls))
     assert decision == Decision(retry=retry, refresh_lookup=refresh, reconnect=reconnect)
-    assert decision.give_up is (not retry)
     # the decision never contradicts the flags the class documents
     assert decision.retry is cls.retriable
     if cls.refresh_lookup:
@@ -200,29 +197,6 @@ def test_the_three_loops_waits_are_one_family() -> None:
         assert backoff.delay(100) <= backoff.cap + backoff.jitter
     assert PUBLISH.cap <= RECONNECT.cap == LOOKUPD.cap
     assert Backoff(initial=2.0, cap=1.0).delay(1) == 1.0  # a cap below the first wait rules
-
-
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {"initial": -1.0, "cap": 1.0},
-        {"initial": math.nan, "cap": 1.0},
-        {"initial": 1.0, "cap": math.inf},
-        {"initial": True, "cap": 1.0},
-        {"initial": 0.1, "cap": 1.0, "jitter": "0.1"},
-    ],
-)
-def test_a_backoff_refuses_waits_it_cannot_keep(kwargs: dict[str, object]) -> None:
-    with pytest.raises(errors.ConfigError, match="backoff"):
-        Backoff(**kwargs)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    "kwargs", [{"attempts": 0}, {"attempts": True}, {"deadline": 0}, {"deadline": "5"}]
-)
-def test_retrying_refuses_bounds_it_cannot_keep(kwargs: dict[str, object]) -> None:
-    with pytest.raises(errors.ConfigError):
-        retrying(what="x", backoff=FAST, **kwargs)  # type: ignore[arg-type]
 
 
 async def test_attempts_after_the_first_run_until_one_succeeds() -> None:

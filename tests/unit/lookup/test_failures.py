@@ -58,7 +58,7 @@ def test_no_lookupd_ever_answered_is_not_retried_and_says_what_to_check(
     error = never_answered([("http://u:***@h:4150", reason)])
     assert isinstance(error, LookupdNeverAnsweredError)
     assert isinstance(error, LookupdUnavailableError)
-    assert decide(error).give_up
+    assert not decide(error).retry
     assert "http://u:***@h:4150" in str(error)
     assert reason in str(error)
     assert advice in str(error)
