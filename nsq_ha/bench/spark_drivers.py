@@ -135,7 +135,7 @@ def spark_read(spec: dict[str, Any]) -> dict[str, Any]:
         return _fork_read(spec)
     from nsq_ha.devcluster import DevClusterThread
     from nsq_ha.spark.options import parse_read_options
-    from nsq_ha.spark.source import fetch_extents
+    from nsq_ha.spark.source.extents import fetch_extents
 
     n = spec["n"]
     with DevClusterThread(nodes=3) as dev:
@@ -318,7 +318,7 @@ def _on_fork(spec: dict[str, Any]) -> bool:
 def _ends(lookupd: str, topic: str) -> dict[int, int]:
     """Each partition's write end now."""
     from nsq_ha.spark.options import parse_read_options
-    from nsq_ha.spark.source import fetch_extents
+    from nsq_ha.spark.source.extents import fetch_extents
 
     endpoint = parse_read_options({"lookupd": lookupd, "topic": topic}).endpoint
     return {p: e.end for p, e in fetch_extents(endpoint).items()}

@@ -22,7 +22,7 @@ Options are listed in :mod:`nsq_ha.spark.options`.
 **Writing.** Each Spark task publishes its rows with :class:`nsq_ha.sync.Producer`, each to
 the option ``topic`` or, without it, its ``topic`` column's topic (``topicColumn``); a row
 whose ``partition`` column is not null goes to that partition; a ``headers`` map is merged into
-the ext header on ext topics (see :mod:`.columns`). A row with a key goes to the key's
+the ext header on ext topics (see :mod:`.sink.columns`). A row with a key goes to the key's
 partition (the same mapping as the producer, selectable to match the fork's Go or Java SDK),
 in row order, with at most one unacknowledged batch per partition. The driver's commit logs
 the counts per topic and partition. Guarantees: *at-least-once*. NSQ has no
@@ -39,7 +39,7 @@ speculation off (``spark.speculation=false``, the default): a speculative copy o
 publishes the same rows concurrently.
 
 **Reading.** One topic (``topic``), several (``topics``), a pattern (``topicPattern``) or
-chosen partitions (``assign``), see :mod:`.topics`. Two sources, chosen by the option ``mode``
+chosen partitions (``assign``), see :mod:`.topic_set`. Two sources, chosen by the option ``mode``
 (``auto`` picks by the first topic):
 
 * ``replayable`` (the fork in cluster mode): offsets are per-partition queue positions; start
@@ -59,8 +59,8 @@ chosen partitions (``assign``), see :mod:`.topics`. Two sources, chosen by the o
   path or a ``pyarrow.fs`` URI (``file:///…``, ``hdfs://namenode:8020/…``, ``s3://bucket/…``,
   ``gs://…``, ``abfs://…``; credentials from the URI or that file system's environment, never
   shown in logs). A location pyarrow cannot open fails the query when it starts. See
-  :mod:`nsq_ha.spark.wal`. On PySpark 4.2 the consumer closes when the query stops and
-  ``trigger(availableNow=True)`` reads the channel's backlog, then stops (:mod:`.driver`).
+  :mod:`nsq_ha.spark.source.wal`. On PySpark 4.2 the consumer closes when the query stops and
+  ``trigger(availableNow=True)`` reads the channel's backlog, then stops (:mod:`.source.driver`).
 
 **Batch reads** (``spark.read.format("nsq")``) read the replayable source's ranges between
 ``startingOffsets`` (default ``earliest``) and ``endingOffsets`` (default ``latest``, fixed when
@@ -80,7 +80,7 @@ from typing import TYPE_CHECKING, Any
 from ..routing import get_strategy
 from ..sync import shared_loop
 from .options import OptionError, ReadOptions, WriteOptions, parse_read_options, parse_write_options
-from .sink import STAMP_KEYS
+from .sink.publish import STAMP_KEYS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

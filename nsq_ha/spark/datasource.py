@@ -1,5 +1,5 @@
 """The ``nsq`` data source: the entry point Spark's Python Data Source API calls, handing out
-the readers (:mod:`.readers`) and writers (:mod:`.writers`).
+the readers (:mod:`.source.readers`, :mod:`.source.driver`) and writers (:mod:`.sink.writers`).
 
 Spark asks a read for its schema at ``load()`` (unless the read was given one): the options
 are checked there, so a bad one fails ``load()`` rather than a stream's ``start()``, where
@@ -22,11 +22,11 @@ from pyspark.sql.types import StructType
 
 from ..errors import ConfigError
 from .compat import DRIVER_STREAM_CONTROL, REPLAYABLE_STREAM_READ, require, supports
-from .driver import NsqDriverReader, NsqDriverStreamReader
 from .options import ReadOptions, check_read_options, parse_read_options
-from .readers import NsqBatchReader, NsqReplayableReader, read_mode
 from .rows import SCHEMA
-from .writers import NsqCommitMessage, batch_writer, stream_writer, write_options
+from .sink.writers import NsqCommitMessage, batch_writer, stream_writer, write_options
+from .source.driver import NsqDriverReader, NsqDriverStreamReader
+from .source.readers import NsqBatchReader, NsqReplayableReader, read_mode
 
 __all__ = ["NsqCommitMessage", "NsqDataSource"]
 

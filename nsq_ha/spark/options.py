@@ -33,29 +33,28 @@ Write options
     (see :func:`parse_write_options`)
 
 Read options
-    exactly one of ``topic``, ``topics`` (comma separated), ``topicPattern`` (a regular
-    expression) or ``assign`` (JSON ``{"a": [0, 1]}``), see :mod:`nsq_ha.spark.topics`;
-    ``mode`` ``auto`` | ``replayable`` | ``driver``; ``channel``; ``startingOffsets``
-    (``latest`` | ``earliest`` | JSON ``{"0": 123, "1": 0}`` for one topic, or per topic as in
-    Kafka ``{"a": {"0": 123}, "b": {"0": -2}}``); ``startingTimestamp``
-    (milliseconds since the epoch, like Kafka's); batch reads (``spark.read``) also take
-    ``endingOffsets`` (``latest``, the default, or JSON) or ``endingTimestamp`` (ms: the range
-    ends before the first message at or after it), and start at ``earliest`` by default; a
-    partition a JSON object leaves out takes the default; ``maxBytesPerTrigger``;
-    ``maxMessagesPerTrigger`` (driver mode); ``failOnDataLoss`` (``true``: an offset nsqd does
-    not hold, before the first retained one or past a partition's end as after the topic was
-    deleted and re-created, in a checkpoint or given in ``startingOffsets`` /
-    ``endingOffsets``, fails with :class:`~nsq_ha.spark.source.DataLossError` naming the topic,
-    partition and offsets; ``false``: logged, and read from the first retained offset, or up
-    to the end); ``readTimeout`` (60 s); ``walPath`` (driver mode: where batches are kept
-    until Spark commits them, a local path or a ``pyarrow.fs`` URI such as ``hdfs://`` or
-    ``s3://``, see :mod:`nsq_ha.spark.wal`); ``msgTimeout`` (driver mode, s); ``pollTimeout``
-    (driver mode, s to wait for a first message);
-    ``staleChannelTimeout`` (600 s: the driver deletes a range read's channel older than this
-    that no consumer holds, left by a killed task; see :mod:`nsq_ha.spark.channels`);
-    ``keyHeader`` (``nsq_key``: the ext header field a row's ``key`` is read from);
-    ``keyBodyField`` (a field of a JSON object body to take the ``key`` from when the ext
-    header has none, e.g. on a topic without ext headers; not set: no body is parsed)
+    exactly one of ``topic``, ``topics`` (comma separated), ``topicPattern`` (a regular expression)
+    or ``assign`` (JSON ``{"a": [0, 1]}``), see :mod:`nsq_ha.spark.topic_set`; ``mode`` ``auto`` |
+    ``replayable`` | ``driver``; ``channel``; ``startingOffsets`` (``latest`` | ``earliest`` | JSON
+    ``{"0": 123, "1": 0}`` for one topic, or per topic as in Kafka
+    ``{"a": {"0": 123}, "b": {"0": -2}}``); ``startingTimestamp`` (milliseconds since the epoch,
+    like Kafka's); batch reads (``spark.read``) also take ``endingOffsets`` (``latest``, the
+    default, or JSON) or
+    ``endingTimestamp`` (ms: the range ends before the first message at or after it), and start at
+    ``earliest`` by default; a partition a JSON object leaves out takes the default;
+    ``maxBytesPerTrigger``; ``maxMessagesPerTrigger`` (driver mode); ``failOnDataLoss`` (``true``:
+    an offset nsqd does not hold, before the first retained one or past a partition's end as after
+    the topic was deleted and re-created, in a checkpoint or given in ``startingOffsets`` /
+    ``endingOffsets``, fails with :class:`~nsq_ha.spark.source.extents.DataLossError` naming the
+    topic, partition and offsets; ``false``: logged, and read from the first retained offset, or up
+    to the end); ``readTimeout`` (60 s); ``walPath`` (driver mode: where batches are kept until
+    Spark commits them, a local path or a ``pyarrow.fs`` URI such as ``hdfs://`` or ``s3://``, see
+    :mod:`nsq_ha.spark.source.wal`); ``msgTimeout`` (driver mode, s); ``pollTimeout`` (driver mode,
+    s to wait for a first message); ``staleChannelTimeout`` (600 s: the driver deletes a range
+    read's channel older than this that no consumer holds, left by a killed task; see
+    :mod:`nsq_ha.spark.source.channels`); ``keyHeader`` (``nsq_key``: the ext header field a row's
+    ``key`` is read from); ``keyBodyField`` (a field of a JSON object body to take the ``key`` from
+    when the ext header has none, e.g. on a topic without ext headers; not set: no body is parsed)
 """
 
 from __future__ import annotations
@@ -74,11 +73,11 @@ from ..lookup.http import normalize_lookupd
 from ..protocol import validate_channel, validate_topic
 from ..redact import redact_url, redacted_repr
 from ..routing import get_strategy
+from .locations import redact_location
 from .option_names import OptionKind, spell, unknown_option
+from .routing_columns import routing_columns
 from .rows import KEY_HEADER, RowFormat
-from .sink_columns import routing_columns
-from .topics import TOPIC_OPTIONS, TopicOffsets, TopicSet, parse_json_offsets, parse_topic_set
-from .wal import redact_location
+from .topic_set import TOPIC_OPTIONS, TopicOffsets, TopicSet, parse_json_offsets, parse_topic_set
 
 __all__ = [
     "OptionError",
@@ -167,7 +166,7 @@ class ReadOptions:
     #: where a row's ``key`` comes from
     row_format: RowFormat = field(default_factory=RowFormat)
     #: the topics read (``topic``, ``topics``, ``topicPattern`` or ``assign``; see
-    #: :mod:`.topics`); empty: ``endpoint.topic``, which is the first named topic ("" for a
+    #: :mod:`.topic_set`); empty: ``endpoint.topic``, which is the first named topic ("" for a
     #: pattern)
     topic_set: TopicSet = field(default_factory=TopicSet)
 

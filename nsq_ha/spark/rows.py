@@ -1,5 +1,7 @@
 """The source's rows: :data:`SCHEMA`, and a consumed message as a row of it (the driver source
-hands Spark these tuples; range reads build Arrow batches of the same columns, :mod:`.arrow`)."""
+hands Spark these tuples; range reads build Arrow batches of the same columns,
+:mod:`.source.arrow`). The sink writes a keyed row's key as :data:`KEY_HEADER`, where a read
+finds it: both sides use this module."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ from nsq_ha.routing import partition_for_key  # noqa: E402
 from nsq_ha.spark import STAMP_KEYS, co_partition  # noqa: E402
 from nsq_ha.spark.compat import REPLAYABLE_STREAM_READ, pyspark_version, supports  # noqa: E402
 from nsq_ha.spark.options import parse_read_options  # noqa: E402
-from nsq_ha.spark.source import fetch_extents  # noqa: E402
+from nsq_ha.spark.source.extents import fetch_extents  # noqa: E402
 from nsq_ha.sync import Producer  # noqa: E402
 
 from .spark_session import consume_stored, local_spark, run_until  # noqa: E402

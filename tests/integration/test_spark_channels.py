@@ -35,7 +35,7 @@ from nsq_ha.admin import LookupdAdmin, NsqdAdmin
 from nsq_ha.devcluster import DevClusterThread
 from nsq_ha.lookup import LookupClient
 from nsq_ha.lookup.wire import V1_ACCEPT
-from nsq_ha.spark.channels import ChannelSweeper, range_channel, range_channel_created
+from nsq_ha.spark.source.channels import ChannelSweeper, range_channel, range_channel_created
 from nsq_ha.sync import Consumer, Producer
 
 from .spark_session import local_spark

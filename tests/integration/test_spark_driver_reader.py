@@ -29,7 +29,7 @@ import pytest
 from nsq_ha.admin import LookupdAdmin
 from nsq_ha.devcluster import DevClusterThread
 from nsq_ha.spark.options import parse_read_options
-from nsq_ha.spark.source import DriverReader
+from nsq_ha.spark.source.driver_reader import DriverReader
 from nsq_ha.sync import Producer
 
 from .helpers import unfinished_and_clients
@@ -99,7 +99,7 @@ def test_the_next_batch_arrives_while_the_last_one_is_held(lookupd: str, tmp_pat
 _COMMIT_AND_DIE = """
 import json, os, sys
 from nsq_ha.spark.options import parse_read_options
-from nsq_ha.spark.source import DriverReader
+from nsq_ha.spark.source.driver_reader import DriverReader
 
 reader = DriverReader(parse_read_options(json.loads(sys.argv[1])), "spark")
 rows = reader.read(1)

@@ -1,7 +1,8 @@
-"""The replayable Spark source's range read (:func:`nsq_ha.spark.source.read_chunks`), without
-Spark, on the embedded broker and on the real fork: a plain topic (``SUB_ADVANCED``, many
-messages in flight) and an ordered one (``SUB_ORDERED``, which nsqd insists on) give back
-exactly the messages of the range, in offset order, once each."""
+"""The replayable Spark source's range read
+(:func:`nsq_ha.spark.source.ranges.read_chunks`), without Spark, on the embedded broker and on
+the real fork: a plain topic (``SUB_ADVANCED``, many messages in flight) and an ordered one
+(``SUB_ORDERED``, which nsqd insists on) give back exactly the messages of the range, in offset
+order, once each."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 
 from nsq_ha.admin import TopicSpec
 from nsq_ha.spark.options import parse_read_options
-from nsq_ha.spark.ranges import RangeTask, read_chunks, read_range
-from nsq_ha.spark.source import fetch_extents
+from nsq_ha.spark.source.extents import fetch_extents
+from nsq_ha.spark.source.ranges import RangeTask, read_chunks, read_range
 from nsq_ha.sync import Producer
 
 from .backend import Backend

@@ -30,7 +30,7 @@ from nsq_ha.admin import LookupdAdmin  # noqa: E402
 from nsq_ha.devcluster import DevClusterThread  # noqa: E402
 from nsq_ha.spark.compat import DRIVER_STREAM_CONTROL, pyspark_version, supports  # noqa: E402
 from nsq_ha.spark.options import parse_read_options  # noqa: E402
-from nsq_ha.spark.source import DriverReader  # noqa: E402
+from nsq_ha.spark.source.driver_reader import DriverReader  # noqa: E402
 from nsq_ha.sync import Producer  # noqa: E402
 
 from .spark_session import local_spark  # noqa: E402

@@ -41,10 +41,10 @@ from nsq_ha.spark.compat import (  # noqa: E402
     supports,
 )
 from nsq_ha.spark.options import OptionError, parse_read_options  # noqa: E402
-from nsq_ha.spark.ranges import read_range  # noqa: E402
-from nsq_ha.spark.readers import NsqBatchReader, NsqReplayableReader  # noqa: E402
 from nsq_ha.spark.rows import SCHEMA  # noqa: E402
-from nsq_ha.spark.source import fetch_extents  # noqa: E402
+from nsq_ha.spark.source.extents import fetch_extents  # noqa: E402
+from nsq_ha.spark.source.ranges import read_range  # noqa: E402
+from nsq_ha.spark.source.readers import NsqBatchReader, NsqReplayableReader  # noqa: E402
 from nsq_ha.sync import Producer  # noqa: E402
 
 from .backend import Backend  # noqa: E402

@@ -45,7 +45,7 @@ def _objects_holding_a_lookupd_url() -> dict[str, object]:
     from nsq_ha.lookup.http import Endpoint as LookupdEndpoint
     from nsq_ha.producer.config import ProducerConfig
     from nsq_ha.spark.options import parse_read_options, parse_write_options
-    from nsq_ha.spark.ranges import RangeTask
+    from nsq_ha.spark.source.ranges import RangeTask
 
     read = parse_read_options({"lookupd": USERINFO_URL, "topic": "t", "authSecret": "t0ps3cret"})
     write = parse_write_options({"lookupd": USERINFO_URL, "topic": "t"})
@@ -59,7 +59,7 @@ def _objects_holding_a_lookupd_url() -> dict[str, object]:
         "RangeTask": RangeTask(read.endpoint.lookupd, "t", "c", 0, 0, 10, 5.0),
     }
     try:  # the planned read task Spark shows is a pyspark InputPartition
-        from nsq_ha.spark.readers import _task
+        from nsq_ha.spark.source.readers import _task
     except ImportError:
         return objects
     objects["planned read task"] = _task(read, "c", ("t", 0), 0, 10)

@@ -25,11 +25,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from ..errors import ConfigError
-from ..lookup import LookupClient
-from ..protocol import validate_topic
-from ..routing import ShardingKey
-from .options import Endpoint, WriteOptions
+from ...errors import ConfigError
+from ...lookup import LookupClient
+from ...protocol import validate_topic
+from ...routing import ShardingKey
+from ..options import Endpoint, WriteOptions
 
 __all__ = ["Batch", "TopicInfo", "Topics", "headers_of", "partition_of", "split", "topic_info"]
 

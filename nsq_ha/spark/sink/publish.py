@@ -33,15 +33,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import ConfigError, NsqError, PublishError
-from ..producer import Producer as AsyncProducer
-from ..producer import PublishResult
-from ..protocol.publish import ExtHeader
-from ..routing import ShardingKey
-from ..sync import Producer, shared_loop
+from ...errors import ConfigError, NsqError, PublishError
+from ...producer import Producer as AsyncProducer
+from ...producer import PublishResult
+from ...protocol.publish import ExtHeader
+from ...routing import ShardingKey
+from ...sync import Producer, shared_loop
+from ..options import WriteOptions
+from ..rows import KEY_HEADER
 from .columns import Batch, TopicInfo, Topics, headers_of, partition_of, split, topic_info
-from .options import WriteOptions
-from .rows import KEY_HEADER
 
 __all__ = [
     "BatchStamp",

@@ -1,9 +1,10 @@
-"""The ``nsq`` sink's Spark classes: ``df.write`` and ``df.writeStream`` over :mod:`.sink`.
+"""The ``nsq`` sink's Spark classes: ``df.write`` and ``df.writeStream`` over :mod:`.publish`.
 Created on the driver and pickled to the executors: they hold options and plain values; each
 task opens its producer inside ``write``."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -34,11 +35,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..errors import ConfigError
+from ...errors import ConfigError
+from ...sync import shared_loop
+from ..options import OptionError, WriteOptions, parse_write_options
 from .columns import TopicInfo, topic_info
-from .options import OptionError, WriteOptions, parse_write_options
-from .sink import BatchStamp, TaskOutcome, publish_rows
-from .source import _run
+from .publish import BatchStamp, TaskOutcome, publish_rows
 
 __all__ = [
     "NsqArrowWriter",
@@ -160,7 +161,10 @@ class _WriterBase:
         # and, streaming, the stamp); each task looks up the topic column's topics itself
         self.known: dict[str, TopicInfo] = {}
         if opts.topic is not None:
-            self.known[opts.topic] = _run(topic_info(opts.endpoint, opts.topic), 30.0)
+            looked_up = asyncio.run_coroutine_threadsafe(
+                topic_info(opts.endpoint, opts.topic), shared_loop()
+            )
+            self.known[opts.topic] = looked_up.result(30.0)
 
     def _write(self, rows: Iterator[Any], batch_id: int | None) -> NsqCommitMessage:
         context = TaskContext.get()
@@ -191,7 +195,7 @@ class _WriterBase:
 
 
 class NsqWriter(_WriterBase, DataSourceWriter):
-    """``df.write.format("nsq")``: each task publishes its rows (see :mod:`.sink`)."""
+    """``df.write.format("nsq")``: each task publishes its rows (see :mod:`.publish`)."""
 
     def write(self, iterator: Iterator[Any]) -> NsqCommitMessage:
         return self._write(iterator, None)

@@ -7,14 +7,14 @@ import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .compat import to_arrow_schema
-from .rows import RowFormat, ext_fields, signed64
+from ..compat import to_arrow_schema
+from ..rows import RowFormat, ext_fields, signed64
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from ..protocol.message import DecodedMessage
+    from ...protocol.message import DecodedMessage
 
 __all__ = ["arrow_schema", "record_batch", "row_type"]
 

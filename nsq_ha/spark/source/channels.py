@@ -35,10 +35,10 @@ from typing import Any
 
 import httpx
 
-from ..admin import NsqdAdmin
-from ..errors import NsqError
-from ..lookup.http import tls_context
-from .source import _leaders, _run
+from ...admin import NsqdAdmin
+from ...errors import NsqError
+from ...lookup.http import tls_context
+from .extents import _leaders, _run
 
 __all__ = ["CONFIRM_AFTER", "ChannelSweeper", "range_channel", "range_channel_created"]
 

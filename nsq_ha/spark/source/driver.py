@@ -1,5 +1,5 @@
 """The driver source's Spark classes (vanilla NSQ, or ``mode=driver``): one consumer on the
-driver, its state in :class:`.source.DriverReader`.
+driver, its state in :class:`.driver_reader.DriverReader`.
 
 On PySpark 4.2+ it is a full ``DataSourceStreamReader`` (:class:`NsqDriverStreamReader`):
 
@@ -36,13 +36,14 @@ from pyspark.sql.datasource import (
     SimpleDataSourceStreamReader,
 )
 
-from ..admin import NsqdAdmin
-from ..errors import ConfigError, NsqError
-from ..lookup import LookupClient
-from ..lookup.http import tls_context
-from .compat import ReadAllAvailable, ReadLimit, SupportsTriggerAvailableNow
-from .options import ReadOptions
-from .source import DriverReader, _run
+from ...admin import NsqdAdmin
+from ...errors import ConfigError, NsqError
+from ...lookup import LookupClient
+from ...lookup.http import tls_context
+from ..compat import ReadAllAvailable, ReadLimit, SupportsTriggerAvailableNow
+from ..options import ReadOptions
+from .driver_reader import DriverReader
+from .extents import _run
 
 __all__ = ["NsqDriverReader", "NsqDriverStreamReader", "channel_backlog"]
 
@@ -53,7 +54,7 @@ _BACKLOG_FIELDS = ("depth", "in_flight_count", "deferred_count")
 
 
 class NsqDriverReader(SimpleDataSourceStreamReader):
-    """The at-least-once source before PySpark 4.2: see :class:`.source.DriverReader`.
+    """The at-least-once source before PySpark 4.2: see :class:`.driver_reader.DriverReader`.
 
     Offsets are batch numbers ``{"seq": n}``; the state lives in the driver's source process.
     """

@@ -13,18 +13,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..admin import NsqdAdmin, seek_position
-from ..connection.security import Security
-from ..consumer import Consumer as AsyncConsumer
-from ..consumer import Message as AsyncMessage
-from ..errors import DiscoveryError, NsqError, NsqTimeoutError, ProtocolError
-from ..lookup.wire import NodeInfo
-from ..redact import redacted_repr
-from ..sync import Consumer
+from ...admin import NsqdAdmin, seek_position
+from ...connection.security import Security
+from ...consumer import Consumer as AsyncConsumer
+from ...consumer import Message as AsyncMessage
+from ...errors import DiscoveryError, NsqError, NsqTimeoutError, ProtocolError
+from ...lookup.wire import NodeInfo
+from ...redact import redacted_repr
+from ...sync import Consumer
+from ..options import Endpoint
+from ..rows import RowFormat, message_row
 from .channels import range_channel
-from .options import Endpoint
-from .rows import RowFormat, message_row
-from .source import Extent, _leaders_and_extents, _run
+from .extents import Extent, _leaders_and_extents, _run
 
 __all__ = ["CHUNK", "READ_WINDOW", "RangeTask", "read_chunks", "read_range", "resolve_timestamp"]
 
@@ -172,7 +172,7 @@ def read_chunks(task: RangeTask) -> Iterator[list[AsyncMessage]]:
     """The messages of ``[task.start, task.end)`` of one partition, in offset order, in chunks
     of up to :data:`CHUNK` (one hand-over from the event loop each).
 
-    The read uses a channel of its own (:func:`~nsq_ha.spark.channels.range_channel`; one a
+    The read uses a channel of its own (:func:`~nsq_ha.spark.source.channels.range_channel`; one a
     killed task leaves behind is swept by the driver), created at the partition's write end
     ``W``, moved to ``start``, deleted afterwards: no other reader's state can reach it.
     Right after ``setoffset`` the fork may first deliver what the channel had read ahead,

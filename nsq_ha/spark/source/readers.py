@@ -1,5 +1,5 @@
 """The ``nsq`` source's replayable stream and batch read: ranges of the fork's partitions (of
-one topic or several, see :mod:`.topics`), read by executor tasks (see :mod:`.ranges`); the
+one topic or several, see :mod:`..topic_set`), read by executor tasks (see :mod:`.ranges`); the
 driver source is in :mod:`.driver`. Created on the driver; what reaches the executors holds
 only options and plain values."""
 
@@ -11,18 +11,18 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from ..errors import ConfigError
-from .arrow import arrow_schema, record_batch
-from .channels import SWEEPER
-from .compat import (
+from ...errors import ConfigError
+from ..compat import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxBytes,
     SupportsTriggerAvailableNow,
 )
-from .options import OptionError, ReadOptions
-from .ranges import RangeTask, read_chunks, resolve_timestamp
-from .source import (
+from ..options import OptionError, ReadOptions
+from ..topic_set import TopicOffsets, TopicSet, wanted_offsets
+from .arrow import arrow_schema, record_batch
+from .channels import SWEEPER
+from .extents import (
     Extent,
     apply_byte_limit,
     check_ending,
@@ -32,15 +32,8 @@ from .source import (
     new_channel_name,
     resolve_topics,
 )
-from .topics import (
-    TopicOffsets,
-    TopicPartition,
-    TopicSet,
-    decode_offset,
-    encode_offset,
-    nest,
-    wanted_offsets,
-)
+from .ranges import RangeTask, read_chunks, resolve_timestamp
+from .topics import TopicPartition, decode_offset, encode_offset, nest
 
 __all__ = ["NsqBatchReader", "NsqReplayableReader", "read_mode"]
 
@@ -117,7 +110,7 @@ def _retained(
     fail: bool,
     what: str = "offset",
 ) -> dict[TopicPartition, int]:
-    """:func:`~.source.check_retained`, topic by topic."""
+    """:func:`~.extents.check_retained`, topic by topic."""
     return _by_topic(
         begin, extents, lambda o, e, t: check_retained(o, e, fail=fail, topic=t, what=what)
     )
@@ -333,7 +326,7 @@ def _batch_range(
 ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
     """Each partition's ``[start, end)`` of a batch read. Positions given in
     ``startingOffsets`` / ``endingOffsets`` that nsqd does not hold follow ``failOnDataLoss``
-    (:func:`~.source.check_retained`, :func:`~.source.check_ending`); then a start after its
+    (:func:`~.extents.check_retained`, :func:`~.extents.check_ending`); then a start after its
     end is an :class:`OptionError` (Kafka refuses it too). A timestamp's offset may lie past
     the end these extents saw (written since): it is the end."""
     fail = opts.fail_on_data_loss

@@ -1,10 +1,10 @@
 """The driver source's write-ahead log: one JSON-lines file per batch, on any file system.
 
 ``<location>/<seq>.jsonl`` holds batch ``seq`` of the driver source (see
-:class:`nsq_ha.spark.source.DriverReader`), one row of :data:`~nsq_ha.spark.rows.SCHEMA` per
-line as a JSON array, with the ``timestamp`` (field 7) in ISO 8601 and the ``body`` (field 10)
-in base64. That is the format of the first versions, which kept the log on a local path only:
-their files stay readable.
+:class:`nsq_ha.spark.source.driver_reader.DriverReader`), one row of
+:data:`~nsq_ha.spark.rows.SCHEMA` per line as a JSON array, with the ``timestamp`` (field 7) in ISO
+8601 and the ``body`` (field 10) in base64. That is the format of the first versions, which kept the
+log on a local path only: their files stay readable.
 
 **Where.** ``location`` is a local path (absolute or relative, no scheme) or a URI that
 :meth:`pyarrow.fs.FileSystem.from_uri` opens: ``file:///…``, ``hdfs://namenode:8020/…``,
@@ -45,15 +45,14 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from ..errors import ConfigError
-from ..redact import REDACTED, redact_text
-from .rows import RowFormat, ext_fields
+from ...errors import ConfigError
+from ..locations import redact_location
+from ..rows import RowFormat, ext_fields
 
 __all__ = [
     "WriteAheadLog",
     "decode_row",
     "encode_rows",
-    "redact_location",
     "writes_in_place",
 ]
 
@@ -68,12 +67,6 @@ OBJECT_STORES: Final = frozenset({"s3", "gcs", "abfs"})
 
 # a scheme of two characters or more (a Windows drive letter, "C:", is a local path)
 _SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]+:")
-_AUTHORITY: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
-# query parameters whose value may be a credential (S3's and Azure's, and the usual names)
-_SECRET_PARAM: Final = re.compile(
-    r"(?i)([?&][^=&#\s]*(?:secret|key|token|passw|pwd|credential|sig|auth)[^=&#\s]*=)"
-    r"[^&#\s'\"]*"
-)
 
 
 #: a row's length before the ``headers`` column was added (its lines are still read)
@@ -100,21 +93,6 @@ def decode_row(line: str | bytes) -> tuple[Any, ...]:
         ext = record[8]
         record.append(ext_fields(None if ext is None else ext.encode(), b"", RowFormat())[2])
     return tuple(record)
-
-
-def redact_location(text: str) -> str:
-    """``text`` (a location, or a message that quotes one) without the credentials in it.
-
-    For a location, the user info is everything between ``scheme://`` and the last ``@``
-    before the query: a secret with an unescaped ``/`` in it is hidden too (and an ``@`` in
-    a path hides a little more than needed)."""
-    head, mark, query = text.partition("?")
-    scheme = _AUTHORITY.match(head)
-    if scheme is not None and "@" in head[scheme.end() :]:
-        head = head[: scheme.end()] + REDACTED + head[head.rfind("@") :]
-    else:
-        head = redact_text(head)
-    return head + _SECRET_PARAM.sub(rf"\g<1>{REDACTED}", mark + query)
 
 
 def writes_in_place(filesystem: Any) -> bool:

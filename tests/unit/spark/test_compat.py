@@ -156,7 +156,7 @@ def test_the_arrow_schema_has_utc_timestamps_on_the_installed_pyspark() -> None:
     pytest.importorskip("pyspark", reason="the spark extra is not installed")
     import pyarrow as pa
 
-    from nsq_ha.spark.arrow import row_type
+    from nsq_ha.spark.source.arrow import row_type
 
     schema = compat.to_arrow_schema(row_type())
     assert schema.field("timestamp").type == pa.timestamp("us", tz="UTC")

@@ -15,13 +15,8 @@ from nsq_ha.spark.options import (
     parse_read_options,
     parse_write_options,
 )
-from nsq_ha.spark.sink import STAMP_KEYS, BatchStamp, prepare
-from nsq_ha.spark.source import (
-    DataLossError,
-    Extent,
-    apply_byte_limit,
-    check_retained,
-)
+from nsq_ha.spark.sink.publish import STAMP_KEYS, BatchStamp, prepare
+from nsq_ha.spark.source.extents import DataLossError, Extent, apply_byte_limit, check_retained
 
 L = "http://127.0.0.1:4161"
 

@@ -65,8 +65,8 @@ def _as_rows(batch: Any) -> list[tuple[Any, ...]]:
 )
 def test_the_arrow_rows_are_the_schema_and_the_values_of_message_row(fmt: RowFormat | None) -> None:
     pytest.importorskip("pyarrow", reason="the spark extra is not installed")
-    from nsq_ha.spark.arrow import arrow_schema, record_batch, row_type
     from nsq_ha.spark.rows import SCHEMA
+    from nsq_ha.spark.source.arrow import arrow_schema, record_batch, row_type
 
     ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in row_type().fields)
     assert ddl == SCHEMA.replace("long", "bigint")

@@ -10,16 +10,9 @@ import pickle
 import pytest
 
 from nsq_ha.spark.options import OptionError, parse_read_options
-from nsq_ha.spark.source import apply_byte_limit
-from nsq_ha.spark.topics import (
-    TopicOffsets,
-    TopicSet,
-    decode_offset,
-    encode_offset,
-    flatten,
-    nest,
-    wanted_offsets,
-)
+from nsq_ha.spark.source.extents import apply_byte_limit
+from nsq_ha.spark.source.topics import decode_offset, encode_offset, flatten, nest
+from nsq_ha.spark.topic_set import TopicOffsets, TopicSet, wanted_offsets
 
 L = "http://127.0.0.1:4161"
 

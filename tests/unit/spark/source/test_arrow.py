@@ -13,8 +13,8 @@ pytest.importorskip("pyarrow", reason="the spark extra is not installed")
 
 from nsq_ha.consumer.message import Message
 from nsq_ha.protocol.message import DecodedMessage
-from nsq_ha.spark.arrow import arrow_schema, record_batch
 from nsq_ha.spark.rows import RowFormat, message_row
+from nsq_ha.spark.source.arrow import arrow_schema, record_batch
 
 
 @dataclass

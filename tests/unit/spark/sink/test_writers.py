@@ -21,9 +21,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from nsq_ha.spark import writers
 from nsq_ha.spark.options import parse_write_options
-from nsq_ha.spark.writers import (
+from nsq_ha.spark.sink import writers
+from nsq_ha.spark.sink.writers import (
     NsqArrowWriter,
     NsqStreamArrowWriter,
     NsqStreamWriter,

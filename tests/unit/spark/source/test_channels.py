@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nsq_ha.protocol import validate_channel
-from nsq_ha.spark.channels import range_channel, range_channel_created
+from nsq_ha.spark.source.channels import range_channel, range_channel_created
 
 
 @pytest.mark.parametrize("base", ["spark_0123456789abcdef", "q", "x" * 80, "my-query.v2"])

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from nsq_ha.errors import ConfigError
 from nsq_ha.producer import PublishResult
-from nsq_ha.spark.columns import TopicInfo, Topics, headers_of, partition_of, split
 from nsq_ha.spark.options import WriteOptions, parse_write_options
-from nsq_ha.spark.sink import BatchStamp, TaskOutcome, _Prepared, prepare_row
+from nsq_ha.spark.sink.columns import TopicInfo, Topics, headers_of, partition_of, split
+from nsq_ha.spark.sink.publish import BatchStamp, TaskOutcome, _Prepared, prepare_row
 
 L = "http://127.0.0.1:4161"
 EXT = TopicInfo(fork=True, ext=True, partitions=4)
@@ -272,7 +272,7 @@ def test_the_outcome_counts_per_topic_and_partition() -> None:
 
 
 def _chunked(opts: WriteOptions, info: TopicInfo, rows: list[dict[str, Any]]) -> list[_Prepared]:
-    from nsq_ha.spark.sink import _chunks
+    from nsq_ha.spark.sink.publish import _chunks
 
     topics = Topics(opts, _Book({"t": info}))
     return [m for chunk in _chunks(rows, opts, None, TaskOutcome(), topics) for m in chunk]

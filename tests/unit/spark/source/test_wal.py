@@ -1,4 +1,4 @@
-"""The driver source's write-ahead log (:mod:`nsq_ha.spark.wal`) on a local path, a ``file://``
+"""The driver source's write-ahead log (:mod:`nsq_ha.spark.source.wal`) on a local path, a ``file://``
 URI and file systems that are not local (pyarrow's in-memory ``mock://`` one, a sub-tree, and a
 recording ``PyFileSystem`` whose transcript shows how a batch is written); the driver reader on
 top of it. No Spark and no server needed."""
@@ -15,15 +15,11 @@ from typing import Any
 import pytest
 
 from nsq_ha.errors import ConfigError
+from nsq_ha.spark.locations import redact_location
 from nsq_ha.spark.options import OptionError, parse_read_options
-from nsq_ha.spark.source import DataLossError, DriverReader
-from nsq_ha.spark.wal import (
-    WriteAheadLog,
-    decode_row,
-    encode_rows,
-    redact_location,
-    writes_in_place,
-)
+from nsq_ha.spark.source.driver_reader import DriverReader
+from nsq_ha.spark.source.extents import DataLossError
+from nsq_ha.spark.source.wal import WriteAheadLog, decode_row, encode_rows, writes_in_place
 
 pafs = pytest.importorskip("pyarrow.fs", reason="the spark extra is not installed")
 Handler: Any = pafs.FileSystemHandler
