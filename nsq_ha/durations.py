@@ -17,10 +17,7 @@ import threading
 
 from nsq_ha.errors import ConfigError
 
-__all__ = ["MAX_SECONDS", "optional_seconds", "seconds"]
-
-#: the longest duration accepted unless a caller sets a lower ``maximum``
-MAX_SECONDS = threading.TIMEOUT_MAX
+__all__ = ["optional_seconds", "seconds"]
 
 
 def _shown(value: object) -> str:
@@ -28,7 +25,9 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def seconds(value: object, name: str, *, zero: bool = False, maximum: float = MAX_SECONDS) -> float:
+def seconds(
+    value: object, name: str, *, zero: bool = False, maximum: float = threading.TIMEOUT_MAX
+) -> float:
     """``value`` as float seconds, or :class:`ConfigError` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{name} must be a number of seconds, not {_shown(value)}")
@@ -45,7 +44,7 @@ def seconds(value: object, name: str, *, zero: bool = False, maximum: float = MA
 
 
 def optional_seconds(
-    value: object, name: str, *, zero: bool = True, maximum: float = MAX_SECONDS
+    value: object, name: str, *, zero: bool = True, maximum: float = threading.TIMEOUT_MAX
 ) -> float | None:
     """A wait limit: ``None`` (no limit) or :func:`seconds` (``>= 0`` by default)."""
     return None if value is None else seconds(value, name, zero=zero, maximum=maximum)

@@ -27,11 +27,8 @@ that every loop of the project stops, waits, logs and gives up the same way:
   makes the attempts after it;
 * it stops after ``attempts`` attempts and/or ``deadline`` seconds from the first attempt
   (neither: it retries until cancelled);
-* the waits are one family, :class:`Backoff`: ``initial`` doubling after each failure up to
-  ``cap``, plus up to ``jitter`` seconds at random (tenacity's ``wait_exponential`` plus
-  ``wait_random``; the jitter is added after the cap, so clients that all wait the cap after
-  an outage do not come back in step). The numbers per purpose are :data:`PUBLISH`,
-  :data:`RECONNECT` and :data:`LOOKUPD`;
+* the waits are one family, :class:`Backoff` (the jitter is added after the cap, so clients
+  that all wait the cap after an outage do not come back in step);
 * before each wait one log line names what failed, the attempt, the error and the next wait (a
   warning for the first failure, debug lines for the others), then ``on_retry`` hears it (the
   caller's event);
@@ -123,8 +120,8 @@ def retriable(exc: BaseException) -> bool:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backoff:
     """The waits of one kind of retry: ``initial`` seconds after the first failure, doubling
-    after each failure up to ``cap``, plus up to ``jitter`` seconds at random (a ``cap`` below
-    ``initial`` is every wait)."""
+    after each failure up to ``cap``, plus up to ``jitter`` seconds at random (tenacity's
+    ``wait_exponential`` plus ``wait_random``; a ``cap`` below ``initial`` is every wait)."""
 
     initial: float
     cap: float
@@ -138,7 +135,6 @@ class Backoff:
         )
 
     def wait(self) -> wait_base:
-        """The tenacity wait: the wait after attempt *n* failed."""
         exponential = wait_exponential(multiplier=self.initial, max=self.cap)
         return exponential + wait_random(0, self.jitter) if self.jitter else exponential
 
@@ -204,8 +200,7 @@ def retrying(
     """A fresh tenacity controller for one operation (see the module's docstring).
 
     ``started``: ``time.monotonic()`` when the first attempt began (now by default), which
-    ``deadline`` counts from. ``give_up`` makes the error raised when the loop stops (the last
-    error itself by default). ``describe`` turns an error into the text logged (the caller
+    ``deadline`` counts from. ``describe`` turns an error into the text logged (the caller
     redacts what may hold a secret).
     """
     first = time.monotonic() if started is None else started

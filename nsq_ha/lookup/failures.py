@@ -1,13 +1,8 @@
 """What a failed lookup raises, and what its message tells the user to do next.
 
-* A topic lookupd does not know: :class:`TopicNotFoundError` naming the command and the call that
-  create it (``nsq-ha topic create``, ``LookupdAdmin.create_topic``) on the fork, or the nsqd
-  publish that creates it on vanilla.
-* No lookupd given has ever answered: :class:`LookupdNeverAnsweredError` (a wrong address, not an
-  outage) naming each address and what it did, and what to check. One that answered something
-  that is not HTTP is asked once more, in NSQ's own protocol: nsqd's TCP port (4150, given for
-  lookupd's HTTP port 4161, the usual mix-up) answers anything but its magic with
-  ``E_BAD_PROTOCOL``, and the message then says so.
+An address that answered something that is not HTTP is asked once more, in NSQ's own protocol
+(:func:`looks_like_nsqd`): nsqd's TCP port (4150, given for lookupd's HTTP port 4161, the usual
+mix-up) answers anything but its magic with ``E_BAD_PROTOCOL``, and the message then says so.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """One bounded GET to an nsqlookupd: capped size, no content decoding, credentials apart.
 
-The caller bounds the time (``asyncio.timeout``); this module bounds the memory: the body is
-read as it streams in and reading stops as soon as it passes ``max_bytes`` (a declared
-``Content-Length`` over the cap is refused before any of the body is read). ``identity`` is
+The caller bounds the time (``asyncio.timeout``); this module bounds the memory. ``identity`` is
 asked for and any other ``Content-Encoding`` refused, so a small compressed answer cannot
 expand into a big one.
 """
@@ -106,10 +104,7 @@ async def get_answer(
     *,
     max_bytes: int,
 ) -> Answer:
-    """GET ``path`` of ``endpoint``; :class:`RemoteProtocolError` past ``max_bytes``.
-
-    httpx errors (connect, read, protocol) propagate as they are.
-    """
+    """GET ``path`` of ``endpoint``, read by :func:`read_capped` (httpx errors propagate)."""
     import httpx
 
     where = f"nsqlookupd {endpoint.shown}{path}"

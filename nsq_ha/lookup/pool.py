@@ -5,7 +5,7 @@
   others get :data:`ANSWER_GRACE` seconds more, so a slow lookupd never holds back the others.
 * A lookupd whose answer is refused (:mod:`nsq_ha.lookup.http` caps its size,
   :mod:`nsq_ha.lookup.wire` what it may hold) counts as failed, and a failed one is skipped until
-  its backoff (:mod:`nsq_ha.lookup.health`) has passed, unless no other lookupd may be asked.
+  its backoff (:class:`LookupdHealth`) has passed, unless no other lookupd may be asked.
 * Credentials in a seed (``http://user:secret@host:4161``) are sent as HTTP basic auth, never as
   part of a URL; what is shown is ``http://user:***@host:4161``.
 """
@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from nsq_ha.errors import (
@@ -26,7 +27,6 @@ from nsq_ha.errors import (
     RemoteProtocolError,
 )
 from nsq_ha.lookup.failures import looks_like_nsqd, never_answered, not_http
-from nsq_ha.lookup.health import LookupdHealth
 from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd, tls_context
 from nsq_ha.lookup.wire import LookupdError, parse_listlookup, unwrap
 from nsq_ha.retry import Backoff
@@ -34,7 +34,7 @@ from nsq_ha.retry import Backoff
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
 
-__all__ = ["ANSWER_GRACE", "LookupdPool"]
+__all__ = ["ANSWER_GRACE", "LookupdHealth", "LookupdPool"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,57 @@ T = TypeVar("T")
 
 #: Seconds the other lookupds get, once one has answered a lookup, to answer too.
 ANSWER_GRACE = 0.5
+
+
+@dataclass
+class LookupdHealth:
+    """One lookupd: where it is, and how its recent requests went."""
+
+    endpoint: Endpoint
+    failures: int = 0
+    #: ``time.monotonic()`` before which it is asked only if no other lookupd may be
+    retry_at: float = 0.0
+    #: what its last failure was (for the error when no lookupd has ever answered)
+    reason: str = ""
+
+    def usable(self, now: float) -> bool:
+        """Its backoff is over at ``now``."""
+        return now >= self.retry_at
+
+    def failed(self, reason: str, now: float, backoff: Backoff) -> None:
+        """Skip it for ``backoff``'s wait after this many failures in a row (unless no other
+        lookupd may be asked); log a warning for the first failure in a row and a debug line
+        for the others, in the words of :mod:`nsq_ha.retry`'s loops."""
+        self.failures += 1
+        self.reason = reason
+        delay = backoff.delay(self.failures)
+        self.retry_at = now + delay
+        if self.failures == 1:
+            log.warning(
+                "nsqlookupd %s failed on attempt 1 (%s); next try in %.2f s, further failures "
+                "in a row are logged at debug level until it answers again",
+                self.endpoint.shown,
+                reason,
+                delay,
+            )
+        else:
+            log.debug(
+                "nsqlookupd %s failed on attempt %d (%s); next try in %.2f s",
+                self.endpoint.shown,
+                self.failures,
+                reason,
+                delay,
+            )
+
+    def answered(self) -> None:
+        """It answered (not with a server error): the streak, if any, ends with an info line."""
+        if self.failures:
+            log.info(
+                "nsqlookupd %s answers again (after %d failures in a row)",
+                self.endpoint.shown,
+                self.failures,
+            )
+        self.failures, self.retry_at = 0, 0.0
 
 
 class LookupdPool:

@@ -140,7 +140,6 @@ class NodeInfo:
     tcp_port: int
     http_port: int
     version: str = ""
-    hostname: str = ""
     distributed_id: str = ""
 
     @property
@@ -182,7 +181,6 @@ class NodeInfo:
             tcp_port=tcp,
             http_port=http,
             version=str(node.get("version", "")),
-            hostname=str(node.get("hostname", "")),
             distributed_id=str(node.get("distributed_id", "")),
         )
 
