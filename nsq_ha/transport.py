@@ -1,18 +1,11 @@
 """The byte pipe under one nsqd connection: TCP, then optionally TLS, then optionally compression.
 
-:class:`StreamTransport` is an asyncio transport with its own protocol (:class:`_Pipe`). It
-reads two ways: *pulled* (:meth:`~StreamTransport.read_exactly`, :meth:`~StreamTransport.read`)
-while the handshake may still upgrade the stream, then *pushed*
-(:meth:`~StreamTransport.receive`): every read goes straight from the socket callback to the
-session, with no task woken between them (one event-loop turn per read, where a
-``StreamReader`` costs two). It writes two ways too: at once (:meth:`~StreamTransport.write`,
-the handshake) or *coalesced* (:meth:`~StreamTransport.send`): what one event-loop turn sends
-leaves in one socket write, and senders wait while the socket buffer is over its limit
-(:meth:`~StreamTransport.backpressure`).
-Upgrades happen in place, in the order nsqd performs them (§1.8):
-:meth:`StreamTransport.start_tls` replaces the socket layer with TLS,
-:meth:`StreamTransport.enable_compression` puts a codec from
-:mod:`nsq_ha.protocol.compression` on top of whatever the socket layer is.
+:class:`StreamTransport` reads *pulled* (:meth:`~StreamTransport.read_exactly`,
+:meth:`~StreamTransport.read`) while the handshake may still upgrade the stream, then *pushed*
+(:meth:`~StreamTransport.receive`): every read goes from the socket callback to the session with
+no task woken between (one event-loop turn per read, where a ``StreamReader`` costs two). Upgrades
+happen in place, in nsqd's order (§1.8): :meth:`~StreamTransport.start_tls`, then
+:meth:`~StreamTransport.enable_compression`.
 
 This module is the boundary where OS, TLS and asyncio stream exceptions become
 :mod:`nsq_ha.errors` exceptions (:func:`map_exceptions`); nothing above it sees an ``OSError``.
@@ -39,8 +32,6 @@ from nsq_ha.errors import (
 if TYPE_CHECKING:  # the codecs (and python-snappy) load only when nsqd agrees to compress
     from nsq_ha.protocol.compression import StreamCodec
 
-__all__ = ["READ_SIZE", "StreamTransport", "loop_of", "map_exceptions"]
-
 #: Bytes asked from the socket per read.
 READ_SIZE = 64 * 1024
 
@@ -65,12 +56,6 @@ def map_exceptions(what: str) -> Iterator[None]:
         ) from exc
     except (ConnectionError, OSError) as exc:
         raise ConnectionClosedError(f"{what}: {exc or type(exc).__name__}") from exc
-
-
-def loop_of(transport: StreamTransport | None) -> asyncio.AbstractEventLoop:
-    """``transport``'s event loop, or the running one before there is a transport (asking the
-    transport spares a ``getpid()`` system call on Python 3.11, per command)."""
-    return transport.loop if transport is not None else asyncio.get_running_loop()
 
 
 def _discard(data: bytes) -> None:
@@ -110,8 +95,6 @@ class _Pipe(asyncio.BufferedProtocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self.closed: asyncio.Future[None] = loop.create_future()
 
-    # -- asyncio's callbacks ------------------------------------------------------------------
-
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
 
@@ -119,9 +102,7 @@ class _Pipe(asyncio.BufferedProtocol):
         return self._read_view
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(bytes(self._read_view[:nbytes]))
-
-    def data_received(self, data: bytes) -> None:
+        data = bytes(self._read_view[:nbytes])
         receiver = self.receiver
         if receiver is not None:
             receiver(data)
@@ -159,8 +140,6 @@ class _Pipe(asyncio.BufferedProtocol):
             if not waiter.done():
                 waiter.set_result(None)
         self._drain_waiters.clear()
-
-    # -- helpers ------------------------------------------------------------------------------
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -210,13 +189,17 @@ class _Pipe(asyncio.BufferedProtocol):
 class StreamTransport:
     """One TCP connection as a byte pipe with in-place TLS and compression upgrades."""
 
-    def __init__(self, transport: asyncio.Transport, pipe: _Pipe, address: str) -> None:
+    def __init__(
+        self, transport: asyncio.Transport, pipe: _Pipe, address: str, write_buffer_limit: int
+    ) -> None:
         """Wrap an open transport and its pipe; use :meth:`open` to make one."""
         self._transport = transport
         self._pipe = pipe
         self.address = address
         self._codec: StreamCodec | None = None
-        self._write_buffer_limit = 64 * 1024
+        #: bytes queued above which senders wait (:meth:`backpressure`)
+        self.write_buffer_limit = write_buffer_limit
+        transport.set_write_buffer_limits(high=write_buffer_limit)
         self._slice_handle: asyncio.Handle | None = None
         self._receiving = False
         #: the receiver asked for nothing more until it resumes (it has frames left to handle)
@@ -254,19 +237,7 @@ class StreamTransport:
             raise NsqTimeoutError(f"connecting to {address} took over {connect_timeout} s") from exc
         except OSError as exc:
             raise ConnectError(f"cannot connect to {address}: {exc}") from exc
-        stream = cls(transport, pipe, address)
-        stream.set_write_buffer_limit(write_buffer_limit)
-        return stream
-
-    @property
-    def write_buffer_limit(self) -> int:
-        """Bytes queued above which senders wait (:meth:`backpressure`)."""
-        return self._write_buffer_limit
-
-    def set_write_buffer_limit(self, limit: int) -> None:
-        """Make :meth:`drain` wait while more than ``limit`` bytes are queued in the socket."""
-        self._write_buffer_limit = limit
-        self._transport.set_write_buffer_limits(high=limit)
+        return cls(transport, pipe, address, write_buffer_limit)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -278,13 +249,6 @@ class StreamTransport:
     def compression(self) -> str | None:
         """Name of the compression codec in use, or ``None``."""
         return None if self._codec is None else self._codec.name
-
-    @property
-    def is_closing(self) -> bool:
-        """True once the socket is closing or closed."""
-        return self._transport.is_closing()
-
-    # -- upgrades ---------------------------------------------------------------------------
 
     async def start_tls(
         self, context: ssl.SSLContext, *, server_hostname: str | None, handshake_timeout: float
@@ -308,15 +272,13 @@ class StreamTransport:
             raise ConnectionClosedError(f"TLS handshake with {self.address}: connection closed")
         self._transport = self._pipe.transport = transport
         self.tls = True
-        self.set_write_buffer_limit(self._write_buffer_limit)
+        transport.set_write_buffer_limits(high=self.write_buffer_limit)
 
     def enable_compression(self, codec: StreamCodec) -> None:
         """Send and receive through ``codec`` from now on."""
         if self._codec is not None:
             raise LocalProtocolError("compression is already enabled")
         self._codec = codec
-
-    # -- reading, pulled (the handshake) --------------------------------------------------------
 
     async def _pull(self) -> bytes:
         """Take every raw byte buffered (waiting for some); ``b""`` at EOF."""
@@ -373,8 +335,6 @@ class StreamTransport:
             data = self._codec.decompress(raw)
             if data:
                 return data
-
-    # -- reading, pushed (after the handshake) --------------------------------------------------
 
     def receive(
         self, on_data: Callable[[bytes], None], on_end: Callable[[NsqError | None], None]
@@ -500,8 +460,6 @@ class StreamTransport:
             pipe.receiver = _discard
         pipe.on_end = None
 
-    # -- writing ----------------------------------------------------------------------------
-
     def write(self, data: bytes) -> None:
         """Write ``data`` now (compressed first when compression is on)."""
         if self._transport.is_closing():
@@ -516,7 +474,7 @@ class StreamTransport:
         write buffer limit)."""
         self._out.append(data)
         self._out_size += len(data)
-        if self._out_size >= self._write_buffer_limit:
+        if self._out_size >= self.write_buffer_limit:
             self.flush()
         elif self._flush_handle is None:
             self._flush_handle = self._pipe.loop.call_soon(self.flush)
@@ -551,7 +509,7 @@ class StreamTransport:
 
     def backlogged(self) -> bool:
         """True while the socket layer and the queue hold more than the write buffer limit."""
-        return self._transport.get_write_buffer_size() + self._out_size > self._write_buffer_limit
+        return self._transport.get_write_buffer_size() + self._out_size > self.write_buffer_limit
 
     async def backpressure(self) -> None:
         """Wait while the socket layer holds more than its limit (unbounded here: the caller
@@ -569,8 +527,6 @@ class StreamTransport:
         """Wait until the socket layer's buffer is below its high-water mark."""
         with map_exceptions(f"writing to {self.address}"):
             await self._pipe.wait_drained()
-
-    # -- closing ----------------------------------------------------------------------------
 
     async def close(self, grace: float = 2.0) -> None:
         """Close the socket and wait (up to ``grace`` s) until it is closed; never raises."""

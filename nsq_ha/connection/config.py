@@ -16,14 +16,6 @@ from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
 from nsq_ha.protocol.identify import MAX_DURATION_MS, ExtFilter, IdentifyRequest, build_identify
 
-__all__ = [
-    "DEFAULT_MAX_BODY_SIZE",
-    "DEFAULT_MAX_MSG_SIZE",
-    "MAX_DURATION",
-    "ConnectionConfig",
-    "parse_address",
-]
-
 #: nsqd's default ``--max-msg-size``.
 DEFAULT_MAX_MSG_SIZE = 1024 * 1024
 #: nsqd's default ``--max-body-size``.

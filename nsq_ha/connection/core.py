@@ -1,21 +1,6 @@
-"""One asyncio connection to one nsqd (fork or vanilla).
-
-:class:`NsqdConnection` does the I/O around a sans-IO
-:class:`~nsq_ha.protocol.session.ClientSession`, which decides everything about the protocol
-(states, which command an answer or error frame belongs to, message formats, in-flight ids,
-fatal errors, heartbeats):
-
-* **handshake** (:meth:`NsqdConnection.connect`, :class:`~nsq_ha.connection.handshake.Handshake`):
-  magic, IDENTIFY, TLS, snappy or deflate, AUTH (§1.8, §2.1, §2.2);
-* **reading** (:class:`~nsq_ha.connection.reader.FrameReader`): bytes go into the session, its
-  events complete the pending futures (:class:`~nsq_ha.connection.reader.PendingAnswers`, in
-  FIFO order, §1.5), go to ``on_error`` (FIN/REQ/TOUCH failures, §11), to ``on_message`` or
-  :meth:`NsqdConnection.messages`; two heartbeat intervals without a frame mean a dead peer;
-  messages beyond the RDY given are a protocol violation (:mod:`nsq_ha.protocol.flow`);
-* **writing**: typed commands (:mod:`nsq_ha.protocol.commands`, :mod:`nsq_ha.protocol.publish`)
-  go through the session, which returns their bytes, to the transport's coalesced writes (one
-  write per loop turn); senders wait while the socket buffer is over ``write_buffer_limit``
-  (within their timeout).
+"""One asyncio connection to one nsqd (fork or vanilla): :class:`NsqdConnection` does the I/O
+around a sans-IO :class:`~nsq_ha.protocol.session.ClientSession`, which decides everything about
+the protocol.
 
 A fatal error frame (§2.19) fails its own command with the :class:`~nsq_ha.errors.BrokerError`
 and every other waiter with :class:`~nsq_ha.errors.ConnectionClosedError` chained to it.
@@ -58,9 +43,7 @@ from nsq_ha.protocol.identify import AuthResponse, Negotiated
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.session import ClientSession
 from nsq_ha.protocol.state import ConnState, command_name
-from nsq_ha.transport import StreamTransport, loop_of
-
-__all__ = ["ErrorHandler", "MessageHandler", "NsqdConnection"]
+from nsq_ha.transport import StreamTransport
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +134,6 @@ class NsqdConnection:
             parts.append(f"reason={_describe(self._close_reason)}")
         return f"<NsqdConnection {' '.join(parts)}>"
 
-    # -- properties -------------------------------------------------------------------------
-
     @property
     def address(self) -> str:
         """``host:port`` of the nsqd."""
@@ -190,11 +171,6 @@ class NsqdConnection:
         return self._auth
 
     @property
-    def max_msg_size(self) -> int:
-        """Largest message body sent (nsqd does not announce it; from the config)."""
-        return self.config.max_msg_size
-
-    @property
     def closed(self) -> bool:
         """True once the connection is closed (by either side)."""
         return self._session.closed
@@ -208,8 +184,6 @@ class NsqdConnection:
     def in_flight(self) -> int:
         """Messages delivered and not yet answered with FIN or REQ."""
         return self._session.in_flight
-
-    # -- context manager --------------------------------------------------------------------
 
     @classmethod
     async def open(
@@ -237,8 +211,6 @@ class NsqdConnection:
         """Close cleanly."""
         await self.close()
 
-    # -- handshake --------------------------------------------------------------------------
-
     async def connect(self) -> None:
         """Open the socket and run magic, IDENTIFY, TLS, compression and AUTH.
 
@@ -250,7 +222,14 @@ class NsqdConnection:
         config = self.config
         try:
             async with asyncio.timeout(config.connect_timeout):
-                transport = await self._handshake()
+                self._transport = transport = await StreamTransport.open(
+                    self.host,
+                    self.port,
+                    connect_timeout=config.connect_timeout,
+                    write_buffer_limit=config.write_buffer_limit,
+                )
+                handshake = Handshake(self.host, config, transport, self._session)
+                await handshake.run()
         except BaseException as exc:
             reason: BaseException = exc
             if isinstance(exc, TimeoutError) and not isinstance(exc, NsqError):
@@ -273,6 +252,7 @@ class NsqdConnection:
             if reason is exc:
                 raise
             raise reason from exc
+        self._auth = handshake.auth
         self._session.ready(msg_timeout=config.msg_timeout)
         reader = FrameReader(
             self._session,
@@ -285,24 +265,6 @@ class NsqdConnection:
             self._read_loop(reader), name=f"nsqd-reader-{self.address}"
         )
         log.info("connected to %r", self)
-
-    async def _handshake(self) -> StreamTransport:
-        """Open the socket and run :class:`Handshake`; the caller handles timeouts and cleanup."""
-        config = self.config
-        self._transport = transport = await StreamTransport.open(
-            self.host,
-            self.port,
-            connect_timeout=config.connect_timeout,
-            write_buffer_limit=config.write_buffer_limit,
-        )
-        handshake = Handshake(self.host, config, transport, self._session)
-        try:
-            await handshake.run()
-        finally:
-            self._auth = handshake.auth
-        return transport
-
-    # -- sending ----------------------------------------------------------------------------
 
     def _closed_error(self) -> ConnectionClosedError:
         """The error for using a closed connection, chained to why it closed."""
@@ -328,8 +290,11 @@ class NsqdConnection:
         Their failures arrive later through ``on_error`` (FIN/REQ/TOUCH) or close the
         connection (fatal ones).
         """
+        transport = self._transport
         try:
-            data = self._session.send_nowait(command, now=loop_of(self._transport).time())
+            data = self._session.send_nowait(
+                command, now=None if transport is None else transport.loop.time()
+            )
         except LocalProtocolError:
             self._raise_if_closed()
             raise
@@ -369,13 +334,6 @@ class NsqdConnection:
             address=self.address,
         )
 
-    # -- commands ---------------------------------------------------------------------------
-
-    def _check_partition(self, partition: int | None) -> None:
-        """Refuse an explicit partition on vanilla nsqd (it has none)."""
-        if partition not in (None, -1) and not self.is_fork:
-            raise LocalProtocolError(f"vanilla nsqd {self.address} has no partitions")
-
     async def subscribe(
         self,
         topic: str,
@@ -394,7 +352,8 @@ class NsqdConnection:
         """
         if ordered and (advanced or start is not None):
             raise ConfigError("ordered and advanced/start are different subscribe commands")
-        self._check_partition(partition)
+        if partition not in (None, -1) and not self.is_fork:
+            raise LocalProtocolError(f"vanilla nsqd {self.address} has no partitions")
         command: Sub | SubOrdered | SubAdvanced
         if ordered:
             command = SubOrdered(topic, channel, partition)
@@ -472,30 +431,23 @@ class NsqdConnection:
         """Yield delivered messages until the connection closes (when no on_message is set)."""
         return self._deliveries.messages()
 
-    # -- reading ----------------------------------------------------------------------------
-
     async def _read_loop(self, reader: FrameReader) -> None:
         """Run the reader until the stream ends; then close with the reason."""
         try:
             await reader.run()
         except NsqError as exc:
-            await self._connection_lost(exc)
+            error = exc
         except Exception as exc:  # a bug in a handler: do not leave waiters hanging
             log.exception("read loop of %s failed", self.address)
-            await self._connection_lost(RemoteProtocolError(f"read loop failed: {exc!r}"))
-
-    async def _connection_lost(self, exc: NsqError) -> None:
-        """The read loop ended: record the reason and close."""
+            error = RemoteProtocolError(f"read loop failed: {exc!r}")
         if self._session.closed:
             return
         self._reader_stopping = True
         if self.state in (ConnState.CLOSING, ConnState.CLOSE_WAIT) and self._close_task:
-            log.info("nsqd %s closed while we were closing: %s", self.address, exc)
+            log.info("nsqd %s closed while we were closing: %s", self.address, error)
         else:
-            log.warning("connection to %s lost: %s", self.address, exc)
-        await self._shutdown(exc, exc)
-
-    # -- closing ----------------------------------------------------------------------------
+            log.warning("connection to %s lost: %s", self.address, error)
+        await self._shutdown(error, error)
 
     async def close(self) -> None:
         """Close cleanly: CLS and CLOSE_WAIT when subscribed, let pending answers and in-flight

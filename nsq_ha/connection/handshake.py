@@ -26,8 +26,6 @@ from nsq_ha.transport import StreamTransport
 if TYPE_CHECKING:
     from nsq_ha.protocol.compression import StreamCodec
 
-__all__ = ["Handshake", "codec_for"]
-
 log = logging.getLogger(__name__)
 
 _FRAME_SIZE = struct.Struct(">I")

@@ -1,22 +1,10 @@
 """The receive side of one connection: bytes from the socket into the session, events out to
-whoever waits for them.
+whoever waits for them (:class:`PendingAnswers`, :class:`Deliveries`, ``on_error``).
 
-:class:`PendingAnswers` keeps one future per command sent that nsqd answers, in sending order:
-the :class:`~nsq_ha.protocol.session.ClientSession` keeps the same commands in the same order
-and says, with each event, whether the oldest one was answered (nsqd answers in order, §1.5).
-It also keeps the futures of ``NsqdConnection.sync`` calls, answered by the session's
-``SYNCED``. :class:`Deliveries` hands each message to the ``on_message`` callback, or queues it
-for :meth:`Deliveries.messages`, and wakes those who wait for a message to be answered.
-
-:class:`FrameReader` feeds what the transport reads (pushed from its socket callback, no task
-between them) to the :class:`~nsq_ha.protocol.session.ClientSession` and acts on its events:
-answers complete the oldest pending future, error frames fail it (or go to ``on_error`` when
-they answer no command), messages go to the message sink, heartbeats are answered with
-``NOP``. Heartbeats and error frames are handled at most :data:`EVENTS_PER_TURN` per event-loop
-turn, the transport held while the rest waits (one decompressed read may hold thousands). Its
-:meth:`~FrameReader.run` ends only by raising the error that ended the stream: nsqd closed it,
-a fatal error frame, a protocol violation, or no complete frame for two heartbeat intervals (a
-dead peer; bytes that complete no frame, a trickle, do not count).
+:class:`FrameReader` is fed from the transport's socket callback, with no task between them.
+Its :meth:`~FrameReader.run` ends only by raising the error that ended the stream: nsqd closed
+it, a fatal error frame, a protocol violation, or no complete frame for two heartbeat intervals
+(a dead peer; bytes that complete no frame, a trickle, do not count).
 """
 
 from __future__ import annotations
@@ -49,8 +37,6 @@ from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.session import ClientSession
 from nsq_ha.transport import StreamTransport
 
-__all__ = ["DEAD_PEER_INTERVALS", "EVENTS_PER_TURN", "Deliveries", "FrameReader", "PendingAnswers"]
-
 log = logging.getLogger(__name__)
 
 #: Heartbeat intervals without a complete frame from nsqd after which the peer counts as dead.
@@ -64,7 +50,9 @@ _NOP = Nop()
 
 
 class PendingAnswers:
-    """FIFO of answer futures (and of sync futures) for one connection."""
+    """The futures of one connection's commands awaiting an answer, in sending order (nsqd
+    answers in order, §1.5, and the session says which event answers the oldest), and of its
+    ``sync`` calls."""
 
     __slots__ = ("_answers", "_syncs")
 
@@ -72,10 +60,6 @@ class PendingAnswers:
         """Start with nothing pending."""
         self._answers: deque[asyncio.Future[bytes]] = deque()
         self._syncs: deque[asyncio.Future[None]] = deque()
-
-    def __repr__(self) -> str:
-        """Show the queue sizes."""
-        return f"<PendingAnswers answers={len(self._answers)} syncs={len(self._syncs)}>"
 
     def __len__(self) -> int:
         """Answers still expected."""

@@ -8,8 +8,6 @@ and on the server kind: the error classes carry that as data (``fatal``, ``nonfa
 drops the connection in one more case (:func:`must_drop`): any error answering ``MPUB_EXT``,
 because nsqd raises its non-fatal header errors with the rest of the body unread and then parses
 that body as commands (§2.15), so the stream is out of step.
-
-:class:`~nsq_ha.protocol.session.ClientSession` is the client's one reader of error frames.
 """
 
 from __future__ import annotations
@@ -18,15 +16,6 @@ import re
 
 from nsq_ha.errors import BrokerError, MessageCommandError
 from nsq_ha.protocol.state import command_name
-
-__all__ = [
-    "OUT_OF_STEP_AFTER",
-    "TOO_MANY_CONNECTIONS",
-    "closes_connection",
-    "message_id_in",
-    "must_drop",
-    "parse_error_frame",
-]
 
 #: nsqd's connection-limit error: plain text, no code.
 TOO_MANY_CONNECTIONS = b"too much client connections"

@@ -1,24 +1,9 @@
-"""What a :class:`~nsq_ha.protocol.session.ClientSession` reads from nsqd, as events.
+"""What a :class:`~nsq_ha.protocol.session.ClientSession` reads from nsqd: one event per frame,
+after the session's bookkeeping (state moves, the FIFO of pending commands, in-flight ids).
 
-:meth:`ClientSession.next_event` turns received bytes into these, one per frame, after it has
-done the protocol's bookkeeping (state moves, the FIFO of pending commands, in-flight ids):
-
-* :class:`Answer` - a response frame; it answers the oldest pending command;
-* :class:`CloseWait` - the ``CLOSE_WAIT`` answer to ``CLS`` (also the oldest pending command);
-* :class:`Failed` - an error frame, already a typed :class:`~nsq_ha.errors.BrokerError`;
-  ``command`` names the pending command it answers (``None``: it answers none, as the
-  FIN/REQ/TOUCH failures), ``fatal`` says the connection must be dropped;
-* :class:`Delivered` - a message frame, decoded with the connection's message format;
-* :class:`Heartbeat` - nsqd's heartbeat: answer it with ``NOP``;
-* :class:`Synced` - the failure nsqd sends for a sync ``TOUCH``: every command sent before
-  it has been processed;
-* :data:`NEED_DATA` - no whole frame is buffered: read more bytes.
-
-All are immutable. The per-frame ones (:class:`Answer`, :class:`Failed`, :class:`Delivered`) are
-named tuples, which the session builds with ``tuple.__new__``: about a third of the cost of a
-frozen dataclass, on the path every message and every answer takes. The field-less ones are
-frozen singletons (:data:`HEARTBEAT`, :data:`CLOSE_WAIT`, :data:`SYNCED`): compare them with
-``is``.
+The per-frame events are named tuples, which the session builds with ``tuple.__new__`` (a third
+of a frozen dataclass's cost, on the path of every message and answer); the field-less ones are
+singletons (:data:`HEARTBEAT`, :data:`CLOSE_WAIT`, :data:`SYNCED`): compare them with ``is``.
 """
 
 from __future__ import annotations
@@ -29,21 +14,6 @@ from typing import Final, Literal, NamedTuple
 
 from nsq_ha.errors import BrokerError
 from nsq_ha.protocol.message import DecodedMessage
-
-__all__ = [
-    "CLOSE_WAIT",
-    "HEARTBEAT",
-    "NEED_DATA",
-    "SYNCED",
-    "Answer",
-    "CloseWait",
-    "Delivered",
-    "Event",
-    "Failed",
-    "Heartbeat",
-    "NeedData",
-    "Synced",
-]
 
 
 class Answer(NamedTuple):

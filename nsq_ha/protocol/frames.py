@@ -1,8 +1,6 @@
 """Server-to-client framing (§1.3): ``[u32 size][i32 type][data]`` with ``size = 4 + len(data)``.
 
-The frame types, the fixed response data, the size limits and the server side's
-:func:`encode_frame`. The incremental decoder, :class:`~nsq_ha.protocol.session.FrameDecoder`,
-lives with the session that feeds it.
+The decoder, :class:`~nsq_ha.protocol.session.FrameDecoder`, lives with the session that feeds it.
 """
 
 from __future__ import annotations
@@ -13,18 +11,6 @@ from dataclasses import dataclass
 
 from nsq_ha.errors import InvalidArgumentError
 
-__all__ = [
-    "CLOSE_WAIT",
-    "DEFAULT_MAX_FRAME_SIZE",
-    "FRAME_HEADER_SIZE",
-    "HEARTBEAT",
-    "OK",
-    "Frame",
-    "FrameType",
-    "encode_frame",
-    "max_frame_size_for",
-]
-
 #: Response data of a heartbeat; answer with ``NOP``.
 HEARTBEAT = b"_heartbeat_"
 #: Response data for most successful commands.
@@ -34,7 +20,6 @@ CLOSE_WAIT = b"CLOSE_WAIT"
 
 #: Bytes before a frame's data: u32 size + i32 type.
 FRAME_HEADER_SIZE = 8
-_SIZE = struct.Struct(">I")
 _HEADER = struct.Struct(">Ii")
 # A message frame holds the 26-byte header, at most 1 + 2 + 65535 ext bytes and 12 detail bytes
 # around a body bounded by max_msg_size; the 4 type bytes count in the size too.

@@ -15,21 +15,6 @@ from typing import Any, Literal, TypedDict, cast
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.protocol.commands import ms_to_seconds, seconds_to_ms
 
-__all__ = [
-    "DEFAULT_HEARTBEAT_INTERVAL",
-    "MAX_DURATION_MS",
-    "AuthResponse",
-    "ExtFilter",
-    "ExtFilterTerm",
-    "IdentifyRequest",
-    "IdentifyResponse",
-    "Negotiated",
-    "build_identify",
-    "is_fork_version",
-    "parse_auth_response",
-    "parse_identify_response",
-]
-
 #: nsqd's heartbeat interval when IDENTIFY does not set one (``--client-timeout`` / 2), seconds.
 DEFAULT_HEARTBEAT_INTERVAL = 30.0
 #: Largest duration IDENTIFY sends, in ms (2**31 - 1, about 24.8 days; nsqd's own limits are far
@@ -209,11 +194,6 @@ def _string(value: object, what: str) -> str:
     return value
 
 
-def is_fork_version(version: str) -> bool:
-    """True for a fork version string (``0.3.7-HA.1.13.0``); never compare versions instead."""
-    return "-HA." in version
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Negotiated:
     """What one connection's IDENTIFY settled, in API units (seconds, bools).
@@ -246,8 +226,9 @@ class Negotiated:
 
     @property
     def is_fork(self) -> bool | None:
-        """True on the fork, False on vanilla, None when the answer had no version."""
-        return None if self.version is None else is_fork_version(self.version)
+        """True on the fork (its version has ``-HA.``: ``0.3.7-HA.1.13.0``; never compare
+        versions instead), False on vanilla, None when the answer had no version."""
+        return None if self.version is None else "-HA." in self.version
 
 
 _INT_KEYS = (

@@ -10,52 +10,17 @@ Layout of a message frame's data::
 The bytes cannot tell which optional parts are present; the connection knows it from what it
 negotiated and which subscribe command it sent, and says so with a :class:`MessageFormat`.
 
-**The RDY check on receipt** (:class:`DeliveryLedger`, §1.6): is nsqd sending more messages than
-the client allowed? ``RDY n`` lets nsqd have at most ``n`` messages in flight to one client; a
-server that sends beyond it makes the client buffer without limit. nsqd frees a slot on FIN or
-REQ, which the client sees, but also in ways the client cannot see: a message times out
-``msg_timeout`` after nsqd sent it, and the fork requeues every in-flight message of a channel
-that it resets. So
-:class:`DeliveryLedger` counts only what an honest nsqd must still hold:
-
-* the **largest RDY sent** on the connection: a smaller RDY can reach nsqd after it has
-  already sent messages under the larger one;
-* the **live deliveries**: messages received and not yet answered with FIN or REQ, except
-  those received more than ``expiry`` seconds ago (nsqd has timed them out, or soon will); a
-  TOUCH renews a message, a redelivery of a message still held replaces it;
-* a delivery that would make the live count exceed ``slack x largest RDY`` is a protocol
-  violation (:class:`~nsq_ha.errors.RemoteProtocolError`). ``slack`` (2) leaves one RDY
-  window for slots nsqd freed without telling: the message timed out a little earlier there
-  (nsqd's clock starts when it sends, ours when we read), or a channel reset.
-
-Without any RDY sent, no message is allowed. Sans-IO: the caller passes the time.
+The RDY check on receipt (:class:`DeliveryLedger`, §1.6). Sans-IO: the caller passes the time.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
-
-__all__ = [
-    "DEFAULT_SLACK",
-    "EXT_VERSION_JSON",
-    "EXT_VERSION_NONE",
-    "EXT_VERSION_TAG",
-    "MESSAGE_HEADER_SIZE",
-    "MIN_EXPIRY",
-    "DecodedMessage",
-    "DeliveryLedger",
-    "MessageFormat",
-    "decode_message",
-    "encode_message",
-    "join_fork_id",
-    "split_fork_id",
-]
 
 #: timestamp (8) + attempts (2) + id (16).
 MESSAGE_HEADER_SIZE = 26
@@ -72,14 +37,6 @@ _EXT_LEN = struct.Struct(">H")
 _DETAIL = struct.Struct(">QI")
 _SUBSCRIBE_WITH_DETAIL = frozenset({b"SUB_ORDERED", b"SUB_ADVANCED"})
 _new_tuple = tuple.__new__
-
-
-def split_fork_id(message_id: bytes) -> tuple[int, int]:
-    """Split a fork message id into ``(internal_id, trace_id)``."""
-    if len(message_id) != _FORK_ID.size:
-        raise InvalidArgumentError(f"fork message id must be 16 bytes, got {len(message_id)}")
-    internal_id, trace_id = _FORK_ID.unpack(message_id)
-    return internal_id, trace_id
 
 
 def join_fork_id(internal_id: int, trace_id: int = 0) -> bytes:
@@ -258,23 +215,37 @@ def encode_message(message: DecodedMessage, fmt: MessageFormat) -> bytes:
 
 
 #: Live deliveries allowed per unit of the largest RDY sent.
-DEFAULT_SLACK = 2
+SLACK = 2
 #: Shortest expiry used, in seconds, whatever msg_timeout nsqd announced (a lying server could
 #: announce 1 ms to make every delivery expire at once).
 MIN_EXPIRY = 1.0
 
 
 class DeliveryLedger:
-    """The receipt-side RDY check of one connection."""
+    """The receipt-side RDY check of one connection: is nsqd sending more messages than the
+    client allowed (a server that does makes the client buffer without limit)?
 
-    __slots__ = ("_live", "_max_rdy", "expiry", "slack")
+    ``RDY n`` lets nsqd have at most ``n`` messages in flight to one client. nsqd frees a slot
+    on FIN or REQ, which the client sees, but also in ways it cannot see: a message times out
+    ``msg_timeout`` after nsqd sent it, and the fork requeues the in-flight messages of a
+    channel it resets. So the ledger counts only what an honest nsqd must still hold:
 
-    def __init__(self, *, expiry: float, slack: int = DEFAULT_SLACK) -> None:
+    * the **largest RDY sent**: a smaller RDY can reach nsqd after it sent messages under the
+      larger one;
+    * the **live deliveries**: received, not answered with FIN or REQ, and received less than
+      ``expiry`` seconds ago; a TOUCH renews one, a redelivery of one still held replaces it;
+    * more than :data:`SLACK` x the largest RDY live deliveries is a protocol violation
+      (:class:`~nsq_ha.errors.RemoteProtocolError`): the slack leaves one RDY window for slots
+      nsqd freed without telling (its clock starts when it sends, ours when we read).
+
+    Without any RDY sent, no message is allowed.
+    """
+
+    __slots__ = ("_live", "_max_rdy", "expiry")
+
+    def __init__(self, *, expiry: float) -> None:
         """Count a delivery as live for ``expiry`` seconds (at least :data:`MIN_EXPIRY`)."""
-        if math.isnan(expiry) or slack < 1:
-            raise InvalidArgumentError(f"bad ledger settings: expiry={expiry!r} slack={slack!r}")
         self.expiry = max(MIN_EXPIRY, expiry)
-        self.slack = slack
         self._max_rdy = 0
         #: message id -> when it was received or last touched; oldest first
         self._live: dict[bytes, float] = {}
@@ -286,12 +257,7 @@ class DeliveryLedger:
     @property
     def limit(self) -> int:
         """How many live deliveries are allowed now."""
-        return self.slack * self._max_rdy
-
-    @property
-    def max_rdy(self) -> int:
-        """The largest RDY sent so far."""
-        return self._max_rdy
+        return SLACK * self._max_rdy
 
     def live(self, now: float) -> int:
         """Live deliveries at ``now``."""
@@ -318,7 +284,7 @@ class DeliveryLedger:
                 raise RemoteProtocolError(
                     f"nsqd sent a message beyond the RDY given: {len(live)} messages already in "
                     f"flight unanswered within {self.expiry:g} s, allowed {self.limit} "
-                    f"({self.slack} x the largest RDY sent, {self._max_rdy})"
+                    f"({SLACK} x the largest RDY sent, {self._max_rdy})"
                 )
         live[message_id] = now
 

@@ -16,17 +16,7 @@ from dataclasses import dataclass
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 
-__all__ = [
-    "TRACED_RESPONSE_SIZE",
-    "TracedResponse",
-    "encode_traced_response",
-    "is_traced_response",
-    "parse_traced_response",
-]
-
 _LAYOUT = struct.Struct(">2sQQQI")
-#: Length of a traced response's frame data.
-TRACED_RESPONSE_SIZE = _LAYOUT.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,14 +36,14 @@ class TracedResponse:
 
 def is_traced_response(data: bytes) -> bool:
     """True when response data has the traced form (30 bytes starting ``OK``)."""
-    return len(data) == TRACED_RESPONSE_SIZE and data.startswith(b"OK")
+    return len(data) == _LAYOUT.size and data.startswith(b"OK")
 
 
 def parse_traced_response(data: bytes) -> TracedResponse:
     """Parse the data of a traced response frame; anything else raises RemoteProtocolError."""
     if not is_traced_response(data):
         raise RemoteProtocolError(
-            f"expected a {TRACED_RESPONSE_SIZE}-byte traced response starting with OK, "
+            f"expected a {_LAYOUT.size}-byte traced response starting with OK, "
             f"got {len(data)} bytes: {bytes(data[:32])!r}"
         )
     _, internal_id, trace_id, offset, raw_size = _LAYOUT.unpack(data)

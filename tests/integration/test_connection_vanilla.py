@@ -69,7 +69,6 @@ async def test_identify_negotiates_vanilla_settings(address: str) -> None:
         assert negotiated.output_buffer_size == 16384
         assert negotiated.output_buffer_timeout == 0.25
         assert negotiated.auth_required is False
-        assert conn.max_msg_size == 1024 * 1024
         assert conn.state is ConnState.READY
         assert "READY vanilla=1.3.0" in repr(conn)
     assert conn.state is ConnState.CLOSED

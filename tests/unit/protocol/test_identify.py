@@ -14,10 +14,10 @@ from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
 from nsq_ha.protocol import (
     build_identify,
     encode_identify,
-    is_fork_version,
     parse_auth_response,
     parse_identify_response,
 )
+from nsq_ha.protocol.identify import Negotiated
 
 FORK_ANSWER = load("identify")["cases"][1]["answer_json"]
 VANILLA_ANSWER = next(
@@ -189,9 +189,8 @@ def test_garbage_answers_raise_only_nsq_errors(data: bytes) -> None:
 
 
 def test_fork_detection() -> None:
-    assert is_fork_version("0.3.7-HA.1.13.0")
-    assert not is_fork_version("1.3.0")
-    assert not is_fork_version("0.3.7")
+    for version, fork in (("0.3.7-HA.1.13.0", True), ("1.3.0", False), ("0.3.7", False)):
+        assert Negotiated(feature_negotiation=True, version=version).is_fork is fork
 
 
 def test_identify_builder_output_encodes() -> None:

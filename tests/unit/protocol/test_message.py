@@ -15,7 +15,6 @@ from nsq_ha.protocol import (
     decode_message,
     encode_message,
     join_fork_id,
-    split_fork_id,
 )
 
 u64 = st.integers(0, (1 << 64) - 1)
@@ -153,14 +152,11 @@ def test_format_rules() -> None:
 
 def test_fork_id_helpers() -> None:
     assert join_fork_id(2, 999) == bytes.fromhex("000000000000000200000000000003e7")
-    assert split_fork_id(join_fork_id(2, 999)) == (2, 999)
     assert join_fork_id(10) == bytes.fromhex("000000000000000a0000000000000000")
     with pytest.raises(InvalidArgumentError):
         join_fork_id(-1)
     with pytest.raises(InvalidArgumentError):
         join_fork_id(1, 1 << 64)
-    with pytest.raises(InvalidArgumentError):
-        split_fork_id(b"short")
 
 
 @pytest.mark.parametrize(
