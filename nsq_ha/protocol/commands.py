@@ -1,11 +1,11 @@
 """The client's commands without a message body (§1.2, §2), typed: the session takes these.
 
-Each command is a frozen dataclass whose ``name`` is its wire name and whose :meth:`encode`
+Each command is a frozen dataclass whose ``name`` is its wire name and whose ``encode()``
 returns its exact bytes. A command is checked once, when it is made (a subscribe's names and
-partition, a RDY count, a FIN/REQ/TOUCH id, a REQ delay), and encoding checks nothing again;
-:class:`Identify` and :class:`Auth` come from their checked builders. The ``encode_*`` functions
-make the command and encode it (an :class:`~nsq_ha.errors.InvalidArgumentError` subclass when
-nsqd would refuse it). The publish family lives in :mod:`nsq_ha.protocol.publish`.
+partition, a RDY count, a FIN/REQ/TOUCH id, a REQ delay), and encoding checks nothing again.
+The ``encode_*`` functions make the command and encode it (an
+:class:`~nsq_ha.errors.InvalidArgumentError` subclass when nsqd would refuse it). The publish
+family lives in :mod:`nsq_ha.protocol.publish`.
 
 Durations in the API are float seconds; this module is the one place that converts them to the
 milliseconds on the wire (:func:`seconds_to_ms`, :func:`ms_to_seconds`).
@@ -31,40 +31,6 @@ from nsq_ha.protocol.names import (
     validate_topic,
 )
 
-__all__ = [
-    "MAGIC_V2",
-    "Auth",
-    "Cls",
-    "Command",
-    "Fin",
-    "Identify",
-    "InternalCreateTopic",
-    "Nop",
-    "Rdy",
-    "Req",
-    "StartKind",
-    "StartPosition",
-    "Sub",
-    "SubAdvanced",
-    "SubOrdered",
-    "Subscribe",
-    "Touch",
-    "encode_auth",
-    "encode_cls",
-    "encode_fin",
-    "encode_identify",
-    "encode_internal_create_topic",
-    "encode_nop",
-    "encode_rdy",
-    "encode_req",
-    "encode_sub",
-    "encode_sub_advanced",
-    "encode_sub_ordered",
-    "encode_touch",
-    "ms_to_seconds",
-    "seconds_to_ms",
-]
-
 #: The four bytes a client sends first.
 MAGIC_V2 = b"  V2"
 
@@ -84,7 +50,7 @@ class Command(Protocol):
         """The command's exact bytes."""
 
 
-# --- shared helpers (also used by publish.py and identify.py) --------------------------------
+# --- shared helpers (also used by publish.py and the producer) ------------------------------
 
 
 def seconds_to_ms(seconds: float, what: str) -> int:
@@ -106,14 +72,9 @@ def ms_to_seconds(milliseconds: int) -> float:
     return milliseconds / 1000
 
 
-def command_line(name: bytes, *params: bytes) -> bytes:
-    """Return ``NAME p1 p2\\n`` with single spaces and no trailing space."""
+def _line(name: bytes, *params: bytes) -> bytes:
+    """``NAME p1 p2\\n`` with single spaces and no trailing space."""
     return b" ".join((name, *params)) + b"\n"
-
-
-def partition_params(partition: int | None) -> tuple[bytes, ...]:
-    """Return the partition token tuple of a checked partition (empty for ``None``)."""
-    return () if partition is None else (str(partition).encode("ascii"),)
 
 
 def check_size(what: str, size: int, limit: int | None) -> None:
@@ -122,11 +83,6 @@ def check_size(what: str, size: int, limit: int | None) -> None:
         raise BodyTooLargeError(what, size, limit)
     if size > MAX_WIRE_LENGTH:
         raise BodyTooLargeError(what, size, MAX_WIRE_LENGTH)
-
-
-def with_body(line: bytes, body: bytes) -> bytes:
-    """Append ``[u32 len][body]`` to a command line."""
-    return line + _U32.pack(len(body)) + body
 
 
 def as_bytes(value: object, what: str) -> bytes:
@@ -161,59 +117,59 @@ def check_uint(value: object, what: str, bits: int, minimum: int = 0) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Identify:
-    """``IDENTIFY`` with its JSON body (compact, keys in order); answered."""
+    """``IDENTIFY\\n[len][JSON]`` (compact, keys in order); answered. Make it with
+    :meth:`of` (build the body with :func:`nsq_ha.protocol.identify.build_identify`)."""
 
     name: ClassVar[bytes] = b"IDENTIFY"
     body: bytes
 
+    @classmethod
+    def of(cls, body: Mapping[str, object], *, max_body_size: int | None = None) -> Identify:
+        """The checked IDENTIFY for ``body``."""
+        if not isinstance(body, Mapping):
+            raise InvalidArgumentError(
+                f"IDENTIFY body must be a mapping, not {type(body).__name__}"
+            )
+        data = compact_json(dict(body), "IDENTIFY body")
+        check_size("IDENTIFY body", len(data), max_body_size)
+        return cls(data)
+
     def encode(self) -> bytes:
-        """``IDENTIFY\\n[len][JSON]``."""
-        return with_body(b"IDENTIFY\n", self.body)
+        return b"IDENTIFY\n" + _U32.pack(len(self.body)) + self.body
 
 
 @dataclass(frozen=True, slots=True)
 class Auth:
-    """``AUTH`` with its secret; answered. The repr hides the secret."""
+    """``AUTH\\n[len][secret]``; answered. Make it with :meth:`of`. The repr hides the
+    secret."""
 
     name: ClassVar[bytes] = b"AUTH"
     secret: bytes
 
     def __repr__(self) -> str:
-        """Never show the secret."""
         return "Auth(secret=<hidden>)"
 
+    @classmethod
+    def of(cls, secret: str | bytes, *, max_body_size: int | None = None) -> Auth:
+        """The checked AUTH for ``secret`` (not empty)."""
+        raw = secret.encode("utf-8") if isinstance(secret, str) else as_bytes(secret, "AUTH secret")
+        if not raw:
+            raise InvalidArgumentError("AUTH secret must not be empty")
+        check_size("AUTH secret", len(raw), max_body_size)
+        return cls(raw)
+
     def encode(self) -> bytes:
-        """``AUTH\\n[len][secret]``."""
-        return with_body(b"AUTH\n", self.secret)
-
-
-def identify_command(body: Mapping[str, object], *, max_body_size: int | None = None) -> Identify:
-    """The checked IDENTIFY for ``body`` (build it with
-    :func:`nsq_ha.protocol.identify.build_identify` to get its checks)."""
-    if not isinstance(body, Mapping):
-        raise InvalidArgumentError(f"IDENTIFY body must be a mapping, not {type(body).__name__}")
-    data = compact_json(dict(body), "IDENTIFY body")
-    check_size("IDENTIFY body", len(data), max_body_size)
-    return Identify(data)
-
-
-def auth_command(secret: str | bytes, *, max_body_size: int | None = None) -> Auth:
-    """The checked AUTH for ``secret`` (not empty)."""
-    raw = secret.encode("utf-8") if isinstance(secret, str) else as_bytes(secret, "AUTH secret")
-    if not raw:
-        raise InvalidArgumentError("AUTH secret must not be empty")
-    check_size("AUTH secret", len(raw), max_body_size)
-    return Auth(raw)
+        return b"AUTH\n" + _U32.pack(len(self.secret)) + self.secret
 
 
 def encode_identify(body: Mapping[str, object], *, max_body_size: int | None = None) -> bytes:
     """Return ``IDENTIFY\\n[len][JSON]``; keys keep their order, JSON is compact."""
-    return identify_command(body, max_body_size=max_body_size).encode()
+    return Identify.of(body, max_body_size=max_body_size).encode()
 
 
 def encode_auth(secret: str | bytes, *, max_body_size: int | None = None) -> bytes:
     """Return ``AUTH\\n[len][secret]``; the secret must not be empty."""
-    return auth_command(secret, max_body_size=max_body_size).encode()
+    return Auth.of(secret, max_body_size=max_body_size).encode()
 
 
 # --- subscribing ------------------------------------------------------------------------------
@@ -278,13 +234,6 @@ class StartPosition:
         return f"{self.kind.value}:{self.value}".encode("ascii")
 
 
-def _checked_subscription(topic: str, channel: str, partition: int | None) -> None:
-    """Check the names and the partition of a subscribe command."""
-    validate_topic(topic)
-    validate_channel(channel)
-    validate_partition(partition)
-
-
 @dataclass(frozen=True, slots=True)
 class _Subscription:
     """What the three subscribe commands share; answered, checked when made."""
@@ -297,13 +246,15 @@ class _Subscription:
     partition: int | None = None
 
     def __post_init__(self) -> None:
-        """Check the names and the partition (a subscribe is made once per connection)."""
-        _checked_subscription(self.topic, self.channel, self.partition)
+        validate_topic(self.topic)
+        validate_channel(self.channel)
+        validate_partition(self.partition)
 
     def encode(self) -> bytes:
-        """The command line."""
-        params = (self.topic.encode("ascii"), self.channel.encode("ascii"))
-        return command_line(self.name, *params, *partition_params(self.partition))
+        params = [self.topic.encode("ascii"), self.channel.encode("ascii")]
+        if self.partition is not None:
+            params.append(b"%d" % self.partition)
+        return _line(self.name, *params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,23 +289,21 @@ class SubAdvanced(_Subscription):
     start: StartPosition | None = None
 
     def __post_init__(self) -> None:
-        """Check the names, the partition and the start position."""
-        _checked_subscription(self.topic, self.channel, self.partition)
+        _Subscription.__post_init__(self)
         if self.start is not None and not isinstance(self.start, StartPosition):
             raise InvalidArgumentError(
                 f"start must be a StartPosition, not {type(self.start).__name__}"
             )
 
     def encode(self) -> bytes:
-        """The command line."""
         if self.start is None:
             return _Subscription.encode(self)
         placeholder = DEFAULT_PARTITION if self.partition is None else self.partition
-        return command_line(
+        return _line(
             b"SUB_ADVANCED",
             self.topic.encode("ascii"),
             self.channel.encode("ascii"),
-            str(placeholder).encode("ascii"),
+            b"%d" % placeholder,
             self.start.token,
         )
 
@@ -389,18 +338,16 @@ def encode_sub_advanced(
 @dataclass(frozen=True, slots=True)
 class Rdy:
     """``RDY <count>``: how many messages nsqd may have in flight here; never answered.
-
-    The session checks ``count`` against the negotiated ``max_rdy_count`` too."""
+    ``count`` is an int in ``0..2**63-1``; the session checks it against the negotiated
+    ``max_rdy_count`` too."""
 
     name: ClassVar[bytes] = b"RDY"
     count: int
 
     def __post_init__(self) -> None:
-        """Check the count: an int in ``0..2**63-1``."""
         check_uint(self.count, "RDY count", 63)
 
     def encode(self) -> bytes:
-        """The command line."""
         return b"RDY %d\n" % self.count
 
 
@@ -412,11 +359,9 @@ class Fin:
     message_id: bytes
 
     def __post_init__(self) -> None:
-        """Check the id (see :func:`~nsq_ha.protocol.names.validate_message_id`)."""
         object.__setattr__(self, "message_id", validate_message_id(self.message_id))
 
     def encode(self) -> bytes:
-        """The command."""
         return b"FIN " + self.message_id + b"\n"
 
 
@@ -430,12 +375,10 @@ class Req:
     delay: float = 0.0
 
     def __post_init__(self) -> None:
-        """Check the id and the delay."""
         object.__setattr__(self, "message_id", validate_message_id(self.message_id))
         seconds_to_ms(self.delay, "REQ delay")
 
     def encode(self) -> bytes:
-        """The command."""
         return b"REQ " + self.message_id + b" %d\n" % checked_seconds_to_ms(self.delay)
 
 
@@ -447,11 +390,9 @@ class Touch:
     message_id: bytes
 
     def __post_init__(self) -> None:
-        """Check the id."""
         object.__setattr__(self, "message_id", validate_message_id(self.message_id))
 
     def encode(self) -> bytes:
-        """The command."""
         return b"TOUCH " + self.message_id + b"\n"
 
 
@@ -462,7 +403,6 @@ class Cls:
     name: ClassVar[bytes] = b"CLS"
 
     def encode(self) -> bytes:
-        """The command."""
         return b"CLS\n"
 
 
@@ -473,7 +413,6 @@ class Nop:
     name: ClassVar[bytes] = b"NOP"
 
     def encode(self) -> bytes:
-        """The command."""
         return b"NOP\n"
 
 
@@ -487,7 +426,6 @@ class InternalCreateTopic:
     ext: bool = False
 
     def __post_init__(self) -> None:
-        """Check the topic and the partition (explicit, 0..254)."""
         validate_topic(self.topic)
         checked = validate_partition(self.partition)
         if checked is None or checked < 0:
@@ -496,13 +434,8 @@ class InternalCreateTopic:
             )
 
     def encode(self) -> bytes:
-        """The command line."""
-        return command_line(
-            self.name,
-            self.topic.encode("ascii"),
-            str(self.partition).encode("ascii"),
-            b"true" if self.ext else b"false",
-        )
+        ext = b"true" if self.ext else b"false"
+        return _line(self.name, self.topic.encode("ascii"), b"%d" % self.partition, ext)
 
 
 def encode_rdy(count: int, *, max_rdy_count: int | None = None) -> bytes:

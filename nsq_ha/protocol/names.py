@@ -11,18 +11,6 @@ import re
 
 from nsq_ha.errors import InvalidArgumentError, InvalidNameError
 
-__all__ = [
-    "DEFAULT_PARTITION",
-    "MAX_NAME_LENGTH",
-    "MAX_PARTITION",
-    "MESSAGE_ID_LENGTH",
-    "is_valid_name",
-    "validate_channel",
-    "validate_message_id",
-    "validate_partition",
-    "validate_topic",
-]
-
 #: Longest topic or channel name, in bytes (the ``#ephemeral`` suffix included).
 MAX_NAME_LENGTH = 64
 #: Highest partition id nsqd and nsqlookupd accept.
@@ -35,7 +23,7 @@ MESSAGE_ID_LENGTH = 16
 _NAME_RE = re.compile(r"[.a-zA-Z0-9_-]+(?:#ephemeral)?")
 
 
-@functools.lru_cache(maxsize=4096)  # every publish checks its topic: keep the regex off that path
+@functools.lru_cache(maxsize=4096)  # the embedded broker checks the names of every command
 def is_valid_name(name: str) -> bool:
     """Return True when ``name`` is a valid topic or channel name."""
     return 1 <= len(name) <= MAX_NAME_LENGTH and _NAME_RE.fullmatch(name) is not None

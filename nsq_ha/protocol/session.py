@@ -14,8 +14,8 @@ caller writes those, feeds it the bytes it reads and acts on the events it hands
     while (event := session.next_event()) is not NEED_DATA:
         ...                                       # Answer, Failed, Delivered, Heartbeat, ...
 
-It owns the connection state (every move goes through
-:class:`~nsq_ha.protocol.state.ConnectionStateMachine`, every command is checked against
+It owns the connection state (every move checked against
+:data:`~nsq_ha.protocol.state.TRANSITIONS`, every command against
 :data:`~nsq_ha.protocol.state.COMMANDS_BY_STATE`), the FIFO of commands waiting for an answer
 (nsqd answers in order, §1.5, so it knows which command an error frame answers), the message
 format the subscribe command chose, the ids in flight, the RDY check on receipt
@@ -46,14 +46,14 @@ from nsq_ha.errors import (
 )
 from nsq_ha.protocol.commands import (
     MAGIC_V2,
+    Auth,
     Command,
     Fin,
+    Identify,
     Rdy,
     Req,
     Touch,
-    auth_command,
     check_rdy,
-    identify_command,
 )
 from nsq_ha.protocol.error_frames import closes_connection, must_drop, parse_error_frame
 from nsq_ha.protocol.events import (
@@ -80,24 +80,7 @@ from nsq_ha.protocol.frames import (
 )
 from nsq_ha.protocol.identify import Negotiated
 from nsq_ha.protocol.message import DeliveryLedger, MessageFormat, decode_message
-from nsq_ha.protocol.state import (
-    COMMANDS_BY_STATE,
-    ConnectionStateMachine,
-    ConnState,
-    check_command,
-)
-
-__all__ = [
-    "DEFAULT_MSG_TIMEOUT",
-    "FORK_ONLY_COMMANDS",
-    "MAX_HEARTBEATS_PER_SECOND",
-    "NO_RESPONSE_COMMANDS",
-    "SUBSCRIBE_COMMANDS",
-    "SYNC_ID_FORK",
-    "SYNC_ID_VANILLA",
-    "ClientSession",
-    "FrameDecoder",
-]
+from nsq_ha.protocol.state import COMMANDS_BY_STATE, TRANSITIONS, ConnState, check_command
 
 #: Commands nsqd never answers on success (their errors may still arrive).
 NO_RESPONSE_COMMANDS = frozenset({b"FIN", b"REQ", b"TOUCH", b"RDY", b"NOP"})
@@ -247,23 +230,22 @@ class ClientSession:
         "_format",
         "_in_flight",
         "_ledger",
-        "_machine",
         "_negotiated",
         "_now",
-        "_ordered",
         "_pending",
         "_syncs",
+        "state",
     )
 
     def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         """Start in ``INIT``; frames above ``max_frame_size`` are a protocol violation."""
-        self._machine = ConnectionStateMachine()
+        #: The connection state (an attribute: every command sent reads it).
+        self.state = ConnState.INIT
         self._decoder = FrameDecoder(max_frame_size)
         self._pending: deque[bytes] = deque()
         self._negotiated: Negotiated | None = None
         self._fork = False
         self._format: MessageFormat | None = None
-        self._ordered = False
         self._in_flight: set[bytes] = set()
         self._ledger = DeliveryLedger(expiry=DEFAULT_MSG_TIMEOUT)
         self._syncs = 0
@@ -280,22 +262,20 @@ class ClientSession:
             f"in_flight={len(self._in_flight)}>"
         )
 
+    def _move(self, new: ConnState) -> None:
+        """Enter ``new``; a move :data:`TRANSITIONS` does not allow raises LocalProtocolError."""
+        if new not in TRANSITIONS[self.state]:
+            raise LocalProtocolError(
+                f"illegal connection state transition {self.state.name} -> {new.name}"
+            )
+        self.state = new
+
     # -- what the session knows ---------------------------------------------------------
-
-    @property
-    def state(self) -> ConnState:
-        """The connection state."""
-        return self._machine.state
-
-    @property
-    def history(self) -> tuple[ConnState, ...]:
-        """Every state entered so far, oldest first."""
-        return self._machine.history
 
     @property
     def closed(self) -> bool:
         """True once the connection is ``CLOSED``."""
-        return self._machine.state is _CLOSED
+        return self.state is _CLOSED
 
     @property
     def negotiated(self) -> Negotiated | None:
@@ -308,20 +288,9 @@ class ClientSession:
         return self._fork
 
     @property
-    def fork_rules(self) -> bool:
-        """Read error frames with the fork's rules: True unless nsqd identified as vanilla
-        (the fork's rules are the stricter guess while it is not known)."""
-        return self._negotiated is None or self._negotiated.is_fork is not False
-
-    @property
     def message_format(self) -> MessageFormat | None:
         """The format of message frames (``None`` until a subscribe command was sent)."""
         return self._format
-
-    @property
-    def ordered(self) -> bool:
-        """True after SUB_ORDERED: nsqd sends the next message only after this one's FIN."""
-        return self._ordered
 
     @property
     def pending(self) -> int:
@@ -342,14 +311,14 @@ class ClientSession:
 
     def start(self) -> bytes:
         """Return the magic, the first bytes on a new connection."""
-        self._machine.move(ConnState.CONNECTED)
+        self._move(ConnState.CONNECTED)
         return MAGIC_V2
 
     def identify(self, body: Mapping[str, object], *, max_body_size: int | None = None) -> bytes:
         """Return the IDENTIFY command for ``body``; its answer is an :class:`Answer`."""
-        command = identify_command(body, max_body_size=max_body_size)
+        command = Identify.of(body, max_body_size=max_body_size)
         self._allowed(command.name)
-        self._machine.move(ConnState.IDENTIFYING)
+        self._move(ConnState.IDENTIFYING)
         self._pending.append(b"IDENTIFY")
         return command.encode()
 
@@ -360,18 +329,18 @@ class ClientSession:
 
     def start_tls(self) -> None:
         """Enter the TLS upgrade; nsqd's ``OK`` through TLS is the next answer."""
-        self._machine.move(ConnState.TLS_UPGRADE)
+        self._move(ConnState.TLS_UPGRADE)
         self._pending.append(_UPGRADE_ANSWERS)
 
     def start_compression(self) -> None:
         """Enter the compression upgrade; nsqd's ``OK`` through it is the next answer."""
-        self._machine.move(ConnState.COMPRESSION_UPGRADE)
+        self._move(ConnState.COMPRESSION_UPGRADE)
         self._pending.append(_UPGRADE_ANSWERS)
 
     def authenticate(self, secret: str | bytes, *, max_body_size: int | None = None) -> bytes:
         """Return the AUTH command; its answer is an :class:`Answer`."""
-        self._machine.move(ConnState.AUTHENTICATING)
-        command = auth_command(secret, max_body_size=max_body_size)
+        self._move(ConnState.AUTHENTICATING)
+        command = Auth.of(secret, max_body_size=max_body_size)
         self._allowed(command.name)
         self._pending.append(b"AUTH")
         return command.encode()
@@ -381,7 +350,7 @@ class ClientSession:
         msg_timeout, else ``msg_timeout``, else nsqd's default."""
         announced = self._negotiated.msg_timeout if self._negotiated is not None else None
         self._ledger = DeliveryLedger(expiry=announced or msg_timeout or DEFAULT_MSG_TIMEOUT)
-        self._machine.move(ConnState.READY)
+        self._move(ConnState.READY)
 
     # -- sending --------------------------------------------------------------------------
 
@@ -389,7 +358,7 @@ class ClientSession:
         """Raise LocalProtocolError unless a command ``name`` may be sent now."""
         if self._fatal is not None:
             raise LocalProtocolError(f"cannot send after the fatal error {self._fatal}")
-        state = self._machine.state
+        state = self.state
         if name not in COMMANDS_BY_STATE[state]:
             check_command(state, name)  # raises, naming the command and the state
 
@@ -414,10 +383,9 @@ class ClientSession:
             self._format = MessageFormat.for_subscription(
                 name, fork=self._fork, extend_support=extend, ext_topic=extend
             )
-            self._ordered = name == b"SUB_ORDERED"
-            self._machine.move(_SUBSCRIBING)
+            self._move(_SUBSCRIBING)
         elif name == b"CLS":
-            self._machine.move(ConnState.CLOSING)
+            self._move(ConnState.CLOSING)
         self._pending.append(name)
         return data
 
@@ -446,7 +414,7 @@ class ClientSession:
         building the command for a message delivered here (the consumer's hot path; any other
         id is checked first)."""
         in_flight = self._in_flight
-        if message_id in in_flight and self._machine.state is _SUBSCRIBED and self._fatal is None:
+        if message_id in in_flight and self.state is _SUBSCRIBED and self._fatal is None:
             in_flight.discard(message_id)
             self._ledger.settled(message_id)
             return b"FIN " + message_id + b"\n"
@@ -503,10 +471,10 @@ class ClientSession:
         if name == b"CLS":
             if data != CLOSE_WAIT:
                 raise RemoteProtocolError(f"expected CLOSE_WAIT after CLS, got {data[:64]!r}")
-            self._machine.move(ConnState.CLOSE_WAIT)
+            self._move(ConnState.CLOSE_WAIT)
             return CLOSE_WAIT_EVENT
-        if name in SUBSCRIBE_COMMANDS and self._machine.state is ConnState.SUBSCRIBING:
-            self._machine.move(ConnState.SUBSCRIBED)
+        if name in SUBSCRIBE_COMMANDS and self.state is ConnState.SUBSCRIBING:
+            self._move(ConnState.SUBSCRIBED)
         return _new(Answer, (data, name))
 
     def _heartbeat(self) -> Event:
@@ -528,7 +496,8 @@ class ClientSession:
         """An error frame: FIN/REQ/TOUCH failures answer no pending command (they have no
         success answer to keep a place in the FIFO); anything else answers the oldest."""
         error = parse_error_frame(data)
-        fork = self.fork_rules
+        # the fork's rules, the stricter guess, unless nsqd identified as vanilla
+        fork = self._negotiated is None or self._negotiated.is_fork is not False
         if isinstance(error, MessageCommandError):
             if self._syncs and error.message_id in _SYNC_IDS:
                 self._syncs -= 1
@@ -539,8 +508,8 @@ class ClientSession:
             return _new(Failed, (error, fatal, None))
         head = self._pending.popleft() if self._pending else None
         fatal = error.fatal = must_drop(type(error), head, fork=fork)
-        if head in SUBSCRIBE_COMMANDS and self._machine.state is ConnState.SUBSCRIBING:
-            self._machine.move(ConnState.READY)
+        if head in SUBSCRIBE_COMMANDS and self.state is ConnState.SUBSCRIBING:
+            self._move(ConnState.READY)
         if fatal:
             self._fatal = error
         return _new(Failed, (error, fatal, head))
@@ -550,7 +519,7 @@ class ClientSession:
     def close(self) -> None:
         """Enter ``CLOSED`` (either side closed the socket): pending commands get no answer,
         nothing can be sent any more."""
-        if self._machine.state is not _CLOSED:
-            self._machine.move(ConnState.CLOSED)
+        if self.state is not _CLOSED:
+            self._move(ConnState.CLOSED)
         self._pending.clear()
         self._syncs = 0

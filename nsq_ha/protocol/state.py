@@ -6,10 +6,10 @@ The states follow one nsqd connection from the client's point of view::
          -> [AUTHENTICATING] -> READY -> SUBSCRIBING -> SUBSCRIBED -> CLOSING (CLS sent)
          -> CLOSE_WAIT (CLOSE_WAIT received) -> CLOSED
 
-Every state may go to ``CLOSED`` (the peer or we closed the socket). :class:`ConnectionStateMachine`
-rejects any other move with :class:`~nsq_ha.errors.LocalProtocolError`, and
-:func:`check_command` says which commands the client may send in which state, so an illegal
-command never reaches the wire. Pure data: no I/O, no clocks.
+Every state may go to ``CLOSED`` (the peer or we closed the socket); the session
+(:class:`~nsq_ha.protocol.session.ClientSession`) refuses any move :data:`TRANSITIONS` does not
+list with :class:`~nsq_ha.errors.LocalProtocolError`, and :func:`check_command` says which
+commands the client may send in which state, so an illegal command never reaches the wire.
 """
 
 from __future__ import annotations
@@ -18,15 +18,6 @@ import enum
 from collections.abc import Mapping
 
 from nsq_ha.errors import LocalProtocolError
-
-__all__ = [
-    "COMMANDS_BY_STATE",
-    "TRANSITIONS",
-    "ConnState",
-    "ConnectionStateMachine",
-    "check_command",
-    "command_name",
-]
 
 
 class ConnState(enum.Enum):
@@ -108,47 +99,3 @@ def check_command(state: ConnState, command: bytes) -> bytes:
         shown = name.decode("ascii", errors="replace") or "(empty)"
         raise LocalProtocolError(f"cannot send {shown} in state {state.name}")
     return name
-
-
-class ConnectionStateMachine:
-    """Holds the current :class:`ConnState` and allows only the moves in :data:`TRANSITIONS`."""
-
-    __slots__ = ("_history", "state")
-
-    def __init__(self, state: ConnState = ConnState.INIT) -> None:
-        """Start in ``state`` (``INIT`` for a new connection)."""
-        #: The current state (read it; :meth:`move` changes it). An attribute, not a property:
-        #: every command sent reads it.
-        self.state = state
-        self._history: list[ConnState] = [state]
-
-    def __repr__(self) -> str:
-        """Show the current state."""
-        return f"<ConnectionStateMachine {self.state.name}>"
-
-    @property
-    def history(self) -> tuple[ConnState, ...]:
-        """Every state entered so far, oldest first."""
-        return tuple(self._history)
-
-    @property
-    def closed(self) -> bool:
-        """True once the connection reached ``CLOSED``."""
-        return self.state is ConnState.CLOSED
-
-    def can_move(self, new: ConnState) -> bool:
-        """True when ``new`` is a legal next state (moving to the current state is not)."""
-        return new in TRANSITIONS[self.state]
-
-    def move(self, new: ConnState) -> None:
-        """Enter ``new``; an illegal move raises LocalProtocolError and changes nothing."""
-        if not self.can_move(new):
-            raise LocalProtocolError(
-                f"illegal connection state transition {self.state.name} -> {new.name}"
-            )
-        self.state = new
-        self._history.append(new)
-
-    def check_command(self, command: bytes) -> bytes:
-        """Return the command's name if it may be sent now, else raise LocalProtocolError."""
-        return check_command(self.state, command)

@@ -87,7 +87,6 @@ def test_a_subscribe_command_gives_its_line_and_its_message_format(
     assert session.send(command) == wire
     assert session.state is ConnState.SUBSCRIBING
     assert session.message_format == MessageFormat(fork_ids=True, detail=command.detail)
-    assert session.ordered is isinstance(command, SubOrdered)
 
 
 def test_message_commands_give_their_bytes_and_settle_or_renew_the_message() -> None:

@@ -1,4 +1,4 @@
-"""The client connection state table (nsq_ha.protocol.state)."""
+"""The client connection state tables (nsq_ha.protocol.state), and the session's moves."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nsq_ha.errors import LocalProtocolError
+from nsq_ha.protocol.session import ClientSession
 from nsq_ha.protocol.state import (
     COMMANDS_BY_STATE,
     TRANSITIONS,
-    ConnectionStateMachine,
     ConnState,
     check_command,
     command_name,
@@ -33,40 +33,41 @@ def test_every_state_has_a_row() -> None:
     assert set(COMMANDS_BY_STATE) == set(ConnState)
 
 
+def in_state(state: ConnState) -> ClientSession:
+    session = ClientSession()
+    session.state = state
+    return session
+
+
 @pytest.mark.parametrize("path", HAPPY_PATHS)
 def test_happy_paths_then_closed(path: list[ConnState]) -> None:
     """The documented handshake and subscribe paths are legal and end in CLOSED."""
-    machine = ConnectionStateMachine()
-    for state in path:
-        machine.move(state)
-    machine.move(S.CLOSED)
-    assert machine.closed
-    assert machine.history == (S.INIT, *path, S.CLOSED)
-    assert repr(machine) == "<ConnectionStateMachine CLOSED>"
+    for before, after in zip([S.INIT, *path], [*path, S.CLOSED], strict=True):
+        assert after in TRANSITIONS[before]
 
 
 @pytest.mark.parametrize("state", [s for s in ConnState if s is not S.CLOSED])
 def test_closed_reachable_from_everywhere_but_leads_nowhere(state: ConnState) -> None:
     """Either side may close at any time; nothing follows CLOSED."""
-    machine = ConnectionStateMachine(state)
-    machine.move(S.CLOSED)
+    session = in_state(state)
+    session.close()
+    assert session.closed
     for target in ConnState:
         with pytest.raises(LocalProtocolError, match="CLOSED -> "):
-            machine.move(target)
+            session._move(target)
 
 
 @given(st.sampled_from(list(ConnState)), st.sampled_from(list(ConnState)))
-def test_move_agrees_with_the_table(start: ConnState, target: ConnState) -> None:
-    """Any (state, target) pair: move() succeeds exactly when the table allows it."""
-    machine = ConnectionStateMachine(start)
+def test_a_move_agrees_with_the_table(start: ConnState, target: ConnState) -> None:
+    """Any (state, target) pair: the session moves exactly when the table allows it."""
+    session = in_state(start)
     if target in TRANSITIONS[start]:
-        machine.move(target)
-        assert machine.state is target
+        session._move(target)
+        assert session.state is target
     else:
         with pytest.raises(LocalProtocolError, match=f"{start.name} -> {target.name}"):
-            machine.move(target)
-        assert machine.state is start
-        assert machine.history == (start,)
+            session._move(target)
+        assert session.state is start
 
 
 @pytest.mark.parametrize(
@@ -80,7 +81,7 @@ def test_move_agrees_with_the_table(start: ConnState, target: ConnState) -> None
 )
 def test_skipping_a_step_is_refused(skipped_from: ConnState, skipped_to: ConnState) -> None:
     """No handshake, SUB answer or CLS can be skipped."""
-    assert not ConnectionStateMachine(skipped_from).can_move(skipped_to)
+    assert skipped_to not in TRANSITIONS[skipped_from]
 
 
 @pytest.mark.parametrize(
@@ -101,7 +102,6 @@ def test_skipping_a_step_is_refused(skipped_from: ConnState, skipped_to: ConnSta
 def test_allowed_commands(state: ConnState, command: bytes) -> None:
     """Commands nsqd accepts in the matching server state pass the check."""
     assert check_command(state, command) == command_name(command)
-    assert ConnectionStateMachine(state).check_command(command) == command_name(command)
 
 
 @pytest.mark.parametrize(
