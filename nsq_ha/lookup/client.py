@@ -133,11 +133,6 @@ class LookupClient:
         return self._pool.lookupds
 
     @property
-    def requests_sent(self) -> dict[str, int]:
-        """How many HTTP requests this client sent, per path (for logs and tests)."""
-        return self._pool.requests_sent
-
-    @property
     def cached_keys(self) -> frozenset[tuple[str, Access]]:
         """The (topic, access) keys whose partition map is cached."""
         return frozenset(self._maps)

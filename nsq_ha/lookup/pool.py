@@ -128,8 +128,6 @@ class LookupdPool:
         self.discovered = False
         #: some lookupd has sent an HTTP answer (until then, failures are not retried)
         self.answered = False
-        #: how many HTTP requests were sent, per path (for logs and tests)
-        self.requests_sent: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._lookupds)
@@ -182,7 +180,6 @@ class LookupdPool:
         import httpx
 
         shown = state.endpoint.shown
-        self.requests_sent[path] = self.requests_sent.get(path, 0) + 1
         try:
             async with asyncio.timeout_at(deadline):
                 answer = await get_answer(

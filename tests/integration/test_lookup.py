@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 
+import httpx
 import pytest
 
 from nsq_ha.errors import TopicNotFoundError
 from nsq_ha.lookup import LookupClient, PartitionMap
 from nsq_ha.testing.process import free_ports
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
+
+
+def counting_http() -> tuple[httpx.AsyncClient, collections.Counter[str]]:
+    """An HTTP client for ``LookupClient(http=...)`` that counts the requests sent, per path."""
+    sent: collections.Counter[str] = collections.Counter()
+
+    async def count(request: httpx.Request) -> None:
+        sent[request.url.path] += 1
+
+    return httpx.AsyncClient(event_hooks={"request": [count]}), sent
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +34,8 @@ async def test_vanilla_lookup_gives_one_route_per_nsqd(
     vanilla_cluster: VanillaCluster, vanilla_topic: str
 ) -> None:
     """Vanilla lookupd has no /listlookup (404): the seed is kept; producers become routes."""
-    async with LookupClient(vanilla_cluster.lookupd_http) as client:
+    http, sent = counting_http()
+    async with http, LookupClient(vanilla_cluster.lookupd_http, http=http) as client:
         assert await client.discover() == [vanilla_cluster.lookupd_http]
         pmap = await client.writable(vanilla_topic)
     assert not pmap.fork
@@ -30,7 +43,7 @@ async def test_vanilla_lookup_gives_one_route_per_nsqd(
     assert sorted(r.node.address for r in pmap.routes()) == sorted(
         n.tcp_address for n in vanilla_cluster.nodes
     )
-    assert client.requests_sent == {"/listlookup": 1, "/lookup": 1}
+    assert sent == {"/listlookup": 1, "/lookup": 1}
 
 
 async def test_vanilla_unknown_topic_says_how_to_create_it(vanilla_cluster: VanillaCluster) -> None:
@@ -43,15 +56,16 @@ async def test_concurrent_refreshes_share_one_request(
     vanilla_cluster: VanillaCluster, vanilla_topic: str
 ) -> None:
     """Fifty callers refreshing at once cause one /lookup request."""
-    async with LookupClient(vanilla_cluster.lookupd_http) as client:
+    http, sent = counting_http()
+    async with http, LookupClient(vanilla_cluster.lookupd_http, http=http) as client:
         await client.discover()
         maps = await asyncio.gather(*(client.refresh(vanilla_topic, "w") for _ in range(50)))
-        assert client.requests_sent["/lookup"] == 1
+        assert sent["/lookup"] == 1
         assert all(m is maps[0] for m in maps)
         await client.refresh(vanilla_topic, "w")
-        assert client.requests_sent["/lookup"] == 2
+        assert sent["/lookup"] == 2
         cached = await client.lookup(vanilla_topic, "w")  # cached: no request
-        assert client.requests_sent["/lookup"] == 2
+        assert sent["/lookup"] == 2
         assert cached is client.cached(vanilla_topic, "w")
 
 
@@ -60,16 +74,18 @@ async def test_a_dead_lookupd_is_skipped_and_retried_later(
 ) -> None:
     (dead_port,) = free_ports(1)
     dead = f"http://127.0.0.1:{dead_port}"
-    async with LookupClient([dead, vanilla_cluster.lookupd_http], max_backoff=30) as client:
+    http, sent = counting_http()
+    seeds = [dead, vanilla_cluster.lookupd_http]
+    async with http, LookupClient(seeds, max_backoff=30, http=http) as client:
         pmap = await client.writable(vanilla_topic)
         assert len(pmap.routes()) == 2
         status = {url: (fails, wait) for url, fails, wait in client.lookupd_status()}
         assert status[dead][0] >= 1
         assert status[dead][1] > 0.1
         assert status[vanilla_cluster.lookupd_http] == (0, 0.0)
-        before = client.requests_sent["/lookup"]
+        before = sent["/lookup"]
         await client.writable(vanilla_topic, force=True)
-        assert client.requests_sent["/lookup"] == before + 1  # only the live lookupd was asked
+        assert sent["/lookup"] == before + 1  # only the live lookupd was asked
 
 
 async def test_watch_reports_a_changed_map(vanilla_cluster: VanillaCluster) -> None:
