@@ -367,25 +367,7 @@ class StreamTransport:
             except NsqError as mapped:
                 on_end(mapped)
 
-        def take(raw: bytes) -> None:
-            codec = self._codec
-            if codec is None:
-                on_data(raw)
-                return
-            try:
-                data = codec.decompress(raw)
-            except NsqError as exc:
-                self.stop_receiving()
-                on_end(exc)
-                return
-            if data:
-                on_data(data)
-            if codec.pending and self._receiving:
-                pipe.pause_reading()
-                if self._slice_handle is None and not self._held:
-                    self._slice_handle = pipe.loop.call_soon(self._slice)
-
-        pipe.receiver = take
+        pipe.receiver = take = on_data if self._codec is None else self._decode
         pipe.on_end = ended
         if pipe.buffer:
             data = bytes(pipe.buffer)
@@ -420,34 +402,41 @@ class StreamTransport:
     def _slice(self) -> None:
         """Decode the next slice of compressed input already read (one per loop turn)."""
         self._slice_handle = None
-        pipe = self._pipe
-        codec = self._codec
-        if not self._receiving or self._held or codec is None:
-            return
+        if self._receiving and not self._held:
+            self._decode(b"")
+
+    def _decode(self, raw: bytes) -> None:
+        """Hand on the next slice of what ``raw`` and the input before it decode to; while
+        more waits, the socket is not read and the next slice is a loop turn away."""
+        codec = cast("StreamCodec", self._codec)
+        on_end = self._on_end
         try:
-            data = codec.decompress(b"")
+            data = codec.decompress(raw)
         except NsqError as exc:
             self.stop_receiving()
-            self._on_end(exc)
+            on_end(exc)
             return
         if data:
             self._on_data(data)  # may stop or hold the receiving
         if self.stopped or self._held:
             return
-        if codec.pending:
-            self._slice_handle = pipe.loop.call_soon(self._slice)
-        else:
+        pipe = self._pipe
+        if not codec.pending:
             pipe.resume_reading()
-
-    def _cancel_slices(self) -> None:
-        if self._slice_handle is not None:
-            self._slice_handle.cancel()
-            self._slice_handle = None
+            return
+        pipe.pause_reading()
+        if self._slice_handle is None:
+            self._slice_handle = pipe.loop.call_soon(self._slice)
 
     @property
     def stopped(self) -> bool:
         """True when nothing is handed to a receiver (none set, or it was stopped)."""
         return not self._receiving
+
+    def _cancel_slices(self) -> None:
+        if self._slice_handle is not None:
+            self._slice_handle.cancel()
+            self._slice_handle = None
 
     def stop_receiving(self) -> None:
         """Hand nothing more to the receiver (bytes that arrive later are dropped)."""

@@ -18,7 +18,7 @@ from nsq_ha.errors import ConnectionClosedError, HandshakeError, RemoteProtocolE
 from nsq_ha.protocol.commands import Nop
 from nsq_ha.protocol.events import NEED_DATA, Answer, Event, Failed, Heartbeat
 from nsq_ha.protocol.frames import OK
-from nsq_ha.protocol.identify import AuthResponse, Negotiated, parse_auth_response
+from nsq_ha.protocol.identify import AuthResponse, parse_auth_response
 from nsq_ha.protocol.identify import parse_identify_response as _parse_identify
 from nsq_ha.protocol.session import ClientSession
 from nsq_ha.transport import StreamTransport
@@ -40,7 +40,7 @@ def codec_for(name: str, level: int) -> StreamCodec:
 
 
 class Handshake:
-    """The handshake of one connection; results land in ``negotiated`` and ``auth``."""
+    """The handshake of one connection; the AUTH answer lands in ``auth``."""
 
     def __init__(
         self,
@@ -55,7 +55,6 @@ class Handshake:
         self._config = config
         self._transport = transport
         self._session = session
-        self.negotiated: Negotiated | None = None
         self.auth: AuthResponse | None = None
 
     async def run(self) -> None:
@@ -65,8 +64,8 @@ class Handshake:
         session = self._session
         transport.write(session.start())
         body = config.to_identify()
-        self._write(session.identify(body, max_body_size=config.max_body_size))
-        self.negotiated = negotiated = _parse_identify(await self._answer("IDENTIFY"), body)
+        transport.write(session.identify(body, max_body_size=config.max_body_size))
+        negotiated = _parse_identify(await self._answer("IDENTIFY"), body)
         session.identified(negotiated)
         log.info(
             "nsqd %s is %s %s: max_rdy_count=%s msg_timeout=%ss tls=%s snappy=%s deflate=%s "
@@ -118,7 +117,7 @@ class Handshake:
                     "was not sent (connect with tls=, or set allow_plaintext_auth=True to send "
                     "it in clear text)"
                 )
-            self._write(
+            transport.write(
                 session.authenticate(config.auth_secret, max_body_size=config.max_body_size)
             )
             self.auth = parse_auth_response(await self._answer("AUTH"))
@@ -130,10 +129,6 @@ class Handshake:
             )
         elif config.auth_secret is not None:
             log.info("nsqd %s does not require AUTH; the secret was not sent", self._address)
-
-    def _write(self, data: bytes) -> None:
-        """Write one handshake command (the session checked it) directly."""
-        self._transport.write(data)
 
     async def _expect_ok(self, layer: str) -> None:
         """Read the ``OK`` nsqd sends through a new layer."""
@@ -159,7 +154,7 @@ class Handshake:
         while True:
             event = session.next_event()
             if isinstance(event, Heartbeat):
-                self._write(session.send_nowait(Nop()))
+                transport.write(session.send_nowait(Nop()))
                 continue
             if event is not NEED_DATA:
                 return event

@@ -175,11 +175,6 @@ class Deliveries:
             self._queue.put_nowait if on_message is None else on_message
         )
 
-    def __repr__(self) -> str:
-        """Show where messages go."""
-        target = "queue" if self._on_message is None else "on_message"
-        return f"<Deliveries to={target} queued={self._queue.qsize()}>"
-
     async def messages(self) -> AsyncIterator[DecodedMessage]:
         """Yield delivered messages until the connection closes."""
         if self._on_message is not None:
@@ -242,18 +237,11 @@ class FrameReader:
         self._nop_at = -1
         self.address = transport.address
 
-    def __repr__(self) -> str:
-        """Show the peer and the session."""
-        return f"<FrameReader {self.address} {self._session!r}>"
-
     async def run(self) -> NoReturn:
         """Read until the stream ends; raise the NsqError that ended it.
 
-        The transport pushes every read from its socket callback into the session (no task
-        woken per read). The dead-peer watchdog is one timer per window, not one per
-        read: when it fires it looks at when the last complete frame came and either sets
-        itself again for that frame's window or ends the read with the dead-peer
-        NsqTimeoutError.
+        The dead-peer watchdog is one timer per window, not one per read: when it fires it
+        sets itself again for the last complete frame's window, or ends the read.
         """
         session = self._session
         transport = self._transport
