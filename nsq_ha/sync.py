@@ -404,7 +404,7 @@ class Consumer(_Closing):
         interrupted while it waits (Ctrl-C: KeyboardInterrupt, or any exception raised in
         this thread) takes nothing with it: its fetch is cancelled, and what the fetch took
         anyway is handed out by the next call (or requeued by :meth:`close`)."""
-        limit = None if timeout is None else optional_seconds(timeout, "timeout")
+        limit = optional_seconds(timeout, "timeout")
         runner = self._live()
         fetched = self._fetched
         while True:

@@ -114,7 +114,6 @@ class LookupdPool:
         for seed in seeds:
             endpoint = Endpoint.parse(normalize_lookupd(seed))
             endpoints.setdefault(endpoint.url, endpoint)
-        self._seeds = list(endpoints)
         self._seed_endpoints = endpoints
         self._lookupds = {u: LookupdHealth(e) for u, e in endpoints.items()}
         self.timeout = timeout
@@ -268,15 +267,12 @@ class LookupdPool:
             for next_done in asyncio.as_completed(tasks):
                 try:
                     found = await next_done
-                except LookupdError as exc:
-                    if exc.status == 404:  # vanilla nsqlookupd has no /listlookup
-                        log.debug("nsqlookupd has no /listlookup (vanilla): using the seeds")
-                        break
-                    first_error = first_error or exc
-                    continue
                 except LookupdUnavailableError:
                     continue
                 except NsqError as exc:
+                    if isinstance(exc, LookupdError) and exc.status == 404:
+                        log.debug("nsqlookupd has no /listlookup (vanilla): using the seeds")
+                        break
                     first_error = first_error or exc
                     continue
                 if not found:
@@ -298,7 +294,7 @@ class LookupdPool:
         Lookupds discovered before and no longer named are forgotten. A named lookupd that is
         also a seed keeps the seed's credentials; the others get none.
         """
-        ordered = found + [u for u in self._seeds if u not in found]
+        ordered = found + [u for u in self._seed_endpoints if u not in found]
         self._lookupds = {
             u: self._lookupds.get(u) or LookupdHealth(self._seed_endpoints.get(u) or Endpoint(u, u))
             for u in ordered
