@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
-from typing import Any, NamedTuple, Self
+from typing import Any, Self
 
 from nsq_ha.connection.config import ConnectionConfig, parse_address
 from nsq_ha.connection.handshake import Handshake
@@ -42,7 +42,7 @@ from nsq_ha.protocol.frames import DEFAULT_MAX_FRAME_SIZE, max_frame_size_for
 from nsq_ha.protocol.identify import AuthResponse, Negotiated
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.session import ClientSession
-from nsq_ha.protocol.state import ConnState, command_name
+from nsq_ha.protocol.state import ConnState
 from nsq_ha.transport import StreamTransport
 
 log = logging.getLogger(__name__)
@@ -51,21 +51,6 @@ log = logging.getLogger(__name__)
 MessageHandler = Callable[[DecodedMessage], object]
 #: Called with error frames that answer no pending command (FIN/REQ/TOUCH failures, ...).
 ErrorHandler = Callable[[BrokerError], object]
-
-
-_BYTES = (bytes, bytearray)
-
-
-class _Encoded(NamedTuple):
-    """A command its caller encoded already: what :meth:`NsqdConnection.command` makes of bytes
-    (kept for callers not moved to the typed commands yet)."""
-
-    name: bytes
-    data: bytes
-
-    def encode(self) -> bytes:
-        """The bytes as given."""
-        return self.data
 
 
 def _describe(reason: BaseException) -> str:
@@ -301,20 +286,15 @@ class NsqdConnection:
         self._wire().send(data)
         self._deliveries.answered()
 
-    async def command(
-        self, command: Command | bytes, *, response_timeout: float | None = None
-    ) -> bytes:
+    async def command(self, command: Command, *, response_timeout: float | None = None) -> bytes:
         """Send a command that nsqd answers and return the response frame's data.
 
         ``command`` is a typed command (:class:`~nsq_ha.protocol.publish.Publish`,
-        :class:`~nsq_ha.protocol.commands.Sub`, ...); encoded bytes are still taken for callers
-        not moved to the typed commands yet. ``response_timeout`` (default
+        :class:`~nsq_ha.protocol.commands.Sub`, ...). ``response_timeout`` (default
         ``config.command_timeout``) bounds the drain of the socket buffer and the answer; then
         NsqTimeoutError, and the late answer is discarded. An error frame raises its
         BrokerError; a closed connection ConnectionClosedError.
         """
-        if isinstance(command, _BYTES):
-            command = _Encoded(command_name(command), bytes(command))
         try:
             data = self._session.send(command)
         except LocalProtocolError:
