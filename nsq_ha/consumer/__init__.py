@@ -1,10 +1,9 @@
-"""Consuming: the partition-aware :class:`Consumer`, its :class:`Message`, RDY and backoff."""
+"""Consuming: the partition-aware :class:`Consumer`, its :class:`Message`, and backoff."""
 
 from nsq_ha.consumer.backoff import BackoffStrategy, Exponential, Fixed
 from nsq_ha.consumer.config import ConsumerConfig, ConsumerOptions
 from nsq_ha.consumer.core import BatchHandler, Consumer, Handler
 from nsq_ha.consumer.message import Message, Outcome
-from nsq_ha.consumer.rdy import RdyPlanner
 
 __all__ = [
     "BackoffStrategy",
@@ -17,5 +16,4 @@ __all__ = [
     "Handler",
     "Message",
     "Outcome",
-    "RdyPlanner",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from nsq_ha.durations import optional_seconds, seconds
+from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
 
 __all__ = [
@@ -18,18 +18,12 @@ __all__ = [
     "check_member",
     "check_partitions",
     "check_requeue_delay",
-    "check_timeout",
 ]
 
 #: Longest requeue delay sent (s). nsqd clamps a REQ delay to its ``--max-req-timeout``, but it
 #: reads the milliseconds into a Go duration (int64 nanoseconds, about 292 years): a larger value
 #: would wrap around to a negative delay, that is an immediate redelivery.
 MAX_REQUEUE_DELAY = 9.0e9
-
-
-def check_timeout(value: object, name: str = "timeout") -> float | None:
-    """A wait limit: ``None`` (no limit) or finite seconds >= 0."""
-    return optional_seconds(value, name)
 
 
 def check_requeue_delay(value: object, name: str = "requeue delay") -> float:

@@ -215,11 +215,6 @@ class ConsumerConfig:
         """Every field, with a password in a ``lookupd`` URL shown as ``***``."""
         return redacted_repr(self)
 
-    @property
-    def addresses(self) -> tuple[str, ...]:
-        """The ``nsqd=`` addresses (empty with lookupd= or lookup=)."""
-        return tuple(self.nsqd or ())
-
     def wants(self, partition: int) -> bool:
         """True when ``partitions=`` and ``member=`` let this consumer read ``partition``."""
         if self.partitions is not None and partition not in self.partitions:
@@ -282,7 +277,7 @@ _OPTION_NAMES = tuple(
 def consumer_config(
     topic: str | None,
     channel: str | None,
-    config: ConsumerConfig | ConnectionConfig | None,
+    config: object,
     options: ConsumerOptions,
 ) -> ConsumerConfig:
     """The ConsumerConfig of a Consumer's arguments (async or blocking, the same way): the
@@ -297,16 +292,9 @@ def consumer_config(
                 "a Consumer needs a topic and a channel (or config=ConsumerConfig(...))"
             )
         return ConsumerConfig(topic=topic, channel=channel, **options)
-    given: object = config  # callers without a type checker may pass anything
-    if isinstance(given, ConnectionConfig):
-        # a transition: nsq_ha/spark (source.py, ranges.py) and nsq_ha/bench/drivers.py still
-        # give the connections' settings as config=; they are taken as connection=
-        if "connection" in options:
-            raise ConfigError("give the connections' settings once, as connection=")
-        return consumer_config(topic, channel, None, {**options, "connection": given})
-    if not isinstance(given, ConsumerConfig):
+    if not isinstance(config, ConsumerConfig):
         raise ConfigError(
-            f"config must be a ConsumerConfig, got a {type(given).__name__} (the "
+            f"config must be a ConsumerConfig, got a {type(config).__name__} (the "
             "connections' settings go in connection=ConnectionConfig(...))"
         )
     if options:
@@ -315,11 +303,11 @@ def consumer_config(
             "(dataclasses.replace(config, ...) makes one with other values)"
         )
     for name, value in (("topic", topic), ("channel", channel)):
-        if value is not None and value != getattr(given, name):
+        if value is not None and value != getattr(config, name):
             raise ConfigError(
-                f"{name}={value!r} differs from the ConsumerConfig's {getattr(given, name)!r}"
+                f"{name}={value!r} differs from the ConsumerConfig's {getattr(config, name)!r}"
             )
-    return given
+    return config
 
 
 def _unknown(name: str) -> str:

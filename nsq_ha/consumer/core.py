@@ -1,24 +1,7 @@
 """The asyncio consumer: one connection per (nsqd, partition), ordered when the topic says so.
 
-:class:`Consumer` is the public face; the work is done by small parts, each given what it needs
-and calling one way:
-
-* :class:`~nsq_ha.consumer.config.ConsumerConfig`: every option's name, type, default and
-  check, once (the keywords are typed by :class:`~nsq_ha.consumer.config.ConsumerOptions`).
-* :class:`~nsq_ha.consumer.discovery.Discovery`: the partition map followed, subscriptions
-  made (``SUB`` / ``SUB_ORDERED``, ext or not), and a failed or lost one re-made by its
-  reconnect loop (:func:`nsq_ha.retry.retry_after`).
-* :class:`~nsq_ha.consumer.slots.Slot`: one subscription, what it holds in flight (told to the
-  :class:`~nsq_ha.consumer.rdy.RdyPlanner`), and the answer path (``Message`` -> slot ->
-  connection).
-* :class:`~nsq_ha.consumer.flow.Flow`: sends the RDY the planner decides (budget
-  ``max_in_flight`` across all connections, probe then share, rotation, backoff).
-* :class:`~nsq_ha.consumer.handout.Intake`: messages handed out, one per partition at a time
-  on ordered subscriptions (:class:`~nsq_ha.consumer.handout.PartitionGate`); ``on_give_up``.
-* :mod:`~nsq_ha.consumer.runners`: ``run`` and ``run_batches``.
-* :mod:`~nsq_ha.consumer.positions`: where a new channel starts, and seeks (through
-  :mod:`nsq_ha.admin`, loaded on first use).
-* :func:`~nsq_ha.consumer.drain.drain`: closing without leaving anything in flight on nsqd.
+:class:`Consumer` is the public face over the parts ``ARCHITECTURE.md`` lists; each is given
+what it needs and none calls back into the consumer.
 """
 
 from __future__ import annotations
@@ -28,25 +11,27 @@ import logging
 from types import TracebackType
 from typing import Any, Self, Unpack
 
-from nsq_ha.connection import ConnectionConfig, NsqdConnection
+from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer import runners
-from nsq_ha.consumer.checks import check_count, check_timeout
+from nsq_ha.consumer.checks import check_count
 from nsq_ha.consumer.config import ConsumerConfig, ConsumerOptions, consumer_config
 from nsq_ha.consumer.discovery import Discovery
-from nsq_ha.consumer.drain import drain
 from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.handout import Intake
 from nsq_ha.consumer.message import Message
 from nsq_ha.consumer.positions import move, move_all, nsqd_admin, seek_body
 from nsq_ha.consumer.runners import BatchHandler, Handler
-from nsq_ha.consumer.slots import AnswerPolicy, ConnKey, SlotContext, Tally
+from nsq_ha.consumer.slots import ConnKey, Slot, SlotContext, Tally, wait_answered
 from nsq_ha.consumer.tasks import Background
-from nsq_ha.durations import seconds
+from nsq_ha.durations import optional_seconds, seconds
 from nsq_ha.errors import ConfigError, ConsumerClosedError
 
 __all__ = ["BatchHandler", "Consumer", "Handler"]
 
 log = logging.getLogger(__name__)
+
+#: Sync rounds at close: repeated while messages keep racing in after CLS.
+SYNC_ROUNDS = 5
 
 
 class Consumer:
@@ -55,12 +40,10 @@ class Consumer:
     The options are :class:`~nsq_ha.consumer.config.ConsumerConfig`'s fields, as keywords
     (``Consumer("orders", "billing", lookupd=..., max_in_flight=50)``; connection settings as
     ``connection=ConnectionConfig(...)``), or a whole ``config=ConsumerConfig(...)`` (then give
-    no option; topic and channel may be left out). :attr:`config` holds them. (A
-    ``ConnectionConfig`` given as ``config=`` is still taken as ``connection=``, for the
-    callers written before.) Every bad value, or an option name it does not have, raises
-    :class:`~nsq_ha.errors.ConfigError` here, before a connection is made. A partition in
-    ``partitions`` that the topic does not have (lookup's partition count) makes :meth:`start`
-    raise :class:`~nsq_ha.errors.ConfigError`.
+    no option; topic and channel may be left out). :attr:`config` holds them. Every bad value,
+    or an option name it does not have, raises :class:`~nsq_ha.errors.ConfigError` here,
+    before a connection is made. A partition in ``partitions`` that the topic does not have
+    (lookup's partition count) makes :meth:`start` raise :class:`~nsq_ha.errors.ConfigError`.
 
     Order: on an ordered subscription each partition is handled one message at a time, in
     offset order, whichever way messages are consumed (:meth:`run`, :meth:`run_batches`,
@@ -77,7 +60,7 @@ class Consumer:
         topic: str | None = None,
         channel: str | None = None,
         *,
-        config: ConsumerConfig | ConnectionConfig | None = None,
+        config: ConsumerConfig | None = None,
         **options: Unpack[ConsumerOptions],
     ) -> None:
         """Check every option (see the class); nothing is connected before :meth:`start`."""
@@ -97,24 +80,17 @@ class Consumer:
             max_attempts=cfg.max_attempts, on_give_up=cfg.on_give_up, background=self._background
         )
         self._held_changed = asyncio.Event()
-        policy = AnswerPolicy(
-            requeue_delay=cfg.requeue_delay,
-            max_requeue_delay=cfg.max_requeue_delay,
-            backoff=cfg.backoff is not None,
-        )
         context = SlotContext(
-            topic=cfg.topic,
-            channel=cfg.channel,
+            config=cfg,
             flow=self._flow,
             planner=self._flow.planner,
             tally=self._tally,
-            policy=policy,
             held_changed=self._held_changed,
             deliver=self._intake.deliver,
             settled=self._intake.answered,
         )
         # last: every check above may refuse the options before a lookup client is made
-        self._discovery = Discovery(cfg, context, self._flow, self._background)
+        self._discovery = Discovery(context, self._background)
         self._started = False
         self._closing = False
         self._close_task: asyncio.Task[None] | None = None
@@ -151,7 +127,7 @@ class Consumer:
     @property
     def max_in_flight(self) -> int:
         """The RDY budget across all connections."""
-        return self._flow.max_in_flight
+        return self._flow.planner.max_in_flight
 
     def set_max_in_flight(self, value: int) -> None:
         """Change the budget (0 pauses the consumer)."""
@@ -160,7 +136,7 @@ class Consumer:
     def is_starved(self) -> bool:
         """True when some connection holds nearly all its RDY in flight: process (answer) what
         you hold, nsqd will send that connection nothing more until then."""
-        return self._flow.is_starved()
+        return self._flow.planner.is_starved()
 
     @property
     def is_ordered(self) -> bool:
@@ -189,8 +165,8 @@ class Consumer:
         totals["in_flight"] = self._in_flight()
         totals["queued"] = self._intake.queued
         totals["connections"] = len(slots)
-        totals["backoff_level"] = self._flow.level
-        totals["rdy"] = self._flow.rdy
+        totals["backoff_level"] = self._flow.planner.level
+        totals["rdy"] = self._flow.planner.total_rdy
         per: dict[int, dict[str, int]] = {
             partition: dict(counter)
             for partition, counter in sorted(self._tally.partitions.items())
@@ -258,7 +234,7 @@ class Consumer:
         messages of one partition at once (until the first is answered).
         """
         if timeout is not None:  # no limit (async for): nothing to check per message
-            timeout = check_timeout(timeout)
+            timeout = optional_seconds(timeout, "timeout")
         if not self._started:
             await self.start()
         return await self._intake.get(timeout)
@@ -274,7 +250,7 @@ class Consumer:
         :class:`~nsq_ha.errors.NsqTimeoutError`, or the connection gone, in which case nsqd
         redelivers what it had in flight there) is raised once every connection answered.
         """
-        limit = check_timeout(timeout)
+        limit = optional_seconds(timeout, "timeout")
         live = [conn for conn in self.connections.values() if not conn.closed]
         results = await asyncio.gather(
             *(conn.sync(timeout=limit) for conn in live), return_exceptions=True
@@ -295,10 +271,9 @@ class Consumer:
         batch holds at most one message per partition, and each stays claimed as :meth:`get`
         says: until answered, or the task asks again, or it ends.
         """
-        if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1:
-            raise ConfigError(f"max_count must be an int >= 1, not {max_count!r}")
+        check_count(max_count, "max_count", 1)
         if timeout is not None:
-            timeout = check_timeout(timeout)
+            timeout = optional_seconds(timeout, "timeout")
         if not self._started:
             await self.start()
         return await self._intake.get_many(max_count, timeout)
@@ -355,7 +330,7 @@ class Consumer:
             max_size=max_size,
             max_wait=wait,
             concurrency=concurrency,
-            is_starved=self._flow.is_starved,
+            is_starved=self._flow.planner.is_starved,
         )
 
     # -- seeking ------------------------------------------------------------------------------
@@ -418,17 +393,53 @@ class Consumer:
                 else seconds(drain_timeout, "drain_timeout", zero=True)
             )
             self._closing = True
-            self._close_task = asyncio.get_running_loop().create_task(
-                drain(
-                    name=f"{self.topic}/{self.channel}",
-                    discovery=self._discovery,
-                    flow=self._flow,
-                    intake=self._intake,
-                    background=self._background,
-                    held_changed=self._held_changed,
-                    tally=self._tally,
-                    timeout=timeout,
-                )
-            )
+            self._close_task = asyncio.get_running_loop().create_task(self._drain(timeout))
             self._close_task.add_done_callback(lambda _: log.info("closed %r", self))
         await asyncio.shield(self._close_task)
+
+    async def _drain(self, timeout: float) -> None:  # noqa: ASYNC109 - the drain limit
+        """Close's work: stop discovery and RDY, requeue what was not handed out, let handlers
+        answer for up to ``timeout`` s, requeue the rest, sync, close every connection."""
+        discovery, intake = self._discovery, self._intake
+        intake.closing = True  # what arrives from now on is requeued at once
+        await discovery.stop()
+        await self._flow.stop()
+        slots = list(discovery.slots.values())
+        requeued = intake.stop()
+        # nothing new: CLS everywhere (what races in is requeued by the intake)
+        await asyncio.gather(
+            *(s.conn.stop_delivery() for s in slots if s.conn is not None), return_exceptions=True
+        )
+        log.info(
+            "closing %s/%s: %d queued messages requeued, waiting up to %.1f s for %d held",
+            self.topic,
+            self.channel,
+            requeued,
+            timeout,
+            sum(len(s.held) for s in slots),
+        )
+        await wait_answered(slots, self._held_changed, timeout)
+        for slot in slots:
+            for message in list(slot.held.values()):
+                log.warning("closing: %r still held after %.1f s: requeueing it", message, timeout)
+                slot.requeue_now(message)
+        await self._sync_answers(slots)
+        await asyncio.gather(
+            *(s.conn.close() for s in slots if s.conn is not None), return_exceptions=True
+        )
+        # watchers end with their sockets; a stuck on_give_up is cut off
+        await self._background.finish(max(timeout, 1.0))
+        await discovery.close()
+
+    async def _sync_answers(self, slots: list[Slot]) -> None:
+        """Round trips until no message raced in: then nsqd has processed every answer."""
+        for _ in range(SYNC_ROUNDS):
+            before = self._tally.total("received")
+            live = [s.conn for s in slots if s.conn is not None and not s.conn.closed]
+            results = await asyncio.gather(*(c.sync() for c in live), return_exceptions=True)
+            for conn, result in zip(live, results, strict=True):
+                if isinstance(result, BaseException):
+                    log.warning("closing: sync with %s failed: %s", conn.address, result)
+            if self._tally.total("received") == before:
+                return
+        log.warning("closing: messages kept arriving after CLS; some may stay in flight")

@@ -1,26 +1,16 @@
 """Finding and keeping a consumer's subscriptions: :class:`Discovery`.
 
-With nsqlookupd, ``lookup?access=r`` names the consume leader of every partition (PROTOCOL.md
-§6.4, §6.8): discovery keeps one :class:`~nsq_ha.consumer.slots.Slot` per (node, partition)
-wanted, picks up new partitions and moved leaders on every lookup refresh (a moved partition's
-old slot retires: it drains, then closes). A subscription is made once directly; when that
-fails, or the connection is lost later, the (node, partition)'s reconnect loop takes over: the
-project's tenacity loop (:func:`nsq_ha.retry.retry_after`), waiting ``reconnect_interval``
-doubling up to ``max_reconnect_interval``, each try through a fresh lookup (it ends when the
-partition is read from another node: the lookup's watcher subscribes there). With ``nsqd=``
-addresses each try reconnects to the same address. One warning per failure streak, debug lines
-for the rest, and a :class:`~nsq_ha.events.Reconnecting` event per failure. Whether an error
-is worth another try is :func:`nsq_ha.retry.decide`'s call (after start, every failure is
-tried again; one a user must fix is logged as an error).
+One :class:`~nsq_ha.consumer.slots.Slot` per (node, partition) wanted, from the consume leaders
+``lookup?access=r`` names (PROTOCOL.md §6.4, §6.8) or the ``nsqd=`` addresses; every lookup
+refresh picks up new partitions and moved leaders (a moved partition's old slot drains, then
+closes). A subscription is made once directly; a failed or lost one goes to its reconnect loop
+(:func:`nsq_ha.retry.retry_after`), each try through a fresh lookup, until the partition is
+read from another node (the lookup's watcher subscribes there).
 
 Subscribing (§2.3): ``SUB_ORDERED`` when ``ordered=True``, or when ``ordered=None`` and the
 lookup's ``meta.ordered`` says so, or after nsqd answered ``E_SUB_ORDER_IS_MUST``; otherwise
 ``SUB``. IDENTIFY carries ``extend_support`` exactly when the topic is an ext topic (``meta``,
 or nsqd's ``E_SUB_EXTEND_NEED``/``E_SUB_EXTEND_FORBIDDON``).
-
-Start positions (``start=``, :mod:`~nsq_ha.consumer.positions`): before the first SUB of each
-partition, a channel the leader does not have yet is created and moved there; vanilla nsqd is
-checked at start for what it cannot honour.
 """
 
 from __future__ import annotations
@@ -34,8 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from nsq_ha import events
 from nsq_ha.connection import NsqdConnection
-from nsq_ha.consumer.config import ConsumerConfig
-from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.positions import (
     channel_exists,
     move,
@@ -74,13 +62,11 @@ _MODE_SWITCHES = 3
 class Discovery:
     """The slots a consumer wants, made and re-made; fed by lookup (or fixed addresses)."""
 
-    def __init__(
-        self, config: ConsumerConfig, ctx: SlotContext, flow: Flow, background: Background
-    ) -> None:
-        """Discovery for ``config``'s topic; slots share ``ctx``; RDY goes through ``flow``."""
+    def __init__(self, ctx: SlotContext, background: Background) -> None:
+        config = ctx.config
         self._config = config
         self._ctx = ctx
-        self._flow = flow
+        self._flow = ctx.flow
         self._background = background
         self.topic = config.topic
         self.channel = config.channel
@@ -109,11 +95,6 @@ class Discovery:
         self._created: set[int] = set()
         self._warned_missing = False
         self.closing = False
-
-    @property
-    def has_lookup(self) -> bool:
-        """True when the partition map comes from nsqlookupd."""
-        return self._lookup is not None
 
     # -- start and stop -----------------------------------------------------------------------
 
@@ -181,21 +162,18 @@ class Discovery:
 
     # -- the partition map --------------------------------------------------------------------
 
-    def _wanted(self, pmap: PartitionMap) -> dict[ConnKey, int | None]:
-        """(address, partition) -> partition for every connection the map asks for."""
+    def _wanted(self, pmap: PartitionMap) -> list[ConnKey]:
+        """The (address, partition or -1) of every connection the map asks for."""
         config = self._config
         if not pmap.fork:
             if config.partitions is not None or config.member is not None:
                 raise ConfigError(
                     f"partitions=/member= need the fork; {self.topic!r} is on vanilla nsqd"
                 )
-            return {(node.address, -1): None for node in pmap.producers}
+            return [(node.address, -1) for node in pmap.producers]
         if pmap.partition_num == 0 and not pmap.partitions:
             raise missing_on_fork(self.topic)
-        wanted: dict[ConnKey, int | None] = {}
-        for partition, node in sorted(pmap.partitions.items()):
-            if config.wants(partition):
-                wanted[(node.address, partition)] = partition
+        wanted = [(n.address, p) for p, n in sorted(pmap.partitions.items()) if config.wants(p)]
         if not wanted and (config.partitions or config.member):
             log.warning(
                 "%s: none of the partitions this consumer wants is listed (%s of %d)",
@@ -227,7 +205,6 @@ class Discovery:
             log.error("%s: consuming the others", text)
 
     async def _on_map(self, pmap: PartitionMap) -> None:
-        """Lookup listener: the map changed."""
         if not self.closing:
             try:
                 await self._reconcile(pmap)
@@ -278,23 +255,18 @@ class Discovery:
         await self._connect_all(wanted, initial=initial)
 
     async def _reconcile_static(self, *, initial: bool = False) -> None:
-        wanted: dict[ConnKey, int | None] = {}
-        for address in self._config.addresses:
-            if self._config.partitions is None:
-                wanted[(address, -1)] = None
-            else:
-                for partition in sorted(self._config.partitions):
-                    wanted[(address, partition)] = partition
+        parts = sorted(self._config.partitions) if self._config.partitions is not None else [-1]
+        wanted = [(address, p) for address in self._config.nsqd or () for p in parts]
         await self._connect_all(wanted, initial=initial)
 
     # -- connecting ---------------------------------------------------------------------------
 
-    async def _connect_all(self, wanted: dict[ConnKey, int | None], *, initial: bool) -> None:
+    async def _connect_all(self, wanted: list[ConnKey], *, initial: bool) -> None:
         tasks: list[asyncio.Task[None]] = []
-        for key, partition in wanted.items():
+        for key in wanted:
             if key in self.slots or key in self._connecting:
                 continue  # subscribed, or being subscribed (or in its reconnect loop)
-            tasks.append(self._launch(key, self._connect(key, partition, initial=initial)))
+            tasks.append(self._launch(key, self._connect(key, initial=initial)))
         if initial and tasks:
             results = await asyncio.gather(*tasks, return_exceptions=True)
             for result in results:
@@ -302,7 +274,6 @@ class Discovery:
                     raise result
 
     def _launch(self, key: ConnKey, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """Run ``work`` as the one task making ``key``'s subscription (``_connecting``)."""
         task = asyncio.get_running_loop().create_task(work, name=f"nsq_ha-sub-{key}")
         self._connecting[key] = task
         task.add_done_callback(lambda t, k=key: self._connect_done(k, t))  # type: ignore[misc]
@@ -314,30 +285,23 @@ class Discovery:
         if not task.cancelled():
             task.exception()  # retrieved: the loop logged it, or start() re-raises it
 
-    async def _connect(self, key: ConnKey, partition: int | None, *, initial: bool) -> None:
+    async def _connect(self, key: ConnKey, *, initial: bool) -> None:
         """Subscribe one (node, partition): the first attempt, outside the reconnect loop.
         During start what a user must fix is raised; any other failure starts the loop, in a
         task of its own (start() does not wait for it)."""
         started = time.monotonic()
         try:
-            await self._subscribe(key, partition)
-        except asyncio.CancelledError:
-            raise
+            await self._subscribe(key)
         except NsqError as exc:
             if initial and not decide(exc).retry:
                 raise
-            self._reconnect_later(key, partition, exc, started)
+            self._reconnect_later(key, exc, started)
 
-    def _reconnect_later(
-        self, key: ConnKey, partition: int | None, error: NsqError, started: float
-    ) -> None:
-        """Start ``key``'s reconnect loop after ``error`` (its first failure)."""
+    def _reconnect_later(self, key: ConnKey, error: NsqError, started: float) -> None:
         if not self.closing:
-            self._launch(key, self._reconnect(key, partition, error, started))
+            self._launch(key, self._reconnect(key, error, started))
 
-    async def _reconnect(
-        self, key: ConnKey, partition: int | None, error: NsqError, started: float
-    ) -> None:
+    async def _reconnect(self, key: ConnKey, error: NsqError, started: float) -> None:
         """The reconnect loop (:func:`nsq_ha.retry.retry_after`): each try after the first
         looks the topic up afresh (the leader may have moved) and subscribes again, after
         ``reconnect_interval`` doubling up to ``max_reconnect_interval``, until it works, the
@@ -352,7 +316,7 @@ class Discovery:
             )
         await retry_after(
             error,
-            lambda _: self._again(key, partition),
+            lambda _: self._again(key),
             what=f"{self.topic}/{self.channel} partition {_partition_text(key)} on {key[0]}",
             backoff=self._backoff,
             started=started,
@@ -362,7 +326,7 @@ class Discovery:
             logger=log,
         )
 
-    async def _again(self, key: ConnKey, partition: int | None) -> None:
+    async def _again(self, key: ConnKey) -> None:
         """One try of the reconnect loop: a fresh lookup, then the subscription if the map
         still names this node for the partition (else the lookup's watcher subscribes to the
         new leader, and this loop ends)."""
@@ -372,7 +336,7 @@ class Discovery:
             pmap = await self._lookup.refresh(self.topic, "r")
             if key not in self._wanted(pmap) or self.closing:
                 return
-        await self._subscribe(key, partition)
+        await self._subscribe(key)
 
     def _reconnecting(self, key: ConnKey, failure: Failure) -> None:
         events.emit(
@@ -388,12 +352,13 @@ class Discovery:
             )
         )
 
-    async def _subscribe(self, key: ConnKey, partition: int | None) -> None:
+    async def _subscribe(self, key: ConnKey) -> None:
+        partition = None if key[1] < 0 else key[1]
         if partition is not None and partition not in self._placed:
             await self._place(key, partition)
         for _ in range(_MODE_SWITCHES):  # nsqd may say the topic is ordered / ext: switch
             ordered = self.use_ordered
-            slot = Slot(self._ctx, key, partition, ordered)
+            slot = Slot(self._ctx, key, ordered)
             conn = NsqdConnection(
                 key[0],
                 config=self._config.connection_config(extend_support=self._ext),
@@ -529,10 +494,10 @@ class Discovery:
             return
         reason = conn.close_reason or "closed by nsqd"
         error = reason if isinstance(reason, NsqError) else NsqError(str(reason))
-        self._reconnect_later(slot.key, slot.partition, error, time.monotonic())
+        self._reconnect_later(slot.key, error, time.monotonic())
 
     def _retire(self, slot: Slot) -> None:
-        """The partition moved to another node: stop this connection gracefully."""
+        """The partition moved to another node: drain this connection, then close it."""
         slot.retired = True
         log.info("%s: leaving %s (the partition moved)", self.topic, slot)
         self._flow.remove(slot.key)  # its budget goes to the new leader

@@ -1,25 +1,19 @@
 """Handing delivered messages out to the application: :class:`Intake`.
 
-Every delivered message comes through :meth:`Intake.deliver` (a slot's ``deliver`` callback).
-On ordered subscriptions the :class:`PartitionGate` lets one message per partition out at a
-time. A message is handed out through the queue (:class:`HandoutQueue`), to whoever takes it
-(``get()``/``async for``, the :mod:`~nsq_ha.consumer.runners`), or, after too many attempts,
-to ``on_give_up``. The handling of an ordered message ends (:meth:`Intake.release`) when
-``run()``'s handler returns, when the ``run_batches()`` handler holding it returns, when
-``on_give_up`` returns, or, for a message handed out by :meth:`Intake.get`, when it is
-answered, when the task that got it asks for another one, or when that task ends
-(:class:`Claims`).
+Every delivered message comes through :meth:`Intake.deliver` and leaves through the queue, to
+``get()``/``async for`` or the :mod:`~nsq_ha.consumer.runners`, or to ``on_give_up`` after too
+many attempts.
 
-Why the gate: on an ordered channel nsqd has one message of a partition out at a time, but it
-sends that message again while the first delivery may still be in a handler: after
-``msg_timeout`` (on the same connection), after a requeue, or after the partition's leader
-moved (on the new leader's connection). Handing the copy out at once would let a second
-handler finish it, nsqd would send the next messages, and their handlers could complete before
-the first one. :class:`PartitionGate` keeps, per partition, the one message whose handling is
-under way (the *current* one) and parks what arrives for that partition meanwhile; when the
-current message's handling ends, :meth:`PartitionGate.release` names the next message to hand
-out (messages answered, or abandoned, while they waited are skipped). The gate itself is pure
-(no clocks, no I/O).
+Why a gate on ordered subscriptions: nsqd has one message of a partition out at a time, but it
+sends that message again while the first delivery may still be in a handler (after
+``msg_timeout``, a requeue, or a leader move, then on the new leader's connection). Handing the
+copy out at once would let a second handler finish it, nsqd would send the next messages, and
+their handlers could complete before the first one. So :class:`PartitionGate` keeps, per
+partition, the one message whose handling is under way and parks what arrives for that
+partition meanwhile. That handling ends (:meth:`Intake.release`) when ``run()``'s or
+``run_batches()``' handler call holding it returns, when ``on_give_up`` returns, or, for a
+message from :meth:`Intake.get`, when it is answered, the task that got it asks again, or that
+task ends (:class:`Claims`).
 """
 
 from __future__ import annotations
@@ -54,44 +48,29 @@ _Item = TypeVar("_Item")
 
 
 class HandoutQueue(Generic[_Item]):
-    """An unbounded FIFO that readers await, with :class:`asyncio.Queue`'s ``get()``,
-    ``get_nowait()``, ``put_nowait()``, ``empty()`` and ``qsize()``.
+    """An unbounded FIFO that readers await, served in the order they came.
 
     A waiting reader's future comes from the loop of the first wait. asyncio.Queue asks for
     the running loop on every wait, and on Python 3.11 that is a ``getpid()`` system call:
     one per message for a reader that keeps up (strace: 5060 for 5000 messages at RDY 1).
     """
 
-    __slots__ = ("_getters", "_items", "_loop")
+    __slots__ = ("_getters", "_loop", "items")
 
     def __init__(self) -> None:
-        """Empty, with no reader waiting."""
-        self._items: deque[_Item] = deque()
+        #: what is queued, oldest first (taken without waiting by popping it)
+        self.items: deque[_Item] = deque()
         self._getters: deque[asyncio.Future[None]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def qsize(self) -> int:
-        """Items queued."""
-        return len(self._items)
-
-    def empty(self) -> bool:
-        """True when nothing is queued."""
-        return not self._items
-
-    def put_nowait(self, item: _Item) -> None:
+    def put(self, item: _Item) -> None:
         """Queue ``item`` and wake the longest-waiting reader."""
-        self._items.append(item)
+        self.items.append(item)
         self._wake_next()
 
-    def get_nowait(self) -> _Item:
-        """The oldest item; :class:`asyncio.QueueEmpty` when there is none."""
-        if not self._items:
-            raise asyncio.QueueEmpty
-        return self._items.popleft()
-
     async def get(self) -> _Item:
-        """The oldest item, waiting for one (readers are served in the order they came)."""
-        items = self._items
+        """The oldest item, waiting for one."""
+        items = self.items
         while not items:
             loop = self._loop
             if loop is None:
@@ -129,13 +108,8 @@ class PartitionGate:
     __slots__ = ("_current", "_waiting")
 
     def __init__(self) -> None:
-        """An empty gate."""
         self._current: dict[int, Message] = {}
         self._waiting: dict[int, deque[Message]] = {}
-
-    def __repr__(self) -> str:
-        """Show the partitions busy and the messages waiting."""
-        return f"<PartitionGate busy={sorted(self._current)} waiting={self.waiting}>"
 
     @property
     def waiting(self) -> int:
@@ -200,12 +174,10 @@ class Claims:
     __slots__ = ("_by_task", "_release")
 
     def __init__(self, release: Callable[[Message], None]) -> None:
-        """Claims that call ``release`` when their handling ends."""
         self._by_task: dict[asyncio.Task[Any], list[Message]] = {}
         self._release = release
 
     def __bool__(self) -> bool:
-        """True while some task holds a message."""
         return bool(self._by_task)
 
     def add(self, task: asyncio.Task[Any], message: Message) -> None:
@@ -283,7 +255,7 @@ class Intake:
     @property
     def queued(self) -> int:
         """Messages waiting to be handed out (in the queue, or behind their partition's)."""
-        return self._queue.qsize() - (1 if self._stopped else 0) + self._gate.waiting
+        return len(self._queue.items) - (1 if self._stopped else 0) + self._gate.waiting
 
     # -- in -----------------------------------------------------------------------------------
 
@@ -310,7 +282,7 @@ class Intake:
             else:
                 self._background.spawn(self._give_up(slot, message), "nsq_ha-give-up")
                 return
-        self._queue.put_nowait(message)
+        self._queue.put(message)
 
     async def _give_up(self, slot: Slot, message: Message) -> None:
         try:
@@ -373,7 +345,7 @@ class Intake:
         """True for a message still to answer, and for the closing marker (kept queued for the
         other readers); a message answered before it was handed out releases its partition."""
         if item is None:
-            self._queue.put_nowait(None)
+            self._queue.put(None)
             return True
         if item.outcome is None:
             return True
@@ -387,9 +359,9 @@ class Intake:
         return None if isinstance(item, _Empty) else item
 
     def _pop(self) -> Message | _Empty | None:
-        queue = self._queue
-        while not queue.empty():
-            item = queue.get_nowait()
+        items = self._queue.items
+        while items:
+            item = items.popleft()
             if self._usable(item):
                 return item
         return _EMPTY
@@ -408,7 +380,6 @@ class Intake:
             return None
 
     async def _wait(self) -> Message | None:
-        """Wait for the next usable item (``None``: closing)."""
         while True:
             message = await self._queue.get()
             if self._usable(message):
@@ -475,17 +446,17 @@ class Intake:
         for waiting in self._gate.clear():  # parked behind their partition's handler
             slot_of(waiting).requeue_now(waiting)
             requeued += 1
-        while not self._queue.empty():
-            message = self._queue.get_nowait()
+        items = self._queue.items
+        while items:
+            message = items.popleft()
             if message is not None and message.outcome is None:
                 slot_of(message).requeue_now(message)
                 requeued += 1
-        self._queue.put_nowait(None)  # readers stop (each puts it back for the next)
+        self._queue.put(None)  # readers stop (each puts it back for the next)
         return requeued
 
 
 def _report_give_up(message: Message, exc: BaseException) -> None:
-    """Log why ``on_give_up`` did not end normally (its message is requeued)."""
     if isinstance(exc, asyncio.CancelledError):
         return  # close() cut it off; Background.finish logged that
     if isinstance(exc, SystemExit | KeyboardInterrupt):

@@ -1,27 +1,17 @@
 """Where a consumer's channel starts (``start=``) and moves to (:meth:`Consumer.seek`).
 
-``start`` is applied only to a **new** channel: one the partition's leader does not have when
-the consumer first subscribes that partition. An existing channel keeps its position, so a
-restarted consumer never rewinds its group. On the fork, before the partition's first SUB, the
-consumer asks the leader's ``/stats`` whether the channel exists; if not, it creates it
-(``/channel/create``) and moves it (``/channel/setoffset``), as ``nsq-ha tail --from`` does.
+On the fork, before a partition's first SUB, the consumer asks the leader's ``/stats`` whether
+the channel exists; if not, it creates it (``/channel/create``) and moves it
+(``/channel/setoffset``), as ``nsq-ha tail --from`` does. An existing channel keeps its
+position, so a restarted consumer never rewinds its group.
 
 Why not SUB_ADVANCED's start token (PROTOCOL.md §2.3.1): nsqd applies it whenever the
 subscriber is the channel's only client, which a restarted consumer is (it would rewind its
 group); with a partition the line has 5 tokens, and nsqd then ignores the partition; an ordered
 topic refuses SUB_ADVANCED; and on a partition without a message it fails the SUB.
 
-What is left to chance: two consumers of one channel that start at the same moment may both
-find it new; the second's move then rewinds (or skips) what the first consumed in between.
-
-Vanilla nsqd has no start position: a topic's first channel gets what the topic buffered, a
-later channel only new messages. ``earliest`` is honoured on a topic without channels, ``latest``
-on a topic with one; a timestamp or offsets never. :func:`refuse_on_vanilla` refuses the rest
-with :class:`~nsq_ha.errors.UnsupportedByServerError` before anything is subscribed.
-
-The HTTP clients (:mod:`nsq_ha.admin`) are loaded by the first position applied or seek
-(:func:`nsqd_admin`, :func:`seek_body`): a program that consumes without either never loads
-them.
+:mod:`nsq_ha.admin` loads with the first position applied or seek (:func:`nsqd_admin`,
+:func:`seek_body`): a program that does neither never loads it.
 """
 
 from __future__ import annotations
@@ -41,8 +31,6 @@ if TYPE_CHECKING:
     from nsq_ha.admin import NsqdAdmin
 
 __all__ = [
-    "ADMIN_TIMEOUT",
-    "Start",
     "StartPosition",
     "channel_exists",
     "check_start",
@@ -240,20 +228,15 @@ def _lists(entry: Mapping[str, object], channel: str) -> bool:
 
 
 async def move_all(
-    leaders: Mapping[int, NodeInfo],
-    topic: str,
-    channel: str,
-    body: str,
-    *,
-    timeout: float = ADMIN_TIMEOUT,  # noqa: ASYNC109 - each HTTP call's deadline
+    leaders: Mapping[int, NodeInfo], topic: str, channel: str, body: str
 ) -> list[int]:
     """Move ``channel`` to ``body`` on every partition of ``leaders`` at once; the partitions
     moved, or an :class:`AdminError` naming those moved and those that failed (the first
     failure as its cause)."""
-    from nsq_ha.admin import AdminError, NsqdAdmin
+    from nsq_ha.admin import AdminError
 
     async def one(partition: int, node: NodeInfo) -> None:
-        async with NsqdAdmin(node.http_url, timeout=timeout) as admin:
+        async with nsqd_admin(node.http_url) as admin:
             await move(admin, topic, channel, partition, body)
 
     items = sorted(leaders.items())

@@ -92,7 +92,8 @@ class RdyPlanner:
         self.hold_timeout = hold_timeout
         self.max_level = max_level
         self._clock = clock
-        self._conns: dict[Hashable, ConnRdy] = {}
+        #: what it knows of each connection, by key
+        self.conns: dict[Hashable, ConnRdy] = {}
         #: backoff level (0 = not backing off)
         self.level = 0
         #: in backoff and waiting for the timer (every RDY 0)
@@ -103,48 +104,20 @@ class RdyPlanner:
     # -- views --------------------------------------------------------------------------------
 
     def __repr__(self) -> str:
-        states = " ".join(f"{c.key}={c.rdy}/{c.in_flight}" for c in self._conns.values())
+        states = " ".join(f"{c.key}={c.rdy}/{c.in_flight}" for c in self.conns.values())
         return (
             f"<RdyPlanner max_in_flight={self.max_in_flight} level={self.level} "
             f"blocked={self.blocked} {states}>"
         )
 
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._conns
-
-    def rdy(self, key: Hashable) -> int:
-        """The RDY last decided for ``key``."""
-        return self._conns[key].rdy
-
-    def in_flight(self, key: Hashable) -> int:
-        """Messages of ``key`` delivered and not yet finished or requeued."""
-        return self._conns[key].in_flight
-
     @property
     def total_rdy(self) -> int:
-        """Sum of RDY over the connections."""
-        return sum(c.rdy for c in self._conns.values())
-
-    @property
-    def total_in_flight(self) -> int:
-        """Messages delivered and not yet finished or requeued, over the connections."""
-        return sum(c.in_flight for c in self._conns.values())
+        return sum(c.rdy for c in self.conns.values())
 
     @property
     def used(self) -> int:
         """The budget in use: ``sum(max(rdy, in_flight))``."""
-        return sum(max(c.rdy, c.in_flight) for c in self._conns.values())
-
-    @property
-    def backing_off(self) -> bool:
-        """True while the backoff level is above 0."""
-        return self.level > 0
-
-    def share(self) -> int:
-        """RDY a connection gets after its probe: ``max(1, max_in_flight // connections)``."""
-        if not self._conns or self.max_in_flight == 0:
-            return 0
-        return max(1, self.max_in_flight // len(self._conns))
+        return sum(max(c.rdy, c.in_flight) for c in self.conns.values())
 
     def is_starved(self) -> bool:
         """True when some connection holds nearly its whole RDY in flight.
@@ -154,13 +127,8 @@ class RdyPlanner:
         """
         return any(
             c.in_flight > 0 and c.in_flight >= max(1.0, c.rdy * STARVED_RATIO)
-            for c in self._conns.values()
+            for c in self.conns.values()
         )
-
-    def needs_redistribution(self) -> bool:
-        """True when :meth:`redistribute` has work to do (more connections than budget, or a
-        backoff test connection that might sit idle)."""
-        return len(self._conns) > self.max_in_flight or (self.backing_off and not self.blocked)
 
     # -- events -------------------------------------------------------------------------------
 
@@ -168,32 +136,31 @@ class RdyPlanner:
         self, key: Hashable, *, max_rdy: int = DEFAULT_MAX_RDY, cap: int | None = None
     ) -> dict[Hashable, int]:
         """A connection subscribed; ``max_rdy`` is its ``max_rdy_count``, ``cap`` our own limit."""
-        if key in self._conns:
+        if key in self.conns:
             raise ConfigError(f"connection {key!r} is already planned")
         if max_rdy < 1:
             raise ConfigError(f"max_rdy must be >= 1, got {max_rdy}")
         now = self._clock()
         limit = max_rdy if cap is None else max(1, min(cap, max_rdy))
-        self._conns[key] = ConnRdy(key, max_rdy, limit, active_at=now, waiting_since=now)
+        self.conns[key] = ConnRdy(key, max_rdy, limit, active_at=now, waiting_since=now)
         return self._plan({})
 
     def remove(self, key: Hashable) -> dict[Hashable, int]:
         """A connection is gone (its in-flight messages with it); its budget is freed."""
         changes: dict[Hashable, int] = {}
-        if self._conns.pop(key, None) is not None:
+        if self.conns.pop(key, None) is not None:
             self._plan(changes)
         return changes
 
     def message(self, key: Hashable) -> dict[Hashable, int]:
-        """A message arrived on ``key``."""
-        conn = self._conns.get(key)
+        conn = self.conns.get(key)
         if conn is None:
             return {}
         conn.in_flight += 1
         conn.active_at = self._clock()
         first = not conn.got_message
         conn.got_message = True
-        if first and not self.backing_off:
+        if first and self.level == 0:
             return self._plan({})
         return {}
 
@@ -204,19 +171,19 @@ class RdyPlanner:
         :meth:`failure`), ``None`` leaves it alone (a requeue without backoff).
         """
         changes: dict[Hashable, int] = {}
-        conn = self._conns.get(key)
+        conn = self.conns.get(key)
         if conn is not None and conn.in_flight > 0:
             conn.in_flight -= 1
         if success is False:
             return self.failure()
-        if self._at_goals and not self.backing_off:
+        if self._at_goals and self.level == 0:
             return changes  # the steady state: nothing to raise, so no work per message
-        if success and self.backing_off and not self.blocked:
+        if success and self.level > 0 and not self.blocked:
             self.level -= 1
             if self.level > 0:
                 self._block(changes)  # continue backing off, with a shorter wait
                 return changes
-            for c in self._conns.values():
+            for c in self.conns.values():
                 c.got_message = True  # straight back to full shares
         return self._plan(changes)
 
@@ -247,7 +214,7 @@ class RdyPlanner:
         reenabled = self.max_in_flight == 0 and max_in_flight > 0
         self.max_in_flight = max_in_flight
         if max_in_flight == 0 or reenabled:
-            for c in self._conns.values():
+            for c in self.conns.values():
                 c.got_message = False  # probe again when enabled
         return self._plan({})
 
@@ -255,10 +222,10 @@ class RdyPlanner:
         """Periodic: move RDY away from idle connections (and from long holders while others
         wait) when the budget is smaller than the number of connections, or in backoff."""
         changes: dict[Hashable, int] = {}
-        if not self.needs_redistribution():
-            return changes
+        if len(self.conns) <= self.max_in_flight and (self.level == 0 or self.blocked):
+            return changes  # every connection has its share, and no backoff tester sits idle
         now = self._clock()
-        conns = list(self._conns.values())  # in the order added
+        conns = list(self.conns.values())  # in the order added
         waiting = sum(1 for c in conns if c.rdy == 0 and c.in_flight == 0)
         holders = [c for c in conns if c.rdy > 0]
         for c in holders:
@@ -276,7 +243,7 @@ class RdyPlanner:
         changes: dict[Hashable, int] = {}
         self.max_in_flight = 0
         self._at_goals = False
-        for c in self._conns.values():
+        for c in self.conns.values():
             self._set(c, 0, changes)
         return changes
 
@@ -301,7 +268,7 @@ class RdyPlanner:
     def _block(self, changes: dict[Hashable, int]) -> None:
         self.blocked = True
         self._at_goals = False
-        for c in self._conns.values():
+        for c in self.conns.values():
             self._set(c, 0, changes)
 
     def _goal(self, conn: ConnRdy, share: int) -> int:
@@ -311,15 +278,15 @@ class RdyPlanner:
 
     def _plan(self, changes: dict[Hashable, int]) -> dict[Hashable, int]:
         """Bring every connection toward its goal within the budget; record the changes."""
-        conns = list(self._conns.values())  # in the order added
+        conns = list(self.conns.values())  # in the order added
         self._at_goals = False
         if self.max_in_flight == 0 or self.blocked:
             for c in conns:
                 self._set(c, 0, changes)
             return changes
-        if self.backing_off:
+        if self.level > 0:
             return self._plan_test(conns, changes)
-        share = self.share()
+        share = max(1, self.max_in_flight // len(conns)) if conns else 0
         many = len(conns) > self.max_in_flight
         # lower first: a new connection or a smaller budget shrinks the others at once
         for c in conns:
@@ -352,7 +319,7 @@ class RdyPlanner:
         testers = [c for c in conns if c.rdy > 0]
         for extra in testers[1:]:
             self._set(extra, 0, changes)
-        if testers or self.total_in_flight > 0:
+        if testers or any(c.in_flight for c in conns):
             return changes
         candidates = self._longest_waiting(conns)
         if candidates:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from nsq_ha.connection import NsqdConnection
+from nsq_ha.consumer.config import ConsumerConfig
 from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.message import Message, Outcome
 from nsq_ha.consumer.rdy import RdyPlanner
@@ -34,7 +35,6 @@ from nsq_ha.errors import (
 from nsq_ha.protocol.message import DecodedMessage
 
 __all__ = [
-    "AnswerPolicy",
     "ConnKey",
     "Slot",
     "SlotContext",
@@ -68,11 +68,9 @@ class Tally:
     __slots__ = ("partitions",)
 
     def __init__(self) -> None:
-        """Empty counters."""
         self.partitions: dict[int, Counter[str]] = {}
 
     def total(self, name: str) -> int:
-        """Counter ``name`` over every partition."""
         return sum(counter[name] for counter in self.partitions.values())
 
     def of(self, partition: int | None) -> Counter[str]:
@@ -80,49 +78,23 @@ class Tally:
         return self.partitions.setdefault(-1 if partition is None else partition, Counter())
 
 
-class AnswerPolicy:
-    """How a requeue is sent: the delay without one given, and whether it backs off."""
-
-    __slots__ = ("backoff", "max_requeue_delay", "requeue_delay", "warned")
-
-    def __init__(self, *, requeue_delay: float, max_requeue_delay: float, backoff: bool) -> None:
-        """``backoff``: a requeue with ``backoff=True`` counts as a failure for the planner."""
-        self.requeue_delay = requeue_delay
-        self.max_requeue_delay = max_requeue_delay
-        self.backoff = backoff
-        self.warned = False
-
-    def delay(self, message: Message, delay: float | None, ordered: bool, where: object) -> float:
-        """The REQ delay: attempts x requeue_delay (capped) when ``None``; 0 when ordered."""
-        if delay is None:
-            delay = min(self.requeue_delay * message.attempts, self.max_requeue_delay)
-        elif ordered and delay > 0 and not self.warned:
-            self.warned = True
-            log.warning(
-                "%s: requeue delays are ignored by nsqd on ordered channels (the message would "
-                "wait for msg_timeout); requeueing with delay 0",
-                where,
-            )
-        return 0 if ordered else delay
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SlotContext:
     """What every slot of one consumer shares; each part is called one way."""
 
-    topic: str
-    channel: str
+    config: ConsumerConfig
     #: sends RDY; the planner (its ``planner``) is told of each message in and out of flight
     flow: Flow
     planner: RdyPlanner
     tally: Tally
-    policy: AnswerPolicy
     #: set whenever a held message is answered or dropped
     held_changed: asyncio.Event
     #: a message arrived and is held: hand it on (or requeue it when closing)
     deliver: Callable[[Slot, Message], None]
     #: an ordered message was finished or requeued (its handling may have ended)
     settled: Callable[[Message], None]
+    #: the warning that ordered channels ignore requeue delays was logged
+    warned_delay: bool = False
 
 
 class Slot:
@@ -142,26 +114,23 @@ class Slot:
         "topic",
     )
 
-    def __init__(
-        self, ctx: SlotContext, key: ConnKey, partition: int | None, ordered: bool
-    ) -> None:
+    def __init__(self, ctx: SlotContext, key: ConnKey, ordered: bool) -> None:
         """A slot for ``key``; its connection is set once made (:attr:`conn`)."""
         self.ctx = ctx
         self.key = key
         self.address = key[0]
-        self.partition = partition
-        self.topic = ctx.topic
-        self.channel = ctx.channel
+        self.partition = None if key[1] < 0 else key[1]
+        self.topic = ctx.config.topic
+        self.channel = ctx.config.channel
         self.ordered = ordered
         self.conn: NsqdConnection | None = None
         #: delivered and not yet answered, by message id: the one in-flight count
         self.held: dict[bytes, Message] = {}
         self.retired = False
         #: the partition's counters (shared by its slots over time)
-        self.counts = ctx.tally.of(partition)
+        self.counts = ctx.tally.of(self.partition)
 
     def __repr__(self) -> str:
-        """Show where it reads and what it holds."""
         part = "-" if self.partition is None else self.partition
         return f"<slot {self.topic}/{part}@{self.address} held={len(self.held)}>"
 
@@ -171,7 +140,6 @@ class Slot:
         return bool(self.held) and self.conn is not None and not self.conn.closed
 
     def count(self, name: str) -> None:
-        """Add one to counter ``name`` of the partition."""
         self.counts[name] += 1
 
     # -- from the connection's read loop (never blocks) ---------------------------------------
@@ -197,18 +165,31 @@ class Slot:
     # -- answers (the Message owner protocol) --------------------------------------------------
 
     def finish(self, message: Message) -> None:
-        """FIN ``message`` on this connection."""
         self._answer(message, Outcome.FINISHED, success=True, delay=0.0)
 
     def requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
-        """REQ ``message`` on this connection (``backoff``: count it as a failure)."""
-        sent = self.ctx.policy.delay(message, delay, self.ordered, self)
-        failed = False if backoff and self.ctx.policy.backoff else None
-        self._answer(message, Outcome.REQUEUED, success=failed, delay=sent)
+        """REQ ``message`` on this connection (``backoff``: count it as a failure); without a
+        ``delay``, attempts x ``requeue_delay`` (capped); always 0 on ordered channels."""
+        ctx = self.ctx
+        config = ctx.config
+        if delay is None:
+            delay = min(config.requeue_delay * message.attempts, config.max_requeue_delay)
+        elif self.ordered and delay > 0 and not ctx.warned_delay:
+            ctx.warned_delay = True
+            log.warning(
+                "%s: requeue delays are ignored by nsqd on ordered channels (the message would "
+                "wait for msg_timeout); requeueing with delay 0",
+                self,
+            )
+        failed = False if backoff and config.backoff is not None else None
+        self._answer(
+            message, Outcome.REQUEUED, success=failed, delay=0.0 if self.ordered else delay
+        )
 
     def touch(self, message: Message) -> None:
-        """TOUCH ``message`` on this connection."""
-        conn = self._answerable(message, "touch")
+        conn = self.conn
+        if conn is None or conn.closed or self.held.get(message.id) is not message:
+            self._gone(message, "touch")
         try:
             conn.touch(message.id)
         except NsqError as exc:
@@ -226,7 +207,7 @@ class Slot:
         conn = self.conn
         message_id = message.id
         if conn is None or conn.closed or self.held.get(message_id) is not message:
-            conn = self._answerable(message, _ACTION[outcome])  # raises
+            self._gone(message, _ACTION[outcome])
         # RDY first: when this starts a backoff, RDY 0 reaches nsqd before the REQ (or nsqd
         # may hand the requeued message straight back)
         self._release(message, success=success)
@@ -243,13 +224,6 @@ class Slot:
         self._settle(message, outcome)
         if self.ordered:
             self.ctx.settled(message)
-
-    def _answerable(self, message: Message, action: str) -> NsqdConnection:
-        """The connection to answer ``message`` on, or MessageConnectionGoneError."""
-        conn = self.conn
-        if conn is None or conn.closed or self.held.get(message.id) is not message:
-            self._gone(message, action)
-        return conn
 
     def _gone(self, message: Message, action: str) -> NoReturn:
         if message.outcome is None:

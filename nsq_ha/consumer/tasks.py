@@ -18,15 +18,9 @@ class Background:
     __slots__ = ("_tasks",)
 
     def __init__(self) -> None:
-        """No tasks yet."""
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    def __len__(self) -> int:
-        """Tasks still running."""
-        return len(self._tasks)
-
     def spawn(self, coro: Awaitable[Any], name: str) -> None:
-        """Run ``coro`` as a task named ``name``."""
         task = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks.add(task)

@@ -12,13 +12,11 @@ from nsq_ha.consumer.handout import HandoutQueue
 
 async def test_items_come_out_in_order_and_readers_are_served_in_the_order_they_came() -> None:
     queue: HandoutQueue[int] = HandoutQueue()
-    queue.put_nowait(1)
-    queue.put_nowait(2)
-    assert (queue.qsize(), queue.empty()) == (2, False)
-    assert [await queue.get(), queue.get_nowait()] == [1, 2]
-    assert queue.empty()
-    with pytest.raises(asyncio.QueueEmpty):
-        queue.get_nowait()
+    queue.put(1)
+    queue.put(2)
+    assert list(queue.items) == [1, 2]
+    assert [await queue.get(), queue.items.popleft()] == [1, 2]
+    assert not queue.items
     got: list[tuple[str, int]] = []
 
     async def reader(name: str) -> None:
@@ -26,8 +24,8 @@ async def test_items_come_out_in_order_and_readers_are_served_in_the_order_they_
 
     readers = [asyncio.create_task(reader(name)) for name in ("first", "second")]
     await asyncio.sleep(0)  # both wait, "first" first
-    queue.put_nowait(10)
-    queue.put_nowait(20)
+    queue.put(10)
+    queue.put(20)
     await asyncio.gather(*readers)
     assert got == [("first", 10), ("second", 20)]
 
@@ -37,11 +35,11 @@ async def test_a_reader_cancelled_after_its_wake_up_passes_the_item_on() -> None
     first = asyncio.create_task(queue.get())
     second = asyncio.create_task(queue.get())
     await asyncio.sleep(0)
-    queue.put_nowait("only")  # wakes ``first``...
+    queue.put("only")  # wakes ``first``...
     first.cancel()  # ...which is cancelled before it runs
     assert await asyncio.wait_for(second, 1.0) == "only"
     assert first.cancelled()
-    assert queue.empty()
+    assert not queue.items
 
 
 async def test_a_cancelled_waiting_reader_leaves_no_trace() -> None:
@@ -51,5 +49,5 @@ async def test_a_cancelled_waiting_reader_leaves_no_trace() -> None:
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    queue.put_nowait("kept")
-    assert queue.get_nowait() == "kept"
+    queue.put("kept")
+    assert await queue.get() == "kept"

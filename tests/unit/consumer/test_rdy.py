@@ -51,7 +51,7 @@ def run(max_in_flight: int, steps: list[Step], **kwargs: Any) -> RdyPlanner:
         op, *args = step
         where = f"step {number} {step}: {planner!r}"
         if args and args[0] == "@":
-            holders = [k for k in sent if k in planner and planner.rdy(k) > 0]
+            holders = [k for k in sent if k in planner.conns and planner.conns[k].rdy > 0]
             assert len(holders) == 1, where
             args[0] = holders[0]
         if op == "add":
@@ -81,7 +81,7 @@ def run(max_in_flight: int, steps: list[Step], **kwargs: Any) -> RdyPlanner:
             apply(planner.redistribute())
         elif op == "rdy":
             for key, value in args[0].items():
-                assert planner.rdy(key) == value, where
+                assert planner.conns[key].rdy == value, where
                 assert sent.get(key, 0) == value, f"{where}: RDY {value} decided but not sent"
         elif op == "total":
             assert planner.total_rdy == args[0], where
@@ -373,7 +373,7 @@ def test_stop_sets_every_connection_to_zero_for_good() -> None:
 
 def test_is_starved_when_a_connection_holds_nearly_all_its_rdy() -> None:
     planner = run(4, [*conns(1), ("msg", "c0")])
-    assert planner.rdy("c0") == 4
+    assert planner.conns["c0"].rdy == 4
     assert not planner.is_starved()
     planner.message("c0")
     planner.message("c0")
@@ -409,7 +409,7 @@ def test_random_histories_keep_the_budget_and_starve_nobody(seed: int) -> None:
     served: set[str] = set()
     for step in range(400):
         clock.now += rng.random()
-        live = [k for k in caps if k in planner]
+        live = [k for k in caps if k in planner.conns]
         roll = rng.random()
         if roll < 0.05 or not live:
             key = f"c{step}"
@@ -418,13 +418,13 @@ def test_random_histories_keep_the_budget_and_starve_nobody(seed: int) -> None:
         elif roll < 0.08 and len(live) > 1:
             planner.remove(rng.choice(live))
         elif roll < 0.5:
-            ready = [k for k in live if planner.in_flight(k) < planner.rdy(k)]
+            ready = [k for k in live if planner.conns[k].in_flight < planner.conns[k].rdy]
             if ready:
                 key = rng.choice(ready)
                 planner.message(key)
                 served.add(key)
         elif roll < 0.9:
-            busy = [k for k in live if planner.in_flight(k) > 0]
+            busy = [k for k in live if planner.conns[k].in_flight > 0]
             if busy:
                 outcome = rng.choices([True, False, None], weights=[8, 1, 1])[0]
                 planner.done(rng.choice(busy), success=outcome)
@@ -434,22 +434,22 @@ def test_random_histories_keep_the_budget_and_starve_nobody(seed: int) -> None:
             planner.redistribute()
         assert planner.used <= planner.max_in_flight, planner
         for key in caps:
-            if key in planner:
-                assert planner.rdy(key) <= caps[key]
+            if key in planner.conns:
+                assert planner.conns[key].rdy <= caps[key]
     # quiet down: finish everything, leave backoff, then every connection must get a turn
     for key in list(caps):
-        while key in planner and planner.in_flight(key):
+        while key in planner.conns and planner.conns[key].in_flight:
             planner.done(key, success=True)
     for _ in range(planner.max_level * 2):
         planner.backoff_elapsed()
-        for key in [k for k in caps if k in planner and planner.rdy(k)]:
+        for key in [k for k in caps if k in planner.conns and planner.conns[k].rdy]:
             planner.message(key)
             planner.done(key, success=True)
     assert planner.level == 0
-    live = [k for k in caps if k in planner]
+    live = [k for k in caps if k in planner.conns]
     had_rdy: set[str] = set()
     for _ in range(3 * len(live) + 3):
-        had_rdy.update(k for k in live if planner.rdy(k) > 0)
+        had_rdy.update(k for k in live if planner.conns[k].rdy > 0)
         clock.now += 3.5
         planner.redistribute()
     assert had_rdy == set(live), planner

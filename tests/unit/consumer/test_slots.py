@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from nsq_ha.consumer import Fixed, Message, Outcome
+from nsq_ha.consumer import ConsumerConfig, Fixed, Message, Outcome
 from nsq_ha.consumer.flow import Flow
-from nsq_ha.consumer.slots import AnswerPolicy, Slot, SlotContext, Tally
+from nsq_ha.consumer.slots import Slot, SlotContext, Tally
 from nsq_ha.errors import MessageAlreadyRespondedError, MessageConnectionGoneError, NsqError
 from nsq_ha.protocol.message import DecodedMessage
 
@@ -50,10 +50,18 @@ def decoded(number: int, attempts: int = 1) -> DecodedMessage:
 def make_slot(
     *, ordered: bool = False, backoff: bool = True
 ) -> tuple[Slot, Recorder, list[Message], list[Message], Tally]:
+    config = ConsumerConfig(
+        topic="t",
+        channel="c",
+        nsqd="127.0.0.1:4150",
+        requeue_delay=2.0,
+        max_requeue_delay=5.0,
+        backoff=Fixed(60.0) if backoff else None,
+    )
     flow = Flow(
         "t/c",
         max_in_flight=10,
-        backoff=Fixed(60.0) if backoff else None,
+        backoff=config.backoff,
         idle_timeout=10.0,
         hold_timeout=30.0,
         redistribute_interval=5.0,
@@ -62,20 +70,18 @@ def make_slot(
     settled: list[Message] = []
     tally = Tally()
     context = SlotContext(
-        topic="t",
-        channel="c",
+        config=config,
         flow=flow,
         planner=flow.planner,
         tally=tally,
-        policy=AnswerPolicy(requeue_delay=2.0, max_requeue_delay=5.0, backoff=backoff),
         held_changed=asyncio.Event(),
         deliver=lambda slot, message: delivered.append(message),
         settled=settled.append,
     )
-    slot = Slot(context, ("127.0.0.1:4150", 0), 0, ordered)
+    slot = Slot(context, ("127.0.0.1:4150", 0), ordered)
     conn = Recorder()
     slot.conn = conn  # type: ignore[assignment]
-    flow.add(slot.key, conn, max_rdy=2500, ordered=ordered)
+    flow.add(slot.key, conn, max_rdy=2500, ordered=ordered)  # type: ignore[arg-type]
     return slot, conn, delivered, settled, tally
 
 
