@@ -1,13 +1,7 @@
-"""Publish batches without I/O: what every publish passes through, from its messages being
-prepared to its caller getting their results.
-
-A publish call's messages are checked (:func:`prepare_one`, :func:`prepare_batch`: plain
-bodies at once, others by :func:`~nsq_ha.producer.message.prepare_message`), queued on a lane
-as one :class:`Call`, cut into batches (:func:`take`: whole plain calls while they fit, others
-under :class:`~nsq_ha.producer.message.BatchBuilder`'s rules), each encoded as one command
-(:func:`encode_batch`), whose answer gives one receipt per message
-(:func:`receipts_from_answer`) and the callers their outcomes (:func:`settle`).
-:func:`encode_batch` picks the command:
+"""Publish batches without I/O: a call's messages prepared (:func:`prepare_one`,
+:func:`prepare_batch`), queued on a lane as one :class:`Call`, cut into batches (:func:`take`),
+each made one command (:func:`encode_batch`), whose answer gives one receipt per message
+(:func:`receipts_from_answer`) and the callers their outcomes (:func:`settle`). The command:
 
 ========================  ===========================  ===========================
 messages                  one message                  several messages
@@ -16,7 +10,6 @@ plain                     ``PUB``                      ``MPUB``
 some traced (or tracing)  ``PUB_TRACE``                ``MPUB_TRACE`` (others: 0)
 some with an ext header   ``PUB_EXT``                  ``MPUB_EXT`` (others: none)
 ========================  ===========================  ===========================
-
 """
 
 from __future__ import annotations
@@ -42,29 +35,6 @@ from nsq_ha.producer.result import PublishResult
 from nsq_ha.protocol.frames import OK
 from nsq_ha.protocol.publish import ExtHeader, Publish, PublishMessage
 from nsq_ha.protocol.trace import parse_traced_response
-
-__all__ = [
-    "UNKNOWN",
-    "Call",
-    "Outcome",
-    "Outcomes",
-    "PlainBytes",
-    "Run",
-    "Same",
-    "batch_command",
-    "encode_batch",
-    "fail",
-    "live",
-    "messages_of",
-    "plain_size",
-    "prepare_batch",
-    "prepare_messages",
-    "prepare_one",
-    "receipts_from_answer",
-    "results_of",
-    "settle",
-    "take",
-]
 
 _NO_LIMIT = float("inf")
 
@@ -92,18 +62,6 @@ def prepare_one(
     return prepare_message(body, trace_id=trace_id, ext=ext, max_msg_size=max_msg_size)
 
 
-def prepare_messages(
-    bodies: Sequence[object],
-    trace_ids: Sequence[int | None] | None = None,
-    exts: Sequence[ExtHeader | None] | None = None,
-    *,
-    max_msg_size: int | None = None,
-) -> list[PublishMessage]:
-    """:func:`prepare_message` of each body with its trace id and ext header (``None``: none
-    for any message; else one per body): what every publish, of one message or many, sends."""
-    return prepare_batch(bodies, trace_ids, exts, max_msg_size=max_msg_size)[0]
-
-
 def prepare_batch(
     bodies: Sequence[object],
     trace_ids: Sequence[int | None] | None = None,
@@ -111,8 +69,8 @@ def prepare_batch(
     *,
     max_msg_size: int | None = None,
 ) -> tuple[list[PublishMessage], int | None]:
-    """:func:`prepare_messages`, and what the messages add to an ``MPUB`` body (a length and
-    the body each) when none has a trace id or an ext header (else ``None``).
+    """:func:`prepare_message` of each body with its trace id and ext header (``None``: none
+    for any), and what the messages add to an ``MPUB`` body (see :func:`plain_size`).
 
     Bodies that are all non-empty ``bytes`` within ``max_msg_size``, with no trace ids and no
     headers, are ready as they are: that is checked for all at once (the common case, in
@@ -188,12 +146,6 @@ def encode_batch(
     return Publish(name, topic, partition, messages, max_msg_size, max_body_size)
 
 
-def _expects_traced(name: bytes, messages: Sequence[PublishMessage]) -> bool:
-    if name in (b"PUB_TRACE", b"MPUB_TRACE"):
-        return True
-    return name == b"PUB_EXT" and messages[0].trace_id is not None
-
-
 def receipts_from_answer(
     answer: bytes,
     messages: Sequence[PublishMessage],
@@ -210,7 +162,8 @@ def receipts_from_answer(
     ``name``: the batch's command, when the caller has it already.
     """
     name = name or batch_command(messages, tracing=tracing)
-    if not _expects_traced(name, messages):
+    traced = name in (b"PUB_TRACE", b"MPUB_TRACE")
+    if not traced and not (name == b"PUB_EXT" and messages[0].trace_id is not None):
         if answer != OK:
             raise RemoteProtocolError(
                 f"nsqd answered {bytes(answer[:40])!r} to {name.decode()}, which is answered OK"
@@ -263,23 +216,11 @@ Outcome: TypeAlias = PublishResult | BaseException
 Outcomes: TypeAlias = list[Outcome]
 
 
-class _Unknown:
-    """Not given (a Call sums its plain bytes itself)."""
-
-
-UNKNOWN: Final = _Unknown()
-#: a call's plain (uncompressed body) bytes, None when they cannot be known, or UNKNOWN
-PlainBytes = int | _Unknown | None
-
-
 class Call:
     """One publish call waiting in a lane: its messages, how many of them batches have taken
-    so far (``taken``), and the future its caller waits on for their outcomes.
-
-    ``plain_bytes``: what the messages add to an ``MPUB`` body (a length and the body each)
-    when none has a trace id or an ext header, else None. A call whose messages leave in
-    several batches gathers their outcomes in ``outcomes`` until ``pending`` reaches 0.
-    """
+    so far (``taken``), the future its caller waits on for their outcomes, and its
+    :func:`plain_size`. A call whose messages leave in several batches gathers their outcomes
+    in ``outcomes`` until ``pending`` reaches 0."""
 
     __slots__ = ("future", "messages", "outcomes", "pending", "plain_bytes", "taken")
 
@@ -287,18 +228,14 @@ class Call:
         self,
         messages: list[PublishMessage],
         future: asyncio.Future[Outcomes],
-        plain_bytes: int | _Unknown | None = UNKNOWN,
+        plain_bytes: int | None,
     ) -> None:
-        """``plain_bytes`` when the caller knows it (:func:`~nsq_ha.producer.batch.prepare_batch`
-        does), else it is summed here."""
         self.messages = messages
         self.future = future
         self.taken = 0
         self.pending = len(messages)
         self.outcomes: list[Outcome | None] | None = None
-        self.plain_bytes = (
-            plain_size(messages) if isinstance(plain_bytes, _Unknown) else plain_bytes
-        )
+        self.plain_bytes = plain_bytes
 
 
 #: messages ``start:end`` of a call, in one batch: ``(call, start, end)`` (a plain tuple: one

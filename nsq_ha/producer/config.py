@@ -1,12 +1,8 @@
-"""Every option of a producer in one frozen, validated value: :class:`ProducerConfig`.
-
-The one place for the options: :class:`ProducerConfig` holds their names and defaults,
-:class:`ProducerOptions` the types a caller may give as keywords (a unit test keeps the two
-names lists equal). The asyncio :class:`~nsq_ha.producer.Producer`, its blocking twin in
-:mod:`nsq_ha.sync`, the CLI and the Spark sink all take ``**options: Unpack[ProducerOptions]``
-or a whole ``config=ProducerConfig(...)`` (:meth:`ProducerConfig.from_options`), so a bad value
-is refused the same way everywhere (a :class:`~nsq_ha.errors.ConfigError` subclass, before
-anything is sent) and no front end can drift from the others.
+"""Every option of a producer, once: :class:`ProducerConfig` holds their names, defaults and
+checks, :class:`ProducerOptions` the types a caller may give as keywords (a unit test keeps the
+two name lists equal). The asyncio and blocking producers, the CLI and the Spark sink all take
+``**options: Unpack[ProducerOptions]`` or a whole ``config=ProducerConfig(...)``
+(:meth:`ProducerConfig.from_options`), so a bad value is refused the same way everywhere.
 """
 
 from __future__ import annotations
@@ -25,8 +21,6 @@ from nsq_ha.producer.args import static_node
 from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.redact import redacted_repr
 from nsq_ha.routing import ShardingStrategy, get_strategy
-
-__all__ = ["ProducerConfig", "ProducerOptions"]
 
 
 class ProducerOptions(TypedDict, total=False):
@@ -185,8 +179,7 @@ class ProducerConfig:
         if config is None:
             return cls(**cast("dict[str, Any]", options))
         if isinstance(cast(object, config), ConnectionConfig):
-            # until every caller says connection= (nsq_ha/spark/sink.py and
-            # tests/chaos/backends.py still give a ConnectionConfig as config=)
+            # until every caller says connection= (nsq_ha/sync.py's signature still takes one)
             return cls(**{**cast("dict[str, Any]", options), "connection": config})
         if not isinstance(cast(object, config), ProducerConfig):
             raise InvalidArgumentError(

@@ -1,49 +1,23 @@
 """The asyncio producer: partition-aware, ordered per key, retried through leader changes.
 
-Routing (PROTOCOL.md §6.2):
+Routing (PROTOCOL.md §6.2): a ``sharding_key`` picks the partition with the producer's strategy
+over ``meta.partition_num`` (only lookupd's ``meta`` gives the count: until it is known keyed
+publishes wait), an explicit ``partition`` is used as given, and such messages are never
+rerouted; other messages go round-robin over the writable partitions. On vanilla nsqd the
+"partitions" are the nsqd nodes. A fork nsqd given as an ``nsqd=`` address refuses keyed
+publishes (UnsupportedByServerError before anything is sent).
 
-* a ``sharding_key`` picks the partition with the producer's strategy (``murmur3`` like the
-  fork's Go SDK, ``java`` like its Java SDK, or ``jump``) over ``meta.partition_num``; an
-  explicit ``partition`` is used as given. Such messages are **never rerouted**: when their
-  partition has no reachable leader the publish is retried there until the policy gives up.
-  The count comes only from lookupd's ``meta`` (the last one seen is kept): a lookup without
-  it never makes the producer guess a count from the partitions listed, and until a count is
-  known keyed publishes wait (looking up again on each retry);
-* other messages go round-robin over the partitions that have a writable leader, and a retry
-  may pick another one;
-* on vanilla nsqd (``nsqd=`` addresses or a vanilla nsqlookupd) "partitions" are the nsqd
-  nodes: a key picks one of them (stable while the set of nodes is). A fork nsqd given as an
-  ``nsqd=`` address refuses keyed publishes (its partition count and leaders are unknown
-  there): UnsupportedByServerError before the message is sent.
+Order: every publish waits in the *lane* of its (topic, partition), or in the topic's unkeyed
+lane (``producer/sender.py``). A keyed lane has at most one batch unacknowledged, so a key's
+messages are written in call order even while a batch is retried; the unkeyed lane sends
+round-robin, up to ``unkeyed_window`` unacknowledged commands per partition.
 
-Topics not published to for ``topic_idle_timeout`` seconds expire: their routes, lanes and
-connections are freed and lookupd is no longer asked about them (until the next publish).
-
-Order: every publish, of one message or many, waits in the *lane* of its (topic, partition), or
-in the topic's unkeyed lane (``producer/sender.py``). A keyed lane has at most one batch
-unacknowledged: messages that queue up while a batch is out leave together as the next
-``MPUB``/``MPUB_TRACE``/``MPUB_EXT`` (all or nothing on the server), so a key's messages are
-written in call order even while a batch is retried. The unkeyed lane sends its batches
-round-robin, several at once, up to ``unkeyed_window`` unacknowledged commands per partition.
-
-A publish goes in a straight line: :meth:`Producer.publish` prepares the message, its
-:class:`~nsq_ha.producer.topic.Topic` (everything kept for one topic: routes, lanes, windows,
-connections, last use, keyed turn order) routes it, and the one
-:class:`~nsq_ha.producer.sender.Sender` queues it on its lane and sends the lane's batches (one
-attempt, and the retry loop); :class:`~nsq_ha.producer.pool.ConnectionPool` opens and closes
-connections.
-
-Failures (§6.3): ``E_FAILED_ON_NOT_LEADER``, ``E_FAILED_ON_NOT_WRITABLE`` and
-``E_TOPIC_NOT_EXIST`` drop that partition's connection and refresh the lookup at once, then the
-same batch is tried again under :class:`~nsq_ha.producer.policy.RetryPolicy`; so do lost
-connections and timeouts. A retriable failure that outlasts the policy raises
-:class:`~nsq_ha.errors.PublishError` (``__cause__``: the last error); anything else (bad input,
-``E_EXT_NOT_SUPPORT``, an unknown topic, lookupds none of which has ever answered: a wrong
-address, :class:`~nsq_ha.errors.LookupdNeverAnsweredError`) is raised as it is. A retried
-failure logs one warning per streak (``producer/sender.py``). A batch nsqd refuses for one of
-its messages or for its size (``E_BAD_MESSAGE``, ``E_BAD_BODY``: nothing of it stored) is cut
-and sent again in parts, so only the refused message's caller gets the refusal; the limit the
-refusal names keeps later batches under it (``producer/limits.py``).
+Failures (§6.3): a lost leader, a lost connection or a timeout drops the connection, refreshes
+the lookup and tries the same batch again under the :class:`~nsq_ha.producer.policy.RetryPolicy`;
+one that outlasts it raises :class:`~nsq_ha.errors.PublishError` (``__cause__``: the last
+error); anything else is raised as it is. A batch nsqd refuses for one of its messages or its
+size is cut and sent again in parts (``producer/limits.py``). Topics unused for
+``topic_idle_timeout`` seconds are freed.
 """
 
 from __future__ import annotations
@@ -62,10 +36,8 @@ from nsq_ha.lookup import LookupClient
 from nsq_ha.producer.activity import Activity
 from nsq_ha.producer.args import per_message, sequence_of
 from nsq_ha.producer.batch import (
-    UNKNOWN,
     Outcome,
     Outcomes,
-    PlainBytes,
     plain_size,
     prepare_batch,
     prepare_one,
@@ -81,8 +53,6 @@ from nsq_ha.protocol.names import validate_topic
 from nsq_ha.protocol.publish import ExtHeader, PublishMessage
 from nsq_ha.redact import redact_text as redact
 from nsq_ha.routing import ShardingKey
-
-__all__ = ["Producer", "PublishResult"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -117,14 +87,10 @@ class Producer:
         self._owns_lookup = settings.lookupd is not None
         self._lookup = LookupClient(settings.lookupd) if settings.lookupd else settings.lookup
         #: counters for logs, tests and benchmarks
-        self.stats: dict[str, int] = {
-            "published": 0,
-            "commands": 0,
-            "retries": 0,
-            "connections": 0,
-            "lookups_forced": 0,
-            "batches_split": 0,
-        }
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("published", "commands", "retries", "connections", "lookups_forced", "batches_split"),
+            0,
+        )
         self._closing_flag = asyncio.Event()  # set by close(); the pieces read is_set()
         self._pool = ConnectionPool(settings.connection, self.stats)
         self._memo = SlotMemo(settings.strategy)
@@ -152,8 +118,6 @@ class Producer:
         """Every option of this producer (``producer.config.max_batch``,
         ``producer.config.connection.max_msg_size``, ...)."""
         return self._config
-
-    # -- state ------------------------------------------------------------------------------
 
     def __repr__(self) -> str:
         if self._lookup is not None:
@@ -202,8 +166,6 @@ class Producer:
         routes = held.ready(False) if held is not None else None
         return routes or (await self._look_up(topic, None, None))[1]
 
-    # -- public API -------------------------------------------------------------------------
-
     async def publish(
         self,
         topic: str,
@@ -236,7 +198,8 @@ class Producer:
             held.place(routes, messages, None, None, defer)
             with self._activity:  # DPUB carries one message: no batch to join
                 return (await self._sender.send(held, messages, slot=None, defer=defer))[0]
-        (outcome,) = await self._queue(topic, messages, sharding_key, partition)
+        plain = plain_size(messages)
+        (outcome,) = await self._queue(topic, messages, sharding_key, partition, plain)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
@@ -332,7 +295,7 @@ class Producer:
         messages: list[PublishMessage],
         key: ShardingKey | None,
         partition: int | None,
-        plain_bytes: PlainBytes = UNKNOWN,
+        plain_bytes: int | None,
     ) -> Outcomes:
         """Route ``messages`` and queue them on their lane; their outcomes once settled."""
 
@@ -422,8 +385,6 @@ class Producer:
         finally:
             self._closed.set()
 
-    # -- helpers ----------------------------------------------------------------------------
-
     def _topic(self, name: str) -> Topic:
         """The topic ``name`` (checked by the caller), made on first use."""
         topic = self._topics.get(name)
@@ -489,8 +450,6 @@ class Producer:
             waiters.append(idle)
             await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.ALL_COMPLETED)
             idle.cancel()
-
-    # -- idle topics ------------------------------------------------------------------------
 
     def _start_sweeper(self) -> None:
         """Start the task that frees idle topics (once, on the loop of the first publish); it

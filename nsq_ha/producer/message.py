@@ -1,17 +1,12 @@
-"""One outgoing message and how it is framed: :class:`PublishMessage`, its full validation
-(:func:`prepare_message`: trace ids and ext headers), its encoded and stored sizes, the rules
-that cut batches of traced and ext messages or under a limit an nsqd named
-(:class:`BatchBuilder`), and the :class:`Receipt` nsqd's answer gives each message.
+"""What only traced, ext or over-limit messages need (a plain message takes
+:mod:`nsq_ha.producer.batch`'s fast path): their validation (:func:`prepare_message`), their
+encoded and stored sizes, the rules that cut their batches (:class:`BatchBuilder`), and the
+:class:`Receipt` nsqd's answer gives each message.
 
-A trace id given together with an ext header travels as the header's ``##trace_id`` (as the
-fork's SDKs do). For ``MPUB_TRACE`` nsqd reports only the first message's id and offset and the
-batch's total size; the other messages' values follow from the stored record layout
-(PROTOCOL.md §4.6: ids are consecutive, each record is ``4 + 26 + len(body)`` bytes, one more
-on an ext topic) and are given only when that layout adds up to the total nsqd reported
-(:func:`derive_batch`).
-
-A plain message (non-empty bytes, no trace id, no header) never needs this module: its fast
-path is :mod:`nsq_ha.producer.batch`'s.
+For ``MPUB_TRACE`` nsqd reports only the first message's id and offset and the batch's total
+size; the others follow from the stored record layout (PROTOCOL.md §4.6: ids are consecutive,
+each record is ``4 + 26 + len(body)`` bytes, one more on an ext topic) when that layout adds up
+to the total nsqd reported (:func:`derive_batch`).
 """
 
 from __future__ import annotations
@@ -24,21 +19,9 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
-from nsq_ha.producer.result import message_id
 from nsq_ha.protocol.commands import as_bytes, check_size, check_uint, compact_json
 from nsq_ha.protocol.publish import TRACE_ID_HEADER, ExtHeader, PublishMessage, encode_ext_header
 from nsq_ha.protocol.trace import TracedResponse
-
-__all__ = [
-    "PLAIN_RECEIPT",
-    "BatchBuilder",
-    "Receipt",
-    "batch_body_size",
-    "derive_batch",
-    "mpub_sizes",
-    "prepare_message",
-    "record_size",
-]
 
 log = logging.getLogger(__name__)
 
@@ -240,11 +223,6 @@ class Receipt:
     trace_id: int | None = None
     offset: int | None = None
     raw_size: int | None = None
-
-    @property
-    def message_id(self) -> bytes | None:
-        """The 16-byte id consumers will see (fork: internal id + trace id), when known."""
-        return message_id(self.internal_id, self.trace_id)
 
 
 #: the receipt of every message answered by a plain ``OK`` (immutable, so shared)

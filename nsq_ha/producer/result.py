@@ -5,16 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-__all__ = ["PublishResult", "message_id"]
-
-_U64 = struct.Struct(">QQ")
-
-
-def message_id(internal_id: int | None, trace_id: int | None) -> bytes | None:
-    """The 16-byte id consumers see (fork: internal id + trace id), when the id is known."""
-    if internal_id is None:
-        return None
-    return _U64.pack(internal_id, trace_id or 0)
+_IDS = struct.Struct(">QQ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,4 +29,6 @@ class PublishResult:
     @property
     def message_id(self) -> bytes | None:
         """The 16-byte id consumers see (fork: internal id + trace id), when known."""
-        return message_id(self.internal_id, self.trace_id)
+        if self.internal_id is None:
+            return None
+        return _IDS.pack(self.internal_id, self.trace_id or 0)

@@ -1,16 +1,9 @@
-"""The producer's one sender: it drains the lanes of every :class:`~nsq_ha.producer.topic.Topic`
-into batches (group commit) and sends each: one attempt (route, connect, encode, command, read
-the answer), made first outside any retry loop (a publish that succeeds builds none); after a
-retriable failure, the tries after it are the project's tenacity loop
-(:func:`nsq_ha.retry.retry_after`), which asks :func:`nsq_ha.retry.decide` what an error means
-and the :class:`~nsq_ha.producer.policy.RetryPolicy` how long to keep trying.
-
-Every publish goes through :meth:`Sender.submit`, one message or many: the call joins the lane
-of its topic and slot as one :class:`~nsq_ha.producer.batch.Call` and waits on one future for
-the outcome of each of its messages, in order. A lane's tasks cut the queue into batches
-(:func:`~nsq_ha.producer.batch.take`) and send them; a keyed lane has one batch out at a time,
-the unkeyed lane several, each to the next partition, up to ``unkeyed_window`` unacknowledged
-commands per partition.
+"""The producer's one sender: every publish joins the lane of its topic and slot as one
+:class:`~nsq_ha.producer.batch.Call` (:meth:`Sender.submit`); a lane's tasks cut the queue into
+batches (group commit) and send each: one attempt first, outside any retry loop (a publish that
+succeeds builds none), then, after a retriable failure, :func:`nsq_ha.retry.retry_after` under
+the :class:`~nsq_ha.producer.policy.RetryPolicy`. A keyed lane has one batch out at a time, the
+unkeyed lane several, each to the next partition, up to ``unkeyed_window`` per partition.
 """
 
 from __future__ import annotations
@@ -31,11 +24,9 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.producer.batch import (
-    UNKNOWN,
     Call,
     Outcome,
     Outcomes,
-    PlainBytes,
     Run,
     Same,
     batch_command,
@@ -59,8 +50,6 @@ from nsq_ha.protocol.publish import Dpub, Publish, PublishMessage
 from nsq_ha.redact import redact_text as redact
 from nsq_ha.retry import Failure, decide, retry_after
 
-__all__ = ["Sender"]
-
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
@@ -68,21 +57,16 @@ _T = TypeVar("_T")
 
 class Sender:
     """Sends the batches of one producer: :meth:`submit` queues a call on its lane, the lane's
-    tasks send its batches (:meth:`send_batch`), and :meth:`send` retries :meth:`attempt`
-    under the policy.
+    tasks send its batches (:meth:`send_batch`), and :meth:`send` retries :meth:`attempt`.
 
     ``closing()`` says the producer is closing (no forced lookups then); once
     ``pool.aborting`` is set, a retriable failure ends as PublishError ("closed before nsqd
-    acknowledged") instead of another try. ``stats`` counts commands, messages published,
-    retries, forced lookups and batches split after a refusal (``batches_split``).
-    ``limits`` holds the size limits nsqd named in its refusals. ``linger``: seconds a batch
-    waits for more messages (0: none); ``max_batch``: the most messages per batch.
+    acknowledged") instead of another try. ``limits`` holds the size limits nsqd named in its
+    refusals.
 
-    Logging (:mod:`nsq_ha.retry`'s lines: what failed, the attempt, the error, the next wait):
-    a retry loop's first failure is a warning, unless a loop for the same target (``what``: a
+    Logging: a retry loop's first failure is a warning, unless a loop for the same target (a
     topic's lookup, its unkeyed batches, or one slot) already warned in the same streak; later
-    failures are debug lines; the retried call that succeeds ends the streak with an info
-    line, and a loop that gives up ends it silently (its caller gets the error).
+    failures are debug lines; a retried call that succeeds ends the streak with an info line.
     """
 
     __slots__ = (
@@ -142,14 +126,12 @@ class Sender:
             checks_each=checks_each,
         )
 
-    # -- lanes ------------------------------------------------------------------------------
-
     def submit(
         self,
         topic: Topic,
         slot: int | None,
         messages: list[PublishMessage],
-        plain_bytes: PlainBytes = UNKNOWN,
+        plain_bytes: int | None,
     ) -> asyncio.Future[Outcomes]:
         """Queue ``messages`` (in order) on the lane of ``slot`` (None: unkeyed); the future
         gets their outcomes (a PublishResult, or the exception that stopped that message), in
@@ -245,8 +227,6 @@ class Sender:
                 fail(lane.queue, [], error, self.splits)  # a task cancelled before it ran
                 lane.waiting = 0
 
-    # -- the retry loop ---------------------------------------------------------------------
-
     async def resolve(self, topic: Topic, *, keyed: bool) -> Routes:
         """The topic's routes, looked up again under the policy while it has no writable
         partition (or, ``keyed``, no known partition count)."""
@@ -299,11 +279,9 @@ class Sender:
         started: float,
         operation: Literal["publish", "lookup"],
     ) -> _T:
-        """Try 2, 3, ... after try 1 failed with ``first_error``, on the project's retry loop
-        (:func:`nsq_ha.retry.retry_after`) under the policy: until a try succeeds, an error is
-        not worth another try (raised as it is), the producer aborts (PublishError: closed
-        before nsqd acknowledged) or the policy gives up (PublishError, ``__cause__`` the last
-        error, and a :class:`~nsq_ha.events.PublishGaveUp` event)."""
+        """Try 2, 3, ... after try 1 failed with ``first_error``, until a try succeeds, an error
+        is not worth another try (raised as it is), the producer aborts or the policy gives up
+        (PublishError, ``__cause__`` the last error, and a PublishGaveUp event)."""
         tries = 1
 
         async def again(number: int) -> _T:
@@ -380,15 +358,10 @@ class Sender:
     async def send_batch(
         self, topic: Topic, messages: list[PublishMessage], slot: int | None
     ) -> list[Outcome]:
-        """:meth:`send` without ``defer`` (what a lane's sender calls): each message's outcome.
-
-        nsqd takes or refuses an ``MPUB*`` as a whole. When it refuses a batch for one of its
-        messages or for its size (:func:`~nsq_ha.producer.limits.splits_batch`; nothing of it
-        was stored), the batch is cut (under the limit the refusal named, or in halves) and
-        the parts are sent one after the other, in order, each split again if refused: every
-        message ends with its own answer. A part that fails for another reason (the partition,
-        the connection) fails the parts after it too, as the whole batch would have.
-        """
+        """:meth:`send` without ``defer``: each message's outcome. A batch nsqd refuses for one
+        of its messages or its size (nothing of it stored) is cut (under the limit the refusal
+        named, or in halves) and the parts sent in order, each split again if refused; a part
+        that fails for another reason fails the parts after it too, as the whole batch would."""
         try:
             return cast("list[Outcome]", await self.send(topic, messages, slot=slot))
         except NsqError as exc:
@@ -415,8 +388,6 @@ class Sender:
                 outcomes += [exc] * (len(messages) - len(outcomes))
                 break
         return outcomes
-
-    # -- one attempt ------------------------------------------------------------------------
 
     async def attempt(
         self,

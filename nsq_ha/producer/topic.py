@@ -1,11 +1,6 @@
-"""One topic's producer state in one object: :class:`Topic`.
-
-A producer keeps one :class:`Topic` per topic it publishes to, and nothing per topic anywhere
-else: its routes (kept fresh through the lookup's watch), the slot of each message, the keyed
-calls waiting for their turn, its lanes of queued calls, its windows of unacknowledged unkeyed
-commands, its connections (on the fork: one per partition, serving this topic alone) and when it
-was last used. A topic idle for ``topic_idle_timeout`` is one dict entry to drop
-(:meth:`Topic.close` ends its lookup watch and closes its connections).
+"""Everything a producer keeps for one topic, in one :class:`Topic`: its routes (kept fresh
+through the lookup's watch), the keyed calls waiting for their turn, its lanes, windows and
+connections, and its last use. An idle topic is one dict entry to drop (:meth:`Topic.close`).
 
 A keyed message is routed by the topic's partition *count*, and that count is only ever taken
 from lookupd's ``meta.partition_num``: a lookup without ``meta`` (or with a count of 0) lists
@@ -30,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from nsq_ha import events
 from nsq_ha.errors import (
@@ -49,8 +44,6 @@ from nsq_ha.routing import ShardingKey, ShardingStrategy
 
 if TYPE_CHECKING:
     from nsq_ha.connection import NsqdConnection
-
-__all__ = ["MEMO_KEY_LENGTH", "MEMO_SIZE", "Lane", "SlotMemo", "Topic", "Window"]
 
 log = logging.getLogger(__name__)
 
@@ -158,26 +151,15 @@ class Window:
         self.free += 1
 
 
-class _Waiter(Generic[_F]):
-    """A keyed call waiting behind the turn's holder: how to queue it if its routes are cached
-    (its future then, else None), and the future that gets what that gave."""
-
-    __slots__ = ("future", "queue_now")
-
-    def __init__(
-        self, queue_now: Callable[[], _F | None], future: asyncio.Future[_F | None]
-    ) -> None:
-        self.queue_now = queue_now
-        self.future = future
+#: a keyed call waiting behind the turn's holder: how to queue it if its routes are cached
+#: (its future then, else None), and the future that gets what that gave
+_Waiter = tuple[Callable[[], Any], "asyncio.Future[Any]"]
 
 
 class Topic:
-    """Everything a producer keeps for one topic (see the module docstring).
-
-    ``lookup`` None: the topic lives on the static ``nsqd=`` nodes of ``static`` (its routes).
-    ``memo`` is the producer's :class:`~nsq_ha.producer.routes.SlotMemo` (key -> slot);
-    ``pool`` opens and closes its connections.
-    """
+    """Everything a producer keeps for one topic (see the module docstring). ``lookup`` None:
+    the topic lives on the static ``nsqd=`` nodes of ``static`` (its routes); ``memo`` is the
+    producer's :class:`SlotMemo`; ``pool`` opens and closes its connections."""
 
     __slots__ = (
         "_leaders",
@@ -235,7 +217,7 @@ class Topic:
         #: fork slot -> the open connection to its leader (vanilla ones are the pool's)
         self.conns: dict[int, NsqdConnection] = {}
         #: keyed calls waiting behind the one that holds the turn (None: no turn taken)
-        self.waiting: deque[_Waiter[Any]] | None = None
+        self.waiting: deque[_Waiter] | None = None
         #: what -> failed tries, while a streak of failures of ``what`` lasts (for logs)
         self.streaks: dict[str, int] = {}
         #: lookups of this topic under way (it is busy meanwhile)
@@ -246,8 +228,6 @@ class Topic:
             f"<Topic {self.name!r} count={self.count} lanes={len(self.lanes)} "
             f"conns={len(self.conns)} watched={self.watched}>"
         )
-
-    # -- routes -----------------------------------------------------------------------------
 
     def ready(self, keyed: bool) -> Routes | None:
         """The routes if they serve a publish now without asking lookupd: a lookup served the
@@ -339,8 +319,6 @@ class Topic:
         self.pool.follow(self.name, routes.addresses, self.conns)
         return routes
 
-    # -- where a message goes ---------------------------------------------------------------
-
     def slot_for(
         self, routes: Routes, key: ShardingKey | None, partition: int | None
     ) -> int | None:
@@ -417,8 +395,6 @@ class Topic:
             lane = self.lanes[slot] = Lane(slot, asyncio.get_running_loop())
         return lane
 
-    # -- turn order of keyed calls ----------------------------------------------------------
-
     async def turn(
         self,
         ready: Callable[[], Routes | None],
@@ -443,7 +419,7 @@ class Topic:
                 return None if routes is None else submit(self, routes)
 
             future: asyncio.Future[_F | None] = asyncio.get_running_loop().create_future()
-            waiters.append(_Waiter(queue_now, future))
+            waiters.append((queue_now, future))
             try:
                 queued = await future
             except asyncio.CancelledError:
@@ -468,31 +444,29 @@ class Topic:
         waiters = self.waiting
         assert waiters is not None  # noqa: S101 - only the turn's holder passes it on
         while waiters:
-            waiter = waiters.popleft()
-            if waiter.future.done():
+            queue_now, future = waiters.popleft()
+            if future.done():
                 continue  # cancelled while it waited
             try:
-                queued = waiter.queue_now()
+                queued = queue_now()
             except Exception as exc:  # its own refusal (a bad key): the others go on
-                if not waiter.future.done():
-                    waiter.future.set_exception(exc)
+                if not future.done():
+                    future.set_exception(exc)
                 continue
             except BaseException:
-                if waiter.future.done():
+                if future.done():
                     self._pass_on()
                 else:
-                    waiter.future.set_result(None)  # it holds the turn: its own try raises again
+                    future.set_result(None)  # it holds the turn: its own try raises again
                 raise
-            if waiter.future.done():  # cancelled by what queued it: as if once queued
+            if future.done():  # cancelled by what queued it: as if once queued
                 if queued is not None:
                     queued.cancel()
                 continue
-            waiter.future.set_result(queued)
+            future.set_result(queued)
             if queued is None:
                 return
         self.waiting = None
-
-    # -- state ------------------------------------------------------------------------------
 
     @property
     def busy(self) -> bool:

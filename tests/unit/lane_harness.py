@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from nsq_ha.connection import ConnectionConfig
-from nsq_ha.producer.batch import UNKNOWN, Outcome, PlainBytes
+from nsq_ha.producer.batch import Outcome, plain_size
 from nsq_ha.producer.message import BatchBuilder
 from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.pool import ConnectionPool
@@ -81,10 +81,9 @@ class Lanes:
         topic: str,
         slot: int | None,
         messages: list[PublishMessage],
-        plain_bytes: PlainBytes = UNKNOWN,
     ) -> asyncio.Future[list[Outcome]]:
         assert topic == self.topic.name
-        return self.sender.submit(self.topic, slot, messages, plain_bytes)
+        return self.sender.submit(self.topic, slot, messages, plain_size(messages))
 
     @property
     def queued(self) -> int:

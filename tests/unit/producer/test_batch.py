@@ -5,7 +5,6 @@ Sizes and offsets are PROTOCOL.md's numbers measured on nsqd 0.3.7-HA.1.13.0 (§
 
 from __future__ import annotations
 
-import asyncio
 import json
 import struct
 from collections import deque
@@ -17,12 +16,12 @@ from hypothesis import strategies as st
 
 from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError, RemoteProtocolError
 from nsq_ha.producer.batch import (
-    Call,
     batch_command,
     encode_batch,
+    plain_size,
     prepare_batch,
-    prepare_messages,
     receipts_from_answer,
+    results_of,
 )
 from nsq_ha.producer.message import (
     BatchBuilder,
@@ -269,8 +268,9 @@ def test_single_traced_answer_is_taken_as_it_is() -> None:
     answer = traced_answer(2, 0x1122334455667788, 0, 34)
     (receipt,) = receipts_from_answer(answer, [msg(b"abcd", 0x1122334455667788)])
     assert receipt == Receipt(2, 0x1122334455667788, 0, 34)
-    assert receipt.message_id == struct.pack(">QQ", 2, 0x1122334455667788)
-    assert Receipt().message_id is None
+    (result,) = results_of("t", 0, "n", 1, [receipt])
+    assert result.message_id == struct.pack(">QQ", 2, 0x1122334455667788)
+    assert results_of("t", 0, "n", 1, [Receipt()])[0].message_id is None
 
 
 def test_a_server_that_lies_about_a_traced_publish_is_caught() -> None:
@@ -350,10 +350,11 @@ def test_take_cuts_where_the_general_rule_does(
     traced=st.booleans(),
     limit=st.integers(1, 10),
 )
-def test_prepare_messages_is_prepare_message_of_each(
+def test_prepare_batch_is_prepare_message_of_each(
     bodies: list[object], traced: bool, limit: int
 ) -> None:
-    """The batch form refuses and returns exactly what the one-message form does."""
+    """The batch form refuses and returns exactly what the one-message form does, and what the
+    plain ones add to an MPUB body is what plain_size sums for them."""
     traces = [7] * len(bodies) if traced else None
 
     def each() -> list[object]:
@@ -366,16 +367,9 @@ def test_prepare_messages_is_prepare_message_of_each(
         expected = each()
     except InvalidArgumentError as exc:
         with pytest.raises(type(exc)):
-            prepare_messages(bodies, traces, None, max_msg_size=limit)
+            prepare_batch(bodies, traces, None, max_msg_size=limit)
         return
-    assert prepare_messages(bodies, traces, None, max_msg_size=limit) == expected
-    # and what the plain ones add to an MPUB body, as a lane's Call would sum it
     messages, plain_bytes = prepare_batch(bodies, traces, None, max_msg_size=limit)
     assert messages == expected
-    loop = asyncio.new_event_loop()
-    try:
-        summed = Call(messages, loop.create_future()).plain_bytes
-    finally:
-        loop.close()
     plain = None if traced else sum(4 + len(m.body) for m in messages)
-    assert plain_bytes == summed == plain
+    assert plain_bytes == plain_size(messages) == plain

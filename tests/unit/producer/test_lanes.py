@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from lane_harness import Lanes
 
 from nsq_ha.errors import PubFailedError
-from nsq_ha.producer.batch import Outcome, encode_batch, prepare_messages
+from nsq_ha.producer.batch import Outcome, encode_batch, prepare_batch
 from nsq_ha.producer.message import BatchBuilder
 from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import Routes
@@ -43,7 +43,7 @@ def _lanes(
 
 
 def _bodies(prefix: str, count: int) -> list[PublishMessage]:
-    return prepare_messages([f"{prefix}{i}".encode() for i in range(count)])
+    return prepare_batch([f"{prefix}{i}".encode() for i in range(count)])[0]
 
 
 async def test_a_call_split_over_batches_gets_every_outcome_in_order() -> None:
