@@ -70,10 +70,8 @@ class _Pipe(asyncio.BufferedProtocol):
     """The protocol under a :class:`StreamTransport`: keeps what arrives until it is pulled,
     or hands it to the receiver at once; tracks EOF, loss and write flow control.
 
-    A buffered protocol: the socket is read into one buffer of :data:`READ_SIZE` bytes kept
-    for the connection's life, and what was read is copied out of it once. With a plain
-    protocol asyncio allocates 256 KiB for every read and shrinks it to what came (``mmap``,
-    ``mremap`` and ``munmap`` system calls per read: most of the cost of a small read)."""
+    A buffered protocol, reading into one buffer kept for the connection's life: with a plain
+    one asyncio maps 256 KiB for every read and shrinks it (most of a small read's cost)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -339,14 +337,13 @@ class StreamTransport:
     def receive(
         self, on_data: Callable[[bytes], None], on_end: Callable[[NsqError | None], None]
     ) -> None:
-        """From now on hand every plain byte read to ``on_data``, called from the socket's
-        callback; when the stream ends call ``on_end`` once: ``None`` when the peer closed it,
-        else the NsqError that ended it. What was read and not pulled comes first.
+        """From now on hand every plain byte read to ``on_data``, from the socket's callback;
+        when the stream ends call ``on_end`` once: ``None`` when the peer closed it, else the
+        NsqError that ended it. What was read and not pulled comes first. Nothing is handed on
+        after ``on_end`` or :meth:`stop_receiving`, nor between :meth:`hold` and :meth:`release`.
 
         With compression, one bounded slice is decoded per loop turn and the socket is not
         read while slices wait (a compression bomb neither fills memory nor stalls the loop).
-        Nothing is handed on after ``on_end`` or :meth:`stop_receiving`, nor between
-        :meth:`hold` and :meth:`release`.
         """
         pipe = self._pipe
         if pipe.receiver is not None:

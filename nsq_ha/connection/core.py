@@ -64,12 +64,8 @@ class NsqdConnection:
     """One TCP connection to one nsqd.
 
     ``await conn.connect()`` (or ``async with NsqdConnection(...) as conn``) runs the
-    handshake; :meth:`command` sends a typed command that has a response (a
-    :class:`~nsq_ha.protocol.publish.Publish`, ...), :meth:`send_nowait` one that has none (FIN,
-    REQ, TOUCH, RDY, NOP); :meth:`subscribe`, :meth:`rdy`, :meth:`fin`, :meth:`req` and
-    :meth:`touch` build the consumer's commands; :meth:`close` ends the connection cleanly (CLS
-    first when subscribed, then in-flight messages and pending answers get
-    ``close_timeout`` to finish).
+    handshake; :meth:`command` sends a typed command that has a response, :meth:`send_nowait`
+    one that has none; :meth:`close` ends the connection cleanly.
     """
 
     def __init__(
@@ -270,11 +266,8 @@ class NsqdConnection:
         return transport
 
     def send_nowait(self, command: Command) -> None:
-        """Send a command nsqd does not answer on success: FIN, REQ, TOUCH, RDY or NOP.
-
-        Their failures arrive later through ``on_error`` (FIN/REQ/TOUCH) or close the
-        connection (fatal ones).
-        """
+        """Send a command nsqd does not answer on success: FIN, REQ, TOUCH, RDY or NOP (their
+        failures arrive later through ``on_error``, or close the connection when fatal)."""
         transport = self._transport
         try:
             data = self._session.send_nowait(
@@ -289,11 +282,9 @@ class NsqdConnection:
     async def command(self, command: Command, *, response_timeout: float | None = None) -> bytes:
         """Send a command that nsqd answers and return the response frame's data.
 
-        ``command`` is a typed command (:class:`~nsq_ha.protocol.publish.Publish`,
-        :class:`~nsq_ha.protocol.commands.Sub`, ...). ``response_timeout`` (default
-        ``config.command_timeout``) bounds the drain of the socket buffer and the answer; then
-        NsqTimeoutError, and the late answer is discarded. An error frame raises its
-        BrokerError; a closed connection ConnectionClosedError.
+        ``response_timeout`` (default ``config.command_timeout``) bounds the drain of the
+        socket buffer and the answer; then NsqTimeoutError, and the late answer is discarded.
+        An error frame raises its BrokerError; a closed connection ConnectionClosedError.
         """
         try:
             data = self._session.send(command)

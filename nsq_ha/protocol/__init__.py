@@ -27,26 +27,19 @@ from nsq_ha.protocol.commands import (
     seconds_to_ms,
 )
 from nsq_ha.protocol.frames import (
-    DEFAULT_MAX_FRAME_SIZE,
-    HEARTBEAT,
     Frame,
     FrameType,
     encode_frame,
-    max_frame_size_for,
 )
 from nsq_ha.protocol.identify import (
     build_identify,
-    parse_auth_response,
     parse_identify_response,
 )
 from nsq_ha.protocol.message import (
-    EXT_VERSION_JSON,
-    EXT_VERSION_TAG,
     DecodedMessage,
     MessageFormat,
     decode_message,
     encode_message,
-    join_fork_id,
 )
 from nsq_ha.protocol.names import (
     is_valid_name,
@@ -74,10 +67,6 @@ from nsq_ha.protocol.trace import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_FRAME_SIZE",
-    "EXT_VERSION_JSON",
-    "EXT_VERSION_TAG",
-    "HEARTBEAT",
     "MAGIC_V2",
     "ClientCommand",
     "CommandDecoder",
@@ -117,10 +106,7 @@ __all__ = [
     "encode_traced_response",
     "is_traced_response",
     "is_valid_name",
-    "join_fork_id",
-    "max_frame_size_for",
     "ms_to_seconds",
-    "parse_auth_response",
     "parse_identify_response",
     "parse_traced_response",
     "seconds_to_ms",

@@ -82,11 +82,7 @@ class MessageFormat:
         if not fork:
             return cls.vanilla()
         name = command.split(b"\n", 1)[0].split(b" ", 1)[0]
-        return cls(
-            fork_ids=True,
-            ext=extend_support and ext_topic,
-            detail=name in _SUBSCRIBE_WITH_DETAIL,
-        )
+        return cls(ext=extend_support and ext_topic, detail=name in _SUBSCRIBE_WITH_DETAIL)
 
 
 class DecodedMessage(NamedTuple):

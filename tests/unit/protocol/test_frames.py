@@ -8,14 +8,12 @@ from hypothesis import strategies as st
 
 from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
 from nsq_ha.protocol import (
-    DEFAULT_MAX_FRAME_SIZE,
-    HEARTBEAT,
     Frame,
     FrameDecoder,
     FrameType,
     encode_frame,
-    max_frame_size_for,
 )
+from nsq_ha.protocol.frames import DEFAULT_MAX_FRAME_SIZE, HEARTBEAT, max_frame_size_for
 
 frames = st.builds(Frame, st.sampled_from(FrameType), st.binary(max_size=300))
 

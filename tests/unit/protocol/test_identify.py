@@ -14,10 +14,9 @@ from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
 from nsq_ha.protocol import (
     build_identify,
     encode_identify,
-    parse_auth_response,
     parse_identify_response,
 )
-from nsq_ha.protocol.identify import Negotiated
+from nsq_ha.protocol.identify import Negotiated, parse_auth_response
 
 FORK_ANSWER = load("identify")["cases"][1]["answer_json"]
 VANILLA_ANSWER = next(

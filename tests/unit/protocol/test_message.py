@@ -8,14 +8,12 @@ from hypothesis import strategies as st
 
 from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
 from nsq_ha.protocol import (
-    EXT_VERSION_JSON,
-    EXT_VERSION_TAG,
     DecodedMessage,
     MessageFormat,
     decode_message,
     encode_message,
-    join_fork_id,
 )
+from nsq_ha.protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG, join_fork_id
 
 u64 = st.integers(0, (1 << 64) - 1)
 FORMATS = [
