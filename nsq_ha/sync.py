@@ -25,7 +25,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Self, TypedDict, TypeVar, Unpack
+from typing import Any, Self, TypedDict, Unpack
 
 from nsq_ha._sync_runtime import (
     CLOSE_BACKSTOP,
@@ -57,8 +57,6 @@ from nsq_ha.routing import ShardingKey
 __all__ = ["Consumer", "Message", "Producer", "PublishResult", "RetryPolicy", "shared_loop"]
 
 log = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 
 def shared_loop() -> asyncio.AbstractEventLoop:
@@ -93,6 +91,17 @@ class _PublishOptions(TypedDict, total=False):
     trace_id: int | None
     ext: ExtHeader | None
     defer: float | None
+
+
+class _PublishManyOptions(TypedDict, total=False):
+    """The keywords :meth:`Producer.publish_many` hands to the async ``publish_many``."""
+
+    sharding_key: ShardingKey | None
+    sharding_keys: Sequence[ShardingKey] | None
+    partition: int | None
+    trace_ids: Sequence[int | None] | None
+    ext: ExtHeader | None
+    exts: Sequence[ExtHeader | None] | None
 
 
 class _Closing:
@@ -207,31 +216,16 @@ class Producer(_Closing):
         topic: str,
         bodies: Sequence[bytes],
         *,
-        sharding_key: ShardingKey | None = None,
-        sharding_keys: Sequence[ShardingKey] | None = None,
-        partition: int | None = None,
-        trace_ids: Sequence[int | None] | None = None,
-        ext: ExtHeader | None = None,
-        exts: Sequence[ExtHeader | None] | None = None,
         timeout: float | None = None,
+        **options: Unpack[_PublishManyOptions],
     ) -> list[PublishResult]:
-        """Publish several messages in as few batches as possible and wait for all of them
-        (``timeout`` as in :meth:`publish`)."""
+        """Publish several messages in as few batches as possible and wait for all of them: the
+        keywords of :meth:`nsq_ha.producer.Producer.publish_many` (``sharding_key``,
+        ``sharding_keys``, ``partition``, ``trace_ids``, ``ext``, ``exts``); ``timeout`` as in
+        :meth:`publish`."""
         limit = optional_seconds(timeout, "timeout")
         runner, producer = self._bound()
-        return runner.run(
-            producer.publish_many(
-                topic,
-                bodies,
-                sharding_key=sharding_key,
-                sharding_keys=sharding_keys,
-                partition=partition,
-                trace_ids=trace_ids,
-                ext=ext,
-                exts=exts,
-            ),
-            limit,
-        )
+        return runner.run(producer.publish_many(topic, bodies, **options), limit)
 
     def close(self, timeout: float | None = None) -> None:
         """Wait for in-flight publishes (up to ``timeout``, default ``close_timeout``), then
@@ -392,7 +386,11 @@ class Consumer(_Closing):
     @property
     def stats(self) -> dict[str, Any]:
         """The consumer's counters."""
-        return self._live().run(_value(lambda: self._consumer.stats))
+
+        async def read() -> dict[str, Any]:  # on the loop, where the counters change
+            return self._consumer.stats
+
+        return self._live().run(read())
 
     def get(self, timeout: float | None = None) -> Message | None:
         """The next message, or ``None`` once closed (or after ``timeout`` seconds, a finite
@@ -512,7 +510,3 @@ def _gone(runner: LoopThread) -> str:
     if runner.pid != os.getpid():
         return f"its connections belong to process {runner.pid} and this is a child forked from it"
     return "its event loop thread has ended"
-
-
-async def _value(function: Callable[[], _T]) -> _T:
-    return function()
