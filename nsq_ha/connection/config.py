@@ -146,11 +146,6 @@ class ConnectionConfig:
                 shown.append(f"{item.name}={value!r}")
         return f"ConnectionConfig({', '.join(shown)})"
 
-    @property
-    def heartbeats_enabled(self) -> bool:
-        """False when ``heartbeat_interval`` is ``-1``."""
-        return self.heartbeat_interval != -1
-
     def to_identify(self) -> IdentifyRequest:
         """Return the IDENTIFY body (always with ``feature_negotiation``)."""
         return build_identify(

@@ -61,10 +61,6 @@ class PendingAnswers:
         self._answers: deque[asyncio.Future[bytes]] = deque()
         self._syncs: deque[asyncio.Future[None]] = deque()
 
-    def __len__(self) -> int:
-        """Answers still expected."""
-        return len(self._answers)
-
     def expect(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[bytes]:
         """Return the future (of ``loop``) the answer to the command just sent completes."""
         future: asyncio.Future[bytes] = loop.create_future()

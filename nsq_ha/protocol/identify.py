@@ -241,6 +241,7 @@ _INT_KEYS = (
     "output_buffer_size",
     "output_buffer_timeout",
 )
+_MS_KEYS = ("max_msg_timeout", "msg_timeout", "output_buffer_timeout")
 _BOOL_KEYS = ("tls_v1", "deflate", "snappy", "auth_required")
 _STR_KEYS = ("version", "desired_tag")
 #: nsqd's numbers are Go int64s: a larger one is a lie (and would overflow a float in seconds)
@@ -299,29 +300,13 @@ def parse_identify_response(data: bytes, request: Mapping[str, object] | None = 
         return Negotiated(feature_negotiation=False, **side)
     answer = _load_object(data, "IDENTIFY response")
     _check_types(answer, "IDENTIFY response")
-
-    def seconds(key: str) -> float | None:
-        value = answer.get(key)
-        return None if value is None else ms_to_seconds(value)
-
+    fields: dict[str, Any] = {key: answer.get(key) for key in (*_INT_KEYS, *_STR_KEYS)}
+    fields.update({key: answer.get(key) is True for key in _BOOL_KEYS})
+    for key in _MS_KEYS:
+        if fields[key] is not None:
+            fields[key] = ms_to_seconds(fields[key])
     return Negotiated(
-        feature_negotiation=True,
-        version=answer.get("version"),
-        max_rdy_count=answer.get("max_rdy_count"),
-        msg_timeout=seconds("msg_timeout"),
-        max_msg_timeout=seconds("max_msg_timeout"),
-        output_buffer_size=answer.get("output_buffer_size"),
-        output_buffer_timeout=seconds("output_buffer_timeout"),
-        sample_rate=answer.get("sample_rate"),
-        auth_required=answer.get("auth_required") is True,
-        tls_v1=answer.get("tls_v1") is True,
-        snappy=answer.get("snappy") is True,
-        deflate=answer.get("deflate") is True,
-        deflate_level=answer.get("deflate_level"),
-        max_deflate_level=answer.get("max_deflate_level"),
-        desired_tag=answer.get("desired_tag"),
-        raw=cast(IdentifyResponse, answer),
-        **side,
+        feature_negotiation=True, raw=cast(IdentifyResponse, answer), **fields, **side
     )
 
 

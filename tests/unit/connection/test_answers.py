@@ -36,7 +36,7 @@ async def test_answers_complete_their_commands_in_order() -> None:
     assert await first == b"OK"
     with pytest.raises(BadTopicError):
         await second
-    assert len(answers) == 0
+    assert answers.waiting() == []
 
 
 async def test_no_answer_by_the_deadline_raises_and_the_late_answer_is_dropped() -> None:
