@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-__all__ = ["Activity"]
-
 
 class Activity:
     """Publish calls waiting outside a lane (a lookup, a DPUB) between entry and exit

@@ -8,8 +8,6 @@ from typing import TypeVar, cast
 from nsq_ha.errors import ConfigError
 from nsq_ha.lookup import NodeInfo
 
-__all__ = ["per_message", "sequence_of", "static_node"]
-
 _T = TypeVar("_T")
 
 

@@ -7,13 +7,11 @@ it, and nothing of the batch is stored (PROTOCOL.md §2.13). Its refusal names t
     E_BAD_MESSAGE MPUB message too big 2000 > 1000     (vanilla and the fork)
     E_BAD_BODY MPUB body too big 100084 > 100000        (vanilla; the fork: "body too big")
 
-A batch of several publish calls refused that way is not every caller's failure. The sender
-asks :func:`splits_batch` whether a refusal is about the batch's messages (their size or their
-content) rather than the partition or the connection; such a batch is cut again
-(:func:`split_batch`) and each part sent on its own, down to the message that nsqd refuses
-when it is alone. :class:`ServerLimits` keeps the limit each nsqd named, so the next batches
-for that nsqd's topics are cut under it and a message over it travels alone (nsqd, not the
-client, refuses a single message: a server restarted with a larger limit takes it).
+A batch refused for its messages (:func:`splits_batch`) is cut again (:func:`split_batch`)
+and each part sent on its own, down to the message nsqd refuses when it is alone.
+:class:`ServerLimits` keeps the limit each nsqd named, so later batches are cut under it and a
+message over it travels alone (nsqd, not the client, refuses a single message: a server
+restarted with a larger limit takes it).
 """
 
 from __future__ import annotations
@@ -34,8 +32,6 @@ from nsq_ha.errors import (
 )
 from nsq_ha.producer.message import BatchBuilder, mpub_sizes
 from nsq_ha.protocol.publish import PublishMessage
-
-__all__ = ["MAX_SERVERS", "ServerLimits", "refused_limit", "split_batch", "splits_batch"]
 
 #: the most nsqd addresses whose limits are kept (the oldest is forgotten first)
 MAX_SERVERS: Final = 1024

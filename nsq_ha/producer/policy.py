@@ -9,8 +9,6 @@ from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
 from nsq_ha.retry import Backoff
 
-__all__ = ["RetryPolicy"]
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RetryPolicy:

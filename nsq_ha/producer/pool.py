@@ -20,8 +20,6 @@ from nsq_ha.errors import BrokerError, ConnectionClosedError, ProducerClosedErro
 from nsq_ha.producer.routes import ConnKey
 from nsq_ha.redact import redact_text as redact
 
-__all__ = ["ConnectionPool", "Conns"]
-
 log = logging.getLogger(__name__)
 
 #: a topic's fork connections: partition -> the open connection to its leader

@@ -8,17 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from nsq_ha.errors import (
-    UnsupportedByServerError,
-)
+from nsq_ha.errors import UnsupportedByServerError
 from nsq_ha.lookup import NodeInfo, PartitionMap
 from nsq_ha.protocol.publish import PublishMessage
-
-__all__ = [
-    "ConnKey",
-    "Routes",
-    "check_features",
-]
 
 #: A connection's identity: nsqd address, and on the fork the topic and partition it serves.
 ConnKey = tuple[str, str, int]

@@ -33,22 +33,6 @@ from nsq_ha.protocol.commands import (
 )
 from nsq_ha.protocol.names import validate_partition, validate_topic
 
-__all__ = [
-    "TRACE_ID_HEADER",
-    "Dpub",
-    "ExtHeader",
-    "Publish",
-    "PublishMessage",
-    "encode_dpub",
-    "encode_ext_header",
-    "encode_mpub",
-    "encode_mpub_ext",
-    "encode_mpub_trace",
-    "encode_pub",
-    "encode_pub_ext",
-    "encode_pub_trace",
-]
-
 #: A JSON header: a mapping (serialised compactly, key order kept) or ready-made JSON bytes.
 ExtHeader: TypeAlias = Mapping[str, object] | bytes
 #: Header key carrying the trace id as a decimal string.

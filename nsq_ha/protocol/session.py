@@ -24,10 +24,6 @@ a protocol violation), and whether an error frame means the connection must be d
 (:mod:`nsq_ha.protocol.error_frames`). After a fatal error nothing more can be sent. Clocks
 stay outside: the caller passes the time with the bytes. The frames come out of its
 :class:`FrameDecoder`, which is incremental: any split of the same stream gives the same frames.
-
-A command's fields are checked once, where they come in (the connection's methods, the
-producer's message preparation); the session reads them (the name, a FIN's id, the RDY count,
-the subscribe kind) and never parses the bytes it returns.
 """
 
 from __future__ import annotations
