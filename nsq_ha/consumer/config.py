@@ -1,11 +1,7 @@
 """Every option of a :class:`~nsq_ha.consumer.Consumer`, checked once: :class:`ConsumerConfig`.
 
-The dataclass is the one place of each option's name, type, default and check. The async
-:class:`~nsq_ha.consumer.Consumer` and the blocking :class:`nsq_ha.sync.Consumer` take its
-fields as keywords (typed by :class:`ConsumerOptions`) or a whole one as ``config=``, and make
-it with :func:`consumer_config`; the CLI and the Spark source build one too. So they accept the
-same options with the same defaults and refuse the same bad values, with a
-:class:`~nsq_ha.errors.ConfigError` naming the option, before any connection is made.
+Both Consumers (through :func:`consumer_config`), the CLI and the Spark source build one, so
+they accept the same options with the same defaults and refuse the same bad values.
 """
 
 from __future__ import annotations

@@ -70,7 +70,6 @@ class Discovery:
         self._background = background
         self.topic = config.topic
         self.channel = config.channel
-        self._owns_lookup = config.lookupd is not None
         self._lookup = config.lookup
         if config.lookupd is not None:
             self._lookup = LookupClient(config.lookupd, refresh_interval=config.lookup_interval)
@@ -126,7 +125,7 @@ class Discovery:
 
     async def close(self) -> None:
         """Close the lookup client if this discovery made it."""
-        if self._owns_lookup and self._lookup is not None:
+        if self._config.lookupd is not None and self._lookup is not None:
             await self._lookup.close()
 
     async def leader(self, partition: int) -> NodeInfo:

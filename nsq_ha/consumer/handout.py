@@ -24,7 +24,7 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final
 
 from nsq_ha import events
 from nsq_ha.consumer.config import GiveUp
@@ -33,7 +33,7 @@ from nsq_ha.consumer.slots import Slot, slot_of
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.errors import MessageResponseError
 
-__all__ = ["Claims", "HandoutQueue", "Intake", "PartitionGate"]
+__all__ = ["Claims", "Intake", "PartitionGate"]
 
 log = logging.getLogger(__name__)
 
@@ -43,58 +43,6 @@ class _Empty:
 
 
 _EMPTY: Final = _Empty()
-
-_Item = TypeVar("_Item")
-
-
-class HandoutQueue(Generic[_Item]):
-    """An unbounded FIFO that readers await, served in the order they came.
-
-    A waiting reader's future comes from the loop of the first wait. asyncio.Queue asks for
-    the running loop on every wait, and on Python 3.11 that is a ``getpid()`` system call:
-    one per message for a reader that keeps up (strace: 5060 for 5000 messages at RDY 1).
-    """
-
-    __slots__ = ("_getters", "_loop", "items")
-
-    def __init__(self) -> None:
-        #: what is queued, oldest first (taken without waiting by popping it)
-        self.items: deque[_Item] = deque()
-        self._getters: deque[asyncio.Future[None]] = deque()
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def put(self, item: _Item) -> None:
-        """Queue ``item`` and wake the longest-waiting reader."""
-        self.items.append(item)
-        self._wake_next()
-
-    async def get(self) -> _Item:
-        """The oldest item, waiting for one."""
-        items = self.items
-        while not items:
-            loop = self._loop
-            if loop is None:
-                loop = self._loop = asyncio.get_running_loop()
-            getter = loop.create_future()
-            self._getters.append(getter)
-            try:
-                await getter
-            except BaseException:
-                getter.cancel()
-                with contextlib.suppress(ValueError):
-                    self._getters.remove(getter)
-                if items and not getter.cancelled():
-                    self._wake_next()  # it was woken, then cancelled: the next one takes it
-                raise
-        return items.popleft()
-
-    def _wake_next(self) -> None:
-        getters = self._getters
-        while getters:
-            getter = getters.popleft()
-            if not getter.done():
-                getter.set_result(None)
-                return
 
 
 def _key(message: Message) -> int:
@@ -220,14 +168,21 @@ class Claims:
 
 
 class Intake:
-    """The queue of messages to hand out, the ordered gate, and the give-up path."""
+    """The queue of messages to hand out, the ordered gate, and the give-up path.
+
+    The queue is a deque that readers await, served in the order they came (``None`` in it:
+    closing). A waiting reader's future comes from the loop of the first wait: asyncio.Queue
+    asks for the running loop on every wait, and on Python 3.11 that is a ``getpid()`` system
+    call, one per message for a reader that keeps up (strace: 5060 for 5000 messages at RDY 1).
+    """
 
     __slots__ = (
         "_background",
         "_claims",
         "_gate",
+        "_getters",
+        "_items",
         "_loop",
-        "_queue",
         "_stopped",
         "closing",
         "max_attempts",
@@ -241,12 +196,13 @@ class Intake:
         self.max_attempts = max_attempts
         self.on_give_up = on_give_up
         self._background = background
-        self._queue: HandoutQueue[Message | None] = HandoutQueue()
+        self._items: deque[Message | None] = deque()
+        self._getters: deque[asyncio.Future[None]] = deque()
         #: ordered subscriptions: one message per partition handed out at a time
         self._gate = PartitionGate()
         #: ordered messages handed out by get(), by the task that asked for them
         self._claims = Claims(self.release)
-        #: the loop the readers run on (set by the first claim)
+        #: the loop the readers run on (set by the first wait or claim)
         self._loop: asyncio.AbstractEventLoop | None = None
         #: set when the consumer starts closing: what arrives from then on is requeued
         self.closing = False
@@ -255,9 +211,21 @@ class Intake:
     @property
     def queued(self) -> int:
         """Messages waiting to be handed out (in the queue, or behind their partition's)."""
-        return len(self._queue.items) - (1 if self._stopped else 0) + self._gate.waiting
+        return len(self._items) - (1 if self._stopped else 0) + self._gate.waiting
 
     # -- in -----------------------------------------------------------------------------------
+
+    def _put(self, item: Message | None) -> None:
+        self._items.append(item)
+        self._wake_next()
+
+    def _wake_next(self) -> None:
+        getters = self._getters
+        while getters:
+            getter = getters.popleft()
+            if not getter.done():
+                getter.set_result(None)
+                return
 
     def deliver(self, slot: Slot, message: Message) -> None:
         """A slot received ``message``: hand it out (or requeue it when closing)."""
@@ -282,7 +250,7 @@ class Intake:
             else:
                 self._background.spawn(self._give_up(slot, message), "nsq_ha-give-up")
                 return
-        self._queue.put(message)
+        self._put(message)
 
     async def _give_up(self, slot: Slot, message: Message) -> None:
         try:
@@ -345,7 +313,7 @@ class Intake:
         """True for a message still to answer, and for the closing marker (kept queued for the
         other readers); a message answered before it was handed out releases its partition."""
         if item is None:
-            self._queue.put(None)
+            self._put(None)
             return True
         if item.outcome is None:
             return True
@@ -359,7 +327,7 @@ class Intake:
         return None if isinstance(item, _Empty) else item
 
     def _pop(self) -> Message | _Empty | None:
-        items = self._queue.items
+        items = self._items
         while items:
             item = items.popleft()
             if self._usable(item):
@@ -380,10 +348,26 @@ class Intake:
             return None
 
     async def _wait(self) -> Message | None:
+        items = self._items
         while True:
-            message = await self._queue.get()
-            if self._usable(message):
-                return message
+            while not items:
+                loop = self._loop
+                if loop is None:
+                    loop = self._loop = asyncio.get_running_loop()
+                getter = loop.create_future()
+                self._getters.append(getter)
+                try:
+                    await getter
+                except BaseException:
+                    getter.cancel()
+                    with contextlib.suppress(ValueError):
+                        self._getters.remove(getter)
+                    if items and not getter.cancelled():
+                        self._wake_next()  # it was woken, then cancelled: the next one takes it
+                    raise
+            item = items.popleft()
+            if self._usable(item):
+                return item
 
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """:meth:`take`, for ``get()``/``async for``: an ordered message handed out stays
@@ -446,13 +430,13 @@ class Intake:
         for waiting in self._gate.clear():  # parked behind their partition's handler
             slot_of(waiting).requeue_now(waiting)
             requeued += 1
-        items = self._queue.items
+        items = self._items
         while items:
             message = items.popleft()
             if message is not None and message.outcome is None:
                 slot_of(message).requeue_now(message)
                 requeued += 1
-        self._queue.put(None)  # readers stop (each puts it back for the next)
+        self._put(None)  # readers stop (each puts it back for the next)
         return requeued
 
 

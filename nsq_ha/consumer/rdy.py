@@ -54,7 +54,7 @@ class ConnRdy:
     """What the planner knows of one connection."""
 
     key: Hashable
-    max_rdy: int
+    #: the most RDY it gets: nsqd's max_rdy_count, or our own cap if lower
     cap: int
     rdy: int = 0
     in_flight: int = 0
@@ -142,7 +142,7 @@ class RdyPlanner:
             raise ConfigError(f"max_rdy must be >= 1, got {max_rdy}")
         now = self._clock()
         limit = max_rdy if cap is None else max(1, min(cap, max_rdy))
-        self.conns[key] = ConnRdy(key, max_rdy, limit, active_at=now, waiting_since=now)
+        self.conns[key] = ConnRdy(key, limit, active_at=now, waiting_since=now)
         return self._plan({})
 
     def remove(self, key: Hashable) -> dict[Hashable, int]:

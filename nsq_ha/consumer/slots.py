@@ -1,13 +1,9 @@
 """A consumer's subscriptions: one :class:`Slot` per (nsqd, partition) connection.
 
-A slot owns its connection and the messages it delivered that are not answered yet (``held``:
-the one count of what is in flight there). Answers take one path: :class:`Message` -> its slot
--> the slot's connection (FIN/REQ/TOUCH are accepted only on the connection that delivered the
-message). The slot tells the :class:`~nsq_ha.consumer.rdy.RdyPlanner` when a message enters or
-leaves flight (``held`` and the planner change together, in :meth:`Slot._hold` and
-:meth:`Slot._release` only), and :class:`~nsq_ha.consumer.flow.Flow` sends what the planner
-changed. It counts in the shared :class:`Tally`, and hands each delivered message on through
-the ``deliver`` callback of its :class:`SlotContext`: it never calls back into the consumer.
+A slot owns its connection and ``held``, the messages it delivered and not yet answered: the
+one count of what is in flight there, changed together with the planner's (in
+:meth:`Slot._hold` and :meth:`Slot._release` only). Answers take one path: :class:`Message` ->
+its slot -> the slot's connection. Delivered messages go on through :attr:`SlotContext.deliver`.
 """
 
 from __future__ import annotations

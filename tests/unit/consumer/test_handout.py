@@ -1,53 +1,86 @@
-"""The consumer's hand-out queue (nsq_ha.consumer.handout.HandoutQueue): asyncio.Queue's
-behaviour for what the consumer uses, without asking for the running loop on every wait."""
+"""The consumer's hand-out queue (nsq_ha.consumer.handout.Intake): asyncio.Queue's behaviour
+for what the consumer uses, without asking for the running loop on every wait."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
-from nsq_ha.consumer.handout import HandoutQueue
+from nsq_ha.consumer import Message
+from nsq_ha.consumer.handout import Intake
+from nsq_ha.consumer.tasks import Background
+from nsq_ha.protocol.message import DecodedMessage
+
+
+@dataclass
+class Plain:
+    """Stands in for the slot that delivered: an unordered subscription."""
+
+    topic: str = "t"
+    channel: str = "c"
+    partition: int | None = None
+    address: str = "127.0.0.1:4150"
+    ordered: bool = False
+
+
+def message(number: int) -> Message:
+    decoded = DecodedMessage(
+        timestamp=1, attempts=1, id=number.to_bytes(16, "big"), body=b"%d" % number
+    )
+    return Message(decoded, Plain())  # type: ignore[arg-type]
+
+
+def deliver(intake: Intake, *messages: Message) -> None:
+    for one in messages:
+        intake.deliver(Plain(), one)  # type: ignore[arg-type]
+
+
+def intake() -> Intake:
+    return Intake(max_attempts=0, on_give_up=None, background=Background())
 
 
 async def test_items_come_out_in_order_and_readers_are_served_in_the_order_they_came() -> None:
-    queue: HandoutQueue[int] = HandoutQueue()
-    queue.put(1)
-    queue.put(2)
-    assert list(queue.items) == [1, 2]
-    assert [await queue.get(), queue.items.popleft()] == [1, 2]
-    assert not queue.items
-    got: list[tuple[str, int]] = []
+    queue = intake()
+    one, two, ten, twenty = message(1), message(2), message(10), message(20)
+    deliver(queue, one, two)
+    assert queue.queued == 2
+    assert [await queue.take(), queue.take_nowait()] == [one, two]
+    assert queue.take_nowait() is None
+    got: list[tuple[str, Any]] = []
 
     async def reader(name: str) -> None:
-        got.append((name, await queue.get()))
+        got.append((name, await queue.take()))
 
     readers = [asyncio.create_task(reader(name)) for name in ("first", "second")]
     await asyncio.sleep(0)  # both wait, "first" first
-    queue.put(10)
-    queue.put(20)
+    deliver(queue, ten, twenty)
     await asyncio.gather(*readers)
-    assert got == [("first", 10), ("second", 20)]
+    assert got == [("first", ten), ("second", twenty)]
 
 
 async def test_a_reader_cancelled_after_its_wake_up_passes_the_item_on() -> None:
-    queue: HandoutQueue[str] = HandoutQueue()
-    first = asyncio.create_task(queue.get())
-    second = asyncio.create_task(queue.get())
+    queue = intake()
+    first = asyncio.create_task(queue.take())
+    second = asyncio.create_task(queue.take())
     await asyncio.sleep(0)
-    queue.put("only")  # wakes ``first``...
+    only = message(1)
+    deliver(queue, only)  # wakes ``first``...
     first.cancel()  # ...which is cancelled before it runs
-    assert await asyncio.wait_for(second, 1.0) == "only"
+    assert await asyncio.wait_for(second, 1.0) is only
     assert first.cancelled()
-    assert not queue.items
+    assert queue.queued == 0
 
 
 async def test_a_cancelled_waiting_reader_leaves_no_trace() -> None:
-    queue: HandoutQueue[str] = HandoutQueue()
-    waiting = asyncio.create_task(queue.get())
+    queue = intake()
+    waiting = asyncio.create_task(queue.take())
     await asyncio.sleep(0)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    queue.put("kept")
-    assert await queue.get() == "kept"
+    kept = message(1)
+    deliver(queue, kept)
+    assert queue.take_nowait() is kept
