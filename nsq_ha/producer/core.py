@@ -28,7 +28,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar, Unpack, cast
+from typing import Self, TypeVar, Unpack, cast
 
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, ProducerClosedError, PublishError
@@ -445,10 +445,8 @@ class Producer:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            waiters: list[asyncio.Future[Any]] = [*tasks]
             idle = loop.create_task(self._activity.wait_idle())
-            waiters.append(idle)
-            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.ALL_COMPLETED)
+            await asyncio.wait([*tasks, idle], timeout=remaining)  # all done, or the time
             idle.cancel()
 
     def _start_sweeper(self) -> None:

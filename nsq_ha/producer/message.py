@@ -137,17 +137,13 @@ class BatchBuilder:
         batch = [first]
         if first.message.ext is not None and not self.ext_topic:
             return batch
-        plain = not self.tracing and first.message.trace_id is None and first.message.ext is None
-        if plain and not self.checks_each and self._take_plain(queue, batch):
-            return batch
-        # traced or ext messages (first, or next after plain ones): the general rules below
         traced = self.tracing or first.message.trace_id is not None
         has_ext = first.message.ext is not None
         if self.checks_each and _encoded_size(first.message, _kind(traced, has_ext)) > (
             self.max_msg_size
         ):
             return batch  # over the limit nsqd named: alone, so that nsqd refuses only it
-        body_bytes = sum(len(item.message.body) for item in batch)
+        body_bytes = len(first.message.body)
         ext_bytes = len(first.message.ext or b"")
         while queue and len(batch) < self.max_count:
             msg = queue[0].message
@@ -170,23 +166,6 @@ class BatchBuilder:
             batch.append(queue.popleft())
             traced, has_ext, body_bytes, ext_bytes = n_traced, n_ext, n_body, n_ext_bytes
         return batch
-
-    def _take_plain(self, queue: deque[_Item], batch: list[_Item]) -> bool:
-        """Extend a plain batch with the plain messages at the head of ``queue`` (the common
-        case, kept to one check per message): an ``MPUB`` body is a u32 count, then a u32
-        length and the body of each message. False if it stopped at a traced or ext message
-        (the general rules decide whether that one joins), True if the batch is complete."""
-        room = self.max_body_size - 4 - 4 - len(batch[0].message.body)
-        limit = self.max_count
-        while queue and len(batch) < limit:
-            msg = queue[0].message
-            if msg.trace_id is not None or msg.ext is not None:
-                return False
-            room -= 4 + len(msg.body)
-            if room < 0:
-                return True
-            batch.append(queue.popleft())
-        return True
 
 
 def _encoded_size(msg: PublishMessage, kind: str) -> int:

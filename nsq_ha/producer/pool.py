@@ -1,18 +1,17 @@
 """Opening and closing a producer's nsqd connections: :class:`ConnectionPool`.
 
-A connection is named by a :data:`~nsq_ha.producer.routes.ConnKey`. On the fork it serves one
-partition of one topic and is kept by that :class:`~nsq_ha.producer.topic.Topic` (its
-``conns``, by partition); on vanilla nsqd one connection per node serves every topic and is kept
-here (:attr:`ConnectionPool.shared`). The pool opens them on first use (concurrent callers share
-the opening), drops them when an error or a new partition map says so, and closes them in the
-background or all together.
+On the fork a connection serves one partition of one topic and is kept by that
+:class:`~nsq_ha.producer.topic.Topic` (its ``conns``); on vanilla nsqd one connection per node
+serves every topic and is kept here (:attr:`ConnectionPool.shared`). The pool opens them on
+first use (concurrent callers share the opening) and drops them when an error or a new
+partition map says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
 
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
@@ -43,9 +42,6 @@ class ConnectionPool:
         self.shared: dict[str, NsqdConnection] = {}
         self._opening: dict[ConnKey, asyncio.Task[NsqdConnection]] = {}
         self._background: set[asyncio.Task[None]] = set()
-
-    def __len__(self) -> int:
-        return len(self.shared)
 
     async def get(self, key: ConnKey, conns: Conns) -> NsqdConnection:
         """The open connection for ``key`` (kept in ``conns``, the topic's, on the fork; in
@@ -108,7 +104,10 @@ class ConnectionPool:
         conn = held.get(index)
         if conn is not None and conn.address == address:
             del held[index]
-            self.close_later(conn)
+            name = f"nsq_ha-producer-close-{address}"  # wait_closed() waits for it
+            task = asyncio.get_running_loop().create_task(conn.close(), name=name)
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def follow(self, topic: str, leaders: Mapping[int, str], conns: Conns) -> None:
         """Drop ``topic``'s connections (open or opening) to nodes that no longer lead their
@@ -129,10 +128,6 @@ class ConnectionPool:
                 )
                 self.drop((conn.address, topic, slot), conns)
 
-    def close_later(self, conn: NsqdConnection) -> None:
-        """Close ``conn`` in the background (:meth:`wait_closed` waits for it)."""
-        self._spawn(conn.close(), f"nsq_ha-producer-close-{conn.address}")
-
     async def close(self, conns: Iterable[NsqdConnection] = ()) -> None:
         """Close the shared connections and ``conns`` (the topics'; an opening one is
         cancelled) and wait for those closes."""
@@ -147,11 +142,6 @@ class ConnectionPool:
         """Wait for the connections :meth:`drop` closes in the background."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
 
 def _on_conn_error(error: BrokerError) -> None:
