@@ -505,10 +505,6 @@ class StreamTransport:
             with contextlib.suppress(NsqConnectionError):
                 await self.drain()
 
-    def write_buffer_size(self) -> int:
-        """Bytes queued in the socket layer, not yet handed to the kernel."""
-        return self._transport.get_write_buffer_size()
-
     async def drain(self) -> None:
         """Wait until the socket layer's buffer is below its high-water mark."""
         with map_exceptions(f"writing to {self.address}"):

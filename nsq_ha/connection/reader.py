@@ -369,9 +369,7 @@ class FrameReader:
         flood) or the socket buffer is full (nsqd is not reading what we sent: one more NOP
         tells it nothing)."""
         transport = self._transport
-        if self._nop_at == transport.writes:
-            return
-        if transport.write_buffer_size() > transport.write_buffer_limit:
+        if self._nop_at == transport.writes or transport.backlogged():
             return
         self._nop_at = transport.writes
         transport.send(_NOP.encode())
