@@ -11,6 +11,10 @@
 * rows without a key are published in ``MPUB`` batches of ``maxBatch``;
 * a chunk of ``maxBatch`` rows is one publish call per topic (:func:`.columns.split`; rows
   with partitions are cut into runs that keep each (topic, key)'s rows in order);
+* Arrow record batches (:class:`.arrow.ArrowBatches`) whose rows have nothing but a body and a
+  key, to the option's topic without ext headers, are read by column and published in calls
+  of up to ``maxPending / 2`` rows (at least ``maxBatch``): no Python object per row but its
+  body and key, and few hand-overs to the producer's loop;
 * on the fork's ext topics the ext header holds, from lowest to highest precedence on a clash:
   the headers column's map, ``extColumns``, the key as ``nsq_key`` (keyed writes), and a
   stream's ``nsq_spark_*`` stamp;
@@ -29,9 +33,9 @@ import concurrent.futures
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ...errors import ConfigError, NsqError, PublishError
 from ...producer import Producer as AsyncProducer
@@ -41,6 +45,7 @@ from ...routing import ShardingKey
 from ...sync import Producer, shared_loop
 from ..options import WriteOptions
 from ..rows import KEY_HEADER
+from .arrow import ArrowBatches, batch_rows, plain_columns
 from .columns import Batch, TopicInfo, Topics, headers_of, partition_of, split, topic_info
 
 __all__ = [
@@ -98,6 +103,23 @@ class TaskOutcome:
     seconds: float = 0.0
     topics: dict[str, Counter[int]] = field(default_factory=dict)
     topic_offsets: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
+    #: publish calls handed to the producer's loop
+    calls: int = 0
+
+    def add_all(self, topic: str, results: Sequence[PublishResult]) -> None:
+        """:meth:`add` for the results of one call to ``topic`` (counted per partition at
+        once; offsets, which only traced publishes have, one by one)."""
+        if results and results[0].offset is not None:
+            for result in results:
+                self.add(result)
+            return
+        parts = Counter(-1 if r.partition is None else r.partition for r in results)
+        self.published += len(results)
+        self.partitions.update(parts)
+        counter = self.topics.get(topic)
+        if counter is None:
+            counter = self.topics[topic] = Counter()
+        counter.update(parts)
 
     def add(self, result: PublishResult) -> None:
         self.published += 1
@@ -229,29 +251,53 @@ def prepare_row(
     return message
 
 
-async def _publish_chunk(
-    producer: AsyncProducer, batch: Batch[_Prepared]
-) -> list[PublishResult | BaseException]:
-    """Publish one batch on the producer's loop as one publish_many: to its partition when it
-    has one, else keyed rows by their keys (each partition's rows in row order, through its
-    lane), unkeyed ones round-robin."""
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One publish_many: ``bodies`` to ``topic``, to ``partition`` when it is set, else by
+    ``keys`` (each partition's rows in row order, through its lane) or round-robin."""
+
+    topic: str
+    bodies: list[bytes]
+    keys: list[ShardingKey] | None = None
+    partition: int | None = None
+    trace_ids: list[int | None] | None = None
+    exts: list[ExtHeader | None] | None = None
+
+
+def _call_of(batch: Batch[_Prepared]) -> _Call:
     chunk = batch.messages
     by_key = batch.keyed and batch.partition is None
+    traced = any(m.trace_id is not None for m in chunk)
+    return _Call(
+        batch.topic,
+        [m.body for m in chunk],
+        keys=[m.key for m in chunk if m.key is not None] if by_key else None,
+        partition=batch.partition,
+        trace_ids=[m.trace_id for m in chunk] if traced else None,
+        exts=[m.ext for m in chunk] if any(m.ext is not None for m in chunk) else None,
+    )
+
+
+async def _publish_call(
+    producer: AsyncProducer, call: _Call
+) -> list[PublishResult | BaseException]:
+    """Publish one call on the producer's loop; a result or the error per row."""
+    size = len(call.bodies)
     try:
         results = await producer.publish_many(
-            batch.topic,
-            [m.body for m in chunk],
-            sharding_keys=[m.key for m in chunk if m.key is not None] if by_key else None,
-            partition=batch.partition,
-            trace_ids=[m.trace_id for m in chunk],
-            exts=[m.ext for m in chunk] if any(m.ext is not None for m in chunk) else None,
+            call.topic,
+            call.bodies,
+            sharding_keys=call.keys,
+            partition=call.partition,
+            trace_ids=call.trace_ids,
+            exts=call.exts,
         )
     except PublishError as exc:
-        if exc.results is None or len(exc.results) != len(chunk):
-            return [exc] * len(chunk)
+        if exc.results is None or len(exc.results) != size:
+            return [exc] * size
         return [r if isinstance(r, PublishResult | BaseException) else exc for r in exc.results]
     except NsqError as exc:
-        return [exc] * len(chunk)
+        return [exc] * size
     return list(results)
 
 
@@ -300,8 +346,38 @@ def _chunks(
         yield chunk
 
 
+def _calls(
+    rows: Iterable[_RowLike] | ArrowBatches,
+    opts: WriteOptions,
+    stamp: BatchStamp | None,
+    outcome: TaskOutcome,
+    topics: Topics,
+) -> Iterator[_Call]:
+    """The publish calls of ``rows``, in the order they are to be submitted."""
+    keyed = opts.key_column is not None
+    if not isinstance(rows, ArrowBatches):
+        for chunk in _chunks(rows, opts, stamp, outcome, topics):
+            yield from map(_call_of, split(chunk, keyed))
+        return
+    plain = _plain_topic(opts, topics)
+    size = max(opts.max_batch, opts.max_pending // 2)
+    for batch in rows.batches:
+        columns = None if plain is None else plain_columns(batch, opts.body_column, opts.key_column)
+        if plain is None or columns is None:  # row by row: the checks name the row
+            for chunk in _chunks(batch_rows(batch, rows.columns), opts, stamp, outcome, topics):
+                yield from map(_call_of, split(chunk, keyed))
+            if plain is None:
+                plain = _plain_topic(opts, topics)
+            continue
+        bodies, keys = columns
+        for lo in range(0, len(bodies), size):
+            piece = bodies[lo : lo + size]
+            outcome.rows += len(piece)
+            yield _Call(plain, piece, keys=None if keys is None else keys[lo : lo + size])
+
+
 def publish_rows(
-    rows: Iterable[_RowLike],
+    rows: Iterable[_RowLike] | ArrowBatches,
     opts: WriteOptions,
     *,
     stamp: BatchStamp | None = None,
@@ -309,7 +385,8 @@ def publish_rows(
     producer_args: Mapping[str, Any] | None = None,
     known_topics: Mapping[str, TopicInfo] | None = None,
 ) -> TaskOutcome:
-    """Publish ``rows`` as :mod:`nsq_ha.spark.options` describes; return what was published.
+    """Publish ``rows`` (or the rows of Arrow record batches) as :mod:`nsq_ha.spark.options`
+    describes; return what was published.
 
     ``known_topics``: what the driver already looked up (the option's topic); any other topic
     is looked up here, once. Raises :class:`SparkPublishError` when a publish failed for good
@@ -329,7 +406,6 @@ def publish_rows(
         **dict(producer_args or {}),
     )
     loop = shared_loop()
-    keyed = opts.key_column is not None
 
     def look_up(topic: str) -> TopicInfo:
         info: TopicInfo = asyncio.run_coroutine_threadsafe(
@@ -357,6 +433,9 @@ def publish_rows(
             results = [
                 NsqError(f"no acknowledgement within publishTimeout={opts.publish_timeout} s")
             ] * size
+        if all(isinstance(result, PublishResult) for result in results):
+            outcome.add_all(topic, cast("list[PublishResult]", results))
+            return
         for result in results:
             if isinstance(result, PublishResult):
                 outcome.add(result)
@@ -364,14 +443,14 @@ def publish_rows(
                 first_error, failed_topic = result, topic
 
     try:
-        for chunk in _chunks(rows, opts, stamp, outcome, topics):
-            for batch in split(chunk, keyed):
-                coro = _publish_chunk(producer.aio, batch)
-                size = len(batch.messages)
-                pending.append((asyncio.run_coroutine_threadsafe(coro, loop), size, batch.topic))
-                in_flight += size
-                while in_flight > opts.max_pending or (pending and pending[0][0].done()):
-                    settle_one()
+        for call in _calls(rows, opts, stamp, outcome, topics):
+            coro = _publish_call(producer.aio, call)
+            size = len(call.bodies)
+            pending.append((asyncio.run_coroutine_threadsafe(coro, loop), size, call.topic))
+            outcome.calls += 1
+            in_flight += size
+            while in_flight > opts.max_pending or (pending and pending[0][0].done()):
+                settle_one()
             if first_error is not None:
                 break
         while pending:
@@ -394,10 +473,11 @@ def publish_rows(
             outcome,
         ) from first_error
     log.info(
-        "%s: published %d rows in %.2f s (per topic and partition %s)",
+        "%s: published %d rows in %.2f s in %d calls (per topic and partition %s)",
         where,
         outcome.published,
         outcome.seconds,
+        outcome.calls,
         outcome.per_topic(),
     )
     return outcome

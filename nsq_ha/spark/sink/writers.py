@@ -38,6 +38,7 @@ from pyspark.sql.types import (
 from ...errors import ConfigError
 from ...sync import shared_loop
 from ..options import OptionError, WriteOptions, parse_write_options
+from .arrow import ArrowBatches
 from .columns import TopicInfo, topic_info
 from .publish import BatchStamp, TaskOutcome, publish_rows
 
@@ -47,7 +48,6 @@ __all__ = [
     "NsqStreamArrowWriter",
     "NsqStreamWriter",
     "NsqWriter",
-    "arrow_rows",
     "batch_writer",
     "stream_writer",
     "write_options",
@@ -72,6 +72,8 @@ class NsqCommitMessage(WriterCommitMessage):
     seconds: float = 0.0
     topics: dict[str, dict[int, int]] = field(default_factory=dict)
     topic_offsets: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
+    #: publish calls the task handed to its producer
+    calls: int = 0
 
 
 @dataclass
@@ -166,7 +168,7 @@ class _WriterBase:
             )
             self.known[opts.topic] = looked_up.result(30.0)
 
-    def _write(self, rows: Iterator[Any], batch_id: int | None) -> NsqCommitMessage:
+    def _write(self, rows: Iterator[Any] | ArrowBatches, batch_id: int | None) -> NsqCommitMessage:
         context = TaskContext.get()
         task = context.partitionId() if context else 0
         attempt = context.attemptNumber() if context else 0
@@ -191,6 +193,7 @@ class _WriterBase:
             seconds=outcome.seconds,
             topics=outcome.per_topic(),
             topic_offsets={t: dict(o) for t, o in outcome.topic_offsets.items()},
+            calls=outcome.calls,
         )
 
 
@@ -221,7 +224,7 @@ class NsqArrowWriter(NsqWriter, DataSourceArrowWriter):
     the same either way (:func:`batch_writer`)."""
 
     def write(self, iterator: Iterator[Any]) -> NsqCommitMessage:
-        return self._write(arrow_rows(iterator, _used_columns(self.opts)), None)
+        return self._write(ArrowBatches(iterator, _used_columns(self.opts)), None)
 
 
 #: the types an ext column may have for :class:`NsqArrowWriter`: their Python values from
@@ -275,33 +278,12 @@ def stream_writer(opts: WriteOptions, schema: StructType) -> NsqStreamWriter:
     return NsqStreamWriter(opts)
 
 
-def arrow_rows(batches: Iterator[Any], columns: Sequence[str]) -> Iterator[dict[str, Any]]:
-    """The rows of Arrow record ``batches`` as dicts of ``columns``, valued as Spark's rows
-    are for the types the sink reads (a ``map`` is a dict, binary is bytes)."""
-    import pyarrow as pa
-
-    for batch in batches:
-        names = batch.schema.names
-        values = []
-        for column in columns:
-            array = batch.column(names.index(column))
-            items = array.to_pylist()
-            if isinstance(array.type, pa.MapType):
-                items = [None if v is None else dict(v) for v in items]
-            values.append(items)
-        for row in zip(*values, strict=True):
-            yield dict(zip(columns, row, strict=True))
-
-
 class NsqStreamWriter(_WriterBase, DataSourceStreamWriter):
     """``df.writeStream.format("nsq")``: like :class:`NsqWriter` per micro-batch; on ext
     topics every message carries ``nsq_spark_query/batch/task/seq`` for deduplication."""
 
     def write(self, iterator: Iterator[Any]) -> NsqCommitMessage:
-        context = TaskContext.get()
-        raw = context.getLocalProperty("streaming.sql.batchId") if context else None
-        batch_id = int(raw) if raw is not None and raw.lstrip("-").isdigit() else -1
-        return self._write(iterator, batch_id)
+        return self._write(iterator, _batch_id())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         summary = _summary(messages)
@@ -324,6 +306,13 @@ class NsqStreamWriter(_WriterBase, DataSourceStreamWriter):
         )
 
 
+def _batch_id() -> int:
+    """The streaming micro-batch the running task writes (-1: not known)."""
+    context = TaskContext.get()
+    raw = context.getLocalProperty("streaming.sql.batchId") if context else None
+    return int(raw) if raw is not None and raw.lstrip("-").isdigit() else -1
+
+
 #: PySpark 4.1+ hands such a streaming writer Arrow record batches (None before 4.1)
 _STREAM_ARROW: type | None = getattr(pyspark.sql.datasource, "DataSourceStreamArrowWriter", None)
 
@@ -333,4 +322,4 @@ class NsqStreamArrowWriter(NsqStreamWriter, _STREAM_ARROW or object):  # type: i
     :class:`NsqArrowWriter`)."""
 
     def write(self, iterator: Iterator[Any]) -> NsqCommitMessage:
-        return super().write(arrow_rows(iterator, _used_columns(self.opts)))
+        return self._write(ArrowBatches(iterator, _used_columns(self.opts)), _batch_id())

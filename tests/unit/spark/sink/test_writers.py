@@ -1,15 +1,12 @@
-"""The batch sink's Arrow path: which writer a DataFrame gets, and the rows it makes of Arrow
-record batches (valued as Spark's own rows are, for the columns the sink reads)."""
+"""The batch sink's Arrow path: which writer a DataFrame gets (the rows it reads of Arrow
+record batches: tests/unit/spark/sink/test_arrow.py)."""
 
 from __future__ import annotations
-
-import decimal
 
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
 
-import pyarrow as pa
 from pyspark.sql.types import (
     BinaryType,
     DecimalType,
@@ -28,7 +25,6 @@ from nsq_ha.spark.sink.writers import (
     NsqStreamArrowWriter,
     NsqStreamWriter,
     NsqWriter,
-    arrow_rows,
     batch_writer,
     stream_writer,
 )
@@ -74,26 +70,3 @@ def test_streaming_gets_the_arrow_writer_where_pyspark_has_one() -> None:
         {"extColumns": "t"}, _schema(body=BinaryType(), t=TimestampType()), stream=True
     )
     assert type(stamped) is NsqStreamWriter
-
-
-def test_arrow_rows_hold_the_used_columns_valued_like_spark_rows() -> None:
-    headers = pa.array([[("a", "1")], None, []], type=pa.map_(pa.string(), pa.string()))
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.array([b"x", b"y", b"z"], type=pa.binary()),
-            pa.array(["k1", None, "k3"]),
-            headers,
-            pa.array([1, 2, 3], type=pa.int32()),
-            pa.array(
-                [decimal.Decimal("1.50"), None, decimal.Decimal("0.00")], pa.decimal128(10, 2)
-            ),
-        ],
-        names=["body", "key", "headers", "unused", "d"],
-    )
-    rows = list(arrow_rows(iter([batch, batch.slice(0, 1)]), ["body", "key", "headers", "d"]))
-    assert rows == [
-        {"body": b"x", "key": "k1", "headers": {"a": "1"}, "d": decimal.Decimal("1.50")},
-        {"body": b"y", "key": None, "headers": None, "d": None},
-        {"body": b"z", "key": "k3", "headers": {}, "d": decimal.Decimal("0.00")},
-        {"body": b"x", "key": "k1", "headers": {"a": "1"}, "d": decimal.Decimal("1.50")},
-    ]
