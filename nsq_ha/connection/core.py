@@ -209,8 +209,7 @@ class NsqdConnection:
                     connect_timeout=config.connect_timeout,
                     write_buffer_limit=config.write_buffer_limit,
                 )
-                handshake = Handshake(self.host, config, transport, self._session)
-                await handshake.run()
+                auth = await Handshake(self.host, config, transport, self._session).run()
         except BaseException as exc:
             reason: BaseException = exc
             if isinstance(exc, TimeoutError) and not isinstance(exc, NsqError):
@@ -233,7 +232,7 @@ class NsqdConnection:
             if reason is exc:
                 raise
             raise reason from exc
-        self._auth = handshake.auth
+        self._auth = auth
         self._session.ready(msg_timeout=config.msg_timeout)
         reader = FrameReader(
             self._session,
@@ -449,10 +448,10 @@ class NsqdConnection:
             )
         if self._transport is not None:
             self._transport.flush()
-        if self._transport is not None and not self._session.closed:
-            with contextlib.suppress(NsqError, TimeoutError):
-                async with asyncio.timeout(self.config.close_timeout):
-                    await self._transport.drain()
+            if not self._session.closed:
+                with contextlib.suppress(NsqError, TimeoutError):
+                    async with asyncio.timeout(self.config.close_timeout):
+                        await self._transport.drain()
         log.info("closing connection to %s", self.address)
         await self._shutdown(None, self._closed_error())
         await self._await_reader(cancel=False)

@@ -40,7 +40,7 @@ def codec_for(name: str, level: int) -> StreamCodec:
 
 
 class Handshake:
-    """The handshake of one connection; the AUTH answer lands in ``auth``."""
+    """The handshake of one connection."""
 
     def __init__(
         self,
@@ -55,10 +55,10 @@ class Handshake:
         self._config = config
         self._transport = transport
         self._session = session
-        self.auth: AuthResponse | None = None
 
-    async def run(self) -> None:
-        """Run every step; on success the state machine is ready to enter READY."""
+    async def run(self) -> AuthResponse | None:
+        """Run every step and return the AUTH answer, if AUTH ran; on success the state machine
+        is ready to enter READY."""
         config = self._config
         transport = self._transport
         session = self._session
@@ -120,15 +120,17 @@ class Handshake:
             transport.write(
                 session.authenticate(config.auth_secret, max_body_size=config.max_body_size)
             )
-            self.auth = parse_auth_response(await self._answer("AUTH"))
+            auth = parse_auth_response(await self._answer("AUTH"))
             log.info(
                 "authenticated to %s as %r (%d permissions)",
                 self._address,
-                self.auth["identity"],
-                self.auth["permission_count"],
+                auth["identity"],
+                auth["permission_count"],
             )
-        elif config.auth_secret is not None:
+            return auth
+        if config.auth_secret is not None:
             log.info("nsqd %s does not require AUTH; the secret was not sent", self._address)
+        return None
 
     async def _expect_ok(self, layer: str) -> None:
         """Read the ``OK`` nsqd sends through a new layer."""
