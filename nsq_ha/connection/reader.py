@@ -61,6 +61,10 @@ class PendingAnswers:
         self._answers: deque[asyncio.Future[bytes]] = deque()
         self._syncs: deque[asyncio.Future[None]] = deque()
 
+    def __repr__(self) -> str:
+        """Show what is still awaited."""
+        return f"<PendingAnswers answers={len(self._answers)} syncs={len(self._syncs)}>"
+
     def expect(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[bytes]:
         """Return the future (of ``loop``) the answer to the command just sent completes."""
         future: asyncio.Future[bytes] = loop.create_future()
@@ -171,6 +175,11 @@ class Deliveries:
             self._queue.put_nowait if on_message is None else on_message
         )
 
+    def __repr__(self) -> str:
+        """Show where messages go."""
+        target = "queue" if self._on_message is None else "on_message"
+        return f"<Deliveries to={target} queued={self._queue.qsize()}>"
+
     async def messages(self) -> AsyncIterator[DecodedMessage]:
         """Yield delivered messages until the connection closes."""
         if self._on_message is not None:
@@ -232,6 +241,10 @@ class FrameReader:
         #: the transport's write count when a NOP was queued: it waits for the next write
         self._nop_at = -1
         self.address = transport.address
+
+    def __repr__(self) -> str:
+        """Show the peer and the session."""
+        return f"<FrameReader {self.address} {self._session!r}>"
 
     async def run(self) -> NoReturn:
         """Read until the stream ends; raise the NsqError that ended it.

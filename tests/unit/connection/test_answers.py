@@ -66,3 +66,14 @@ async def test_a_cancelled_caller_keeps_its_place() -> None:
     answers.answer(b"second")
     assert await waiting == b"second"
     assert gave_up.cancelled()
+
+
+async def test_the_repr_shows_what_is_still_awaited() -> None:
+    answers = PendingAnswers()
+    loop = asyncio.get_running_loop()
+    assert repr(answers) == "<PendingAnswers answers=0 syncs=0>"
+    answers.expect(loop)
+    answers.expect_sync(loop)
+    assert repr(answers) == "<PendingAnswers answers=1 syncs=1>"
+    answers.answer(b"OK")
+    assert repr(answers) == "<PendingAnswers answers=0 syncs=1>"

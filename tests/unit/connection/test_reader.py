@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from nsq_ha.connection.reader import FrameReader, PendingAnswers
+from nsq_ha.connection.reader import Deliveries, FrameReader, PendingAnswers
 from nsq_ha.errors import ConnectionClosedError, NsqError
 from nsq_ha.protocol.session import ClientSession
 
@@ -73,3 +73,13 @@ async def test_bytes_that_break_the_protocol_end_the_read() -> None:
     with pytest.raises(NsqError):
         await task
     assert transport.stopped >= 1
+
+
+async def test_the_sink_shows_where_messages_go() -> None:
+    assert repr(Deliveries(None)) == "<Deliveries to=queue queued=0>"
+    assert repr(Deliveries(lambda message: None)) == "<Deliveries to=on_message queued=0>"
+
+
+def test_the_reader_shows_its_peer_and_session() -> None:
+    frames, _ = reader()
+    assert repr(frames).startswith("<FrameReader 127.0.0.1:4150 <ClientSession ")
