@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nsq_ha.errors import InvalidArgumentError
-from nsq_ha.protocol.message import join_fork_id
+from nsq_ha.protocol.broker import join_fork_id
 
 __all__ = ["Channel", "InFlight", "NotOwnedError", "Partition", "StoredMessage", "record_size"]
 

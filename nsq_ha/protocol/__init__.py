@@ -1,10 +1,11 @@
 """Sans-IO core of the NSQ TCP protocol (fork and vanilla): typed commands in, bytes out; bytes
 in, events out. Nothing here opens sockets, awaits, reads clocks or logs.
 
-The server side (:mod:`.command_decoder`, decoding what a client sends) loads on first use of
-its names: a client does not need it.
+The server side (:mod:`.command_decoder`, decoding what a client sends, and :mod:`.broker`,
+encoding what nsqd writes) loads on first use of its names: a client does not need it.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from nsq_ha.protocol.commands import (
@@ -39,7 +40,6 @@ from nsq_ha.protocol.message import (
     DecodedMessage,
     MessageFormat,
     decode_message,
-    encode_message,
 )
 from nsq_ha.protocol.names import (
     is_valid_name,
@@ -61,7 +61,6 @@ from nsq_ha.protocol.publish import (
 from nsq_ha.protocol.session import FrameDecoder
 from nsq_ha.protocol.trace import (
     TracedResponse,
-    encode_traced_response,
     is_traced_response,
     parse_traced_response,
 )
@@ -106,6 +105,7 @@ __all__ = [
     "encode_traced_response",
     "is_traced_response",
     "is_valid_name",
+    "join_fork_id",
     "ms_to_seconds",
     "parse_identify_response",
     "parse_traced_response",
@@ -119,19 +119,21 @@ __all__ = [
     "validate_topic",
 ]
 
-#: The server side's names, imported from :mod:`.command_decoder` when first asked for.
-_SERVER_SIDE = frozenset(
-    {
-        "ClientCommand",
-        "CommandDecoder",
-        "Magic",
-        "split_ext_message",
-        "split_mpub_body",
-        "split_trace_message",
-    }
-)
+#: The server side's names, imported from their module when first asked for.
+_SERVER_SIDE = {
+    "ClientCommand": "command_decoder",
+    "CommandDecoder": "command_decoder",
+    "Magic": "command_decoder",
+    "split_ext_message": "command_decoder",
+    "split_mpub_body": "command_decoder",
+    "split_trace_message": "command_decoder",
+    "encode_message": "broker",
+    "encode_traced_response": "broker",
+    "join_fork_id": "broker",
+}
 
 if TYPE_CHECKING:
+    from nsq_ha.protocol.broker import encode_message, encode_traced_response, join_fork_id
     from nsq_ha.protocol.command_decoder import (
         ClientCommand,
         CommandDecoder,
@@ -145,7 +147,6 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     """The server side's names, loaded on first use."""
     if name in _SERVER_SIDE:
-        from nsq_ha.protocol import command_decoder
-
-        return getattr(command_decoder, name)
+        module = importlib.import_module(f"nsq_ha.protocol.{_SERVER_SIDE[name]}")
+        return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

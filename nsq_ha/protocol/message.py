@@ -1,4 +1,4 @@
-"""Message frame payloads (§4): decoding for consumers, encoding for an in-process broker.
+"""Message frame payloads (§4), decoded for consumers (the broker side: :mod:`.broker`).
 
 Layout of a message frame's data::
 
@@ -37,14 +37,6 @@ _EXT_LEN = struct.Struct(">H")
 _DETAIL = struct.Struct(">QI")
 _SUBSCRIBE_WITH_DETAIL = frozenset({b"SUB_ORDERED", b"SUB_ADVANCED"})
 _new_tuple = tuple.__new__
-
-
-def join_fork_id(internal_id: int, trace_id: int = 0) -> bytes:
-    """Build a fork message id from its two halves."""
-    for what, value in (("internal id", internal_id), ("trace id", trace_id)):
-        if not 0 <= value < 1 << 64:
-            raise InvalidArgumentError(f"{what} {value} does not fit in a u64")
-    return _FORK_ID.pack(internal_id, trace_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,37 +169,6 @@ def decode_message(data: bytes, fmt: MessageFormat) -> DecodedMessage:
             raw_size,
         ),
     )
-
-
-def encode_message(message: DecodedMessage, fmt: MessageFormat) -> bytes:
-    """Encode a message frame's data in ``fmt`` (the broker side of :func:`decode_message`).
-
-    Uses ``id`` as given; ``ext_version``/``ext_data`` default to version 0 and
-    ``offset``/``raw_size`` must be set when the format has those parts.
-    """
-    if len(message.id) != _FORK_ID.size:
-        raise InvalidArgumentError(f"message id must be 16 bytes, got {len(message.id)}")
-    version = message.ext_version or EXT_VERSION_NONE
-    ext_data = message.ext_data or b""
-    if not 0 <= version <= 0xFF or len(ext_data) > 0xFFFF:
-        raise InvalidArgumentError("ext version must fit a u8 and ext data a u16 length")
-    if version == EXT_VERSION_NONE and ext_data:
-        raise InvalidArgumentError("ext data needs an ext version other than 0")
-    if fmt.detail and (message.offset is None or message.raw_size is None):
-        raise InvalidArgumentError("this format needs the message's offset and raw_size")
-    parts: list[bytes] = []
-    try:
-        parts.append(_HEADER.pack(message.timestamp, message.attempts, message.id))
-        if fmt.ext:
-            parts.append(bytes((version,)))
-            if version != EXT_VERSION_NONE:
-                parts.append(_EXT_LEN.pack(len(ext_data)) + ext_data)
-        if fmt.detail:
-            parts.append(_DETAIL.pack(message.offset, message.raw_size))
-    except struct.error as exc:
-        raise InvalidArgumentError(f"message field out of range: {exc}") from exc
-    parts.append(message.body)
-    return b"".join(parts)
 
 
 #: Live deliveries allowed per unit of the largest RDY sent.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
+from nsq_ha.errors import RemoteProtocolError
 
 _LAYOUT = struct.Struct(">2sQQQI")
 
@@ -48,13 +48,3 @@ def parse_traced_response(data: bytes) -> TracedResponse:
         )
     _, internal_id, trace_id, offset, raw_size = _LAYOUT.unpack(data)
     return TracedResponse(internal_id, trace_id, offset, raw_size)
-
-
-def encode_traced_response(response: TracedResponse) -> bytes:
-    """Return the 30 data bytes of a traced response (the broker side)."""
-    try:
-        return _LAYOUT.pack(
-            b"OK", response.internal_id, response.trace_id, response.offset, response.raw_size
-        )
-    except struct.error as exc:
-        raise InvalidArgumentError(f"traced response field out of range: {exc}") from exc

@@ -61,6 +61,7 @@ from nsq_ha.lookup.wire import (
     parse_lookup,
     unwrap,
 )
+from nsq_ha.protocol.broker import encode_message
 from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder, Magic
 from nsq_ha.protocol.error_frames import closes_connection, must_drop, parse_error_frame
 from nsq_ha.protocol.frames import (
@@ -80,7 +81,6 @@ from nsq_ha.protocol.message import (
     DecodedMessage,
     MessageFormat,
     decode_message,
-    encode_message,
 )
 from nsq_ha.protocol.publish import Publish, PublishMessage
 from nsq_ha.protocol.session import FrameDecoder

@@ -22,7 +22,8 @@ from nsq_ha.errors import (
     SubOrderRequiredError,
     TopicNotExistError,
 )
-from nsq_ha.protocol.message import EXT_VERSION_JSON, DecodedMessage, join_fork_id
+from nsq_ha.protocol.broker import join_fork_id
+from nsq_ha.protocol.message import EXT_VERSION_JSON, DecodedMessage
 from nsq_ha.protocol.state import ConnState
 from nsq_ha.testing.servers import ForkCluster
 

@@ -33,6 +33,7 @@ from nsq_ha.errors import (
     RemoteProtocolError,
 )
 from nsq_ha.producer import Producer, RetryPolicy
+from nsq_ha.protocol.broker import encode_message
 from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder, Magic
 from nsq_ha.protocol.frames import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -41,7 +42,7 @@ from nsq_ha.protocol.frames import (
     encode_frame,
     max_frame_size_for,
 )
-from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message
+from nsq_ha.protocol.message import DecodedMessage, MessageFormat
 
 from .lying_nsqd import LoopLag, Peer, Script, identify_answer, lying_nsqd
 from .publishes import pub_command, publish

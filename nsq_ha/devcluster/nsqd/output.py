@@ -17,9 +17,10 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from nsq_ha.protocol.broker import encode_message
 from nsq_ha.protocol.compression import StreamCodec
 from nsq_ha.protocol.frames import FrameType, encode_frame
-from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message
+from nsq_ha.protocol.message import DecodedMessage, MessageFormat
 
 from ..model import DevNode, EventKind
 from ..store import StoredMessage

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
+from nsq_ha.protocol.broker import encode_traced_response
 from nsq_ha.protocol.command_decoder import ClientCommand
-from nsq_ha.protocol.trace import TracedResponse, encode_traced_response
+from nsq_ha.protocol.trace import TracedResponse
 
 from ..model import DevPartition, Limits, ServerError
 from ..store import StoredMessage

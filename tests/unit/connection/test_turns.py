@@ -13,11 +13,12 @@ import pytest
 
 from nsq_ha.connection.reader import EVENTS_PER_TURN, FrameReader, PendingAnswers
 from nsq_ha.errors import BrokerError, ConnectionClosedError, FinFailedError, NsqError
+from nsq_ha.protocol.broker import encode_message
 from nsq_ha.protocol.commands import Rdy, Sub
 from nsq_ha.protocol.events import Answer
 from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.protocol.identify import parse_identify_response
-from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message
+from nsq_ha.protocol.message import DecodedMessage, MessageFormat
 from nsq_ha.protocol.session import ClientSession
 
 FIN_FAILED = encode_frame(FrameType.ERROR, b"E_FIN_FAILED FIN 0000000000000000 failed")

@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 from nsq_ha.devcluster.nsqd.output import message_frame
 from nsq_ha.devcluster.store import StoredMessage
+from nsq_ha.protocol.broker import encode_message
 from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder
 from nsq_ha.protocol.frames import FrameType, encode_frame
-from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message
+from nsq_ha.protocol.message import DecodedMessage, MessageFormat
 
 U64 = st.integers(0, 2**64 - 1)
 FORMATS = [

@@ -16,6 +16,7 @@ import pytest
 
 import nsq_ha.protocol
 from nsq_ha.errors import InvalidArgumentError, LocalProtocolError
+from nsq_ha.protocol.broker import encode_message, join_fork_id
 from nsq_ha.protocol.commands import (
     Cls,
     Fin,
@@ -31,7 +32,7 @@ from nsq_ha.protocol.commands import (
 from nsq_ha.protocol.events import NEED_DATA, Answer, Delivered
 from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.protocol.identify import parse_identify_response
-from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message, join_fork_id
+from nsq_ha.protocol.message import DecodedMessage, MessageFormat
 from nsq_ha.protocol.publish import Dpub, Publish, PublishMessage
 from nsq_ha.protocol.session import ClientSession
 from nsq_ha.protocol.state import ConnState

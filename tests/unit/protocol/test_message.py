@@ -13,7 +13,8 @@ from nsq_ha.protocol import (
     decode_message,
     encode_message,
 )
-from nsq_ha.protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG, join_fork_id
+from nsq_ha.protocol.broker import join_fork_id
+from nsq_ha.protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG
 
 u64 = st.integers(0, (1 << 64) - 1)
 FORMATS = [

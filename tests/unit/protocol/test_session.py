@@ -28,6 +28,7 @@ from nsq_ha.errors import (
     RemoteProtocolError,
     TouchFailedError,
 )
+from nsq_ha.protocol.broker import encode_message, join_fork_id
 from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder
 from nsq_ha.protocol.commands import (
     MAGIC_V2,
@@ -57,7 +58,7 @@ from nsq_ha.protocol.events import (
 )
 from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.protocol.identify import parse_identify_response
-from nsq_ha.protocol.message import DecodedMessage, MessageFormat, encode_message, join_fork_id
+from nsq_ha.protocol.message import DecodedMessage, MessageFormat
 from nsq_ha.protocol.publish import Publish, PublishMessage
 from nsq_ha.protocol.session import SYNC_ID_FORK, SYNC_ID_VANILLA, ClientSession
 from nsq_ha.protocol.state import ConnState, command_name
