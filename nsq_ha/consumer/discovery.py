@@ -99,8 +99,11 @@ class Discovery:
 
     async def start(self) -> None:
         """Look the topic up and connect every wanted partition; raise what a user must fix."""
-        if self._lookup is None:
-            await self._reconcile_static(initial=True)
+        if self._lookup is None:  # nsqd= addresses
+            config = self._config
+            parts = sorted(config.partitions) if config.partitions is not None else [-1]
+            wanted = [(address, p) for address in config.nsqd or () for p in parts]
+            await self._connect_all(wanted, initial=True)
             return
         pmap: PartitionMap | None = None
         try:
@@ -253,11 +256,6 @@ class Discovery:
                 self._retire(slot)  # this partition is now read from another node
         await self._connect_all(wanted, initial=initial)
 
-    async def _reconcile_static(self, *, initial: bool = False) -> None:
-        parts = sorted(self._config.partitions) if self._config.partitions is not None else [-1]
-        wanted = [(address, p) for address in self._config.nsqd or () for p in parts]
-        await self._connect_all(wanted, initial=initial)
-
     # -- connecting ---------------------------------------------------------------------------
 
     async def _connect_all(self, wanted: list[ConnKey], *, initial: bool) -> None:
@@ -376,25 +374,19 @@ class Discovery:
                 await conn.subscribe(
                     self.topic, self.channel, partition, ordered=ordered, advanced=advanced
                 )
-            except SubOrderRequiredError:
+            except BaseException as exc:
                 await conn.close()
-                if self._config.ordered is False:
+                if isinstance(exc, SubOrderRequiredError) and self._config.ordered is not False:
+                    log.info("%s: nsqd says the topic is ordered: using SUB_ORDERED", self.topic)
+                    self.use_ordered = True
+                elif isinstance(exc, ExtendSupportRequiredError):
+                    log.info("%s: nsqd says it is an ext topic: using extend_support", self.topic)
+                    self._ext = True
+                elif isinstance(exc, ExtendSupportForbiddenError):
+                    self._ext = False
+                else:
                     raise
-                log.info("%s: nsqd says the topic is ordered: using SUB_ORDERED", self.topic)
-                self.use_ordered = True
                 continue
-            except ExtendSupportRequiredError:
-                await conn.close()
-                log.info("%s: nsqd says it is an ext topic: using extend_support", self.topic)
-                self._ext = True
-                continue
-            except ExtendSupportForbiddenError:
-                await conn.close()
-                self._ext = False
-                continue
-            except BaseException:
-                await conn.close()
-                raise
             if self.closing:
                 await conn.close()
                 return
@@ -466,7 +458,7 @@ class Discovery:
             "consuming %s/%s partition %s from %s (%s)",
             self.topic,
             self.channel,
-            "-" if slot.partition is None else slot.partition,
+            _partition_text(slot.key),
             conn.address,
             "SUB_ORDERED"
             if slot.ordered
@@ -478,12 +470,9 @@ class Discovery:
     # -- failures and refreshes ---------------------------------------------------------------
 
     async def _watch(self, slot: Slot, conn: NsqdConnection) -> None:
+        """Once the connection closed: forget it, abandon what it held, make it again (the
+        reconnect loop finds the partition's leader afresh)."""
         await conn.wait_closed()
-        self._lost(slot, conn)
-
-    def _lost(self, slot: Slot, conn: NsqdConnection) -> None:
-        """A connection closed: forget it, abandon what it held, make it again (the reconnect
-        loop finds the partition's leader afresh)."""
         if self.slots.get(slot.key) is slot:
             del self.slots[slot.key]
         if not slot.retired:  # a retired slot's budget went elsewhere already

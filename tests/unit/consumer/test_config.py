@@ -61,9 +61,12 @@ def test_connection_settings_go_under_connection() -> None:
 
 
 @pytest.mark.parametrize("make", [Consumer, sync.Consumer])
-def test_a_config_that_is_not_a_consumer_config_is_refused_with_what_to_do(make: Any) -> None:
+@pytest.mark.parametrize("given", [{"client_id": "x"}, ConnectionConfig(client_id="x")], ids=repr)
+def test_a_config_that_is_not_a_consumer_config_is_refused_with_what_to_do(
+    make: Any, given: object
+) -> None:
     with pytest.raises(ConfigError, match=r"connection=ConnectionConfig"):
-        make("t", "c", nsqd=NSQD, config={"client_id": "x"})
+        make("t", "c", nsqd=NSQD, config=given)
 
 
 @pytest.mark.parametrize("make", [Consumer, sync.Consumer])
