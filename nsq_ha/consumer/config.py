@@ -14,12 +14,7 @@ from typing import TypedDict
 
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer.backoff import BackoffStrategy, Exponential
-from nsq_ha.consumer.checks import (
-    check_count,
-    check_member,
-    check_partitions,
-    check_requeue_delay,
-)
+from nsq_ha.consumer.checks import check_count, check_requeue_delay
 from nsq_ha.consumer.message import Message
 from nsq_ha.consumer.positions import StartPosition, check_start
 from nsq_ha.consumer.rdy import HOLD_TIMEOUT, IDLE_TIMEOUT
@@ -193,8 +188,8 @@ class ConsumerConfig:
             if not addresses:
                 raise ConfigError("nsqd= needs at least one address")
             put(self, "nsqd", tuple(dict.fromkeys(addresses)))
-        put(self, "partitions", check_partitions(self.partitions))
-        put(self, "member", check_member(self.member))
+        put(self, "partitions", _partitions(self.partitions))
+        put(self, "member", _member(self.member))
         if self.member is not None and self.nsqd is not None:
             raise ConfigError("member= needs the partition map: use lookupd= or lookup=")
         put(self, "start", check_start(self.start, partitions=self.partitions, member=self.member))
@@ -310,3 +305,37 @@ def _unknown(name: str) -> str:
     near = difflib.get_close_matches(name, _OPTION_NAMES, n=1)
     hint = f"; did you mean {near[0]!r}?" if near else f" (the options: {', '.join(_OPTION_NAMES)})"
     return f"a Consumer has no option {name!r}{hint}"
+
+
+def _member(value: object) -> tuple[int, int] | None:
+    """``member=(index, count)``: this consumer takes the partitions ``p % count == index``."""
+    if value is None:
+        return None
+    index: object
+    count: object
+    try:
+        index, count = value  # type: ignore[misc]
+    except (TypeError, ValueError):
+        raise ConfigError(f"member must be (index, count), got {value!r}") from None
+    if (
+        not isinstance(index, int)
+        or not isinstance(count, int)
+        or isinstance(index, bool)
+        or isinstance(count, bool)
+    ):
+        raise ConfigError(f"member must be two ints, got {value!r}")
+    if count < 1 or not 0 <= index < count:
+        raise ConfigError(f"member=(i, n) needs n >= 1 and 0 <= i < n, got {value!r}")
+    return index, count
+
+
+def _partitions(value: Iterable[int] | None) -> frozenset[int] | None:
+    """``partitions=``: ints >= 0 (``None``: every partition)."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ConfigError(f"partitions must be a collection of ints, got {value!r}")
+    chosen = list(value)
+    if any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in chosen):
+        raise ConfigError(f"partitions must be ints >= 0, got {chosen!r}")
+    return frozenset(chosen)
