@@ -34,7 +34,6 @@ from nsq_ha._sync_runtime import (
     register,
     unregister,
 )
-from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import Consumer as AsyncConsumer
 from nsq_ha.consumer import ConsumerConfig
 from nsq_ha.consumer import Message as AsyncMessage
@@ -138,7 +137,7 @@ class Producer(_Closing):
     def __init__(
         self,
         *,
-        config: ProducerConfig | ConnectionConfig | None = None,
+        config: ProducerConfig | None = None,
         **options: Unpack[ProducerOptions],
     ) -> None:
         #: every option, checked here (ConfigError before anything starts), as the async
@@ -342,7 +341,7 @@ class Consumer(_Closing):
         topic: str | None = None,
         channel: str | None = None,
         *,
-        config: ConsumerConfig | ConnectionConfig | None = None,
+        config: ConsumerConfig | None = None,
         **options: Unpack[ConsumerOptions],
     ) -> None:
         """The options of :class:`nsq_ha.consumer.Consumer`, checked into the same

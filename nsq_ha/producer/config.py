@@ -162,7 +162,7 @@ class ProducerConfig:
 
     @classmethod
     def from_options(
-        cls, config: ProducerConfig | ConnectionConfig | None, options: ProducerOptions
+        cls, config: ProducerConfig | None, options: ProducerOptions
     ) -> ProducerConfig:
         """The config of a ``Producer(config=..., **options)`` call: the whole ``config``, or
         one made of the keyword ``options`` (ProducerConfig's defaults for the others); both at
@@ -178,9 +178,6 @@ class ProducerConfig:
                 raise ConfigError(f"a Producer has no option {name!r}{hint}")
         if config is None:
             return cls(**cast("dict[str, Any]", options))
-        if isinstance(cast(object, config), ConnectionConfig):
-            # until every caller says connection= (nsq_ha/sync.py's signature still takes one)
-            return cls(**{**cast("dict[str, Any]", options), "connection": config})
         if not isinstance(cast(object, config), ProducerConfig):
             raise InvalidArgumentError(
                 f"config must be a ProducerConfig, not {type(config).__name__} "
@@ -191,7 +188,7 @@ class ProducerConfig:
                 "give the options in config=ProducerConfig(...) or as keywords, not both "
                 f"({', '.join(sorted(options))} given as keywords)"
             )
-        return cast(ProducerConfig, config)
+        return config
 
 
 #: the option names, in ProducerConfig's order (ProducerOptions names the same: a unit test)

@@ -12,6 +12,7 @@ import typing
 import pytest
 
 import nsq_ha
+import nsq_ha.sync
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.errors import ConfigError, InvalidArgumentError
 from nsq_ha.producer import Producer, ProducerConfig, RetryPolicy
@@ -102,10 +103,13 @@ def test_the_producer_keywords_are_the_config_fields_with_no_default_of_their_ow
     assert parameters["config"].default is None
 
 
-@pytest.mark.parametrize("config", [{"max_batch": 2}, "nsqd=127.0.0.1:1", 3])
-def test_config_takes_only_a_whole_producer_config(config: object) -> None:
+@pytest.mark.parametrize("make", [Producer, nsq_ha.sync.Producer])
+@pytest.mark.parametrize(
+    "config", [{"max_batch": 2}, "nsqd=127.0.0.1:1", 3, ConnectionConfig()], ids=repr
+)
+def test_config_takes_only_a_whole_producer_config(make: typing.Any, config: object) -> None:
     with pytest.raises(InvalidArgumentError, match=r"ProducerConfig.*connection="):
-        Producer(config=config)  # type: ignore[arg-type]
+        make(nsqd="127.0.0.1:1", config=config)
 
 
 @pytest.mark.parametrize(
