@@ -67,18 +67,9 @@ class Consumer:
         self._config = consumer_config(topic, channel, config, options)
         cfg = self._config
         self._tally = Tally()
-        self._flow = Flow(
-            f"{cfg.topic}/{cfg.channel}",
-            max_in_flight=cfg.max_in_flight,
-            backoff=cfg.backoff,
-            idle_timeout=cfg.low_rdy_idle_timeout,
-            hold_timeout=cfg.low_rdy_timeout,
-            redistribute_interval=cfg.rdy_redistribute_interval,
-        )
+        self._flow = Flow(cfg)
         self._background = Background()
-        self._intake = Intake(
-            max_attempts=cfg.max_attempts, on_give_up=cfg.on_give_up, background=self._background
-        )
+        self._intake = Intake(cfg, self._background)
         self._held_changed = asyncio.Event()
         context = SlotContext(
             config=cfg,

@@ -12,7 +12,8 @@ import time
 from collections.abc import Hashable
 
 from nsq_ha.connection import NsqdConnection
-from nsq_ha.consumer.backoff import BackoffStrategy, Exponential
+from nsq_ha.consumer.backoff import Exponential
+from nsq_ha.consumer.config import ConsumerConfig
 from nsq_ha.consumer.rdy import DEFAULT_MAX_RDY, RdyPlanner
 from nsq_ha.errors import NsqError
 
@@ -35,27 +36,18 @@ class Flow:
         "planner",
     )
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        max_in_flight: int,
-        backoff: BackoffStrategy | None,
-        idle_timeout: float,
-        hold_timeout: float,
-        redistribute_interval: float,
-    ) -> None:
-        """Flow control named ``name`` (topic/channel, for the logs)."""
-        self._name = name
+    def __init__(self, config: ConsumerConfig) -> None:
+        """Flow control of ``config``'s budget, backoff and redistribution."""
+        self._name = f"{config.topic}/{config.channel}"
         #: told by the slots of every message in and out of flight
         self.planner = RdyPlanner(
-            max_in_flight,
-            idle_timeout=idle_timeout,
-            hold_timeout=hold_timeout,
+            config.max_in_flight,
+            idle_timeout=config.low_rdy_idle_timeout,
+            hold_timeout=config.low_rdy_timeout,
             clock=time.monotonic,
         )
-        self._backoff = backoff or Exponential()
-        self._redistribute_interval = redistribute_interval
+        self._backoff = config.backoff or Exponential()
+        self._redistribute_interval = config.rdy_redistribute_interval
         self._sinks: dict[Hashable, NsqdConnection] = {}
         self._backoff_handle: asyncio.TimerHandle | None = None
         self._redistributor: asyncio.Task[None] | None = None

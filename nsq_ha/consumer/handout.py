@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from nsq_ha import events
-from nsq_ha.consumer.config import GiveUp
+from nsq_ha.consumer.config import ConsumerConfig
 from nsq_ha.consumer.message import Message
 from nsq_ha.consumer.slots import Slot, slot_of
 from nsq_ha.consumer.tasks import Background
@@ -189,12 +189,10 @@ class Intake:
         "on_give_up",
     )
 
-    def __init__(
-        self, *, max_attempts: int, on_give_up: GiveUp | None, background: Background
-    ) -> None:
+    def __init__(self, config: ConsumerConfig, background: Background) -> None:
         """Hand out messages; after ``max_attempts`` deliveries (0: never) to ``on_give_up``."""
-        self.max_attempts = max_attempts
-        self.on_give_up = on_give_up
+        self.max_attempts = config.max_attempts
+        self.on_give_up = config.on_give_up
         self._background = background
         self._items: deque[Message | None] = deque()
         self._getters: deque[asyncio.Future[None]] = deque()

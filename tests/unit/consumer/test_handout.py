@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nsq_ha.consumer import Message
+from nsq_ha.consumer import ConsumerConfig, Message
 from nsq_ha.consumer.handout import Intake
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.protocol.message import DecodedMessage
@@ -39,7 +39,8 @@ def deliver(intake: Intake, *messages: Message) -> None:
 
 
 def intake() -> Intake:
-    return Intake(max_attempts=0, on_give_up=None, background=Background())
+    config = ConsumerConfig(topic="t", channel="c", nsqd="127.0.0.1:4150", max_attempts=0)
+    return Intake(config, Background())
 
 
 async def test_items_come_out_in_order_and_readers_are_served_in_the_order_they_came() -> None:

@@ -54,18 +54,12 @@ def make_slot(
         topic="t",
         channel="c",
         nsqd="127.0.0.1:4150",
+        max_in_flight=10,
         requeue_delay=2.0,
         max_requeue_delay=5.0,
         backoff=Fixed(60.0) if backoff else None,
     )
-    flow = Flow(
-        "t/c",
-        max_in_flight=10,
-        backoff=config.backoff,
-        idle_timeout=10.0,
-        hold_timeout=30.0,
-        redistribute_interval=5.0,
-    )
+    flow = Flow(config)
     delivered: list[Message] = []
     settled: list[Message] = []
     tally = Tally()
