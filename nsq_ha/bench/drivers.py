@@ -37,12 +37,7 @@ from nsq_ha.errors import FinFailedError
 from nsq_ha.lookup import LookupClient
 from nsq_ha.producer import Producer
 from nsq_ha.protocol import MAGIC_V2
-from nsq_ha.protocol.commands import (
-    encode_identify,
-    encode_nop,
-    encode_rdy,
-    encode_sub_ordered,
-)
+from nsq_ha.protocol.commands import Identify, Rdy, SubOrdered
 from nsq_ha.protocol.error_frames import parse_error_frame
 from nsq_ha.protocol.frames import HEARTBEAT, FrameType
 
@@ -259,8 +254,8 @@ async def hold(spec: dict[str, Any]) -> dict[str, Any]:
 def _ordered_opening(spec: dict[str, Any], name: str) -> bytes:
     """What the raw and floor clients send first: magic, IDENTIFY, SUB_ORDERED, RDY 1."""
     identify = {"client_id": name, "hostname": name, "feature_negotiation": False}
-    sub = encode_sub_ordered(spec["topic"], spec["channel"], spec.get("partition", 0))
-    return MAGIC_V2 + encode_identify(identify) + sub + encode_rdy(1)
+    sub = SubOrdered(spec["topic"], spec["channel"], spec.get("partition", 0))
+    return MAGIC_V2 + Identify.of(identify).encode() + sub.encode() + Rdy(1).encode()
 
 
 def raw_ordered(spec: dict[str, Any]) -> dict[str, Any]:
@@ -290,7 +285,7 @@ def raw_ordered(spec: dict[str, Any]) -> dict[str, Any]:
             # (the fork may deliver a message it had read ahead twice: the second FIN fails)
             raise RuntimeError(f"nsqd error: {data!r}")
         elif data == HEARTBEAT:
-            sock.sendall(encode_nop())
+            sock.sendall(b"NOP\n")
     result = span.stop(got - 1)
     sock.close()
     return result
@@ -331,7 +326,7 @@ class _FloorProtocol(asyncio.BufferedProtocol):
             elif kind == FrameType.ERROR:
                 self.on_error(data)
             elif data == HEARTBEAT and self.transport is not None:
-                self.transport.write(encode_nop())
+                self.transport.write(b"NOP\n")
         view.release()
         if start:
             self.buffer[: self.filled - start] = self.buffer[start : self.filled]

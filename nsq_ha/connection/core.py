@@ -41,8 +41,7 @@ from nsq_ha.protocol.commands import (
 from nsq_ha.protocol.frames import DEFAULT_MAX_FRAME_SIZE, max_frame_size_for
 from nsq_ha.protocol.identify import AuthResponse, Negotiated
 from nsq_ha.protocol.message import DecodedMessage
-from nsq_ha.protocol.session import ClientSession
-from nsq_ha.protocol.state import ConnState
+from nsq_ha.protocol.session import ClientSession, ConnState
 from nsq_ha.transport import StreamTransport
 
 log = logging.getLogger(__name__)

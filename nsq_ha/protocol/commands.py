@@ -2,10 +2,9 @@
 
 Each command is a frozen dataclass whose ``name`` is its wire name and whose ``encode()``
 returns its exact bytes. A command is checked once, when it is made (a subscribe's names and
-partition, a RDY count, a FIN/REQ/TOUCH id, a REQ delay), and encoding checks nothing again.
-The ``encode_*`` functions make the command and encode it (an
-:class:`~nsq_ha.errors.InvalidArgumentError` subclass when nsqd would refuse it). The publish
-family lives in :mod:`nsq_ha.protocol.publish`.
+partition, a RDY count, a FIN/REQ/TOUCH id, a REQ delay: an
+:class:`~nsq_ha.errors.InvalidArgumentError` subclass when nsqd would refuse it), and encoding
+checks nothing again. The publish commands live in :mod:`nsq_ha.protocol.publish`.
 
 Durations in the API are float seconds; this module is the one place that converts them to the
 milliseconds on the wire (:func:`seconds_to_ms`, :func:`ms_to_seconds`).
@@ -162,16 +161,6 @@ class Auth:
         return b"AUTH\n" + _U32.pack(len(self.secret)) + self.secret
 
 
-def encode_identify(body: Mapping[str, object], *, max_body_size: int | None = None) -> bytes:
-    """Return ``IDENTIFY\\n[len][JSON]``; keys keep their order, JSON is compact."""
-    return Identify.of(body, max_body_size=max_body_size).encode()
-
-
-def encode_auth(secret: str | bytes, *, max_body_size: int | None = None) -> bytes:
-    """Return ``AUTH\\n[len][secret]``; the secret must not be empty."""
-    return Auth.of(secret, max_body_size=max_body_size).encode()
-
-
 # --- subscribing ------------------------------------------------------------------------------
 
 
@@ -312,26 +301,6 @@ class SubAdvanced(_Subscription):
 Subscribe: TypeAlias = Sub | SubOrdered | SubAdvanced
 
 
-def encode_sub(topic: str, channel: str, partition: int | None = None) -> bytes:
-    """Return ``SUB <topic> <channel> [<partition>]\\n``."""
-    return Sub(topic, channel, partition).encode()
-
-
-def encode_sub_ordered(topic: str, channel: str, partition: int | None = None) -> bytes:
-    """Return ``SUB_ORDERED <topic> <channel> [<partition>]\\n`` (fork only)."""
-    return SubOrdered(topic, channel, partition).encode()
-
-
-def encode_sub_advanced(
-    topic: str,
-    channel: str,
-    partition: int | None = None,
-    start: StartPosition | None = None,
-) -> bytes:
-    """Return ``SUB_ADVANCED <topic> <channel> [<partition>] [<start>]\\n`` (fork only)."""
-    return SubAdvanced(topic, channel, partition, start).encode()
-
-
 # --- flow control and acknowledgement ---------------------------------------------------------
 
 
@@ -438,13 +407,6 @@ class InternalCreateTopic:
         return _line(self.name, self.topic.encode("ascii"), b"%d" % self.partition, ext)
 
 
-def encode_rdy(count: int, *, max_rdy_count: int | None = None) -> bytes:
-    """Return ``RDY <count>\\n``; ``count`` must be ``0..max_rdy_count`` (nsqd closes otherwise)."""
-    command = Rdy(count)
-    check_rdy(command, max_rdy_count)
-    return command.encode()
-
-
 def check_rdy(command: Rdy, max_rdy_count: int | None) -> int:
     """Return the count of a RDY if it is at most ``max_rdy_count``, else raise."""
     if max_rdy_count is not None and command.count > max_rdy_count:
@@ -452,33 +414,3 @@ def check_rdy(command: Rdy, max_rdy_count: int | None) -> int:
             f"RDY count {command.count} is over max_rdy_count {max_rdy_count}"
         )
     return command.count
-
-
-def encode_fin(message_id: bytes) -> bytes:
-    """Return ``FIN <16 raw id bytes>\\n`` (21 bytes; the id may contain spaces or newlines)."""
-    return Fin(message_id).encode()
-
-
-def encode_req(message_id: bytes, delay: float = 0.0) -> bytes:
-    """Return ``REQ <16 raw id bytes> <delay ms>\\n``; ``delay`` is in seconds."""
-    return Req(message_id, delay).encode()
-
-
-def encode_touch(message_id: bytes) -> bytes:
-    """Return ``TOUCH <16 raw id bytes>\\n`` (23 bytes)."""
-    return Touch(message_id).encode()
-
-
-def encode_cls() -> bytes:
-    """Return ``CLS\\n``: stop delivery; nsqd answers ``CLOSE_WAIT``."""
-    return b"CLS\n"
-
-
-def encode_nop() -> bytes:
-    """Return ``NOP\\n``, the answer to a heartbeat."""
-    return b"NOP\n"
-
-
-def encode_internal_create_topic(topic: str, partition: int, *, ext: bool = False) -> bytes:
-    """Return ``INTERNAL_CREATE_TOPIC <topic> <partition> <true|false>\\n`` (standalone fork)."""
-    return InternalCreateTopic(topic, partition, ext).encode()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 
 from nsq_ha.errors import BrokerError, MessageCommandError
-from nsq_ha.protocol.state import command_name
 
 #: nsqd's connection-limit error: plain text, no code.
 TOO_MANY_CONNECTIONS = b"too much client connections"
@@ -63,12 +62,12 @@ def closes_connection(
 ) -> bool:
     """Say whether nsqd closes the connection after ``error_cls`` answered ``command``.
 
-    ``command`` is the failed command's name or whole line; ``None`` (not known) gives the
-    conservative answer. ``fork=False`` applies vanilla nsqd's rule.
+    ``command`` is the failed command's name; ``None`` (not known) gives the conservative
+    answer. ``fork=False`` applies vanilla nsqd's rule.
     """
     if not fork:
         return error_cls.vanilla_fatal
-    if command is not None and command_name(command) in error_cls.nonfatal_after:
+    if command in error_cls.nonfatal_after:
         return False
     return error_cls.fatal
 
@@ -76,6 +75,6 @@ def closes_connection(
 def must_drop(error_cls: type[BrokerError], command: bytes | None, *, fork: bool = True) -> bool:
     """Say whether the client must drop the connection: nsqd closes it, or the stream is out
     of step (any error answering ``MPUB_EXT``)."""
-    if command is not None and command_name(command) in OUT_OF_STEP_AFTER:
+    if command in OUT_OF_STEP_AFTER:
         return True
     return closes_connection(error_cls, command, fork=fork)

@@ -2,14 +2,12 @@
 
 :class:`Publish` is the typed command the session takes: one of ``PUB``, ``PUB_TRACE``,
 ``PUB_EXT``, ``MPUB``, ``MPUB_TRACE``, ``MPUB_EXT`` for messages already checked where they came
-in (the producer's ``prepare_message``). :class:`Dpub` is vanilla's deferred publish. The
-``encode_*`` functions check their arguments, make the command and encode it.
+in (the producer's ``prepare_message``). :class:`Dpub` is vanilla's deferred publish.
 
 Size limits are optional: give the server's ``max_msg_size`` (per message, trace id and JSON
 header included) and ``max_body_size`` (whole MPUB* body) to get a
 :class:`~nsq_ha.errors.BodyTooLargeError` naming the size and the limit instead of a fatal
-``E_BAD_MESSAGE`` / ``E_BAD_BODY`` from nsqd. Empty bodies are refused (nsqd closes the
-connection on a zero-length body).
+``E_BAD_MESSAGE`` / ``E_BAD_BODY`` from nsqd.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple, TypeAlias
 
@@ -26,12 +24,10 @@ from nsq_ha.protocol.commands import (
     MAX_WIRE_LENGTH,
     as_bytes,
     check_size,
-    check_uint,
     checked_seconds_to_ms,
     compact_json,
     seconds_to_ms,
 )
-from nsq_ha.protocol.names import validate_partition, validate_topic
 
 #: A JSON header: a mapping (serialised compactly, key order kept) or ready-made JSON bytes.
 ExtHeader: TypeAlias = Mapping[str, object] | bytes
@@ -152,14 +148,6 @@ class Dpub:
         return line + _U32.pack(len(self.body)) + self.body
 
 
-def _body(value: object, what: str) -> bytes:
-    """Return a non-empty message body as bytes."""
-    body = as_bytes(value, what)
-    if not body:
-        raise InvalidArgumentError(f"{what} must not be empty (nsqd refuses empty messages)")
-    return body
-
-
 def encode_ext_header(header: ExtHeader) -> bytes:
     """Return the JSON bytes of an ext header, checked as nsqd checks them.
 
@@ -188,123 +176,3 @@ def encode_ext_header(header: ExtHeader) -> bytes:
             f"ext header is {len(data)} bytes, over the limit of {MAX_EXT_HEADER_LENGTH}"
         )
     return data
-
-
-def _encode(
-    name: bytes,
-    topic: str,
-    partition: int | None,
-    messages: list[PublishMessage],
-    max_msg_size: int | None,
-    max_body_size: int | None = None,
-) -> bytes:
-    """Check the topic, the partition and that there is a message; encode the command."""
-    if not messages:
-        raise InvalidArgumentError(f"{name.decode()} needs at least one message")
-    checked = validate_topic(topic), validate_partition(partition)
-    return Publish(name, *checked, messages, max_msg_size, max_body_size).encode()
-
-
-def encode_pub(
-    topic: str, body: bytes, partition: int | None = None, *, max_msg_size: int | None = None
-) -> bytes:
-    """Return ``PUB <topic> [<partition>]\\n[len][body]``."""
-    message = PublishMessage(_body(body, "PUB body"))
-    return _encode(b"PUB", topic, partition, [message], max_msg_size)
-
-
-def encode_pub_trace(
-    topic: str,
-    body: bytes,
-    trace_id: int,
-    partition: int | None = None,
-    *,
-    max_msg_size: int | None = None,
-) -> bytes:
-    """Return ``PUB_TRACE <topic> [<partition>]\\n[len][u64 trace id][body]`` (fork only).
-
-    nsqd answers with the 30-byte traced response (:mod:`nsq_ha.protocol.trace`).
-    """
-    message = PublishMessage(_body(body, "PUB_TRACE body"), check_uint(trace_id, "trace id", 64))
-    return _encode(b"PUB_TRACE", topic, partition, [message], max_msg_size)
-
-
-def encode_pub_ext(
-    topic: str,
-    body: bytes,
-    header: ExtHeader,
-    partition: int | None = None,
-    *,
-    max_msg_size: int | None = None,
-) -> bytes:
-    """Return ``PUB_EXT <topic> [<partition>]\\n[len][u16 json len][json][body]`` (fork only).
-
-    The header must not be empty (nsqd cannot parse an empty header). With a valid
-    ``##trace_id`` nsqd answers with the traced response, otherwise ``OK``.
-    """
-    message = PublishMessage(_body(body, "PUB_EXT body"), None, encode_ext_header(header))
-    return _encode(b"PUB_EXT", topic, partition, [message], max_msg_size)
-
-
-def encode_mpub(
-    topic: str,
-    bodies: Iterable[bytes],
-    partition: int | None = None,
-    *,
-    max_msg_size: int | None = None,
-    max_body_size: int | None = None,
-) -> bytes:
-    """Return ``MPUB <topic> [<partition>]\\n[len][u32 count]{[u32 len][body]}``."""
-    messages = [PublishMessage(_body(body, "MPUB message")) for body in bodies]
-    return _encode(b"MPUB", topic, partition, messages, max_msg_size, max_body_size)
-
-
-def encode_mpub_trace(
-    topic: str,
-    messages: Iterable[tuple[int, bytes]],
-    partition: int | None = None,
-    *,
-    max_msg_size: int | None = None,
-    max_body_size: int | None = None,
-) -> bytes:
-    """Return ``MPUB_TRACE`` for ``(trace_id, body)`` pairs (fork only).
-
-    nsqd answers with one traced response: the first message's id and offset, trace id 0 and
-    the raw size of the whole batch.
-    """
-    checked = [
-        PublishMessage(_body(body, "MPUB_TRACE message"), check_uint(trace_id, "trace id", 64))
-        for trace_id, body in messages
-    ]
-    return _encode(b"MPUB_TRACE", topic, partition, checked, max_msg_size, max_body_size)
-
-
-def encode_mpub_ext(
-    topic: str,
-    messages: Iterable[tuple[ExtHeader | None, bytes]],
-    partition: int | None = None,
-    *,
-    max_msg_size: int | None = None,
-    max_body_size: int | None = None,
-) -> bytes:
-    """Return ``MPUB_EXT`` for ``(header, body)`` pairs (fork only; answer is plain ``OK``).
-
-    A ``None`` header is sent with JSON length 0 (allowed here, unlike PUB_EXT). Any error
-    frame after MPUB_EXT means the stream is out of sync: reconnect (§2.15).
-    """
-    checked = [
-        PublishMessage(
-            _body(body, "MPUB_EXT message"),
-            None,
-            None if header is None else encode_ext_header(header),
-        )
-        for header, body in messages
-    ]
-    return _encode(b"MPUB_EXT", topic, partition, checked, max_msg_size, max_body_size)
-
-
-def encode_dpub(topic: str, body: bytes, delay: float, *, max_msg_size: int | None = None) -> bytes:
-    """Return ``DPUB <topic> <delay ms>\\n[len][body]`` (vanilla only; ``delay`` in seconds)."""
-    command = Dpub(validate_topic(topic), _body(body, "DPUB body"), delay)
-    check_size("DPUB body", len(command.body), max_msg_size)
-    return command.encode()

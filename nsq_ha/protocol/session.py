@@ -14,9 +14,8 @@ caller writes those, feeds it the bytes it reads and acts on the events it hands
     while (event := session.next_event()) is not NEED_DATA:
         ...                                       # Answer, Failed, Delivered, Heartbeat, ...
 
-It owns the connection state (every move checked against
-:data:`~nsq_ha.protocol.state.TRANSITIONS`, every command against
-:data:`~nsq_ha.protocol.state.COMMANDS_BY_STATE`), the FIFO of commands waiting for an answer
+It owns the connection state (every move checked against :data:`TRANSITIONS`, every command
+against :data:`COMMANDS_BY_STATE`), the FIFO of commands waiting for an answer
 (nsqd answers in order, §1.5, so it knows which command an error frame answers), the message
 format the subscribe command chose, the ids in flight, the RDY check on receipt
 (:class:`~nsq_ha.protocol.message.DeliveryLedger`), heartbeat detection (a flood of heartbeats is
@@ -28,6 +27,7 @@ stay outside: the caller passes the time with the bytes. The frames come out of 
 
 from __future__ import annotations
 
+import enum
 import struct
 from collections import deque
 from collections.abc import Mapping
@@ -71,12 +71,81 @@ from nsq_ha.protocol.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     FRAME_HEADER_SIZE,
     HEARTBEAT,
-    Frame,
     FrameType,
 )
 from nsq_ha.protocol.identify import Negotiated
 from nsq_ha.protocol.message import DeliveryLedger, MessageFormat, decode_message
-from nsq_ha.protocol.state import COMMANDS_BY_STATE, TRANSITIONS, ConnState, check_command
+
+
+class ConnState(enum.Enum):
+    """Where one client connection to nsqd stands (§1.7, §1.8, §2.8)::
+
+        INIT -> CONNECTED (magic sent) -> IDENTIFYING -> [TLS_UPGRADE] -> [COMPRESSION_UPGRADE]
+             -> [AUTHENTICATING] -> READY -> SUBSCRIBING -> SUBSCRIBED -> CLOSING (CLS sent)
+             -> CLOSE_WAIT (CLOSE_WAIT received) -> CLOSED
+
+    Every state may go to ``CLOSED`` (the peer or we closed the socket).
+    """
+
+    INIT = "init"
+    CONNECTED = "connected"
+    IDENTIFYING = "identifying"
+    TLS_UPGRADE = "tls_upgrade"
+    COMPRESSION_UPGRADE = "compression_upgrade"
+    AUTHENTICATING = "authenticating"
+    READY = "ready"
+    SUBSCRIBING = "subscribing"
+    SUBSCRIBED = "subscribed"
+    CLOSING = "closing"
+    CLOSE_WAIT = "close_wait"
+    CLOSED = "closed"
+
+
+_S = ConnState
+
+#: Legal moves; ``CLOSED`` is reachable from every state and leads nowhere.
+TRANSITIONS: Mapping[ConnState, frozenset[ConnState]] = {
+    _S.INIT: frozenset({_S.CONNECTED, _S.CLOSED}),
+    _S.CONNECTED: frozenset({_S.IDENTIFYING, _S.READY, _S.CLOSED}),
+    _S.IDENTIFYING: frozenset(
+        {_S.TLS_UPGRADE, _S.COMPRESSION_UPGRADE, _S.AUTHENTICATING, _S.READY, _S.CLOSED}
+    ),
+    _S.TLS_UPGRADE: frozenset({_S.COMPRESSION_UPGRADE, _S.AUTHENTICATING, _S.READY, _S.CLOSED}),
+    _S.COMPRESSION_UPGRADE: frozenset({_S.AUTHENTICATING, _S.READY, _S.CLOSED}),
+    _S.AUTHENTICATING: frozenset({_S.READY, _S.CLOSED}),
+    # a failed non-fatal SUB cannot happen (every SUB error is fatal), but SUBSCRIBING -> READY
+    # is kept for a SUB whose caller gave up before the answer.
+    _S.READY: frozenset({_S.SUBSCRIBING, _S.CLOSED}),
+    _S.SUBSCRIBING: frozenset({_S.SUBSCRIBED, _S.READY, _S.CLOSED}),
+    _S.SUBSCRIBED: frozenset({_S.CLOSING, _S.CLOSED}),
+    _S.CLOSING: frozenset({_S.CLOSE_WAIT, _S.CLOSED}),
+    _S.CLOSE_WAIT: frozenset({_S.CLOSED}),
+    _S.CLOSED: frozenset(),
+}
+
+_PUBLISH = frozenset(
+    {b"PUB", b"PUB_TRACE", b"PUB_EXT", b"MPUB", b"MPUB_TRACE", b"MPUB_EXT", b"DPUB"}
+)
+_ACKS = frozenset({b"FIN", b"REQ", b"TOUCH"})
+
+#: Commands the client may send in each state (nsqd's own rules, §1.7, narrowed to what a
+#: well-behaved client does: IDENTIFY and AUTH only during the handshake).
+COMMANDS_BY_STATE: Mapping[ConnState, frozenset[bytes]] = {
+    _S.INIT: frozenset(),
+    _S.CONNECTED: frozenset({b"IDENTIFY", b"NOP"}),
+    _S.IDENTIFYING: frozenset({b"NOP"}),
+    _S.TLS_UPGRADE: frozenset(),
+    _S.COMPRESSION_UPGRADE: frozenset(),
+    _S.AUTHENTICATING: frozenset({b"AUTH", b"NOP"}),
+    _S.READY: _PUBLISH
+    | {b"SUB", b"SUB_ORDERED", b"SUB_ADVANCED", b"NOP", b"INTERNAL_CREATE_TOPIC"},
+    _S.SUBSCRIBING: _PUBLISH | {b"NOP"},
+    _S.SUBSCRIBED: _PUBLISH | _ACKS | {b"RDY", b"CLS", b"NOP"},
+    _S.CLOSING: _PUBLISH | _ACKS | {b"RDY", b"NOP"},
+    _S.CLOSE_WAIT: _PUBLISH | _ACKS | {b"RDY", b"NOP"},
+    _S.CLOSED: frozenset(),
+}
+
 
 #: Commands nsqd never answers on success (their errors may still arrive).
 NO_RESPONSE_COMMANDS = frozenset({b"FIN", b"REQ", b"TOUCH", b"RDY", b"NOP"})
@@ -116,8 +185,8 @@ _COMPACT_AFTER = 64 * 1024
 class FrameDecoder:
     """Incremental decoder of the server-to-client frame stream.
 
-    ``feed(data)`` adds bytes and returns the frames they completed; ``receive_data`` and
-    ``next_frame`` (or ``next_parts``) do the same in two steps. A frame whose size is below 4
+    ``receive_data`` adds bytes, ``next_parts`` returns the frames they completed one by one.
+    A frame whose size is below 4
     or above ``max_frame_size``, or whose type is unknown, raises :class:`RemoteProtocolError`;
     after that the decoder stays broken and raises the same error again.
     """
@@ -153,13 +222,9 @@ class FrameDecoder:
             raise self._error
         self._buffer += data
 
-    def next_frame(self) -> Frame | None:
-        """Return the next whole frame, or ``None`` if more bytes are needed."""
-        parts = self.next_parts()
-        return None if parts is None else Frame(*parts)
-
     def next_parts(self) -> tuple[FrameType, bytes] | None:
-        """:meth:`next_frame` as a ``(type, data)`` pair (cheaper: no Frame is built)."""
+        """Return the next whole frame as ``(type, data)``, or ``None`` if more bytes are
+        needed."""
         if self._error is not None:
             raise self._error
         buffer, pos = self._buffer, self._pos
@@ -190,14 +255,6 @@ class FrameDecoder:
         else:
             self._pos = end
         return frame_type, data
-
-    def feed(self, data: bytes) -> list[Frame]:
-        """Append ``data`` and return every frame now complete, in order."""
-        self.receive_data(data)
-        frames: list[Frame] = []
-        while (frame := self.next_frame()) is not None:
-            frames.append(frame)
-        return frames
 
     def feed_eof(self) -> None:
         """Tell the decoder the peer closed; raise if a frame was cut off."""
@@ -354,9 +411,8 @@ class ClientSession:
         """Raise LocalProtocolError unless a command ``name`` may be sent now."""
         if self._fatal is not None:
             raise LocalProtocolError(f"cannot send after the fatal error {self._fatal}")
-        state = self.state
-        if name not in COMMANDS_BY_STATE[state]:
-            check_command(state, name)  # raises, naming the command and the state
+        if name not in COMMANDS_BY_STATE[self.state]:
+            raise LocalProtocolError(f"cannot send {name.decode()} in state {self.state.name}")
 
     def send(self, command: Command) -> bytes:
         """Return the bytes of ``command`` after recording it: a command nsqd answers.

@@ -24,7 +24,7 @@ from nsq_ha.errors import (
 )
 from nsq_ha.protocol.broker import join_fork_id
 from nsq_ha.protocol.message import EXT_VERSION_JSON, DecodedMessage
-from nsq_ha.protocol.state import ConnState
+from nsq_ha.protocol.session import ConnState
 from nsq_ha.testing.servers import ForkCluster
 
 from .helpers import take

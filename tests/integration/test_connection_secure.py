@@ -19,7 +19,7 @@ import trustme
 
 from nsq_ha.connection import ConnectionConfig, NsqdConnection
 from nsq_ha.errors import AuthFailedError, HandshakeError
-from nsq_ha.protocol.state import ConnState
+from nsq_ha.protocol.session import ConnState
 from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
 

@@ -27,7 +27,7 @@ from nsq_ha.errors import (
 )
 from nsq_ha.protocol.commands import Nop
 from nsq_ha.protocol.message import DecodedMessage
-from nsq_ha.protocol.state import ConnState
+from nsq_ha.protocol.session import ConnState
 from nsq_ha.testing.process import free_ports
 from nsq_ha.testing.servers import VanillaCluster
 

@@ -134,18 +134,18 @@ def test_anything_but_an_nsq_error_gives_up(exc: BaseException) -> None:
     ("frame", "after", "fork", "expected"),
     [
         # the fork keeps the connection after a failed write: retry on it, lookup unchanged
-        (b"E_PUB_FAILED x", b"PUB t 0\n", True, (True, False, False)),
+        (b"E_PUB_FAILED x", b"PUB", True, (True, False, False)),
         # vanilla closes it: a new connection, and a fresh look at where the topic lives
-        (b"E_PUB_FAILED x", b"PUB t\n", False, (True, True, True)),
+        (b"E_PUB_FAILED x", b"PUB", False, (True, True, True)),
         # not the leader any more: nsqd keeps the connection after PUB, but it leads nothing
-        (b"E_FAILED_ON_NOT_LEADER x", b"PUB t 0\n", True, (True, True, True)),
-        (b"E_FAILED_ON_NOT_LEADER x", b"SUB t c 0\n", True, (True, True, True)),
+        (b"E_FAILED_ON_NOT_LEADER x", b"PUB", True, (True, True, True)),
+        (b"E_FAILED_ON_NOT_LEADER x", b"SUB", True, (True, True, True)),
         # a header error after MPUB_EXT leaves the stream out of step (§2.15): reconnect
-        (b"E_EXT_NOT_SUPPORT x", b"MPUB_EXT t 0\n", True, (False, True, True)),
-        (b"E_EXT_NOT_SUPPORT x", b"PUB_EXT t 0\n", True, (False, False, False)),
+        (b"E_EXT_NOT_SUPPORT x", b"MPUB_EXT", True, (False, True, True)),
+        (b"E_EXT_NOT_SUPPORT x", b"PUB_EXT", True, (False, False, False)),
         # the topic is not on this nsqd (moved, or not created yet): fatal, look again
-        (b"E_TOPIC_NOT_EXIST ", b"PUB t 0\n", True, (True, True, True)),
-        (b"E_BAD_TOPIC x", b"SUB t c\n", True, (False, True, True)),
+        (b"E_TOPIC_NOT_EXIST ", b"PUB", True, (True, True, True)),
+        (b"E_BAD_TOPIC x", b"SUB", True, (False, True, True)),
     ],
 )
 def test_broker_errors_decide_from_the_command_that_failed(

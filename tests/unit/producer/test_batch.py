@@ -34,12 +34,6 @@ from nsq_ha.protocol import (
     ClientCommand,
     CommandDecoder,
     TracedResponse,
-    encode_mpub,
-    encode_mpub_ext,
-    encode_mpub_trace,
-    encode_pub,
-    encode_pub_ext,
-    encode_pub_trace,
     encode_traced_response,
 )
 from nsq_ha.protocol.publish import Publish, PublishMessage
@@ -128,19 +122,39 @@ def test_command_table() -> None:
         batch_command([])
 
 
-def test_encode_batch_matches_the_protocol_encoders() -> None:
+def test_encode_batch_gives_the_wire_bytes_of_each_command() -> None:
     a, b = b"alpha", b"beta"
     header = b'{"k":"v"}'
-    assert encode_batch("t", 1, [msg(a)]).encode() == encode_pub("t", a, 1)
-    assert encode_batch("t", 1, [msg(a)], tracing=True).encode() == encode_pub_trace("t", a, 0, 1)
-    assert encode_batch("t", 1, [msg(a, 9)]).encode() == encode_pub_trace("t", a, 9, 1)
-    assert encode_batch("t", None, [msg(a, ext=header)]).encode() == encode_pub_ext("t", a, header)
-    assert encode_batch("t", 2, [msg(a), msg(b)]).encode() == encode_mpub("t", [a, b], 2)
-    assert encode_batch("t", 2, [msg(a, 5), msg(b)]).encode() == encode_mpub_trace(
-        "t", [(5, a), (0, b)], 2
+    assert encode_batch("t", 1, [msg(a)]).encode() == b"PUB t 1\n\x00\x00\x00\x05alpha"
+    assert (
+        encode_batch("t", 1, [msg(a)], tracing=True).encode()
+        == b"PUB_TRACE t 1\n\x00\x00\x00\r" + bytes(8) + b"alpha"
     )
-    assert encode_batch("t", 0, [msg(a, ext=header), msg(b)]).encode() == encode_mpub_ext(
-        "t", [(header, a), (None, b)], 0
+    assert (
+        encode_batch("t", 1, [msg(a, 9)]).encode()
+        == b"PUB_TRACE t 1\n\x00\x00\x00\r" + bytes(7) + b"\talpha"
+    )
+    assert (
+        encode_batch("t", None, [msg(a, ext=header)]).encode()
+        == b'PUB_EXT t\n\x00\x00\x00\x10\x00\t{"k":"v"}alpha'
+    )
+    assert (
+        encode_batch("t", 2, [msg(a), msg(b)]).encode()
+        == b"MPUB t 2\n\x00\x00\x00\x15\x00\x00\x00\x02\x00\x00\x00\x05alpha\x00\x00\x00\x04beta"
+    )
+    assert encode_batch("t", 2, [msg(a, 5), msg(b)]).encode() == (
+        b"MPUB_TRACE t 2\n\x00\x00\x00%\x00\x00\x00\x02"
+        + b"\x00\x00\x00\r"
+        + bytes(7)
+        + b"\x05alpha"
+        + b"\x00\x00\x00\x0c"
+        + bytes(8)
+        + b"beta"
+    )
+    assert encode_batch("t", 0, [msg(a, ext=header), msg(b)]).encode() == (
+        b'MPUB_EXT t 0\n\x00\x00\x00"\x00\x00\x00\x02'
+        + b'\x00\x00\x00\x10\x00\t{"k":"v"}alpha'
+        + b"\x00\x00\x00\x06\x00\x00beta"
     )
 
 
@@ -148,7 +162,15 @@ def test_encode_batch_gives_the_typed_publish_the_session_takes() -> None:
     command = encode_batch("t", 1, [msg(b"a"), msg(b"b", 4)], max_msg_size=10, max_body_size=100)
     assert isinstance(command, Publish)
     assert (command.name, command.topic, command.partition) == (b"MPUB_TRACE", "t", 1)
-    assert command.encode() == encode_mpub_trace("t", [(0, b"a"), (4, b"b")], 1)
+    assert command.encode() == (
+        b"MPUB_TRACE t 1\n\x00\x00\x00\x1e\x00\x00\x00\x02"
+        + b"\x00\x00\x00\t"
+        + bytes(8)
+        + b"a"
+        + b"\x00\x00\x00\t"
+        + bytes(7)
+        + b"\x04b"
+    )
 
 
 def test_a_tracing_producer_counts_the_trace_id_against_the_message_limit() -> None:

@@ -12,14 +12,14 @@ from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
 from nsq_ha.protocol import (
     ClientCommand,
     CommandDecoder,
+    Fin,
     Magic,
-    encode_fin,
-    encode_mpub,
-    encode_pub,
-    encode_rdy,
-    encode_req,
-    encode_sub,
-    encode_touch,
+    Publish,
+    PublishMessage,
+    Rdy,
+    Req,
+    Sub,
+    Touch,
     split_ext_message,
     split_mpub_body,
     split_trace_message,
@@ -51,9 +51,9 @@ def test_single_space_splitting_keeps_empty_tokens() -> None:
 
 def test_ids_with_newlines_and_spaces_are_read_by_position() -> None:
     stream = (
-        encode_fin(ID_WITH_NEWLINE)
-        + encode_req(ID_WITH_NEWLINE, 1.5)
-        + encode_touch(ID_WITH_NEWLINE)
+        Fin(ID_WITH_NEWLINE).encode()
+        + Req(ID_WITH_NEWLINE, 1.5).encode()
+        + Touch(ID_WITH_NEWLINE).encode()
         + b"NOP\n"
     )
     events = CommandDecoder(expect_magic=False).feed(stream)
@@ -111,7 +111,7 @@ def test_refused_bodies_stop_the_stream(stream: bytes, declared: int) -> None:
 
 
 def test_mpub_is_read_structurally_whatever_the_declared_size() -> None:
-    good = encode_mpub("t", [b"ab", b"c"])
+    good = Publish(b"MPUB", "t", None, [PublishMessage(b"ab"), PublishMessage(b"c")]).encode()
     body = good[len(b"MPUB t\n") + 4 :]
     for declared in (len(body) + 4, len(body) - 3):
         stream = b"MPUB t\n" + declared.to_bytes(4, "big") + body + b"NOP\n"
@@ -123,13 +123,13 @@ def test_mpub_is_read_structurally_whatever_the_declared_size() -> None:
 def test_any_split_gives_the_same_commands(data: st.DataObject) -> None:
     stream = (
         b"  V2"
-        + encode_sub("t", "c", 1)
-        + encode_rdy(3)
-        + encode_fin(ID_WITH_NEWLINE)
-        + encode_touch(ID_WITH_NEWLINE)
-        + encode_req(ID_WITH_NEWLINE, 0)
-        + encode_pub("t", b"body\n", 0)
-        + encode_mpub("t", [b"a", b"bb"], 2)
+        + Sub("t", "c", 1).encode()
+        + Rdy(3).encode()
+        + Fin(ID_WITH_NEWLINE).encode()
+        + Touch(ID_WITH_NEWLINE).encode()
+        + Req(ID_WITH_NEWLINE, 0).encode()
+        + Publish(b"PUB", "t", 0, [PublishMessage(b"body\n")]).encode()
+        + Publish(b"MPUB", "t", 2, [PublishMessage(b"a"), PublishMessage(b"bb")]).encode()
     )
     expected = CommandDecoder().feed(stream)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=15)))

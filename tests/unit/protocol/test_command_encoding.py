@@ -1,4 +1,4 @@
-"""Encoders of the commands without a message body, and their round trips."""
+"""The commands without a message body: exact bytes, checks, and round trips."""
 
 from __future__ import annotations
 
@@ -12,26 +12,27 @@ from hypothesis import strategies as st
 from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError, InvalidNameError
 from nsq_ha.protocol import (
     MAGIC_V2,
+    Auth,
     ClientCommand,
+    Cls,
     CommandDecoder,
+    Fin,
+    Identify,
+    InternalCreateTopic,
+    Nop,
+    Rdy,
+    Req,
     StartKind,
     StartPosition,
-    encode_auth,
-    encode_cls,
-    encode_fin,
-    encode_identify,
-    encode_internal_create_topic,
-    encode_nop,
-    encode_rdy,
-    encode_req,
-    encode_sub,
-    encode_sub_advanced,
-    encode_sub_ordered,
-    encode_touch,
+    Sub,
+    SubAdvanced,
+    SubOrdered,
+    Touch,
     ms_to_seconds,
     seconds_to_ms,
 )
 from nsq_ha.protocol import commands as commands_module
+from nsq_ha.protocol.commands import check_rdy
 
 names = st.from_regex(r"[.a-zA-Z0-9_-]{1,54}(#ephemeral)?", fullmatch=True)
 partitions = st.one_of(st.none(), st.just(-1), st.integers(0, 254))
@@ -54,49 +55,53 @@ def test_magic() -> None:
 @pytest.mark.parametrize(
     ("encoded", "expected"),
     [
-        (encode_sub("cf_pubsub", "ch", 0), b"SUB cf_pubsub ch 0\n"),
-        (encode_sub("cf_vps", "ch"), b"SUB cf_vps ch\n"),
-        (encode_sub_ordered("cf_ordered2", "ch", 0), b"SUB_ORDERED cf_ordered2 ch 0\n"),
-        (encode_sub_advanced("cf_trace", "ch", 0), b"SUB_ADVANCED cf_trace ch 0\n"),
-        (encode_sub_advanced("t", "c"), b"SUB_ADVANCED t c\n"),
+        (Sub("cf_pubsub", "ch", 0).encode(), b"SUB cf_pubsub ch 0\n"),
+        (Sub("cf_vps", "ch").encode(), b"SUB cf_vps ch\n"),
+        (SubOrdered("cf_ordered2", "ch", 0).encode(), b"SUB_ORDERED cf_ordered2 ch 0\n"),
+        (SubAdvanced("cf_trace", "ch", 0).encode(), b"SUB_ADVANCED cf_trace ch 0\n"),
+        (SubAdvanced("t", "c").encode(), b"SUB_ADVANCED t c\n"),
         (
-            encode_sub_advanced("t", "c", None, StartPosition.latest()),
+            SubAdvanced("t", "c", None, StartPosition.latest()).encode(),
             b"SUB_ADVANCED t c -1 special:-1\n",
         ),
         (
-            encode_sub_advanced("t", "c", 3, StartPosition.at_offset(1024)),
+            SubAdvanced("t", "c", 3, StartPosition.at_offset(1024)).encode(),
             b"SUB_ADVANCED t c 3 virtual_queue:1024\n",
         ),
         (
-            encode_sub_advanced("t", "c", 0, StartPosition.at_timestamp(1700000000)),
+            SubAdvanced("t", "c", 0, StartPosition.at_timestamp(1700000000)).encode(),
             b"SUB_ADVANCED t c 0 timestamp:1700000000\n",
         ),
         (
-            encode_sub_advanced("t", "c", 0, StartPosition.at_count(3)),
+            SubAdvanced("t", "c", 0, StartPosition.at_count(3)).encode(),
             b"SUB_ADVANCED t c 0 msgcount:3\n",
         ),
-        (encode_rdy(1), b"RDY 1\n"),
-        (encode_rdy(0), b"RDY 0\n"),
-        (encode_rdy(2500, max_rdy_count=2500), b"RDY 2500\n"),
-        (encode_cls(), b"CLS\n"),
-        (encode_nop(), b"NOP\n"),
-        (encode_internal_create_topic("t", 0), b"INTERNAL_CREATE_TOPIC t 0 false\n"),
-        (encode_internal_create_topic("t", 2, ext=True), b"INTERNAL_CREATE_TOPIC t 2 true\n"),
+        (Rdy(1).encode(), b"RDY 1\n"),
+        (Rdy(0).encode(), b"RDY 0\n"),
+        (Rdy(2500).encode(), b"RDY 2500\n"),
+        (Cls().encode(), b"CLS\n"),
+        (Nop().encode(), b"NOP\n"),
+        (InternalCreateTopic("t", 0).encode(), b"INTERNAL_CREATE_TOPIC t 0 false\n"),
+        (InternalCreateTopic("t", 2, ext=True).encode(), b"INTERNAL_CREATE_TOPIC t 2 true\n"),
     ],
 )
 def test_exact_lines(encoded: bytes, expected: bytes) -> None:
     assert encoded == expected
 
 
+def test_a_rdy_count_at_max_rdy_count_is_accepted() -> None:
+    assert check_rdy(Rdy(2500), 2500) == 2500
+
+
 def test_fin_req_touch_send_the_raw_id() -> None:
     message_id = bytes.fromhex("000000000000000a00000000000000 20".replace(" ", ""))
-    assert encode_fin(message_id) == b"FIN " + message_id + b"\n"
-    assert len(encode_fin(message_id)) == 21
-    assert encode_touch(message_id) == b"TOUCH " + message_id + b"\n"
-    assert len(encode_touch(message_id)) == 23
-    assert encode_req(message_id) == b"REQ " + message_id + b" 0\n"
-    assert encode_req(message_id, 5.0) == b"REQ " + message_id + b" 5000\n"
-    assert encode_req(b"18a33cc8cb001001", 0) == b"REQ 18a33cc8cb001001 0\n"
+    assert Fin(message_id).encode() == b"FIN " + message_id + b"\n"
+    assert len(Fin(message_id).encode()) == 21
+    assert Touch(message_id).encode() == b"TOUCH " + message_id + b"\n"
+    assert len(Touch(message_id).encode()) == 23
+    assert Req(message_id).encode() == b"REQ " + message_id + b" 0\n"
+    assert Req(message_id, 5.0).encode() == b"REQ " + message_id + b" 5000\n"
+    assert Req(b"18a33cc8cb001001", 0).encode() == b"REQ 18a33cc8cb001001 0\n"
 
 
 @pytest.mark.parametrize(
@@ -121,28 +126,28 @@ def test_ms_seconds_round_trip(milliseconds: int) -> None:
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: encode_sub("bad!topic", "ch"), "topic name"),
-        (lambda: encode_sub("t", "bad!ch"), "channel name"),
-        (lambda: encode_sub("t", "c", 255), "partition"),
-        (lambda: encode_sub_ordered("t" * 65, "c"), "topic name"),
-        (lambda: encode_sub_advanced("t", "c", -2), "partition"),
-        (lambda: encode_sub_advanced("t", "c", 0, "special:-1"), "StartPosition"),  # type: ignore[arg-type]
-        (lambda: encode_rdy(-1), "RDY count"),
-        (lambda: encode_rdy(2501, max_rdy_count=2500), "max_rdy_count 2500"),
-        (lambda: encode_rdy(True), "RDY count"),
-        (lambda: encode_rdy(1.0), "RDY count"),  # type: ignore[arg-type]
-        (lambda: encode_fin(b"12345"), "16 bytes"),
-        (lambda: encode_req(bytes(16)), "internal id"),
-        (lambda: encode_req(b"0123456789abcdef", -1), "REQ delay"),
-        (lambda: encode_touch("0123456789abcdef"), "bytes"),  # type: ignore[arg-type]
-        (lambda: encode_internal_create_topic("t", None), "explicit partition"),  # type: ignore[arg-type]
-        (lambda: encode_internal_create_topic("t", -1), "explicit partition"),
-        (lambda: encode_auth(b""), "must not be empty"),
-        (lambda: encode_auth(""), "must not be empty"),
-        (lambda: encode_auth(123), "must be bytes"),  # type: ignore[arg-type]
-        (lambda: encode_identify([("a", 1)]), "mapping"),  # type: ignore[arg-type]
-        (lambda: encode_identify({"x": object()}), "JSON"),
-        (lambda: encode_identify({"x": math.nan}), "JSON"),
+        (lambda: Sub("bad!topic", "ch").encode(), "topic name"),
+        (lambda: Sub("t", "bad!ch").encode(), "channel name"),
+        (lambda: Sub("t", "c", 255).encode(), "partition"),
+        (lambda: SubOrdered("t" * 65, "c").encode(), "topic name"),
+        (lambda: SubAdvanced("t", "c", -2).encode(), "partition"),
+        (lambda: SubAdvanced("t", "c", 0, "special:-1").encode(), "StartPosition"),  # type: ignore[arg-type]
+        (lambda: Rdy(-1).encode(), "RDY count"),
+        (lambda: check_rdy(Rdy(2501), 2500), "max_rdy_count 2500"),
+        (lambda: Rdy(True).encode(), "RDY count"),
+        (lambda: Rdy(1.0).encode(), "RDY count"),  # type: ignore[arg-type]
+        (lambda: Fin(b"12345").encode(), "16 bytes"),
+        (lambda: Req(bytes(16)).encode(), "internal id"),
+        (lambda: Req(b"0123456789abcdef", -1).encode(), "REQ delay"),
+        (lambda: Touch("0123456789abcdef").encode(), "bytes"),  # type: ignore[arg-type]
+        (lambda: InternalCreateTopic("t", None).encode(), "explicit partition"),  # type: ignore[arg-type]
+        (lambda: InternalCreateTopic("t", -1).encode(), "explicit partition"),
+        (lambda: Auth.of(b"").encode(), "must not be empty"),
+        (lambda: Auth.of("").encode(), "must not be empty"),
+        (lambda: Auth.of(123).encode(), "must be bytes"),  # type: ignore[arg-type]
+        (lambda: Identify.of([("a", 1)]).encode(), "mapping"),  # type: ignore[arg-type]
+        (lambda: Identify.of({"x": object()}).encode(), "JSON"),
+        (lambda: Identify.of({"x": math.nan}).encode(), "JSON"),
     ],
 )
 def test_invalid_arguments_raise(call: object, match: str) -> None:
@@ -152,9 +157,9 @@ def test_invalid_arguments_raise(call: object, match: str) -> None:
 
 def test_bad_names_raise_invalid_name_error_which_is_a_value_error() -> None:
     with pytest.raises(InvalidNameError):
-        encode_sub("", "c")
+        Sub("", "c").encode()
     with pytest.raises(ValueError, match="channel"):
-        encode_sub("t", "c c")
+        Sub("t", "c c").encode()
 
 
 @pytest.mark.parametrize(
@@ -177,37 +182,35 @@ def test_invalid_start_positions(kind: StartKind, value: int) -> None:
 
 def test_identify_body_is_compact_and_ordered() -> None:
     body = {"client_id": "c", "feature_negotiation": True, "heartbeat_interval": 30000}
-    encoded = encode_identify(body)
+    encoded = Identify.of(body).encode()
     payload = b'{"client_id":"c","feature_negotiation":true,"heartbeat_interval":30000}'
     assert encoded == b"IDENTIFY\n" + len(payload).to_bytes(4, "big") + payload
-    assert encode_identify({"client_id": "é"}).endswith('{"client_id":"é"}'.encode())
+    assert Identify.of({"client_id": "é"}).encode().endswith('{"client_id":"é"}'.encode())
     with pytest.raises(BodyTooLargeError, match="IDENTIFY body is 13 bytes, over the limit of 12"):
-        encode_identify({"a": "12345"}, max_body_size=12)
+        Identify.of({"a": "12345"}, max_body_size=12).encode()
 
 
 def test_auth() -> None:
-    assert encode_auth("s3cret") == b"AUTH\n\x00\x00\x00\x06s3cret"
-    assert encode_auth(bytearray(b"x")) == b"AUTH\n\x00\x00\x00\x01x"  # type: ignore[arg-type]
+    assert Auth.of("s3cret").encode() == b"AUTH\n\x00\x00\x00\x06s3cret"
+    assert Auth.of(bytearray(b"x")).encode() == b"AUTH\n\x00\x00\x00\x01x"  # type: ignore[arg-type]
     with pytest.raises(BodyTooLargeError):
-        encode_auth(b"xx", max_body_size=1)
+        Auth.of(b"xx", max_body_size=1).encode()
 
 
 def test_wire_length_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(commands_module, "MAX_WIRE_LENGTH", 4)
     with pytest.raises(BodyTooLargeError, match="over the limit of 4"):
-        encode_auth(b"12345")
+        Auth.of(b"12345").encode()
 
 
 # --- round trips through the server-side decoder ----------------------------------------------
 
 
-@given(
-    names, names, partitions, st.sampled_from([encode_sub, encode_sub_ordered, encode_sub_advanced])
-)
+@given(names, names, partitions, st.sampled_from([Sub, SubOrdered, SubAdvanced]))
 def test_subscribe_round_trip(
     topic: str, channel: str, partition: int | None, encode: object
 ) -> None:
-    command = decode_one(encode(topic, channel, partition))  # type: ignore[operator]
+    command = decode_one(encode(topic, channel, partition).encode())  # type: ignore[operator]
     expected = (topic.encode(), channel.encode()) + (
         () if partition is None else (str(partition).encode(),)
     )
@@ -227,7 +230,7 @@ starts = st.one_of(
 def test_sub_advanced_with_start_round_trip(
     topic: str, channel: str, partition: int | None, start: StartPosition
 ) -> None:
-    command = decode_one(encode_sub_advanced(topic, channel, partition, start))
+    command = decode_one(SubAdvanced(topic, channel, partition, start).encode())
     assert command.params[:2] == (topic.encode(), channel.encode())
     assert command.params[2] == str(-1 if partition is None else partition).encode()
     kind, _, value = command.params[3].decode().partition(":")
@@ -236,20 +239,20 @@ def test_sub_advanced_with_start_round_trip(
 
 @given(st.integers(0, 10**9))
 def test_rdy_round_trip(count: int) -> None:
-    assert decode_one(encode_rdy(count)) == ClientCommand(b"RDY", (str(count).encode(),))
+    assert decode_one(Rdy(count).encode()) == ClientCommand(b"RDY", (str(count).encode(),))
 
 
 @given(fork_ids, st.integers(0, 10**9))
 def test_fin_req_touch_round_trip(message_id: bytes, delay_ms: int) -> None:
-    assert decode_one(encode_fin(message_id)) == ClientCommand(b"FIN", (message_id,))
-    assert decode_one(encode_touch(message_id)) == ClientCommand(b"TOUCH", (message_id,))
-    req = decode_one(encode_req(message_id, ms_to_seconds(delay_ms)))
+    assert decode_one(Fin(message_id).encode()) == ClientCommand(b"FIN", (message_id,))
+    assert decode_one(Touch(message_id).encode()) == ClientCommand(b"TOUCH", (message_id,))
+    req = decode_one(Req(message_id, ms_to_seconds(delay_ms)).encode())
     assert req == ClientCommand(b"REQ", (message_id, str(delay_ms).encode()))
 
 
 @given(st.dictionaries(st.text(max_size=10), st.one_of(st.integers(), st.booleans(), st.text())))
 def test_identify_round_trip(body: dict[str, object]) -> None:
-    command = decode_one(encode_identify(body))
+    command = decode_one(Identify.of(body).encode())
     assert command.name == b"IDENTIFY"
     assert command.body is not None
     assert json.loads(command.body) == body
@@ -258,13 +261,13 @@ def test_identify_round_trip(body: dict[str, object]) -> None:
 
 @given(st.binary(min_size=1, max_size=100))
 def test_auth_round_trip(secret: bytes) -> None:
-    assert decode_one(encode_auth(secret)).body == secret
+    assert decode_one(Auth.of(secret).encode()).body == secret
 
 
 def test_cls_nop_create_round_trip() -> None:
-    assert decode_one(encode_cls()) == ClientCommand(b"CLS")
-    assert decode_one(encode_nop()) == ClientCommand(b"NOP")
-    assert decode_one(encode_internal_create_topic("t", 4, ext=True)).params == (
+    assert decode_one(Cls().encode()) == ClientCommand(b"CLS")
+    assert decode_one(Nop().encode()) == ClientCommand(b"NOP")
+    assert decode_one(InternalCreateTopic("t", 4, ext=True).encode()).params == (
         b"t",
         b"4",
         b"true",

@@ -34,8 +34,7 @@ from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.protocol.identify import parse_identify_response
 from nsq_ha.protocol.message import DecodedMessage, MessageFormat
 from nsq_ha.protocol.publish import Dpub, Publish, PublishMessage
-from nsq_ha.protocol.session import ClientSession
-from nsq_ha.protocol.state import ConnState
+from nsq_ha.protocol.session import ClientSession, ConnState
 
 PROTOCOL = Path(nsq_ha.protocol.__file__).resolve().parent
 FORK = {"version": "0.3.7-HA.1.12.3", "max_rdy_count": 2500, "msg_timeout": 60000}

@@ -11,11 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
-from nsq_ha.protocol import (
-    build_identify,
-    encode_identify,
-    parse_identify_response,
-)
+from nsq_ha.protocol import Identify, build_identify, parse_identify_response
 from nsq_ha.protocol.identify import Negotiated, parse_auth_response
 
 FORK_ANSWER = load("identify")["cases"][1]["answer_json"]
@@ -193,7 +189,7 @@ def test_fork_detection() -> None:
 
 
 def test_identify_builder_output_encodes() -> None:
-    assert encode_identify(build_identify(client_id="c")).startswith(b"IDENTIFY\n")
+    assert Identify.of(build_identify(client_id="c")).encode().startswith(b"IDENTIFY\n")
 
 
 def test_auth_response() -> None:

@@ -1,4 +1,4 @@
-"""The client connection state tables (nsq_ha.protocol.state), and the session's moves."""
+"""The client connection state tables (nsq_ha.protocol.session), and the session's moves."""
 
 from __future__ import annotations
 
@@ -9,16 +9,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nsq_ha.errors import LocalProtocolError
-from nsq_ha.protocol.session import ClientSession
-from nsq_ha.protocol.state import (
-    COMMANDS_BY_STATE,
-    TRANSITIONS,
-    ConnState,
-    check_command,
-    command_name,
+from nsq_ha.protocol.commands import (
+    Auth,
+    Cls,
+    Command,
+    Fin,
+    Identify,
+    Nop,
+    Rdy,
+    Req,
+    Sub,
+    SubOrdered,
+    Touch,
 )
+from nsq_ha.protocol.publish import Publish, PublishMessage
+from nsq_ha.protocol.session import COMMANDS_BY_STATE, TRANSITIONS, ClientSession, ConnState
 
 S = ConnState
+ID = b"0123456789abcdef"
 HAPPY_PATHS = [
     [S.CONNECTED, S.IDENTIFYING, S.READY, S.SUBSCRIBING, S.SUBSCRIBED, S.CLOSING, S.CLOSE_WAIT],
     [S.CONNECTED, S.IDENTIFYING, S.TLS_UPGRADE, S.COMPRESSION_UPGRADE, S.AUTHENTICATING, S.READY],
@@ -87,50 +95,48 @@ def test_skipping_a_step_is_refused(skipped_from: ConnState, skipped_to: ConnSta
 @pytest.mark.parametrize(
     ("state", "command"),
     [
-        (S.CONNECTED, b"IDENTIFY\n\x00\x00\x00\x02{}"),
-        (S.AUTHENTICATING, b"AUTH\n\x00\x00\x00\x01s"),
-        (S.READY, b"PUB t\n\x00\x00\x00\x01x"),
-        (S.READY, b"SUB_ORDERED t c 0\n"),
-        (S.SUBSCRIBED, b"RDY 1\n"),
-        (S.SUBSCRIBED, b"CLS\n"),
-        (S.SUBSCRIBED, b"FIN 0123456789abcdef\n"),
-        (S.CLOSING, b"REQ 0123456789abcdef 0\n"),
-        (S.CLOSE_WAIT, b"TOUCH 0123456789abcdef\n"),
-        (S.CLOSE_WAIT, b"NOP\n"),
+        (S.CONNECTED, Identify.of({})),
+        (S.AUTHENTICATING, Auth.of("s")),
+        (S.READY, Publish(b"PUB", "t", None, [PublishMessage(b"x")])),
+        (S.READY, SubOrdered("t", "c", 0)),
+        (S.SUBSCRIBED, Rdy(1)),
+        (S.SUBSCRIBED, Cls()),
+        (S.SUBSCRIBED, Fin(ID)),
+        (S.CLOSING, Req(ID)),
+        (S.CLOSE_WAIT, Touch(ID)),
+        (S.CLOSE_WAIT, Nop()),
     ],
 )
-def test_allowed_commands(state: ConnState, command: bytes) -> None:
+def test_allowed_commands(state: ConnState, command: Command) -> None:
     """Commands nsqd accepts in the matching server state pass the check."""
-    assert check_command(state, command) == command_name(command)
+    in_state(state)._allowed(command.name)
 
 
 @pytest.mark.parametrize(
     ("state", "command"),
     [
-        (S.INIT, b"NOP\n"),
-        (S.READY, b"RDY 1\n"),  # nsqd: E_INVALID cannot RDY in current state (fatal)
-        (S.READY, b"FIN 0123456789abcdef\n"),
-        (S.READY, b"CLS\n"),
-        (S.READY, b"IDENTIFY\n"),
-        (S.SUBSCRIBED, b"SUB t c\n"),  # only one SUB per connection
-        (S.SUBSCRIBING, b"SUB t c\n"),
-        (S.CLOSING, b"CLS\n"),
-        (S.CLOSED, b"NOP\n"),
-        (S.TLS_UPGRADE, b"NOP\n"),
-        (S.READY, b""),
+        (S.INIT, Nop()),
+        (S.READY, Rdy(1)),  # nsqd: E_INVALID cannot RDY in current state (fatal)
+        (S.READY, Fin(ID)),
+        (S.READY, Cls()),
+        (S.READY, Identify.of({})),
+        (S.SUBSCRIBED, Sub("t", "c")),  # only one SUB per connection
+        (S.SUBSCRIBING, Sub("t", "c")),
+        (S.CLOSING, Cls()),
+        (S.CLOSED, Nop()),
+        (S.TLS_UPGRADE, Nop()),
     ],
 )
-def test_refused_commands(state: ConnState, command: bytes) -> None:
+def test_refused_commands(state: ConnState, command: Command) -> None:
     """Commands nsqd would refuse (fatally) in that state never leave the client."""
-    with pytest.raises(LocalProtocolError, match=f"in state {state.name}"):
-        check_command(state, command)
+    with pytest.raises(LocalProtocolError, match=f"cannot send .* in state {state.name}"):
+        in_state(state)._allowed(command.name)
 
 
 def test_fin_with_binary_id_is_named_by_its_prefix() -> None:
-    """A fork id may hold spaces and newlines; the name is still FIN."""
-    assert (
-        command_name(b"FIN \n \x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\n") == b"FIN"
-    )
+    """A fork id may hold spaces and newlines; the command is still a FIN."""
+    message_id = b"\n \x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d"
+    assert in_state(S.SUBSCRIBED).send_nowait(Fin(message_id)) == b"FIN " + message_id + b"\n"
 
 
 def test_publish_allowed_until_closed() -> None:
