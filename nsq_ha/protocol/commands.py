@@ -405,12 +405,3 @@ class InternalCreateTopic:
     def encode(self) -> bytes:
         ext = b"true" if self.ext else b"false"
         return _line(self.name, self.topic.encode("ascii"), b"%d" % self.partition, ext)
-
-
-def check_rdy(command: Rdy, max_rdy_count: int | None) -> int:
-    """Return the count of a RDY if it is at most ``max_rdy_count``, else raise."""
-    if max_rdy_count is not None and command.count > max_rdy_count:
-        raise InvalidArgumentError(
-            f"RDY count {command.count} is over max_rdy_count {max_rdy_count}"
-        )
-    return command.count

@@ -49,7 +49,6 @@ from nsq_ha.protocol.commands import (
     Rdy,
     Req,
     Touch,
-    check_rdy,
 )
 from nsq_ha.protocol.error_frames import closes_connection, must_drop, parse_error_frame
 from nsq_ha.protocol.events import (
@@ -458,7 +457,11 @@ class ClientSession:
         elif isinstance(command, Rdy):
             negotiated = self._negotiated
             limit = negotiated.max_rdy_count if negotiated is not None else None
-            self._ledger.rdy(check_rdy(command, limit))
+            if limit is not None and command.count > limit:
+                raise InvalidArgumentError(
+                    f"RDY count {command.count} is over max_rdy_count {limit}"
+                )
+            self._ledger.rdy(command.count)
         return command.encode()
 
     def fin(self, message_id: bytes) -> bytes:

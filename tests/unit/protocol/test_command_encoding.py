@@ -32,7 +32,6 @@ from nsq_ha.protocol import (
     seconds_to_ms,
 )
 from nsq_ha.protocol import commands as commands_module
-from nsq_ha.protocol.commands import check_rdy
 
 names = st.from_regex(r"[.a-zA-Z0-9_-]{1,54}(#ephemeral)?", fullmatch=True)
 partitions = st.one_of(st.none(), st.just(-1), st.integers(0, 254))
@@ -89,10 +88,6 @@ def test_exact_lines(encoded: bytes, expected: bytes) -> None:
     assert encoded == expected
 
 
-def test_a_rdy_count_at_max_rdy_count_is_accepted() -> None:
-    assert check_rdy(Rdy(2500), 2500) == 2500
-
-
 def test_fin_req_touch_send_the_raw_id() -> None:
     message_id = bytes.fromhex("000000000000000a00000000000000 20".replace(" ", ""))
     assert Fin(message_id).encode() == b"FIN " + message_id + b"\n"
@@ -133,7 +128,6 @@ def test_ms_seconds_round_trip(milliseconds: int) -> None:
         (lambda: SubAdvanced("t", "c", -2).encode(), "partition"),
         (lambda: SubAdvanced("t", "c", 0, "special:-1").encode(), "StartPosition"),  # type: ignore[arg-type]
         (lambda: Rdy(-1).encode(), "RDY count"),
-        (lambda: check_rdy(Rdy(2501), 2500), "max_rdy_count 2500"),
         (lambda: Rdy(True).encode(), "RDY count"),
         (lambda: Rdy(1.0).encode(), "RDY count"),  # type: ignore[arg-type]
         (lambda: Fin(b"12345").encode(), "16 bytes"),

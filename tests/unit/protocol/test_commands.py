@@ -114,8 +114,9 @@ def test_a_command_in_the_wrong_method_or_state_is_refused_before_any_byte() -> 
         session.send(Nop())
     with pytest.raises(LocalProtocolError, match="has a response"):
         session.send_nowait(Publish(b"PUB", "t", 0, [PublishMessage(b"x")]))
-    with pytest.raises(InvalidArgumentError, match="max_rdy_count"):
+    with pytest.raises(InvalidArgumentError, match="RDY count 2501 is over max_rdy_count 2500"):
         subscribed(Sub("t", "c", 0)).send_nowait(Rdy(2501))
+    assert subscribed(Sub("t", "c", 0)).send_nowait(Rdy(2500)) == b"RDY 2500\n"
 
 
 @pytest.mark.parametrize(

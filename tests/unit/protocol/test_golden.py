@@ -58,8 +58,8 @@ from nsq_ha.protocol import (
     validate_partition,
     validate_topic,
 )
-from nsq_ha.protocol.commands import check_rdy
 from nsq_ha.protocol.error_frames import closes_connection, parse_error_frame
+from nsq_ha.protocol.session import ClientSession, ConnState
 
 MAX_MSG_SIZE = 1048576
 MAX_BODY_SIZE = 5242880
@@ -118,9 +118,10 @@ def reencode(command: ClientCommand) -> bytes:
         subscribe = {b"SUB": Sub, b"SUB_ORDERED": SubOrdered}.get(name, SubAdvanced)
         return subscribe(topic, channel, _partition(params, 2)).encode()
     if name == b"RDY":
-        rdy = Rdy(_int_token(params[0]))
-        check_rdy(rdy, MAX_RDY_COUNT)
-        return rdy.encode()
+        session = ClientSession()  # the session checks a count against max_rdy_count
+        session.identified(parse_identify_response(b'{"max_rdy_count": %d}' % MAX_RDY_COUNT))
+        session.state = ConnState.SUBSCRIBED
+        return session.send_nowait(Rdy(_int_token(params[0])))
     if name == b"FIN":
         return Fin(params[0]).encode()
     if name == b"TOUCH":
