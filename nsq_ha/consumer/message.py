@@ -9,7 +9,6 @@ redelivers it after ``msg_timeout``.
 from __future__ import annotations
 
 import enum
-import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nsq_ha.consumer.checks import check_requeue_delay
@@ -65,15 +64,13 @@ class Message:
     subscriptions; ``ext`` (the JSON header as a dict) and ``tag`` on ext topics.
     """
 
-    __slots__ = ("_decoded", "_ext", "_owner", "delivered_at", "outcome")
+    __slots__ = ("_decoded", "_ext", "_owner", "outcome")
 
     def __init__(self, decoded: DecodedMessage, owner: _Owner) -> None:
         """Wrap a decoded frame delivered by ``owner``'s connection."""
         self._decoded = decoded
         self._owner = owner
         self._ext: Mapping[str, Any] | None = None
-        #: ``time.monotonic()`` when it arrived
-        self.delivered_at = time.monotonic()
         #: ``None`` until answered
         self.outcome: Outcome | None = None
 
