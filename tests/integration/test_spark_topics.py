@@ -304,7 +304,9 @@ def test_the_driver_source_reads_two_topics_of_vanilla_nsqd(
 
     def sink(batch: DataFrame, batch_id: int) -> None:
         rows = [(r["topic"], bytes(r["body"]).decode()) for r in batch.collect()]
-        (out / f"batch-{batch_id:05d}.json").write_text(json.dumps(rows))
+        partial = out / f"batch-{batch_id:05d}.part"  # seen() reads while the query writes
+        partial.write_text(json.dumps(rows))
+        partial.replace(out / f"batch-{batch_id:05d}.json")
 
     def seen() -> list[tuple[str, str]]:
         return [
