@@ -33,6 +33,11 @@ _SPARK_PAIRS = (
     ("ordered stream read", "spark-read-ordered", "ordered consume", "spark-dev-ordered",
      "embedded"),
 )  # fmt: skip
+#: Spark's floor of a read on the fork: the same rows from memory, no NSQ (same kind of read)
+_SPARK_FLOORS = {
+    "spark-fork-read": "spark-fork-floor",
+    "spark-fork-batch": "spark-fork-floor-batch",
+}
 _UNIT = {"rate": "msgs/s", "p99_ms": "p99 ms", "rss_mb": "RSS MiB"}
 
 
@@ -297,24 +302,36 @@ class Report:
 
     def spark_markdown(self) -> str:
         """Each Spark workload beside the client's own on the same cluster in the same run
-        (medians, rows/s), and PySpark's fixed cost per query."""
+        (medians, rows/s), a read beside Spark's floor (the same rows from memory, no NSQ),
+        and PySpark's fixed cost per query."""
         lines = [
             "| cluster | Spark local[2] | rows/s | the client itself | msgs/s | ratio | "
-            "ratio, fixed cost out |",
-            "|---|---|---:|---|---:|---:|---:|",
+            "ratio, fixed cost out | Spark's floor (no NSQ) | floor / client | Spark / floor |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
         ]
         for name, spark, reference, client, cluster in _SPARK_PAIRS:
             workload = self._workload(spark)
-            if workload is None:
+            floor_id = _SPARK_FLOORS.get(spark, "")
+            floor_workload = self._workload(floor_id)
+            if workload is None and floor_workload is None:
                 continue
             theirs = self.value(client, "nsq_ha")
             if client == "spark-dev-ordered":
                 reference += f" (one partition x {PARTITIONS})"
                 theirs = _times(theirs, PARTITIONS)
             ratio, net = self._spark_ratio(spark, client)
+            mine = self._cell(workload, "nsq_ha", "rate") if workload else "-"
+            floor_cells = "  |  |  |"
+            if floor_workload is not None:
+                floor = self.value(floor_id, "nsq_ha")
+                over = _ratio(self.value(spark, "nsq_ha"), floor)
+                floor_cells = (
+                    f" {self._cell(floor_workload, 'nsq_ha', 'rate')} "
+                    f"| {_x(_ratio(floor, theirs))} | {_x(over)} |"
+                )
             lines.append(
-                f"| {cluster} | {name} | {self._cell(workload, 'nsq_ha', 'rate')} | {reference} "
-                f"| {_fmt(theirs, 'rate')} | {_x(ratio)} | {_x(net)} |"
+                f"| {cluster} | {name} | {mine} | {reference} "
+                f"| {_fmt(theirs, 'rate')} | {_x(ratio)} | {_x(net)} |{floor_cells}"
             )
         fixed = self.value("spark-fork-fixed", "nsq_ha")
         if fixed:
@@ -322,7 +339,7 @@ class Report:
                 "",
                 "PySpark's fixed cost of one stream query on the fork (4 rows, availableNow, "
                 f"after a warm-up one; median of the runs): {1 / fixed:.2f} s. The "
-                "last column takes it out of the Spark read's time.",
+                "column 'ratio, fixed cost out' takes it out of the Spark read's time.",
             ]
         return "\n".join(lines)
 

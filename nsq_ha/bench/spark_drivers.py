@@ -110,13 +110,18 @@ def _session() -> Any:
 
 def _read_once(spark: Any, lookupd: str, topic: str, start: dict[int, int]) -> tuple[int, float]:
     starting = json.dumps({str(p): o for p, o in start.items()})
+    options = {"lookupd": lookupd, "topic": topic, "startingOffsets": starting}
+    return _stream(spark, "nsq", options)
+
+
+def _stream(spark: Any, source: str, options: dict[str, str]) -> tuple[int, float]:
+    """A stream read of ``source`` with ``availableNow`` into ``noop``: its rows, its seconds
+    from the query's start to its end."""
     with tempfile.TemporaryDirectory() as checkpoint:
         began = time.perf_counter()
         query = (
-            spark.readStream.format("nsq")
-            .option("lookupd", lookupd)
-            .option("topic", topic)
-            .option("startingOffsets", starting)
+            spark.readStream.format(source)
+            .options(**options)
             .load()
             .writeStream.format("noop")
             .option("checkpointLocation", checkpoint)
@@ -370,6 +375,9 @@ def _fork_read(spec: dict[str, Any]) -> dict[str, Any]:
 
     spark = _session()
     try:
+        if mode.startswith("floor"):
+            _floor_read(spark, 2000, batch=mode == "floor-batch")  # warm-up
+            return {"count": n, "seconds": _floor_read(spark, n, batch=mode == "floor-batch")}
         if mode == "fixed":
             publish_and_read(PARTITIONS)  # warm-up: the JVM, Spark's Python workers
             return {"count": 1, "seconds": publish_and_read(PARTITIONS)}
@@ -377,6 +385,26 @@ def _fork_read(spec: dict[str, Any]) -> dict[str, Any]:
         return {"count": n, "seconds": publish_and_read(n)}
     finally:
         spark.stop()
+
+
+def _floor_read(spark: Any, count: int, *, batch: bool) -> float:
+    """Seconds of a read of ``count`` rows of Spark's floor source (rows from memory, no NSQ:
+    :mod:`nsq_ha.bench.spark_floor`), as a stream (``availableNow`` into ``noop``) or a batch
+    read (``count()``)."""
+    from nsq_ha.bench.spark_floor import NAME, FloorSource
+    from nsq_ha.spark.rows import SCHEMA
+
+    spark.dataSource.register(FloorSource)
+    options = {"rows": str(count), "schema": SCHEMA}
+    if batch:
+        began = time.perf_counter()
+        rows = spark.read.format(NAME).options(**options).load().count()
+        seconds = time.perf_counter() - began
+    else:
+        rows, seconds = _stream(spark, NAME, options)
+    if rows != count:
+        raise RuntimeError(f"the floor read gave {rows} rows of {count}")
+    return seconds
 
 
 def _fork_consume(spec: dict[str, Any], *, ordered: bool) -> dict[str, Any]:

@@ -70,7 +70,8 @@ class Workload:
     slow: bool = False
     #: at most this many rounds (None: the profile's), for workloads that start a JVM per run
     max_rounds: int | None = None
-    #: how a Spark read reads: "stream", "batch", or "fixed" (the fixed cost of one query)
+    #: how a Spark read reads: "stream", "batch", "fixed" (the fixed cost of one query), or
+    #: "floor" / "floor-batch" (the same rows from memory, no NSQ: Spark's floor)
     mode: str = ""
 
 
@@ -249,6 +250,24 @@ SPARK_WORKLOADS = (
         ("nsq_ha",),
         max_rounds=2,
         mode="batch",
+    ),
+    Workload(
+        "spark-fork-floor",
+        "Spark local[2]: stream read of the same rows from memory, no NSQ (Spark's floor)",
+        "k4",
+        "spark-read",
+        ("nsq_ha",),
+        max_rounds=2,
+        mode="floor",
+    ),
+    Workload(
+        "spark-fork-floor-batch",
+        "Spark local[2]: batch read of the same rows from memory, no NSQ (Spark's floor)",
+        "k4",
+        "spark-read",
+        ("nsq_ha",),
+        max_rounds=2,
+        mode="floor-batch",
     ),
     Workload(
         "spark-fork-fixed",

@@ -13,6 +13,8 @@ FORK_PAIRS = (
     ("spark-fork-batch", "spark-fork-consume"),
     ("spark-fork-write", "spark-fork-pubmany"),
     ("spark-fork-read-ordered", "spark-fork-ordered"),
+    ("spark-fork-floor", "spark-fork-consume"),
+    ("spark-fork-floor-batch", "spark-fork-consume"),
 )
 
 
@@ -31,6 +33,9 @@ def test_each_spark_workload_on_the_fork_runs_beside_the_client_on_the_same_topi
     assert modes["spark-fork-read"] == "stream"
     assert modes["spark-fork-batch"] == "batch"
     assert modes["spark-fork-fixed"] == "fixed"
+    # Spark's floor reads as many rows as its read, from memory, in the same kind of read
+    assert modes["spark-fork-floor"] == "floor"
+    assert modes["spark-fork-floor-batch"] == "floor-batch"
     # the embedded cluster's one-partition ordered reference keeps its own size; the others
     # there read and write as many rows as Spark
     dev_ordered = base_spec(quick, workloads["spark-dev-ordered"], "nsq_ha")
@@ -68,6 +73,8 @@ def test_the_report_compares_spark_with_the_client_and_shows_the_fixed_cost() ->
             "spark-fork-read-ordered": 8_000.0,
             "spark-fork-ordered": 10_000.0,
             "spark-fork-fixed": 0.5,  # a query every 2 s
+            "spark-fork-floor": 80_000.0,
+            "spark-fork-floor-batch": 90_000.0,
             "spark-read": 20_000.0,
             "spark-dev-consume": 40_000.0,
             "spark-dev-ordered": 1_000.0,
@@ -94,8 +101,18 @@ def test_the_report_compares_spark_with_the_client_and_shows_the_fixed_cost() ->
     # the write has no query fixed cost measured: no net figure
     assert report._spark_ratio("spark-fork-write", "spark-fork-pubmany")[1] is None
     table = report.spark_markdown()
-    assert "| fork | stream read | 40.0k | async for | 50.0k | 0.80x | 4.00x |" in table
-    assert "| fork | keyed write | 30.0k | keyed publish_many | 60.0k | 0.50x |  |" in table
+    # each read beside Spark's floor: the floor over the client, the read over the floor
+    assert (
+        "| fork | stream read | 40.0k | async for | 50.0k | 0.80x | 4.00x | 80.0k | 1.60x | 0.50x |"
+        in table
+    )
+    assert "| fork | bounded batch read | 45.0k | async for | 50.0k | 0.90x |" in table
+    assert "| 90.0k | 1.80x | 0.50x |" in table
+    assert (
+        "| fork | keyed write | 30.0k | keyed publish_many | 60.0k | 0.50x |  |  |  |  |" in table
+    )
+    # the floor has no target of its own
+    assert not [t for t in targets if t.startswith("Spark") and "floor" in t]
     assert "ordered consume (one partition x 4) | 4.0k | 0.75x" in table
     assert "fixed cost of one stream query on the fork" in table
     assert "2.00 s" in table
@@ -106,6 +123,14 @@ def test_the_spark_table_leaves_out_what_was_not_run() -> None:
     bench = _bench({"spark-fork-read": 40_000.0})
     bench.only = ("spark-fork-read",)
     table = Report(bench).spark_markdown()
-    assert "| fork | stream read | 40.0k | async for | - |  |  |" in table
+    assert "| fork | stream read | 40.0k | async for | - |  |  |  |  |  |" in table
     assert "bounded batch read" not in table
     assert "fixed cost of one stream query" not in table
+
+
+def test_the_spark_table_shows_the_floor_alone_when_only_it_ran() -> None:
+    bench = _bench({"spark-fork-floor": 80_000.0, "spark-fork-consume": 50_000.0})
+    bench.only = ("spark-fork-floor", "spark-fork-consume")
+    table = Report(bench).spark_markdown()
+    assert "| fork | stream read | - | async for | 50.0k |  |  | 80.0k | 1.60x |  |" in table
+    assert "keyed write" not in table
