@@ -77,10 +77,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from .._sync_runtime import loop_thread
 from ..routing import get_strategy
-from ..sync import shared_loop
 from .options import OptionError, ReadOptions, WriteOptions, parse_read_options, parse_write_options
-from .sink.publish import STAMP_KEYS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -97,6 +96,16 @@ __all__ = [
     "register",
     "with_nsq_partition",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``STAMP_KEYS``, loaded from the sink on first use: Spark's Python workers import this
+    package for a read too, and the sink's producer is no part of a read."""
+    if name == "STAMP_KEYS":
+        from .sink.publish import STAMP_KEYS
+
+        return STAMP_KEYS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(spark: SparkSession) -> None:
@@ -116,7 +125,7 @@ def partition_count(lookupd: str | list[str], topic: str) -> int:
             pmap = await lookup.lookup(topic, "w", force=True)
         return max(1, pmap.partition_num) if pmap.fork else 1
 
-    return asyncio.run_coroutine_threadsafe(count(), shared_loop()).result(60.0)
+    return asyncio.run_coroutine_threadsafe(count(), loop_thread().loop).result(60.0)
 
 
 def with_nsq_partition(

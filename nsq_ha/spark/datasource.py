@@ -24,11 +24,8 @@ from ..errors import ConfigError
 from .compat import DRIVER_STREAM_CONTROL, REPLAYABLE_STREAM_READ, require, supports
 from .options import ReadOptions, check_read_options, parse_read_options
 from .rows import SCHEMA
-from .sink.writers import NsqCommitMessage, batch_writer, stream_writer, write_options
-from .source.driver import NsqDriverReader, NsqDriverStreamReader
-from .source.readers import NsqBatchReader, NsqReplayableReader, read_mode
 
-__all__ = ["NsqCommitMessage", "NsqDataSource"]
+__all__ = ["NsqDataSource"]
 
 
 class NsqDataSource(DataSource):
@@ -43,16 +40,28 @@ class NsqDataSource(DataSource):
         check_read_options(self.options)
         return SCHEMA
 
+    # Each side is imported when Spark asks for it: a Python process of Spark's loads this
+    # module for one read or one write, and each fresh one pays for what it imports.
+
     def reader(self, schema: StructType) -> DataSourceReader:
+        from .source.readers import NsqBatchReader
+
         return NsqBatchReader(parse_read_options(self.options, batch=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .sink.writers import batch_writer, write_options
+
         return batch_writer(write_options(self.options, schema), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .sink.writers import stream_writer, write_options
+
         return stream_writer(write_options(self.options, schema), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .source.driver import NsqDriverStreamReader
+        from .source.readers import NsqReplayableReader, read_mode
+
         opts = parse_read_options(self.options)
         if read_mode(opts) == "replayable":
             require(REPLAYABLE_STREAM_READ)  # PySpark 4.2+ (nsq_ha.spark.compat)
@@ -66,6 +75,8 @@ class NsqDataSource(DataSource):
         )
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        from .source.driver import NsqDriverReader
+
         opts = parse_read_options(self.options)
         _need_channel(opts)
         return NsqDriverReader(opts)

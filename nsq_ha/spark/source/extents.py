@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from ..._sync_runtime import loop_thread
 from ...admin import NsqdAdmin
 from ...errors import (
     DiscoveryError,
@@ -24,7 +25,6 @@ from ...errors import (
 from ...lookup import LookupClient
 from ...lookup.http import tls_context
 from ...lookup.wire import NodeInfo
-from ...sync import shared_loop
 from ..options import Endpoint
 from ..topic_set import TopicSet
 from .topics import list_topics
@@ -48,7 +48,9 @@ class DataLossError(NsqError):
 
 
 def _run(coro: Any, timeout: float | None = None) -> Any:
-    return asyncio.run_coroutine_threadsafe(coro, shared_loop()).result(timeout)
+    # the blocking clients' loop (nsq_ha.sync.shared_loop), without importing them: a read
+    # task's worker has no use for the producer
+    return asyncio.run_coroutine_threadsafe(coro, loop_thread().loop).result(timeout)
 
 
 # -- replayable source: extents, limits, ranges ----------------------------------------------

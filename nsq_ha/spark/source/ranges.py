@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...admin import NsqdAdmin, seek_position
 from ...connection.security import Security
@@ -20,11 +20,13 @@ from ...consumer import Message as AsyncMessage
 from ...errors import DiscoveryError, NsqError, NsqTimeoutError, ProtocolError
 from ...lookup.wire import NodeInfo
 from ...redact import redacted_repr
-from ...sync import Consumer
 from ..options import Endpoint
 from ..rows import RowFormat, message_row
 from .channels import range_channel
 from .extents import Extent, _leaders_and_extents, _run
+
+if TYPE_CHECKING:
+    from ...sync import Consumer
 
 __all__ = ["CHUNK", "READ_WINDOW", "RangeTask", "read_chunks", "read_range", "resolve_timestamp"]
 
@@ -88,6 +90,8 @@ LINGER = 0.05
 def _subscribe(task: RangeTask) -> Consumer:
     """A blocking consumer of the task's partition, ordered (one message at a time): used to
     find the first message at a timestamp."""
+    from ...sync import Consumer  # only here: a range read is asyncio
+
     return Consumer(
         task.topic,
         task.channel,

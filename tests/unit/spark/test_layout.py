@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
+import sys
 
 import pytest
 
@@ -58,3 +60,17 @@ def test_the_data_source_and_the_compat_shim_keep_their_paths() -> None:
     assert datasource.NsqDataSource.name() == "nsq"
     assert callable(compat.require)
     assert callable(compat.supports)
+
+
+def test_a_read_loads_neither_the_sink_nor_the_producer() -> None:
+    """Spark's Python processes import the data source (and, in a task, the readers) for a
+    read; each fresh one pays for every module it loads, and a read needs no sink, no producer
+    and no blocking client."""
+    code = (
+        "import sys, nsq_ha.spark.datasource, nsq_ha.spark.source.readers; "
+        "print(sorted(m for m in sys.modules if m.startswith(('nsq_ha.spark.sink', "
+        "'nsq_ha.producer', 'nsq_ha.sync', 'nsq_ha.spark.source.driver'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
