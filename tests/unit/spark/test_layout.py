@@ -66,6 +66,8 @@ def test_a_read_loads_neither_the_sink_nor_the_producer() -> None:
     """Spark's Python processes import the data source (and, in a task, the readers) for a
     read; each fresh one pays for every module it loads, and a read needs no sink, no producer
     and no blocking client."""
+    pytest.importorskip("pyarrow", reason="the spark extra is not installed")
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
     code = (
         "import sys, nsq_ha.spark.datasource, nsq_ha.spark.source.readers; "
         "print(sorted(m for m in sys.modules if m.startswith(('nsq_ha.spark.sink', "
