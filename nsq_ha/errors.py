@@ -88,9 +88,6 @@ class NsqError(Exception):
     refresh_lookup: ClassVar[bool] = False
 
 
-# --- configuration and arguments -------------------------------------------------------------
-
-
 class ConfigError(NsqError, ValueError):
     """A configuration value or a function argument is not acceptable."""
 
@@ -120,9 +117,6 @@ class UnsupportedByServerError(ConfigError):
 UnsupportedByServer = UnsupportedByServerError
 
 
-# --- timeouts and connections ----------------------------------------------------------------
-
-
 class NsqTimeoutError(NsqError, TimeoutError):
     """An operation did not finish in time."""
 
@@ -149,9 +143,6 @@ class HandshakeError(NsqConnectionError):
     retriable = False
 
 
-# --- protocol violations ---------------------------------------------------------------------
-
-
 class ProtocolError(NsqError):
     """The byte stream broke the NSQ protocol."""
 
@@ -164,9 +155,6 @@ class RemoteProtocolError(ProtocolError):
     """The peer sent something we cannot decode; the connection must be dropped."""
 
     retriable = True
-
-
-# --- discovery -------------------------------------------------------------------------------
 
 
 class DiscoveryError(NsqError):
@@ -208,14 +196,13 @@ class PartitionNotAvailableError(DiscoveryError):
     refresh_lookup = True
 
 
-# --- broker error frames ---------------------------------------------------------------------
-
 _REGISTRY: dict[str, type[BrokerError]] = {}
 
 
 class BrokerError(NsqError):
-    """An error frame sent by nsqd: ``<CODE> <description>``; subclasses set ``wire_code`` and
-    are found by :meth:`class_for`."""
+    """An error frame sent by nsqd: ``<CODE> <description>``; a subclass names its code
+    (``class NotLeaderError(BrokerError, code="E_FAILED_ON_NOT_LEADER")``) and is found by
+    :meth:`class_for`."""
 
     #: The code token this class stands for (empty on the generic class).
     wire_code: ClassVar[str] = ""
@@ -233,10 +220,11 @@ class BrokerError(NsqError):
         if fatal is not None:
             self.fatal = fatal
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
+    def __init_subclass__(cls, *, code: str = "", **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.wire_code:
-            _REGISTRY[cls.wire_code] = cls
+        if code:
+            cls.wire_code = code
+            _REGISTRY[code] = cls
 
     @classmethod
     def class_for(cls, code: str) -> type[BrokerError]:
@@ -244,106 +232,75 @@ class BrokerError(NsqError):
         return _REGISTRY.get(code, BrokerError)
 
 
-class InvalidError(BrokerError):
+class InvalidError(BrokerError, code="E_INVALID"):
     """E_INVALID: wrong state, bad parameters, unknown command, bad RDY or message id."""
 
-    wire_code = "E_INVALID"
 
-
-class BadProtocolError(BrokerError):
+class BadProtocolError(BrokerError, code="E_BAD_PROTOCOL"):
     """E_BAD_PROTOCOL: the magic was not ``  V2``."""
 
-    wire_code = "E_BAD_PROTOCOL"
 
-
-class BadBodyError(BrokerError):
+class BadBodyError(BrokerError, code="E_BAD_BODY"):
     """E_BAD_BODY: a body size or format problem."""
 
-    wire_code = "E_BAD_BODY"
 
-
-class BadMessageError(BrokerError):
+class BadMessageError(BrokerError, code="E_BAD_MESSAGE"):
     """E_BAD_MESSAGE: a message is too big or truncated."""
 
-    wire_code = "E_BAD_MESSAGE"
 
-
-class BadTopicError(BrokerError):
+class BadTopicError(BrokerError, code="E_BAD_TOPIC"):
     """E_BAD_TOPIC: invalid topic name."""
 
-    wire_code = "E_BAD_TOPIC"
 
-
-class BadChannelError(BrokerError):
+class BadChannelError(BrokerError, code="E_BAD_CHANNEL"):
     """E_BAD_CHANNEL: invalid channel name."""
 
-    wire_code = "E_BAD_CHANNEL"
 
-
-class BadPartitionError(BrokerError):
+class BadPartitionError(BrokerError, code="E_BAD_PARTITION"):
     """E_BAD_PARTITION: the partition token is not an integer, or an ordered topic needs one."""
 
-    wire_code = "E_BAD_PARTITION"
 
-
-class BadExtError(BrokerError):
+class BadExtError(BrokerError, code="E_BAD_EXT"):
     """E_BAD_EXT: INTERNAL_CREATE_TOPIC got an ext flag it cannot parse."""
 
-    wire_code = "E_BAD_EXT"
 
-
-class IdentifyFailedError(BrokerError):
+class IdentifyFailedError(BrokerError, code="E_IDENTIFY_FAILED"):
     """E_IDENTIFY_FAILED: IDENTIFY or the TLS/compression upgrade failed."""
-
-    wire_code = "E_IDENTIFY_FAILED"
 
 
 class AuthError(BrokerError):
     """Base of the authorization error codes."""
 
 
-class AuthDisabledError(AuthError):
+class AuthDisabledError(AuthError, code="E_AUTH_DISABLED"):
     """E_AUTH_DISABLED: AUTH sent to an nsqd without an auth server."""
 
-    wire_code = "E_AUTH_DISABLED"
 
-
-class AuthFailedError(AuthError):
+class AuthFailedError(AuthError, code="E_AUTH_FAILED"):
     """E_AUTH_FAILED: the auth server could not be asked or said no."""
 
-    wire_code = "E_AUTH_FAILED"
 
-
-class UnauthorizedError(AuthError):
+class UnauthorizedError(AuthError, code="E_UNAUTHORIZED"):
     """E_UNAUTHORIZED: the identity lacks the permission."""
 
-    wire_code = "E_UNAUTHORIZED"
 
-
-class AuthServerError(AuthError):
+class AuthServerError(AuthError, code="E_AUTH_ERROR"):
     """E_AUTH_ERROR: the auth server answered with an error."""
 
-    wire_code = "E_AUTH_ERROR"
 
-
-class AuthFirstError(AuthError):
+class AuthFirstError(AuthError, code="E_AUTH_FIRST"):
     """E_AUTH_FIRST: the command needs a successful AUTH first."""
 
-    wire_code = "E_AUTH_FIRST"
 
-
-class TopicNotExistError(BrokerError):
+class TopicNotExistError(BrokerError, code="E_TOPIC_NOT_EXIST"):
     """E_TOPIC_NOT_EXIST: the topic/partition is not on this nsqd (never auto-created)."""
 
-    wire_code = "E_TOPIC_NOT_EXIST"
     retriable = True
     refresh_lookup = True
 
 
-class SubOrderRequiredError(BrokerError):
+class SubOrderRequiredError(BrokerError, code="E_SUB_ORDER_IS_MUST"):
     """E_SUB_ORDER_IS_MUST: an ordered topic accepts only SUB_ORDERED."""
-
-    wire_code = "E_SUB_ORDER_IS_MUST"
 
     def __str__(self) -> str:
         return (
@@ -352,92 +309,77 @@ class SubOrderRequiredError(BrokerError):
         )
 
 
-class ExtendSupportRequiredError(BrokerError):
+class ExtendSupportRequiredError(BrokerError, code="E_SUB_EXTEND_NEED"):
     """E_SUB_EXTEND_NEED: an ext topic needs IDENTIFY ``extend_support: true``."""
 
-    wire_code = "E_SUB_EXTEND_NEED"
 
-
-class ExtendSupportForbiddenError(BrokerError):
+class ExtendSupportForbiddenError(BrokerError, code="E_SUB_EXTEND_FORBIDDON"):
     """E_SUB_EXTEND_FORBIDDON (spelled so by nsqd): a non-ext topic with ``extend_support``."""
 
-    wire_code = "E_SUB_EXTEND_FORBIDDON"
 
-
-class ChannelNotRegisteredError(BrokerError):
+class ChannelNotRegisteredError(BrokerError, code="E_SUB_CHANNEL_NOT_REGISTERED"):
     """E_SUB_CHANNEL_NOT_REGISTERED: the topic does not auto-create channels."""
 
-    wire_code = "E_SUB_CHANNEL_NOT_REGISTERED"
 
-
-class PubTooMuchWaitingError(BrokerError):
+class PubTooMuchWaitingError(BrokerError, code="E_PUB_TOO_MUCH_WAITING"):
     """E_PUB_TOO_MUCH_WAITING: back-pressure, too many bytes queued on the partition."""
 
-    wire_code = "E_PUB_TOO_MUCH_WAITING"
     retriable = True
 
 
-class NotLeaderError(BrokerError):
+class NotLeaderError(BrokerError, code="E_FAILED_ON_NOT_LEADER"):
     """E_FAILED_ON_NOT_LEADER: this nsqd no longer leads the partition (fatal after SUB*/FIN,
     non-fatal after publishes: §2.19)."""
 
-    wire_code = "E_FAILED_ON_NOT_LEADER"
     retriable = True
     refresh_lookup = True
     nonfatal_after = _PUBLISH
 
 
-class NotWritableError(BrokerError):
+class NotWritableError(BrokerError, code="E_FAILED_ON_NOT_WRITABLE"):
     """E_FAILED_ON_NOT_WRITABLE: replication trouble or consumption disabled (fatal after
     SUB*/FIN, non-fatal after publishes: §2.19)."""
 
-    wire_code = "E_FAILED_ON_NOT_WRITABLE"
     retriable = True
     refresh_lookup = True
     nonfatal_after = _PUBLISH
 
 
-class PubFailedError(BrokerError):
+class PubFailedError(BrokerError, code="E_PUB_FAILED"):
     """E_PUB_FAILED: the write failed (non-fatal on the fork, fatal on vanilla)."""
 
-    wire_code = "E_PUB_FAILED"
     retriable = True
     fatal = False
 
 
-class MpubFailedError(BrokerError):
+class MpubFailedError(BrokerError, code="E_MPUB_FAILED"):
     """E_MPUB_FAILED: the batch write failed (non-fatal on the fork, fatal on vanilla)."""
 
-    wire_code = "E_MPUB_FAILED"
     retriable = True
     fatal = False
 
 
-class DpubFailedError(BrokerError):
+class DpubFailedError(BrokerError, code="E_DPUB_FAILED"):
     """E_DPUB_FAILED: vanilla's deferred publish failed."""
 
-    wire_code = "E_DPUB_FAILED"
     retriable = True
 
 
-class ExtNotSupportedError(BrokerError):
+class ExtNotSupportedError(BrokerError, code="E_EXT_NOT_SUPPORT"):
     """E_EXT_NOT_SUPPORT: JSON headers sent to a non-ext topic."""
 
-    wire_code = "E_EXT_NOT_SUPPORT"
     fatal = False
 
 
-class InvalidJsonHeaderError(BrokerError):
+class InvalidJsonHeaderError(BrokerError, code="E_INVALID_JSON_HEADER"):
     """E_INVALID_JSON_HEADER: the ext header is not valid JSON."""
 
-    wire_code = "E_INVALID_JSON_HEADER"
     fatal = False
 
 
-class InvalidTraceIdError(BrokerError):
+class InvalidTraceIdError(BrokerError, code="INVALID_TRACE_ID"):
     """INVALID_TRACE_ID: ``##trace_id`` is not a string holding a decimal u64."""
 
-    wire_code = "INVALID_TRACE_ID"
     fatal = False
 
 
@@ -450,39 +392,29 @@ class MessageCommandError(BrokerError):
     message_id: bytes | None = None
 
 
-class FinFailedError(MessageCommandError):
+class FinFailedError(MessageCommandError, code="E_FIN_FAILED"):
     """E_FIN_FAILED: the message is not in flight (timed out, or owned by another client)."""
 
-    wire_code = "E_FIN_FAILED"
 
-
-class ReqFailedError(MessageCommandError):
+class ReqFailedError(MessageCommandError, code="E_REQ_FAILED"):
     """E_REQ_FAILED: the message is not in flight or was requeued too often."""
 
-    wire_code = "E_REQ_FAILED"
 
-
-class TouchFailedError(MessageCommandError):
+class TouchFailedError(MessageCommandError, code="E_TOUCH_FAILED"):
     """E_TOUCH_FAILED: the message is not in flight."""
 
-    wire_code = "E_TOUCH_FAILED"
 
-
-class CreateTopicFailedError(BrokerError):
+class CreateTopicFailedError(BrokerError, code="E_CREATE_TOPIC_FAILED"):
     """E_CREATE_TOPIC_FAILED: INTERNAL_CREATE_TOPIC was refused (e.g. in cluster mode)."""
 
-    wire_code = "E_CREATE_TOPIC_FAILED"
     fatal = False
 
 
-class TooManyConnectionsError(BrokerError):
-    """``too much client connections``: nsqd's connection limit (plain text, no code)."""
+class TooManyConnectionsError(BrokerError, code="too much client connections"):
+    """``too much client connections``: nsqd's connection limit (plain text, no code: the
+    whole text stands for it)."""
 
-    wire_code = "too much client connections"  # the whole text stands for the code
     retriable = True
-
-
-# --- client-level outcomes -------------------------------------------------------------------
 
 
 class PublishError(NsqError):

@@ -45,7 +45,6 @@ __all__ = [
     "Reconnecting",
     "Role",
     "emit",
-    "listening",
     "subscribe",
     "unsubscribe",
 ]
@@ -165,11 +164,6 @@ def unsubscribe(listener: Listener) -> bool:
     found = len(kept) != len(_listeners)
     _listeners = kept
     return found
-
-
-def listening() -> bool:
-    """True when some listener is subscribed."""
-    return bool(_listeners)
 
 
 def emit(event: Event) -> None:

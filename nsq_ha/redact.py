@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Collection
 from typing import Any, Final
 
-__all__ = ["REDACTED", "redact_text", "redact_url", "redacted_repr", "split_credentials"]
+__all__ = ["REDACTED", "redact_text", "redact_url", "redacted_repr"]
 
 REDACTED: Final = "***"
 
@@ -45,19 +45,6 @@ def redact_url(url: str) -> str:
     user, colon, _password = userinfo.partition(":")
     shown = f"{user}:***" if colon else "***"
     return url[:start] + shown + url[at:]
-
-
-def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
-    """``(url without userinfo, (user, password))``, decoded; ``None`` when there is none.
-
-    Raises :class:`httpx.InvalidURL` if ``url`` cannot be parsed.
-    """
-    import httpx
-
-    parsed = httpx.URL(url)
-    if not parsed.userinfo:
-        return url, None
-    return str(parsed.copy_with(userinfo=b"")), (parsed.username, parsed.password)
 
 
 def _redact_value(value: Any, redact: Callable[[str], str]) -> Any:

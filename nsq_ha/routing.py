@@ -54,7 +54,6 @@ __all__ = [
     "java_hash_code",
     "jump_hash",
     "key_bytes",
-    "murmur3_32",
     "partition_for_key",
 ]
 
@@ -93,11 +92,6 @@ def key_bytes(key: ShardingKey) -> bytes:
     return (key & _U64).to_bytes(8, "big")
 
 
-def murmur3_32(data: bytes, seed: int = 0) -> int:
-    """MurmurHash3 x86 32-bit of ``data`` as an unsigned int."""
-    return mmh3.hash(data, seed, signed=False)
-
-
 def java_hash_code(key: ShardingKey) -> int:
     """Java's ``hashCode()`` of the key as a ``String`` (str) or a ``Long`` (int), signed 32-bit."""
     _check_key(key)
@@ -133,7 +127,7 @@ def jump_hash(key64: int, buckets: int) -> int:
 
 
 def _murmur3_partition(key: ShardingKey, n: int) -> int:
-    return murmur3_32(key_bytes(key)) % n
+    return mmh3.hash(key_bytes(key), 0, signed=False) % n
 
 
 def _java_partition(key: ShardingKey, n: int) -> int:

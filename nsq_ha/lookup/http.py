@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from nsq_ha.errors import ConfigError, RemoteProtocolError
 from nsq_ha.lookup.wire import V1_ACCEPT
-from nsq_ha.redact import redact_url, split_credentials
+from nsq_ha.redact import redact_url
 
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
@@ -78,13 +78,14 @@ class Endpoint:
 
     @classmethod
     def parse(cls, address: str) -> Endpoint:
-        """Split ``http://user:secret@host:port`` into the bare URL and basic auth."""
+        """Split ``http://user:secret@host:port`` into the bare URL and basic auth (decoded)."""
         import httpx
 
-        bare, credentials = split_credentials(address)
-        if credentials is None:
-            return cls(bare, bare)
-        return cls(bare, redact_url(address), httpx.BasicAuth(*credentials))
+        parsed = httpx.URL(address)
+        if not parsed.userinfo:
+            return cls(address, address)
+        bare = str(parsed.copy_with(userinfo=b""))
+        return cls(bare, redact_url(address), httpx.BasicAuth(parsed.username, parsed.password))
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Callable
 
+import httpx
 import pytest
 
-from nsq_ha.redact import redact_url, split_credentials
+from nsq_ha.lookup.http import Endpoint
+from nsq_ha.redact import redact_url
 
 
 @pytest.mark.parametrize(
@@ -27,13 +30,30 @@ def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 
 
-def test_split_credentials() -> None:
-    assert split_credentials("http://us%40er:p%40ss@127.0.0.1:4161") == (
+def _authorization(endpoint: Endpoint) -> str | None:
+    """The Authorization header a request to ``endpoint`` carries."""
+    if endpoint.auth is None:
+        return None
+    request = next(endpoint.auth.auth_flow(httpx.Request("GET", endpoint.url)))
+    return request.headers["Authorization"]
+
+
+def _basic(userinfo: bytes) -> str:
+    return "Basic " + base64.b64encode(userinfo).decode()
+
+
+def test_credentials_are_sent_decoded_as_basic_auth_and_never_in_the_url() -> None:
+    endpoint = Endpoint.parse("http://us%40er:p%40ss@127.0.0.1:4161")
+    assert (endpoint.url, endpoint.shown) == (
         "http://127.0.0.1:4161",
-        ("us@er", "p@ss"),
+        "http://us%40er:***@127.0.0.1:4161",
     )
-    assert split_credentials("http://tok@127.0.0.1:4161") == ("http://127.0.0.1:4161", ("tok", ""))
-    assert split_credentials("http://127.0.0.1:4161") == ("http://127.0.0.1:4161", None)
+    assert _authorization(endpoint) == _basic(b"us@er:p@ss")
+    token = Endpoint.parse("http://tok@127.0.0.1:4161")
+    assert (token.url, token.shown) == ("http://127.0.0.1:4161", "http://***@127.0.0.1:4161")
+    assert _authorization(token) == _basic(b"tok:")
+    plain = Endpoint.parse("http://127.0.0.1:4161")
+    assert (plain.url, plain.shown, plain.auth) == ("http://127.0.0.1:4161",) * 2 + (None,)
 
 
 USERINFO_URL = "http://u:s3cret@127.0.0.1:4161"
