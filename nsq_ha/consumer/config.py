@@ -274,9 +274,15 @@ def consumer_config(
     """The ConsumerConfig of a Consumer's arguments (async or blocking, the same way): the
     options made into one, or ``config`` whole (then no option may be given, and
     ``topic``/``channel``, if given, must be its own)."""
-    unknown = [name for name in options if name not in _OPTION_NAMES]
-    if unknown:
-        raise ConfigError(_unknown(unknown[0]))
+    for name in options:
+        if name not in _OPTION_NAMES:
+            near = difflib.get_close_matches(name, _OPTION_NAMES, n=1)
+            hint = (
+                f"; did you mean {near[0]!r}?"
+                if near
+                else f" (the options: {', '.join(_OPTION_NAMES)})"
+            )
+            raise ConfigError(f"a Consumer has no option {name!r}{hint}")
     if config is None:
         if topic is None or channel is None:
             raise ConfigError(
@@ -301,28 +307,15 @@ def consumer_config(
     return config
 
 
-def _unknown(name: str) -> str:
-    near = difflib.get_close_matches(name, _OPTION_NAMES, n=1)
-    hint = f"; did you mean {near[0]!r}?" if near else f" (the options: {', '.join(_OPTION_NAMES)})"
-    return f"a Consumer has no option {name!r}{hint}"
-
-
-def _member(value: object) -> tuple[int, int] | None:
+def _member(value: tuple[int, int] | None) -> tuple[int, int] | None:
     """``member=(index, count)``: this consumer takes the partitions ``p % count == index``."""
     if value is None:
         return None
-    index: object
-    count: object
     try:
-        index, count = value  # type: ignore[misc]
+        index, count = value
     except (TypeError, ValueError):
         raise ConfigError(f"member must be (index, count), got {value!r}") from None
-    if (
-        not isinstance(index, int)
-        or not isinstance(count, int)
-        or isinstance(index, bool)
-        or isinstance(count, bool)
-    ):
+    if any(isinstance(x, bool) or not isinstance(x, int) for x in (index, count)):
         raise ConfigError(f"member must be two ints, got {value!r}")
     if count < 1 or not 0 <= index < count:
         raise ConfigError(f"member=(i, n) needs n >= 1 and 0 <= i < n, got {value!r}")

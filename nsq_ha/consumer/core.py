@@ -7,12 +7,14 @@ what it needs and none calls back into the consumer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Self, Unpack
 
 from nsq_ha.connection import NsqdConnection
-from nsq_ha.consumer import runners
 from nsq_ha.consumer.checks import check_count
 from nsq_ha.consumer.config import ConsumerConfig, ConsumerOptions, consumer_config
 from nsq_ha.consumer.discovery import Discovery
@@ -20,15 +22,17 @@ from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.handout import Intake
 from nsq_ha.consumer.message import Message
 from nsq_ha.consumer.positions import move, move_all, nsqd_admin, seek_body
-from nsq_ha.consumer.runners import BatchHandler, Handler
-from nsq_ha.consumer.slots import ConnKey, Slot, SlotContext, Tally, wait_answered
+from nsq_ha.consumer.slots import ConnKey, Slot, SlotContext, Tally, slot_of, wait_answered
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.durations import optional_seconds, seconds
-from nsq_ha.errors import ConfigError, ConsumerClosedError
+from nsq_ha.errors import ConfigError, ConsumerClosedError, MessageResponseError
 
 __all__ = ["BatchHandler", "Consumer", "Handler"]
 
 log = logging.getLogger(__name__)
+
+Handler = Callable[[Message], Awaitable[object] | object]
+BatchHandler = Callable[[list[Message]], Awaitable[object] | object]
 
 #: Sync rounds at close: repeated while messages keep racing in after CLS.
 SYNC_ROUNDS = 5
@@ -63,7 +67,6 @@ class Consumer:
         config: ConsumerConfig | None = None,
         **options: Unpack[ConsumerOptions],
     ) -> None:
-        """Check every option (see the class); nothing is connected before :meth:`start`."""
         self._config = consumer_config(topic, channel, config, options)
         cfg = self._config
         self._tally = Tally()
@@ -87,7 +90,6 @@ class Consumer:
         self._close_task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
-        """Show topic, channel, state, connections and counters."""
         mode = "ordered" if self.is_ordered else "plain"
         state = "closed" if self._closing else "started" if self._started else "new"
         return (
@@ -122,7 +124,8 @@ class Consumer:
 
     def set_max_in_flight(self, value: int) -> None:
         """Change the budget (0 pauses the consumer)."""
-        self._flow.set_max_in_flight(value)
+        check_count(value, "max_in_flight", 0)
+        self._flow.apply(self._flow.planner.set_max_in_flight(value))
 
     def is_starved(self) -> bool:
         """True when some connection holds nearly all its RDY in flight: process (answer) what
@@ -171,14 +174,12 @@ class Consumer:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        """Start consuming."""
         await self.start()
         return self
 
     async def __aexit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
-        """Drain and close."""
         await self.close()
 
     async def start(self) -> None:
@@ -207,8 +208,6 @@ class Consumer:
         return self
 
     async def __anext__(self) -> Message:
-        """The next message; StopAsyncIteration once the consumer is closing (see :meth:`get`
-        for the order on ordered subscriptions)."""
         message = await self.get()
         if message is None:
             raise StopAsyncIteration
@@ -259,8 +258,7 @@ class Consumer:
         is closing, or after ``timeout``), then adds what else has arrived, without waiting.
 
         Each message is answered on its own (finish/requeue). On an ordered subscription a
-        batch holds at most one message per partition, and each stays claimed as :meth:`get`
-        says: until answered, or the task asks again, or it ends.
+        batch holds at most one message per partition, each claimed as :meth:`get` says.
         """
         check_count(max_count, "max_count", 1)
         if timeout is not None:
@@ -275,19 +273,28 @@ class Consumer:
         A return finishes the message (unless the handler answered it), an exception requeues
         it (with backoff), cancelling ``run()`` requeues it at once (no backoff).
         ``concurrency`` handlers run at once (default ``max_in_flight``, at
-        most 256).
-
-        On an ordered subscription each partition's messages go through ``handler`` one at a
-        time, in offset order: the partition's next message, and a copy nsqd delivers again
-        while the first call still runs (after ``msg_timeout``, a requeue or a leader move),
-        wait until that call returned. Different partitions are handled concurrently.
+        most 256). On an ordered subscription different partitions are handled concurrently,
+        each one message at a time (see the class).
         """
         if concurrency is None:
-            count = min(max(1, self.max_in_flight), 256)
+            concurrency = min(max(1, self.max_in_flight), 256)
         else:
-            count = check_count(concurrency, "concurrency", 1)
+            check_count(concurrency, "concurrency", 1)
         await self.start()
-        await runners.run(self._intake, handler, concurrency=count)
+        intake = self._intake
+
+        async def worker() -> None:
+            while (message := await intake.take()) is not None:
+                try:
+                    await _call_handler(handler, message, [message])
+                except asyncio.CancelledError:
+                    _give_back([message])
+                    raise
+                finally:
+                    if message.ordered:
+                        intake.release(message)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
 
     async def run_batches(
         self,
@@ -306,23 +313,40 @@ class Consumer:
         workers took and did not answer, whether a batch was still being gathered or in the
         handler.
 
-        On an ordered subscription a batch holds at most one message per partition, and the
-        partition's next message (or a copy nsqd delivers again) waits until the handler call
-        holding the previous one returned: with any ``concurrency``, each partition is handled
-        one message at a time, in offset order.
+        On an ordered subscription a batch holds at most one message per partition and, with
+        any ``concurrency``, each partition is handled one message at a time (see the class).
         """
         check_count(max_size, "max_size", 1)
         check_count(concurrency, "concurrency", 1)
-        wait = seconds(max_wait, "max_wait", zero=True)
+        max_wait = seconds(max_wait, "max_wait", zero=True)
         await self.start()
-        await runners.run_batches(
-            self._intake,
-            handler,
-            max_size=max_size,
-            max_wait=wait,
-            concurrency=concurrency,
-            is_starved=self._flow.planner.is_starved,
-        )
+        intake, is_starved = self._intake, self._flow.planner.is_starved
+        loop = asyncio.get_running_loop()
+
+        async def worker() -> None:
+            while (first := await intake.take()) is not None:
+                batch = [first]
+                try:
+                    deadline = loop.time() + max_wait
+                    while len(batch) < max_size:
+                        message = intake.take_nowait()  # what is here already, without a timer
+                        if message is None:
+                            if is_starved() or intake.closing:
+                                break
+                            message = await intake.take(max(0.0, deadline - loop.time()))
+                            if message is None:
+                                break
+                        batch.append(message)
+                    await _call_handler(handler, batch, batch)
+                except asyncio.CancelledError:  # gathering, or in the handler
+                    _give_back(batch)
+                    raise
+                finally:
+                    for message in batch:
+                        if message.ordered:
+                            intake.release(message)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
 
     # -- seeking ------------------------------------------------------------------------------
 
@@ -389,8 +413,6 @@ class Consumer:
         await asyncio.shield(self._close_task)
 
     async def _drain(self, timeout: float) -> None:  # noqa: ASYNC109 - the drain limit
-        """Close's work: stop discovery and RDY, requeue what was not handed out, let handlers
-        answer for up to ``timeout`` s, requeue the rest, sync, close every connection."""
         discovery, intake = self._discovery, self._intake
         intake.closing = True  # what arrives from now on is requeued at once
         await discovery.stop()
@@ -434,3 +456,36 @@ class Consumer:
             if self._tally.total("received") == before:
                 return
         log.warning("closing: messages kept arriving after CLS; some may stay in flight")
+
+
+async def _call_handler(
+    handler: Callable[[Any], Awaitable[object] | object],
+    argument: object,
+    messages: list[Message],
+) -> None:
+    """Run ``handler(argument)``; then finish the messages it left unanswered, or requeue them
+    (with backoff) if it raised."""
+    failed = False
+    try:
+        result = handler(argument)
+        if inspect.isawaitable(result):
+            await result
+    except Exception as exc:
+        failed = True
+        log.warning(
+            "handler failed on %s: %r; requeueing",
+            repr(messages[0]) if len(messages) == 1 else f"{len(messages)} messages",
+            exc,
+        )
+    for message in messages:
+        if not message.responded:
+            with contextlib.suppress(MessageResponseError):
+                await (message.requeue() if failed else message.finish())
+
+
+def _give_back(messages: list[Message]) -> None:
+    """A worker was cancelled: requeue at once (no backoff) what it took and nobody answered,
+    instead of leaving it held until the consumer's drain timeout or nsqd's msg_timeout."""
+    for message in messages:
+        if not message.responded:
+            slot_of(message).requeue_now(message)

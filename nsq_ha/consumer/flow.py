@@ -59,11 +59,10 @@ class Flow:
     # -- changes ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the periodic redistribution (call on the running loop)."""
-        if self._redistributor is None and not self._stopped:
-            self._redistributor = asyncio.get_running_loop().create_task(
-                self._redistribute_loop(), name=f"nsq_ha-rdy-{self._name}"
-            )
+        """Start the periodic redistribution (once, before :meth:`stop`; on the running loop)."""
+        self._redistributor = asyncio.get_running_loop().create_task(
+            self._redistribute_loop(), name=f"nsq_ha-rdy-{self._name}"
+        )
 
     def add(
         self, key: Hashable, sink: NsqdConnection, *, max_rdy: int | None, ordered: bool
@@ -78,9 +77,6 @@ class Flow:
         """A subscription ended (or retires): its budget goes to the others."""
         self._sinks.pop(key, None)
         self.apply(self.planner.remove(key))
-
-    def set_max_in_flight(self, value: int) -> None:
-        self.apply(self.planner.set_max_in_flight(value))
 
     async def stop(self) -> None:
         """RDY 0 everywhere, for good: no backoff timer, no redistribution."""

@@ -1,7 +1,7 @@
 """Handing delivered messages out to the application: :class:`Intake`.
 
 Every delivered message comes through :meth:`Intake.deliver` and leaves through the queue, to
-``get()``/``async for`` or the :mod:`~nsq_ha.consumer.runners`, or to ``on_give_up`` after too
+``get()``/``async for``, ``run()`` or ``run_batches()``, or to ``on_give_up`` after too
 many attempts.
 
 Why a gate on ordered subscriptions: nsqd has one message of a partition out at a time, but it
@@ -24,7 +24,7 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from nsq_ha import events
 from nsq_ha.consumer.config import ConsumerConfig
@@ -36,13 +36,6 @@ from nsq_ha.errors import MessageResponseError
 __all__ = ["Claims", "Intake", "PartitionGate"]
 
 log = logging.getLogger(__name__)
-
-
-class _Empty:
-    """Nothing queued right now."""
-
-
-_EMPTY: Final = _Empty()
 
 
 def _key(message: Message) -> int:
@@ -112,12 +105,7 @@ class PartitionGate:
 
 class Claims:
     """Ordered messages handed out by ``get()`` / ``get_many()`` / ``async for``, by the task
-    that got them.
-
-    Such a message's handling ends when it is answered (:meth:`answered`), when the same task
-    asks for more (:meth:`drop`), or when that task ends; then ``release(message)`` is called
-    (the consumer hands out the partition's next message).
-    """
+    that got them; ``release(message)`` is called when their handling ends."""
 
     __slots__ = ("_by_task", "_release")
 
@@ -190,15 +178,12 @@ class Intake:
     )
 
     def __init__(self, config: ConsumerConfig, background: Background) -> None:
-        """Hand out messages; after ``max_attempts`` deliveries (0: never) to ``on_give_up``."""
         self.max_attempts = config.max_attempts
         self.on_give_up = config.on_give_up
         self._background = background
         self._items: deque[Message | None] = deque()
         self._getters: deque[asyncio.Future[None]] = deque()
-        #: ordered subscriptions: one message per partition handed out at a time
         self._gate = PartitionGate()
-        #: ordered messages handed out by get(), by the task that asked for them
         self._claims = Claims(self.release)
         #: the loop the readers run on (set by the first wait or claim)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -252,7 +237,7 @@ class Intake:
 
     async def _give_up(self, slot: Slot, message: Message) -> None:
         try:
-            slot.count("given_up")
+            slot.counts["given_up"] += 1
             events.emit(
                 events.MessageGaveUp(
                     topic=slot.topic,
@@ -321,21 +306,17 @@ class Intake:
 
     def take_nowait(self) -> Message | None:
         """The next message queued now (``None``: none, or closing)."""
-        item = self._pop()
-        return None if isinstance(item, _Empty) else item
-
-    def _pop(self) -> Message | _Empty | None:
         items = self._items
         while items:
             item = items.popleft()
             if self._usable(item):
                 return item
-        return _EMPTY
+        return None
 
     async def take(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message; ``None`` when closing or after ``timeout`` s."""
-        item = self._pop()
-        if not isinstance(item, _Empty):
+        item = self.take_nowait()
+        if item is not None:  # else none, or the closing marker: _wait finds it at once
             return item
         if timeout is None:  # no timer to set and cancel per message
             return await self._wait()
@@ -368,8 +349,7 @@ class Intake:
                 return item
 
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
-        """:meth:`take`, for ``get()``/``async for``: an ordered message handed out stays
-        claimed by the calling task until answered, the task asks again, or it ends."""
+        """:meth:`take`, claiming an ordered message for the calling task (:class:`Claims`)."""
         claims = self._claims
         task = self._current_task() if claims else None
         if task is not None:
@@ -395,16 +375,14 @@ class Intake:
         max_count: int,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> list[Message]:
-        """:meth:`get` of up to ``max_count`` messages: waits for the first (empty list when
-        closing or after ``timeout`` s), then takes what else is queued now. Ordered messages
-        stay claimed by the calling task as :meth:`get`'s do."""
+        """:meth:`get`, then up to ``max_count`` - 1 more of what is queued now."""
         first = await self.get(timeout)
         if first is None:
             return []
         batch = [first]
         while len(batch) < max_count:
-            item = self._pop()
-            if item is None or isinstance(item, _Empty):
+            item = self.take_nowait()
+            if item is None:
                 break
             batch.append(item)
         held = [m for m in batch[1:] if m.ordered and self._gate.holds(m)]

@@ -56,18 +56,11 @@ class _Owner(Protocol):
 
 
 class Message:
-    """One delivered message; answer it with :meth:`finish` or :meth:`requeue`.
-
-    Attributes: ``body``, ``id`` (16 bytes as delivered), ``attempts``, ``timestamp`` (ns),
-    ``topic``, ``channel``, ``partition`` (``None`` on vanilla), ``address`` (the nsqd), and on
-    the fork ``internal_id``/``trace_id``; ``offset``/``raw_size`` on ordered (and advanced)
-    subscriptions; ``ext`` (the JSON header as a dict) and ``tag`` on ext topics.
-    """
+    """One delivered message; answer it with :meth:`finish` or :meth:`requeue`."""
 
     __slots__ = ("_decoded", "_ext", "_owner", "outcome")
 
     def __init__(self, decoded: DecodedMessage, owner: _Owner) -> None:
-        """Wrap a decoded frame delivered by ``owner``'s connection."""
         self._decoded = decoded
         self._owner = owner
         self._ext: Mapping[str, Any] | None = None
@@ -75,7 +68,6 @@ class Message:
         self.outcome: Outcome | None = None
 
     def __repr__(self) -> str:
-        """Show where it came from and its state."""
         where = self.topic if self.partition is None else f"{self.topic}/{self.partition}"
         extra = f" offset={self.offset}" if self.offset is not None else ""
         state = self.outcome.value if self.outcome else "in flight"
@@ -235,7 +227,7 @@ class Message:
     def requeue_nowait(self, delay: float | None = None, *, backoff: bool = True) -> None:
         """:meth:`requeue` from plain code on the consumer's loop (see :meth:`finish_nowait`)."""
         if delay is not None:
-            delay = check_requeue_delay(delay, "requeue delay")
+            delay = check_requeue_delay(delay)
         self.check_answerable("requeue")
         self._owner.requeue(self, delay, backoff)
 

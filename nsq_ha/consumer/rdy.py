@@ -47,6 +47,8 @@ IDLE_TIMEOUT = 10.0
 #: ... or holding it this long while others wait (s). The consumer's ``low_rdy_idle_timeout``
 #: and ``low_rdy_timeout`` default to these.
 HOLD_TIMEOUT = 30.0
+#: The highest backoff level (the default backoff's pause reaches its 2 minutes at 8).
+MAX_LEVEL = 8
 
 
 @dataclass(slots=True)
@@ -70,7 +72,8 @@ class ConnRdy:
 class RdyPlanner:
     """Decides each connection's RDY. Every method returns ``{key: new_rdy}`` for the changes.
 
-    ``clock`` returns seconds (monotonic); tests pass a fake one.
+    The values come checked (``ConsumerConfig``, ``Consumer.set_max_in_flight``). ``clock``
+    returns seconds (monotonic); tests pass a fake one.
     """
 
     def __init__(
@@ -79,18 +82,11 @@ class RdyPlanner:
         *,
         idle_timeout: float = IDLE_TIMEOUT,
         hold_timeout: float = HOLD_TIMEOUT,
-        max_level: int = 8,
         clock: Callable[[], float],
     ) -> None:
-        _check_max_in_flight(max_in_flight)
-        if idle_timeout <= 0 or hold_timeout <= 0:
-            raise ConfigError("idle_timeout and hold_timeout must be > 0")
-        if max_level < 1:
-            raise ConfigError("max_level must be >= 1")
         self.max_in_flight = max_in_flight
         self.idle_timeout = idle_timeout
         self.hold_timeout = hold_timeout
-        self.max_level = max_level
         self._clock = clock
         #: what it knows of each connection, by key
         self.conns: dict[Hashable, ConnRdy] = {}
@@ -120,11 +116,7 @@ class RdyPlanner:
         return sum(max(c.rdy, c.in_flight) for c in self.conns.values())
 
     def is_starved(self) -> bool:
-        """True when some connection holds nearly its whole RDY in flight.
-
-        A consumer that batches messages should then process what it holds: nsqd sends that
-        connection nothing more until something is finished or requeued.
-        """
+        """True when some connection holds nearly its whole RDY in flight."""
         return any(
             c.in_flight > 0 and c.in_flight >= max(1.0, c.rdy * STARVED_RATIO)
             for c in self.conns.values()
@@ -196,7 +188,7 @@ class RdyPlanner:
         changes: dict[Hashable, int] = {}
         if self.blocked:
             return changes
-        self.level = min(self.max_level, self.level + 1)
+        self.level = min(MAX_LEVEL, self.level + 1)
         self._block(changes)
         return changes
 
@@ -210,7 +202,6 @@ class RdyPlanner:
 
     def set_max_in_flight(self, max_in_flight: int) -> dict[Hashable, int]:
         """Change the budget; connections above their new share are lowered at once."""
-        _check_max_in_flight(max_in_flight)
         reenabled = self.max_in_flight == 0 and max_in_flight > 0
         self.max_in_flight = max_in_flight
         if max_in_flight == 0 or reenabled:
@@ -325,8 +316,3 @@ class RdyPlanner:
         if candidates:
             self._set(candidates[0], 1, changes)
         return changes
-
-
-def _check_max_in_flight(value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"max_in_flight must be an int >= 0, got {value!r}")

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -130,14 +130,6 @@ class Slot:
         part = "-" if self.partition is None else self.partition
         return f"<slot {self.topic}/{part}@{self.address} held={len(self.held)}>"
 
-    @property
-    def holding(self) -> bool:
-        """True while it holds messages on a live connection (answers can still go out)."""
-        return bool(self.held) and self.conn is not None and not self.conn.closed
-
-    def count(self, name: str) -> None:
-        self.counts[name] += 1
-
     # -- from the connection's read loop (never blocks) ---------------------------------------
 
     def on_message(self, decoded: DecodedMessage) -> None:
@@ -153,7 +145,7 @@ class Slot:
     def on_error(self, error: BrokerError) -> None:
         """Non-fatal error frames: FIN/REQ/TOUCH of a message nsqd no longer has in flight."""
         if isinstance(error, MessageCommandError):
-            self.count("timed_out")
+            self.counts["timed_out"] += 1
             log.warning("%s: %s (it timed out on nsqd or went to another consumer)", self, error)
         else:
             log.warning("%s: %s", self, error)
@@ -164,8 +156,7 @@ class Slot:
         self._answer(message, Outcome.FINISHED, success=True, delay=0.0)
 
     def requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
-        """REQ ``message`` on this connection (``backoff``: count it as a failure); without a
-        ``delay``, attempts x ``requeue_delay`` (capped); always 0 on ordered channels."""
+        """REQ ``message`` (``backoff``: count it as a failure) with the config's delays."""
         ctx = self.ctx
         config = ctx.config
         if delay is None:
@@ -224,7 +215,7 @@ class Slot:
     def _gone(self, message: Message, action: str) -> NoReturn:
         if message.outcome is None:
             message.outcome = Outcome.ABANDONED
-            self.count("abandoned")
+            self.counts["abandoned"] += 1
         raise MessageConnectionGoneError(
             f"cannot {action} {message!r}: the connection to {self.address} that delivered "
             "it is gone; nsqd redelivers the message after its msg_timeout"
@@ -257,7 +248,7 @@ class Slot:
         for message in self.held.values():
             if message.outcome is None:
                 message.outcome = Outcome.ABANDONED
-                self.count("abandoned")
+                self.counts["abandoned"] += 1
         self.held.clear()
         self.ctx.held_changed.set()
 
@@ -274,12 +265,12 @@ class Slot:
         await conn.close()
 
 
-async def wait_answered(slots: Iterable[Slot], changed: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
-    """Wait up to ``timeout`` s until none of ``slots`` holds a message on a live connection."""
-    chosen = list(slots)
+async def wait_answered(slots: list[Slot], changed: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
+    """Wait up to ``timeout`` s until none of ``slots`` holds a message on a live connection
+    (where an answer could still go out)."""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout):
-            while any(slot.holding for slot in chosen):
+            while any(s.held and s.conn is not None and not s.conn.closed for s in slots):
                 changed.clear()
                 await changed.wait()
 

@@ -98,6 +98,14 @@ async def test_bad_counts_are_refused(call: Any) -> None:
         await consumer.close(drain_timeout=1)
 
 
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
+def test_a_bad_max_in_flight_is_refused_and_the_budget_kept(bad: Any) -> None:
+    consumer = Consumer("t", "c", nsqd=NSQD, max_in_flight=7)
+    with pytest.raises(ConfigError, match="max_in_flight"):
+        consumer.set_max_in_flight(bad)
+    assert consumer.max_in_flight == 7
+
+
 # -- the gate ---------------------------------------------------------------------------------
 
 
