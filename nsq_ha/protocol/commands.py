@@ -1,7 +1,9 @@
 """The client's commands without a message body (§1.2, §2), typed: the session takes these.
 
 Each command is a frozen dataclass whose ``name`` is its wire name and whose ``encode()``
-returns its exact bytes. A command is checked once, when it is made (a subscribe's names and
+returns its exact bytes. ``name`` is a property, not a ``ClassVar``: mypyc makes every value in
+a dataclass's body a field (mypyc/mypyc#1122), which the compiled build would then take as a
+constructor argument. A command is checked once, when it is made (a subscribe's names and
 partition, a RDY count, a FIN/REQ/TOUCH id, a REQ delay: an
 :class:`~nsq_ha.errors.InvalidArgumentError` subclass when nsqd would refuse it), and encoding
 checks nothing again. The publish commands live in :mod:`nsq_ha.protocol.publish`.
@@ -18,7 +20,7 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, TypeAlias
+from typing import Protocol, TypeAlias
 
 from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError
 from nsq_ha.protocol.names import (
@@ -119,8 +121,11 @@ class Identify:
     """``IDENTIFY\\n[len][JSON]`` (compact, keys in order); answered. Make it with
     :meth:`of` (build the body with :func:`nsq_ha.protocol.identify.build_identify`)."""
 
-    name: ClassVar[bytes] = b"IDENTIFY"
     body: bytes
+
+    @property
+    def name(self) -> bytes:
+        return b"IDENTIFY"
 
     @classmethod
     def of(cls, body: Mapping[str, object], *, max_body_size: int | None = None) -> Identify:
@@ -142,8 +147,11 @@ class Auth:
     """``AUTH\\n[len][secret]``; answered. Make it with :meth:`of`. The repr hides the
     secret."""
 
-    name: ClassVar[bytes] = b"AUTH"
     secret: bytes
+
+    @property
+    def name(self) -> bytes:
+        return b"AUTH"
 
     def __repr__(self) -> str:
         return "Auth(secret=<hidden>)"
@@ -227,12 +235,13 @@ class StartPosition:
 class _Subscription:
     """What the three subscribe commands share; answered, checked when made."""
 
-    name: ClassVar[bytes] = b"SUB"
-    #: message frames carry the offset/raw-size part (SUB_ORDERED, SUB_ADVANCED)
-    detail: ClassVar[bool] = False
     topic: str
     channel: str
     partition: int | None = None
+
+    @property
+    def name(self) -> bytes:
+        return b"SUB"
 
     def __post_init__(self) -> None:
         validate_topic(self.topic)
@@ -259,8 +268,9 @@ class SubOrdered(_Subscription):
     sends a partition's next message only after this one's FIN.
     """
 
-    name: ClassVar[bytes] = b"SUB_ORDERED"
-    detail: ClassVar[bool] = True
+    @property
+    def name(self) -> bytes:
+        return b"SUB_ORDERED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,9 +283,11 @@ class SubAdvanced(_Subscription):
     the partition is honoured.
     """
 
-    name: ClassVar[bytes] = b"SUB_ADVANCED"
-    detail: ClassVar[bool] = True
     start: StartPosition | None = None
+
+    @property
+    def name(self) -> bytes:
+        return b"SUB_ADVANCED"
 
     def __post_init__(self) -> None:
         _Subscription.__post_init__(self)
@@ -310,8 +322,11 @@ class Rdy:
     ``count`` is an int in ``0..2**63-1``; the session checks it against the negotiated
     ``max_rdy_count`` too."""
 
-    name: ClassVar[bytes] = b"RDY"
     count: int
+
+    @property
+    def name(self) -> bytes:
+        return b"RDY"
 
     def __post_init__(self) -> None:
         check_uint(self.count, "RDY count", 63)
@@ -324,8 +339,11 @@ class Rdy:
 class Fin:
     """``FIN <16 raw id bytes>`` (21 bytes; the id may contain spaces or newlines)."""
 
-    name: ClassVar[bytes] = b"FIN"
     message_id: bytes
+
+    @property
+    def name(self) -> bytes:
+        return b"FIN"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "message_id", validate_message_id(self.message_id))
@@ -339,9 +357,12 @@ class Req:
     """``REQ <16 raw id bytes> <delay ms>``; ``delay`` in seconds. On ordered channels nsqd
     ignores a delay above 0: the message comes back only after ``msg_timeout``."""
 
-    name: ClassVar[bytes] = b"REQ"
     message_id: bytes
     delay: float = 0.0
+
+    @property
+    def name(self) -> bytes:
+        return b"REQ"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "message_id", validate_message_id(self.message_id))
@@ -355,8 +376,11 @@ class Req:
 class Touch:
     """``TOUCH <16 raw id bytes>`` (23 bytes): nsqd restarts the message's timeout."""
 
-    name: ClassVar[bytes] = b"TOUCH"
     message_id: bytes
+
+    @property
+    def name(self) -> bytes:
+        return b"TOUCH"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "message_id", validate_message_id(self.message_id))
@@ -369,7 +393,9 @@ class Touch:
 class Cls:
     """``CLS``: stop delivery; nsqd answers ``CLOSE_WAIT``."""
 
-    name: ClassVar[bytes] = b"CLS"
+    @property
+    def name(self) -> bytes:
+        return b"CLS"
 
     def encode(self) -> bytes:
         return b"CLS\n"
@@ -379,7 +405,9 @@ class Cls:
 class Nop:
     """``NOP``, the answer to a heartbeat; never answered."""
 
-    name: ClassVar[bytes] = b"NOP"
+    @property
+    def name(self) -> bytes:
+        return b"NOP"
 
     def encode(self) -> bytes:
         return b"NOP\n"
@@ -389,10 +417,13 @@ class Nop:
 class InternalCreateTopic:
     """``INTERNAL_CREATE_TOPIC <topic> <partition> <true|false>`` (standalone fork); answered."""
 
-    name: ClassVar[bytes] = b"INTERNAL_CREATE_TOPIC"
     topic: str
     partition: int
     ext: bool = False
+
+    @property
+    def name(self) -> bytes:
+        return b"INTERNAL_CREATE_TOPIC"
 
     def __post_init__(self) -> None:
         validate_topic(self.topic)

@@ -17,7 +17,7 @@ import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple, TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from nsq_ha.errors import InvalidArgumentError
 from nsq_ha.protocol.commands import (
@@ -133,10 +133,13 @@ class Dpub:
     """``DPUB <topic> <delay ms>`` of one checked message (vanilla only; the fork answers a
     fatal ``E_INVALID``); ``delay`` in seconds, checked when made."""
 
-    name: ClassVar[bytes] = b"DPUB"
     topic: str
     body: bytes
     delay: float
+
+    @property
+    def name(self) -> bytes:
+        return b"DPUB"
 
     def __post_init__(self) -> None:
         """Check the delay (the one field a publish does not prepare)."""

@@ -18,8 +18,10 @@ import nsq_ha.protocol
 from nsq_ha.errors import InvalidArgumentError, LocalProtocolError
 from nsq_ha.protocol.broker import encode_message, join_fork_id
 from nsq_ha.protocol.commands import (
+    Auth,
     Cls,
     Fin,
+    Identify,
     Nop,
     Rdy,
     Req,
@@ -86,7 +88,7 @@ def test_a_subscribe_command_gives_its_line_and_its_message_format(
     session = ready()
     assert session.send(command) == wire
     assert session.state is ConnState.SUBSCRIBING
-    assert session.message_format == MessageFormat(fork_ids=True, detail=command.detail)
+    assert session.message_format == MessageFormat(fork_ids=True, detail=command.name != b"SUB")
 
 
 def test_message_commands_give_their_bytes_and_settle_or_renew_the_message() -> None:
@@ -233,3 +235,19 @@ def test_a_command_cannot_be_made_with_what_nsqd_refuses(make: Callable[[], obje
     """Commands are checked once, when made: encoding and the session trust them."""
     with pytest.raises(InvalidArgumentError):
         make()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [Identify, Auth, Sub, SubOrdered, SubAdvanced, Rdy, Fin, Req, Touch, Cls, Nop, Dpub],
+)
+def test_a_command_class_holds_no_value_besides_its_fields(command: type) -> None:
+    """mypyc makes every value in a dataclass's body a field (a ``ClassVar`` too), so a value
+    there would become a constructor argument in the compiled build: the wire name is a
+    property (fields, methods and properties are descriptors)."""
+    values = [
+        name
+        for name, value in vars(command).items()
+        if not name.startswith("__") and not hasattr(type(value), "__get__")
+    ]
+    assert values == []
