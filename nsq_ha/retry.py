@@ -65,6 +65,7 @@ __all__ = [
     "Decision",
     "Failure",
     "decide",
+    "log_failure",
     "retriable",
     "retry_after",
     "retrying",
@@ -180,6 +181,26 @@ class Failure:
     wait: float
 
 
+def log_failure(
+    logger: logging.Logger, what: str, attempt: int, reason: str, wait: float, until: str
+) -> None:
+    """One line for a failed attempt: a warning for the first in a row (``until`` says how long
+    the retries go on), debug lines for the others, so that an outage logs one warning."""
+    if attempt == 1:
+        logger.warning(
+            "%s failed on attempt 1 (%s); next try in %.2f s, retrying %s; further failures in "
+            "a row are logged at debug level",
+            what,
+            reason,
+            wait,
+            until,
+        )
+    else:
+        logger.debug(
+            "%s failed on attempt %d (%s); next try in %.2f s", what, attempt, reason, wait
+        )
+
+
 def _text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
@@ -215,27 +236,13 @@ def retrying(
             return True
         return deadline is not None and time.monotonic() - first >= deadline
 
+    bounds = [f"{attempts} attempts"] if attempts is not None else []
+    bounds += [f"{deadline:g} s"] if deadline is not None else []
+    until = f"for up to {' or '.join(bounds)}" if bounds else "until it succeeds"
+
     def before_sleep(state: RetryCallState) -> None:
         failed = failure(state, state.upcoming_sleep)
-        if failed.attempt == 1:
-            bounds = [f"{attempts} attempts"] if attempts is not None else []
-            bounds += [f"{deadline:g} s"] if deadline is not None else []
-            logger.warning(
-                "%s failed on attempt 1 (%s); next try in %.2f s, retrying %s; further "
-                "failures in a row are logged at debug level",
-                what,
-                describe(failed.error),
-                failed.wait,
-                f"for up to {' or '.join(bounds)}" if bounds else "until it succeeds",
-            )
-        else:
-            logger.debug(
-                "%s failed on attempt %d (%s); next try in %.2f s",
-                what,
-                failed.attempt,
-                describe(failed.error),
-                failed.wait,
-            )
+        log_failure(logger, what, failed.attempt, describe(failed.error), failed.wait, until)
         if on_retry is not None:
             on_retry(failed)
 

@@ -29,7 +29,7 @@ from nsq_ha.errors import (
 from nsq_ha.lookup.failures import looks_like_nsqd, never_answered, not_http
 from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd, tls_context
 from nsq_ha.lookup.wire import LookupdError, parse_listlookup, unwrap
-from nsq_ha.retry import Backoff
+from nsq_ha.retry import Backoff, log_failure
 
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
@@ -56,36 +56,19 @@ class LookupdHealth:
     reason: str = ""
 
     def usable(self, now: float) -> bool:
-        """Its backoff is over at ``now``."""
         return now >= self.retry_at
 
     def failed(self, reason: str, now: float, backoff: Backoff) -> None:
-        """Skip it for ``backoff``'s wait after this many failures in a row (unless no other
-        lookupd may be asked); log a warning for the first failure in a row and a debug line
-        for the others, in the words of :mod:`nsq_ha.retry`'s loops."""
+        """Skip it for ``backoff``'s wait after this many failures in a row (logged)."""
         self.failures += 1
         self.reason = reason
         delay = backoff.delay(self.failures)
         self.retry_at = now + delay
-        if self.failures == 1:
-            log.warning(
-                "nsqlookupd %s failed on attempt 1 (%s); next try in %.2f s, further failures "
-                "in a row are logged at debug level until it answers again",
-                self.endpoint.shown,
-                reason,
-                delay,
-            )
-        else:
-            log.debug(
-                "nsqlookupd %s failed on attempt %d (%s); next try in %.2f s",
-                self.endpoint.shown,
-                self.failures,
-                reason,
-                delay,
-            )
+        what = f"nsqlookupd {self.endpoint.shown}"
+        log_failure(log, what, self.failures, reason, delay, "until it answers again")
 
     def answered(self) -> None:
-        """It answered (not with a server error): the streak, if any, ends with an info line."""
+        """It answered (not with a server error): the streak, if any, ends."""
         if self.failures:
             log.info(
                 "nsqlookupd %s answers again (after %d failures in a row)",

@@ -21,7 +21,7 @@ import re
 import reprlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 from nsq_ha.errors import DiscoveryError, RemoteProtocolError
 
@@ -83,11 +83,8 @@ _brief_repr = _BriefRepr()
 _brief_repr.maxstring = _brief_repr.maxother = 120
 _brief_repr.maxdict = _brief_repr.maxlist = 6
 _brief_repr.maxlevel = 3
-
-
-def _brief(value: object) -> str:
-    """A short repr of part of an answer, for error texts (cheap even for a huge value)."""
-    return _brief_repr.repr(value)
+#: A short repr of part of an answer, for error texts (cheap even for a huge value).
+_brief = _brief_repr.repr
 
 
 def _is_host(host: object) -> bool:
@@ -119,17 +116,6 @@ class LookupdError(DiscoveryError):
         super().__init__(f"nsqlookupd {url} answered {status}: {message}".replace("  ", " "))
         self.status = status
         self.message = message
-
-
-class _NodeWire(TypedDict, total=False):
-    id: str
-    remote_address: str
-    hostname: str
-    broadcast_address: str
-    tcp_port: int
-    http_port: int
-    version: str
-    distributed_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +151,9 @@ class NodeInfo:
         """Build from a node object; raise :class:`RemoteProtocolError` if it is malformed."""
         if not isinstance(raw, dict):
             raise RemoteProtocolError(f"lookup node is not an object: {_brief(raw)}")
-        node: _NodeWire = raw  # type: ignore[assignment]
         try:
-            host = node["broadcast_address"]
-            tcp, http = node["tcp_port"], node.get("http_port", 0)
+            host = raw["broadcast_address"]
+            tcp, http = raw["tcp_port"], raw.get("http_port", 0)
         except KeyError as exc:
             raise RemoteProtocolError(f"lookup node lacks {exc.args[0]!r}: {_brief(raw)}") from None
         if not _is_host(host):
@@ -180,8 +165,8 @@ class NodeInfo:
             broadcast_address=host,
             tcp_port=tcp,
             http_port=http,
-            version=str(node.get("version", "")),
-            distributed_id=str(node.get("distributed_id", "")),
+            version=str(raw.get("version", "")),
+            distributed_id=str(raw.get("distributed_id", "")),
         )
 
 
