@@ -19,12 +19,13 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from nsq_ha import events
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer.positions import (
+    ADMIN_TIMEOUT,
     channel_exists,
     move,
     nsqd_admin,
@@ -57,6 +58,10 @@ log = logging.getLogger(__name__)
 
 #: how often nsqd may switch the subscription mode (ordered, ext) before we give up
 _MODE_SWITCHES = 3
+#: after an ordered channel moved to its start: how long a message the channel's pump holds
+#: may take to arrive once there is room for it (it is sent at once; nothing comes when the
+#: partition has nothing from the start on) (s)
+HELD_WAIT = 0.5
 
 
 class Discovery:
@@ -402,14 +407,14 @@ class Discovery:
             self._placed.add(partition)  # nothing to apply (or no map: nsqd= addresses)
             return
         try:
-            await self._apply(node.http_url, partition, body)
+            await self._apply(node.http_url, key[0], partition, body)
         except NsqError as exc:
             raise retriable(exc) from exc
         self._created.discard(partition)
         self._placed.add(partition)
         log.info("%s/%s partition %d: new channel at %s", self.topic, self.channel, partition, body)
 
-    async def _apply(self, url: str, partition: int, body: str) -> None:
+    async def _apply(self, url: str, address: str, partition: int, body: str) -> None:
         """Create the channel (unless it exists) and move it to ``body``."""
         async with nsqd_admin(url) as admin:
             if partition not in self._created:
@@ -430,10 +435,69 @@ class Discovery:
                 await admin.set_order(self.topic, self.channel, partition, ordered=True)
             try:
                 await move(admin, self.topic, self.channel, partition, body)
+                if self.use_ordered:
+                    await self._release_held(admin, address, partition, body)
             except NsqError as exc:
                 if not decide(retriable(exc)).retry:  # leave no channel at the wrong position
                     await self._unmake(admin, partition)
                 raise
+
+    async def _release_held(
+        self, admin: NsqdAdmin, address: str, partition: int, body: str
+    ) -> None:
+        """nsqd's channel pump reads a message as soon as there is one and holds it until a
+        consumer has room, across a move: one published between the channel's creation and its
+        move would go out before the messages at the new position. Take whatever the channel
+        sends first on a connection of our own, stop it (RDY 0), and move again while that
+        message is in flight: the move forgets it (it comes again in its turn), and an ordered
+        channel's pump reads nothing while a message is in flight."""
+        first: list[bytes] = []
+        arrived = asyncio.Event()
+
+        def take(message: Any) -> None:
+            first.append(message.id)
+            arrived.set()
+
+        conn = await self._probe(address, partition, take)
+        try:
+            conn.rdy(1)
+            try:
+                async with asyncio.timeout(HELD_WAIT):
+                    await arrived.wait()
+            except TimeoutError:
+                return  # nothing held, and nothing at the start yet
+            conn.rdy(0)
+            await conn.sync(timeout=ADMIN_TIMEOUT)
+            await move(admin, self.topic, self.channel, partition, body)
+            conn.fin(first[0])  # answered "not in flight": settles it on our side
+            await conn.sync(timeout=ADMIN_TIMEOUT)
+        finally:
+            await conn.close()
+
+    async def _probe(
+        self, address: str, partition: int, on_message: Callable[[Any], None]
+    ) -> NsqdConnection:
+        """A connection of our own subscribed ordered to ``partition`` (RDY 0), in the ext mode
+        nsqd asks for."""
+        for _ in range(_MODE_SWITCHES):
+            conn = NsqdConnection(
+                address,
+                config=self._config.connection_config(extend_support=self._ext),
+                on_message=on_message,
+                on_error=lambda _error: None,  # the FIN of the message the move forgot
+            )
+            try:
+                await conn.connect()
+                await conn.subscribe(self.topic, self.channel, partition, ordered=True)
+            except (ExtendSupportRequiredError, ExtendSupportForbiddenError) as exc:
+                self._ext = isinstance(exc, ExtendSupportRequiredError)
+                await conn.close()
+                continue
+            except BaseException:
+                await conn.close()
+                raise
+            return conn
+        raise ConfigError(f"{self.topic}: nsqd keeps refusing the subscription mode")
 
     async def _unmake(self, admin: NsqdAdmin, partition: int) -> None:
         """Delete the channel this consumer made and could not move: a later start finds it

@@ -26,7 +26,12 @@ class LyingHttpServer:
         self._tasks: set[asyncio.Task[None]] = set()
         #: the request heads received (request line and headers), in order
         self.requests: list[str] = []
+        self._bodies: dict[int, bytes] = {}
         self.url = ""
+
+    def body(self, writer: asyncio.StreamWriter) -> bytes:
+        """The body of the request ``writer`` answers (its Content-Length, up to 1 MiB)."""
+        return self._bodies.get(id(writer), b"")
 
     async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -50,8 +55,19 @@ class LyingHttpServer:
         self._tasks.add(task)  # type: ignore[arg-type]
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            self.requests.append(head.decode("latin-1"))
-            await self._handler(head.decode("latin-1"), writer)
+            text = head.decode("latin-1")
+            self.requests.append(text)
+            length = next(
+                (
+                    int(line.split(":", 1)[1])
+                    for line in text.split("\r\n")
+                    if line.lower().startswith("content-length:")
+                ),
+                0,
+            )
+            if 0 < length <= 1 << 20:
+                self._bodies[id(writer)] = await asyncio.wait_for(reader.readexactly(length), 10)
+            await self._handler(text, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
         except asyncio.CancelledError:
@@ -59,6 +75,7 @@ class LyingHttpServer:
             # cancelled task as an error
             pass
         finally:
+            self._bodies.pop(id(writer), None)
             self._tasks.discard(task)  # type: ignore[arg-type]
             writer.close()
             with contextlib.suppress(OSError, asyncio.CancelledError):

@@ -17,6 +17,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 
+import httpx
 import pytest
 
 from nsq_ha.admin import AdminError, TopicSpec
@@ -30,10 +31,12 @@ from .lying_http import LyingHttpServer, head
 PLAIN = "cs_plain"  # 4 partitions
 START = "cs_start"  # 4 partitions; nothing is ever published to partition 3
 ORDERED = "cs_ordered"  # 2 partitions, ordered
+HELD = "cs_held"  # 1 partition, ordered
 TOPICS = [
     TopicSpec(PLAIN, partitions=4),
     TopicSpec(START, partitions=4),
     TopicSpec(ORDERED, partitions=2, ordered=True),
+    TopicSpec(HELD, partitions=1, ordered=True),
 ]
 
 
@@ -204,6 +207,66 @@ async def test_start_earliest_on_an_ordered_topic_delivers_the_backlog_once_in_o
         for partition in range(2):
             prefix = token + b"-%d-" % partition
             assert [b for b in got if b.startswith(prefix)] == old[partition]
+
+
+async def test_a_message_published_while_a_new_ordered_channel_moves_comes_after_the_backlog(
+    cluster: Backend,
+) -> None:
+    """A message published between the channel's creation and its move to ``start`` is read at
+    once by nsqd's channel pump, which holds it across the move and would send it before the
+    backlog. A proxy in front of lookupd and the partition's leader publishes one there (after
+    forwarding ``/channel/create``): it comes after the backlog, and nothing comes twice."""
+    token = _token()
+    old = [token + b"-old-%d" % i for i in range(3)]
+    held = token + b"-held"
+    await publish(cluster.lookupd_http, HELD, {0: old})
+    leader_tcp = cluster.leader(HELD, 0)
+    leader_http = await _http_of(cluster, leader_tcp)
+
+    async def handle(request_head: str, writer: asyncio.StreamWriter) -> None:
+        method, target = request_head.split(" ", 2)[:2]
+        path = target.split("?", 1)[0]
+        port = writer.get_extra_info("sockname")[1]
+        v1 = {"Accept": "application/vnd.nsq; version=1.0"}
+        async with httpx.AsyncClient(timeout=10, headers=v1) as http:
+            if path == "/listlookup":
+                status, body = 404, b"{}"
+            elif path == "/lookup":
+                got = await http.get(cluster.lookupd_http + target)
+                answer = got.json()
+                for node in [*answer.get("partitions", {}).values(), *answer["producers"]]:
+                    node["http_port"] = port  # the channel calls come here
+                status, body = got.status_code, json.dumps(answer).encode()
+            else:
+                got = await http.request(method, leader_http + target, content=server.body(writer))
+                status, body = got.status_code, got.content
+                if path == "/channel/create" and got.status_code == 200:
+                    pub = await http.post(
+                        f"{leader_http}/pub?topic={HELD}&partition=0", content=held
+                    )
+                    assert pub.status_code == 200, pub.text
+                    await asyncio.sleep(0.2)  # the pump reads it (at once on the fork)
+        writer.write(head(f"{status} X", length=len(body)) + body)
+        await writer.drain()
+
+    async with (
+        LyingHttpServer(handle) as server,
+        Consumer(HELD, _channel(), lookupd=server.url, start="earliest") as consumer,
+    ):
+        got = await read_until(consumer, {*old, held})
+        again = await consumer.get(timeout=0.5)
+    assert [*got, again] == [*old, held, None]
+    assert any("/channel/create" in r for r in server.requests)
+
+
+async def _http_of(cluster: Backend, tcp_address: str) -> str:
+    """The HTTP URL of the nsqd listening on ``tcp_address`` (``/info``'s TCP port)."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        for url in cluster.http_urls():
+            info = (await http.get(f"{url}/info")).json()
+            if tcp_address.endswith(f":{info.get('data', info)['tcp_port']}"):
+                return url
+    raise AssertionError(f"no nsqd listens on {tcp_address}")
 
 
 async def test_a_start_naming_a_partition_the_topic_lacks_is_refused_at_start(
