@@ -1,15 +1,9 @@
 """LookupClient: the partition maps of topics, per access, through nsqlookupd (fork or vanilla).
 
 The lookupds themselves (discovery, health, failover, the size cap, the credentials) are
-:class:`~nsq_ha.lookup.pool.LookupdPool`'s. Here:
-
-* ``/lookup?topic=T&access=r|w&metainfo=true`` answers are merged (the leader's first).
-* Every lookup has an overall deadline, ``timeout`` seconds, discovery and every request
-  included, however slowly a lookupd trickles its answer.
-* Refreshes are coalesced: however many callers ask at once, one request per lookupd goes out.
-* Watched topics are refreshed on a timer with jitter; listeners hear about changed maps. A
-  failed periodic refresh is retried before the next round (0.5 s doubling to
-  ``refresh_interval``) until it works.
+:class:`~nsq_ha.lookup.pool.LookupdPool`'s. Here the answers of every lookupd are merged (the
+leader's first), cached, fetched once however many callers ask at once, and, for watched
+topics, refreshed on a timer with jitter, a failed refresh being retried before the next round.
 """
 
 from __future__ import annotations

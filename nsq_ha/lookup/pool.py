@@ -1,13 +1,12 @@
 """The nsqlookupds a :class:`~nsq_ha.lookup.LookupClient` asks: :class:`LookupdPool`.
 
 * Seeds are nsqlookupd HTTP addresses; ``/listlookup`` finds the rest of a fork's lookupds.
-* Every usable lookupd is asked at once (:meth:`LookupdPool.gather`); once one has answered, the
-  others get :data:`ANSWER_GRACE` seconds more, so a slow lookupd never holds back the others.
+* Every usable lookupd is asked at once (:meth:`LookupdPool.gather`), so a slow lookupd never
+  holds back the others.
 * A lookupd whose answer is refused (:mod:`nsq_ha.lookup.http` caps its size,
   :mod:`nsq_ha.lookup.wire` what it may hold) counts as failed, and a failed one is skipped until
   its backoff (:class:`LookupdHealth`) has passed, unless no other lookupd may be asked.
-* Credentials in a seed (``http://user:secret@host:4161``) are sent as HTTP basic auth, never as
-  part of a URL; what is shown is ``http://user:***@host:4161``.
+* Credentials in a seed are sent as HTTP basic auth (:class:`~nsq_ha.lookup.http.Endpoint`).
 """
 
 from __future__ import annotations
