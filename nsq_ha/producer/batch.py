@@ -18,9 +18,11 @@ import asyncio
 import functools
 import itertools
 import operator
+import struct
 import sys
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final, NamedTuple, TypeAlias, cast
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
@@ -31,7 +33,6 @@ from nsq_ha.producer.message import (
     derive_batch,
     prepare_message,
 )
-from nsq_ha.producer.result import PublishResult
 from nsq_ha.protocol.frames import OK
 from nsq_ha.protocol.publish import ExtHeader, Publish, PublishMessage
 from nsq_ha.protocol.trace import parse_traced_response
@@ -181,6 +182,35 @@ def receipts_from_answer(
             )
         return [Receipt(response.internal_id, sent, response.offset, response.raw_size)]
     return derive_batch(response, messages, ext_topic)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """Where a message went and what nsqd said about it.
+
+    ``partition`` is ``None`` on vanilla nsqd. ``internal_id``, ``offset`` and ``raw_size``
+    are known for traced publishes on the fork (``trace_id=``, a ``##trace_id`` header, or a
+    producer created with ``trace=True``); ``trace_id`` is the one sent.
+    """
+
+    topic: str
+    partition: int | None
+    address: str
+    attempts: int
+    internal_id: int | None = None
+    trace_id: int | None = None
+    offset: int | None = None
+    raw_size: int | None = None
+
+    @property
+    def message_id(self) -> bytes | None:
+        """The 16-byte id consumers see (fork: internal id + trace id), when known."""
+        if self.internal_id is None:
+            return None
+        return _IDS.pack(self.internal_id, self.trace_id or 0)
+
+
+_IDS = struct.Struct(">QQ")
 
 
 def results_of(

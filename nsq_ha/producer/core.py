@@ -13,7 +13,7 @@ messages are written in call order even while a batch is retried; the unkeyed la
 round-robin, up to ``unkeyed_window`` unacknowledged commands per partition.
 
 Failures (§6.3): a lost leader, a lost connection or a timeout drops the connection, refreshes
-the lookup and tries the same batch again under the :class:`~nsq_ha.producer.policy.RetryPolicy`;
+the lookup and tries the same batch again under the :class:`~nsq_ha.producer.RetryPolicy`;
 one that outlasts it raises :class:`~nsq_ha.errors.PublishError` (``__cause__``: the last
 error); anything else is raised as it is. A batch nsqd refuses for one of its messages or its
 size is cut and sent again in parts (``producer/limits.py``). Topics unused for
@@ -33,18 +33,16 @@ from typing import Self, TypeVar, Unpack, cast
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, ProducerClosedError, PublishError
 from nsq_ha.lookup import LookupClient
-from nsq_ha.producer.activity import Activity
-from nsq_ha.producer.args import per_message, sequence_of
 from nsq_ha.producer.batch import (
     Outcome,
     Outcomes,
+    PublishResult,
     plain_size,
     prepare_batch,
     prepare_one,
 )
 from nsq_ha.producer.config import ProducerConfig, ProducerOptions
 from nsq_ha.producer.pool import ConnectionPool
-from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import ConnKey, Routes
 from nsq_ha.producer.sender import Sender
 from nsq_ha.producer.topic import SlotMemo, Topic
@@ -107,7 +105,7 @@ class Producer:
             unkeyed_window=settings.unkeyed_window,
             closing=self._closing_flag.is_set,
         )
-        self._activity = Activity()
+        self._activity = _Activity()
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = asyncio.Event()
@@ -260,9 +258,7 @@ class Producer:
         self, topic: str, messages: list[PublishMessage], sharding_keys: Sequence[ShardingKey]
     ) -> list[PublishResult]:
         """:meth:`publish_many` with a key per message: one lane submission per partition."""
-        keys = sequence_of(sharding_keys, "sharding_keys")
-        if len(keys) != len(messages):
-            raise ConfigError(f"sharding_keys has {len(keys)} entries for {len(messages)} bodies")
+        keys = per_message(sharding_keys, len(messages), "sharding_keys")
         validate_topic(topic)
         for key in keys:
             if key is None:
@@ -475,6 +471,54 @@ class Producer:
             self._topics.pop(name).close()
         if expired:
             log.debug("producer: %d idle topics freed", len(expired))
+
+
+class _Activity:
+    """Publish calls waiting outside a lane (a lookup, a DPUB, a keyed call's turn) between
+    entry and exit (``with activity:``); :meth:`wait_idle` waits until there are none."""
+
+    __slots__ = ("active", "waiters")
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.waiters: list[asyncio.Future[None]] = []
+
+    def __enter__(self) -> None:
+        self.active += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.active -= 1
+        if not self.active and self.waiters:
+            for waiter in self.waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self.waiters.clear()
+
+    async def wait_idle(self) -> None:
+        if self.active:
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            await waiter
+
+
+def sequence_of(values: Sequence[_T], what: str) -> list[_T]:
+    """``values`` as a list if it is a sequence (list, tuple, ...), else ConfigError."""
+    if isinstance(cast(object, values), str | bytes | bytearray | memoryview):
+        raise ConfigError(f"publish_many takes a sequence of {what}, not one value")
+    if not isinstance(cast(object, values), Sequence):
+        raise ConfigError(
+            f"publish_many takes a sequence (a list or tuple) of {what}, "
+            f"not a {type(values).__name__}"
+        )
+    return list(values)
+
+
+def per_message(values: Sequence[_T], count: int, what: str) -> list[_T]:
+    """One value per body, or ConfigError."""
+    checked = sequence_of(values, what)
+    if len(checked) != count:
+        raise ConfigError(f"{what} has {len(checked)} entries for {count} bodies")
+    return checked
 
 
 def sweep_interval(timeout: float) -> float:

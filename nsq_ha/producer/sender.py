@@ -2,7 +2,7 @@
 :class:`~nsq_ha.producer.batch.Call` (:meth:`Sender.submit`); a lane's tasks cut the queue into
 batches (group commit) and send each: one attempt first, outside any retry loop (a publish that
 succeeds builds none), then, after a retriable failure, :func:`nsq_ha.retry.retry_after` under
-the :class:`~nsq_ha.producer.policy.RetryPolicy`. A keyed lane has one batch out at a time, the
+the :class:`~nsq_ha.producer.RetryPolicy`. A keyed lane has one batch out at a time, the
 unkeyed lane several, each to the next partition, up to ``unkeyed_window`` per partition.
 """
 
@@ -27,6 +27,7 @@ from nsq_ha.producer.batch import (
     Call,
     Outcome,
     Outcomes,
+    PublishResult,
     Run,
     Same,
     batch_command,
@@ -39,11 +40,10 @@ from nsq_ha.producer.batch import (
     settle,
     take,
 )
+from nsq_ha.producer.config import RetryPolicy
 from nsq_ha.producer.limits import ServerLimits, split_batch, splits_batch
 from nsq_ha.producer.message import BatchBuilder
-from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.pool import ConnectionPool
-from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import ConnKey, Routes, check_features
 from nsq_ha.producer.topic import Lane, Topic, Window
 from nsq_ha.protocol.publish import Dpub, Publish, PublishMessage

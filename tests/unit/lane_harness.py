@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.producer.batch import Outcome, plain_size
+from nsq_ha.producer.config import RetryPolicy
 from nsq_ha.producer.message import BatchBuilder
-from nsq_ha.producer.policy import RetryPolicy
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import Routes
 from nsq_ha.producer.sender import Sender

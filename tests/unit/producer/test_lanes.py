@@ -11,9 +11,8 @@ from hypothesis import strategies as st
 from lane_harness import Lanes
 
 from nsq_ha.errors import PubFailedError
-from nsq_ha.producer.batch import Outcome, encode_batch, prepare_batch
+from nsq_ha.producer.batch import Outcome, PublishResult, encode_batch, prepare_batch
 from nsq_ha.producer.message import BatchBuilder
-from nsq_ha.producer.result import PublishResult
 from nsq_ha.producer.routes import Routes
 from nsq_ha.protocol.publish import PublishMessage
 
