@@ -111,7 +111,7 @@ class ConsumerConfig:
 
     Every duration is float seconds and must be finite and not negative (most must be above
     0); anything else raises :class:`~nsq_ha.errors.ConfigError` naming the option. Values are
-    normalized: ``nsqd`` becomes a tuple of distinct addresses, ``lookupd`` a tuple,
+    normalized: ``nsqd`` and ``lookupd`` become tuples of distinct addresses,
     ``partitions`` a frozenset, ``member`` a pair of ints, ``start`` ``"earliest"``,
     ``"latest"``, float Unix seconds or a dict, and every duration a float.
     """
@@ -176,18 +176,15 @@ class ConsumerConfig:
             )
         if self.msg_timeout is not None:
             put(self, "msg_timeout", seconds(self.msg_timeout, "msg_timeout"))
-        if self.lookupd is not None:
-            seeds = (self.lookupd,) if isinstance(self.lookupd, str) else tuple(self.lookupd)
-            if not seeds:
-                raise ConfigError("lookupd= needs at least one address")
-            put(self, "lookupd", seeds)
         if self.lookup is not None and not isinstance(self.lookup, LookupClient):
             raise ConfigError(f"lookup must be a LookupClient, got {self.lookup!r}")
-        if self.nsqd is not None:
-            addresses = [self.nsqd] if isinstance(self.nsqd, str) else list(self.nsqd)
-            if not addresses:
-                raise ConfigError("nsqd= needs at least one address")
-            put(self, "nsqd", tuple(dict.fromkeys(addresses)))
+        for name in ("lookupd", "nsqd"):
+            value = getattr(self, name)
+            if value is not None:
+                addresses = (value,) if isinstance(value, str) else tuple(value)
+                if not addresses:
+                    raise ConfigError(f"{name}= needs at least one address")
+                put(self, name, tuple(dict.fromkeys(addresses)))
         put(self, "partitions", _partitions(self.partitions))
         put(self, "member", _member(self.member))
         if self.member is not None and self.nsqd is not None:
@@ -259,7 +256,6 @@ class ConsumerOptions(TypedDict, total=False):
     max_reconnect_interval: float
 
 
-#: the names a Consumer takes as options
 _OPTION_NAMES = tuple(
     name for name in ConsumerConfig.__dataclass_fields__ if name not in ("topic", "channel")
 )

@@ -19,10 +19,11 @@ Rules (PROTOCOL.md §6.5 describes what the fork's SDKs and pynsq do; these are 
   most 1; :meth:`RdyPlanner.redistribute` (called periodically) takes RDY from connections idle
   for ``idle_timeout`` or holding it for ``hold_timeout`` while others wait, and gives the
   budget to the connections that have waited longest. Every partition gets its turn.
-* **Backoff.** :meth:`RdyPlanner.failure` raises the backoff level and sets every connection to
-  RDY 0; when the consumer's timer fires (:meth:`RdyPlanner.backoff_elapsed`) one connection
-  gets RDY 1 to test the waters, once nothing else is in flight. A success lowers the level (at
-  level 0 every connection is back to its share); a failure raises it again.
+* **Backoff.** A failed message raises the backoff level and sets every connection to RDY 0
+  (one delivered before, failing meanwhile, changes nothing); when the consumer's timer fires
+  (:meth:`RdyPlanner.backoff_elapsed`) one connection gets RDY 1 to test the waters, once
+  nothing else is in flight. A success lowers the level (at level 0 every connection is back to
+  its share); a failure raises it again.
 * ``max_in_flight == 0`` pauses everything; raising it again re-probes every connection.
 
 Ties between waiting connections go to the one that has waited longest (then the one added
@@ -159,15 +160,18 @@ class RdyPlanner:
     def done(self, key: Hashable, *, success: bool | None = None) -> dict[Hashable, int]:
         """A message of ``key`` was finished or requeued.
 
-        ``success`` feeds backoff: ``True`` lowers the level, ``False`` raises it (like
-        :meth:`failure`), ``None`` leaves it alone (a requeue without backoff).
+        ``success`` feeds backoff: ``True`` lowers the level, ``False`` raises it, ``None``
+        leaves it alone (a requeue without backoff).
         """
         changes: dict[Hashable, int] = {}
         conn = self.conns.get(key)
         if conn is not None and conn.in_flight > 0:
             conn.in_flight -= 1
         if success is False:
-            return self.failure()
+            if not self.blocked:  # then the consumer waits backoff(level): backoff_elapsed()
+                self.level = min(MAX_LEVEL, self.level + 1)
+                self._block(changes)
+            return changes
         if self._at_goals and self.level == 0:
             return changes  # the steady state: nothing to raise, so no work per message
         if success and self.level > 0 and not self.blocked:
@@ -178,19 +182,6 @@ class RdyPlanner:
             for c in self.conns.values():
                 c.got_message = True  # straight back to full shares
         return self._plan(changes)
-
-    def failure(self) -> dict[Hashable, int]:
-        """A message failed: raise the backoff level and stop every connection (RDY 0).
-
-        The consumer then waits ``backoff(level)`` and calls :meth:`backoff_elapsed`. A failure
-        while already waiting (a message that was in flight before) changes nothing.
-        """
-        changes: dict[Hashable, int] = {}
-        if self.blocked:
-            return changes
-        self.level = min(MAX_LEVEL, self.level + 1)
-        self._block(changes)
-        return changes
 
     def backoff_elapsed(self) -> dict[Hashable, int]:
         """The backoff wait is over: let one connection test the waters with RDY 1."""

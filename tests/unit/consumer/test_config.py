@@ -110,6 +110,9 @@ def test_config_normalizes_what_it_is_given() -> None:
     assert config.connection_config(extend_support=True).extend_support is True
     assert config.wants(1)
     assert not config.wants(0)
+    seeds = ConsumerConfig(topic="t", channel="c", lookupd=["http://a:1", "http://a:1"])
+    assert seeds.lookupd == ("http://a:1",)
+    assert ConsumerConfig(topic="t", channel="c", lookupd="http://a:1").lookupd == ("http://a:1",)
 
 
 @pytest.mark.parametrize(
