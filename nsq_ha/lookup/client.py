@@ -186,14 +186,12 @@ class LookupClient:
                 self._fetch(topic, access), name=f"nsq_ha-lookup-{topic}-{access}"
             )
             self._inflight[key] = task
-            task.add_done_callback(self._fetch_done)
+            task.add_done_callback(functools.partial(self._fetch_done, key))
         return await asyncio.shield(task)
 
-    def _fetch_done(self, task: asyncio.Task[PartitionMap]) -> None:
-        for key, t in list(self._inflight.items()):
-            if t is task:
-                del self._inflight[key]
-                self._uncached.discard(key)
+    def _fetch_done(self, key: tuple[str, Access], task: asyncio.Task[PartitionMap]) -> None:
+        del self._inflight[key]  # the only task of its key: none is made while it is listed
+        self._uncached.discard(key)
         if not task.cancelled():
             task.exception()  # retrieved here; every waiter re-raises it from the shield
 

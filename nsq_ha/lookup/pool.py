@@ -57,12 +57,12 @@ class LookupdHealth:
     def usable(self, now: float) -> bool:
         return now >= self.retry_at
 
-    def failed(self, reason: str, now: float, backoff: Backoff) -> None:
+    def failed(self, reason: str, backoff: Backoff) -> None:
         """Skip it for ``backoff``'s wait after this many failures in a row (logged)."""
         self.failures += 1
         self.reason = reason
         delay = backoff.delay(self.failures)
-        self.retry_at = now + delay
+        self.retry_at = time.monotonic() + delay
         what = f"nsqlookupd {self.endpoint.shown}"
         log_failure(log, what, self.failures, reason, delay, "until it answers again")
 
@@ -167,10 +167,9 @@ class LookupdPool:
                     self._http, state.endpoint, path, params, max_bytes=self.max_answer_bytes
                 )
         except TimeoutError:
-            self._mark_failed(state, f"did not answer {path} within {self.timeout:.1f} s")
-            raise LookupdUnavailableError(
-                f"nsqlookupd {shown} did not answer {path} within {self.timeout:.1f} s (timeout)"
-            ) from None
+            what = f"did not answer {path} within {self.timeout:.1f} s"
+            state.failed(what, self._backoff)
+            raise LookupdUnavailableError(f"nsqlookupd {shown} {what} (timeout)") from None
         except httpx.HTTPError as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             what = f"unreachable: {reason}"
@@ -180,11 +179,11 @@ class LookupdPool:
                     async with asyncio.timeout_at(deadline):
                         nsqd = await looks_like_nsqd(state.endpoint.url)
                 what = not_http(reason, nsqd)
-            self._mark_failed(state, what)
+            state.failed(what, self._backoff)
             raise LookupdUnavailableError(f"nsqlookupd {shown} {what}") from exc
         except RemoteProtocolError as exc:
             self.answered = True  # an HTTP answer, refused for its size or encoding
-            self._mark_failed(state, str(exc))
+            state.failed(str(exc), self._backoff)
             raise
         self.answered = True
         if answer.status < 500:
@@ -192,11 +191,8 @@ class LookupdPool:
         try:
             return parse(unwrap(answer.status, answer.headers, answer.body, shown + path))
         except RemoteProtocolError as exc:
-            self._mark_failed(state, str(exc))
+            state.failed(str(exc), self._backoff)
             raise
-
-    def _mark_failed(self, state: LookupdHealth, reason: str) -> None:
-        state.failed(reason, time.monotonic(), self._backoff)
 
     def _usable(self) -> list[LookupdHealth]:
         now = time.monotonic()
