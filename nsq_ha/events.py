@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 __all__ = [
     "Event",
@@ -133,7 +133,7 @@ class MessageGaveUp:
 Event = LeaderChanged | Reconnecting | PublishGaveUp | MessageGaveUp
 Listener = Callable[[Event], object]
 
-_ALL: tuple[type[Event], ...] = (LeaderChanged, Reconnecting, PublishGaveUp, MessageGaveUp)
+_ALL: tuple[type[Event], ...] = get_args(Event)
 
 #: (listener, the kinds it wants); a new list on every change, so emit() iterates a snapshot
 _listeners: list[tuple[Listener, tuple[type[Event], ...]]] = []

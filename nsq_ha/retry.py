@@ -115,9 +115,6 @@ def retriable(exc: BaseException) -> bool:
     return decide(exc).retry
 
 
-# -- the waits -------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backoff:
     """The waits of one kind of retry: ``initial`` seconds after the first failure, doubling
@@ -163,9 +160,6 @@ RECONNECT = Backoff(initial=1.0, cap=30.0, jitter=0.5)
 #: A failing nsqlookupd, skipped while another may be asked (``LookupClient``'s
 #: ``max_backoff``): it is asked again at least once per refresh interval, the same cap.
 LOOKUPD = Backoff(initial=0.5, cap=30.0, jitter=0.5)
-
-
-# -- the loop --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
