@@ -98,8 +98,6 @@ class Consumer:
             f"received={self._tally.total('received')}>"
         )
 
-    # -- options ------------------------------------------------------------------------------
-
     @property
     def config(self) -> ConsumerConfig:
         """Every option of this consumer (``consumer.config.drain_timeout``, ...)."""
@@ -114,8 +112,6 @@ class Consumer:
     def channel(self) -> str:
         """The channel."""
         return self._config.channel
-
-    # -- public state -------------------------------------------------------------------------
 
     @property
     def max_in_flight(self) -> int:
@@ -171,8 +167,6 @@ class Consumer:
         totals["partitions"] = per
         return totals
 
-    # -- lifecycle ----------------------------------------------------------------------------
-
     async def __aenter__(self) -> Self:
         await self.start()
         return self
@@ -201,8 +195,6 @@ class Consumer:
             await self.close()
             raise
 
-    # -- handing messages out -----------------------------------------------------------------
-
     def __aiter__(self) -> Self:
         """``async for message in consumer``: answer each message yourself."""
         return self
@@ -216,12 +208,10 @@ class Consumer:
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message, or ``None`` once the consumer is closing (or after ``timeout``).
 
-        On an ordered subscription a partition's next message, or a copy nsqd delivers again
-        (after ``msg_timeout``, a requeue or a leader move), is handed out only once the
-        partition's previous message handed out is done with: answered (finish/requeue), or
-        the task that got it asked for another message, or that task ended. So one ``async for``
-        loop handles each partition in order, and several concurrent loops never handle two
-        messages of one partition at once (until the first is answered).
+        On an ordered subscription a partition's next message (or a copy: see the class) is
+        handed out once the previous one is done with: answered, or the task that got it asked
+        for another message, or that task ended. So one ``async for`` loop handles each
+        partition in order, and concurrent loops never handle two of one partition at once.
         """
         if timeout is not None:  # no limit (async for): nothing to check per message
             timeout = optional_seconds(timeout, "timeout")
@@ -348,8 +338,6 @@ class Consumer:
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
-    # -- seeking ------------------------------------------------------------------------------
-
     async def seek(
         self,
         partition: int | None = None,
@@ -390,8 +378,6 @@ class Consumer:
         async with nsqd_admin(node.http_url) as nsqd:
             await move(nsqd, self.topic, self.channel, partition, position)
         log.info("%s/%s partition %d: seek to %s", self.topic, self.channel, partition, position)
-
-    # -- closing ------------------------------------------------------------------------------
 
     async def close(self, *, drain_timeout: float | None = None) -> None:
         """Stop consuming without leaving anything in flight on nsqd.

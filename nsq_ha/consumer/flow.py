@@ -56,8 +56,6 @@ class Flow:
     def __repr__(self) -> str:
         return f"<Flow {self._name} {self.planner!r}>"
 
-    # -- changes ------------------------------------------------------------------------------
-
     def start(self) -> None:
         """Start the periodic redistribution (once, before :meth:`stop`; on the running loop)."""
         self._redistributor = asyncio.get_running_loop().create_task(
@@ -89,8 +87,6 @@ class Flow:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         self.apply(self.planner.stop())
-
-    # -- sending ------------------------------------------------------------------------------
 
     def apply(self, changes: dict[Hashable, int]) -> None:
         """Send the RDY changes; start a backoff wait when the planner blocked."""

@@ -121,15 +121,15 @@ class Claims:
         held = self._by_task.get(task)
         if held is None:
             self._by_task[task] = [message]
-            task.add_done_callback(self._task_done)
+            task.add_done_callback(self.drop)
         else:
             held.append(message)
 
     def drop(self, task: asyncio.Task[Any]) -> None:
-        """``task`` is done with the messages it got last, if any."""
+        """``task`` asked again, or ended: it is done with the messages it got last."""
         held = self._by_task.pop(task, None)
         if held is not None:
-            task.remove_done_callback(self._task_done)
+            task.remove_done_callback(self.drop)
             for message in held:
                 self._release(message)
 
@@ -140,19 +140,15 @@ class Claims:
                 held.remove(message)
                 if not held:
                     del self._by_task[task]
-                    task.remove_done_callback(self._task_done)
+                    task.remove_done_callback(self.drop)
                 self._release(message)
                 return
 
     def clear(self) -> None:
         """Forget every claim (closing), releasing nothing."""
         for task in self._by_task:
-            task.remove_done_callback(self._task_done)
+            task.remove_done_callback(self.drop)
         self._by_task.clear()
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        for message in self._by_task.pop(task, ()):
-            self._release(message)
 
 
 class Intake:
@@ -195,8 +191,6 @@ class Intake:
     def queued(self) -> int:
         """Messages waiting to be handed out (in the queue, or behind their partition's)."""
         return len(self._items) - (1 if self._stopped else 0) + self._gate.waiting
-
-    # -- in -----------------------------------------------------------------------------------
 
     def _put(self, item: Message | None) -> None:
         self._items.append(item)
@@ -289,8 +283,6 @@ class Intake:
         """An ordered message was finished or requeued: whoever got it is done with it."""
         if self._claims:
             self._claims.answered(message)
-
-    # -- out ----------------------------------------------------------------------------------
 
     def _usable(self, item: Message | None) -> bool:
         """True for a message still to answer, and for the closing marker (kept queued for the
@@ -391,8 +383,6 @@ class Intake:
             for message in held:
                 self._claims.add(task, message)
         return batch
-
-    # -- closing ------------------------------------------------------------------------------
 
     def stop(self) -> int:
         """Closing: requeue everything not handed out yet; readers get ``None`` from now on.

@@ -76,8 +76,6 @@ class Message:
             f"{len(self.body)}B {state}>"
         )
 
-    # -- what was delivered -------------------------------------------------------------------
-
     @property
     def body(self) -> bytes:
         """The message body."""
@@ -183,8 +181,6 @@ class Message:
         """True once finished, requeued or abandoned."""
         return self.outcome is not None
 
-    # -- answers ------------------------------------------------------------------------------
-
     def check_answerable(self, action: str) -> None:
         """Raise what ``action`` (finish, requeue, touch) would meet now: MessageConnectionGoneError
         once the delivering connection went away, MessageAlreadyRespondedError once answered."""
@@ -212,9 +208,8 @@ class Message:
     async def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
         """Give the message back for redelivery after ``delay`` seconds.
 
-        ``delay=None`` uses the consumer's requeue policy. On ordered channels nsqd ignores a
-        delay (the message would come back only after ``msg_timeout``), so the consumer sends
-        0 there and logs that it did. ``backoff=True`` counts as a failure for the consumer's
+        ``delay=None`` uses the consumer's ``requeue_delay``; ordered channels requeue with 0
+        (see ``requeue_delay``). ``backoff=True`` counts as a failure for the consumer's
         backoff (every connection pauses); ``False`` requeues quietly.
 
         A ``delay`` that is not a finite number of seconds in ``0 ..``

@@ -98,8 +98,6 @@ class RdyPlanner:
         #: the last plan left every connection at its goal: a finished message changes nothing
         self._at_goals = False
 
-    # -- views --------------------------------------------------------------------------------
-
     def __repr__(self) -> str:
         states = " ".join(f"{c.key}={c.rdy}/{c.in_flight}" for c in self.conns.values())
         return (
@@ -122,8 +120,6 @@ class RdyPlanner:
             c.in_flight > 0 and c.in_flight >= max(1.0, c.rdy * STARVED_RATIO)
             for c in self.conns.values()
         )
-
-    # -- events -------------------------------------------------------------------------------
 
     def add(
         self, key: Hashable, *, max_rdy: int = DEFAULT_MAX_RDY, cap: int | None = None
@@ -228,8 +224,6 @@ class RdyPlanner:
         for c in self.conns.values():
             self._set(c, 0, changes)
         return changes
-
-    # -- planning -----------------------------------------------------------------------------
 
     def _longest_waiting(self, candidates: Iterable[ConnRdy]) -> list[ConnRdy]:
         # sorted() is stable and candidates come in the order added: ties go to the oldest

@@ -128,8 +128,6 @@ class Slot:
         part = "-" if self.partition is None else self.partition
         return f"<slot {self.topic}/{part}@{self.address} held={len(self.held)}>"
 
-    # -- from the connection's read loop (never blocks) ---------------------------------------
-
     def on_message(self, decoded: DecodedMessage) -> None:
         """A message arrived: hold it and hand it on."""
         message = Message(decoded, self)
@@ -147,8 +145,6 @@ class Slot:
             log.warning("%s: %s (it timed out on nsqd or went to another consumer)", self, error)
         else:
             log.warning("%s: %s", self, error)
-
-    # -- answers (the Message owner protocol) --------------------------------------------------
 
     def finish(self, message: Message) -> None:
         self._answer(message, Outcome.FINISHED, success=True, delay=0.0)
@@ -219,8 +215,6 @@ class Slot:
             "it is gone; nsqd redelivers the message after its msg_timeout"
         )
 
-    # -- the in-flight count ------------------------------------------------------------------
-
     def _hold(self, message: Message) -> None:
         self.held[message.id] = message
         self.counts["received"] += 1
@@ -249,8 +243,6 @@ class Slot:
                 self.counts["abandoned"] += 1
         self.held.clear()
         self.ctx.held_changed.set()
-
-    # -- closing ------------------------------------------------------------------------------
 
     async def drain(self, timeout: float) -> None:  # noqa: ASYNC109 - the drain limit
         """Stop delivery, give handlers ``timeout`` s to answer what is held, then close."""
