@@ -230,42 +230,42 @@ class Intake:
         self._put(message)
 
     async def _give_up(self, slot: Slot, message: Message) -> None:
-        try:
-            slot.counts["given_up"] += 1
-            events.emit(
-                events.MessageGaveUp(
-                    topic=slot.topic,
-                    channel=slot.channel,
-                    partition=slot.partition,
-                    message_id=message.id.hex(),
-                    attempts=message.attempts,
-                    max_attempts=self.max_attempts,
-                )
+        slot.counts["given_up"] += 1
+        events.emit(
+            events.MessageGaveUp(
+                topic=slot.topic,
+                channel=slot.channel,
+                partition=slot.partition,
+                message_id=message.id.hex(),
+                attempts=message.attempts,
+                max_attempts=self.max_attempts,
             )
-            try:
-                if self.on_give_up is None:
-                    log.warning(
-                        "giving up on %r after %d attempts (max_attempts %d): finishing it",
-                        message,
-                        message.attempts,
-                        self.max_attempts,
-                    )
-                else:
-                    result = self.on_give_up(message)
-                    if inspect.isawaitable(result):
-                        await result
-            except BaseException as exc:  # sys.exit() in on_give_up must not hold the message
-                _report_give_up(message, exc)
-                if not message.responded:
-                    with contextlib.suppress(MessageResponseError):
-                        slot.requeue(message, None, False)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                return
+        )
+        failed = False
+        try:
+            if self.on_give_up is None:
+                log.warning(
+                    "giving up on %r after %d attempts (max_attempts %d): finishing it",
+                    message,
+                    message.attempts,
+                    self.max_attempts,
+                )
+            else:
+                result = self.on_give_up(message)
+                if inspect.isawaitable(result):
+                    await result
+        except BaseException as exc:  # sys.exit() in on_give_up must not hold the message
+            failed = True
+            _report_give_up(message, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
             if not message.responded:
                 with contextlib.suppress(MessageResponseError):
-                    slot.finish(message)
-        finally:
+                    if failed:
+                        slot.requeue(message, None, False)
+                    else:
+                        slot.finish(message)
             if message.ordered:
                 self.release(message)
 
