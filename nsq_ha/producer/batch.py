@@ -1,7 +1,7 @@
 """Publish batches without I/O: a call's messages prepared (:func:`prepare_one`,
 :func:`prepare_batch`), queued on a lane as one :class:`Call`, cut into batches (:func:`take`),
-each made one command (:func:`encode_batch`), whose answer gives one receipt per message
-(:func:`receipts_from_answer`) and the callers their outcomes (:func:`settle`). The command:
+each made one command (:func:`batch_command`), whose answer gives one result per message
+(:func:`results_from_answer`) and the callers their outcomes (:func:`settle`). The command:
 
 ========================  ===========================  ===========================
 messages                  one message                  several messages
@@ -18,23 +18,21 @@ import asyncio
 import functools
 import itertools
 import operator
-import struct
 import sys
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final, NamedTuple, TypeAlias, cast
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.producer.message import (
-    PLAIN_RECEIPT,
     BatchBuilder,
-    Receipt,
+    PublishResult,
+    Where,
     derive_batch,
     prepare_message,
 )
 from nsq_ha.protocol.frames import OK
-from nsq_ha.protocol.publish import ExtHeader, Publish, PublishMessage
+from nsq_ha.protocol.publish import ExtHeader, PublishMessage
 from nsq_ha.protocol.trace import parse_traced_response
 
 _NO_LIMIT = float("inf")
@@ -112,7 +110,7 @@ _IS_NONE = functools.partial(operator.is_, None)
 
 
 def batch_command(messages: Sequence[PublishMessage], *, tracing: bool = False) -> bytes:
-    """The command :func:`encode_batch` sends for ``messages``: ``b"PUB"``, ``b"MPUB_TRACE"``..."""
+    """The command that carries ``messages``: ``b"PUB"``, ``b"MPUB_TRACE"``... (the table)."""
     if not messages:
         raise InvalidArgumentError("a publish needs at least one message")
     has_ext, traced = False, tracing
@@ -130,39 +128,20 @@ def batch_command(messages: Sequence[PublishMessage], *, tracing: bool = False) 
     return b"PUB" if single else b"MPUB"
 
 
-def encode_batch(
-    topic: str,
-    partition: int | None,
-    messages: Sequence[PublishMessage],
-    *,
-    tracing: bool = False,
-    max_msg_size: int | None = None,
-    max_body_size: int | None = None,
-    name: bytes | None = None,
-) -> Publish:
-    """The one publish command of ``messages`` (see the table in the module docstring), sizes
-    checked against the limits when it is encoded. ``name``: what :func:`batch_command`
-    returns for them, when the caller has it already."""
-    name = name or batch_command(messages, tracing=tracing)
-    return Publish(name, topic, partition, messages, max_msg_size, max_body_size)
-
-
-def receipts_from_answer(
+def results_from_answer(
     answer: bytes,
     messages: Sequence[PublishMessage],
-    *,
-    tracing: bool = False,
+    name: bytes,
+    where: Where,
     ext_topic: bool | None = None,
-    name: bytes | None = None,
-) -> list[Receipt]:
-    """One receipt per message from nsqd's answer to :func:`encode_batch`'s command.
+) -> list[PublishResult]:
+    """One result per message from nsqd's answer to the ``name`` command carrying ``messages``
+    (``where``: the results' topic, partition, address and attempts).
 
     An answer of the wrong shape (``OK`` where a traced answer is due, a traced answer to a
     plain publish, a trace id that is not the one sent) raises RemoteProtocolError.
     ``ext_topic`` (``None``: unknown) chooses the record layout for ``MPUB_TRACE`` batches.
-    ``name``: the batch's command, when the caller has it already.
     """
-    name = name or batch_command(messages, tracing=tracing)
     traced = name in (b"PUB_TRACE", b"MPUB_TRACE")
     if not traced and not (name == b"PUB_EXT" and messages[0].trace_id is not None):
         if answer != OK:
@@ -170,8 +149,8 @@ def receipts_from_answer(
                 f"nsqd answered {bytes(answer[:40])!r} to {name.decode()}, which is answered OK"
             )
         if name in (b"PUB", b"MPUB") or all(m.trace_id is None for m in messages):
-            return [PLAIN_RECEIPT] * len(messages)
-        return [Receipt(trace_id=m.trace_id) for m in messages]
+            return [PublishResult(*where)] * len(messages)  # immutable: one for all
+        return [PublishResult(*where, None, m.trace_id) for m in messages]
     response = parse_traced_response(answer)
     if name != b"MPUB_TRACE":
         sent = messages[0].trace_id or 0
@@ -180,60 +159,10 @@ def receipts_from_answer(
                 f"nsqd echoed trace id {response.trace_id} for a {name.decode()} "
                 f"sent with trace id {sent}"
             )
-        return [Receipt(response.internal_id, sent, response.offset, response.raw_size)]
-    return derive_batch(response, messages, ext_topic)
-
-
-@dataclass(frozen=True, slots=True)
-class PublishResult:
-    """Where a message went and what nsqd said about it.
-
-    ``partition`` is ``None`` on vanilla nsqd. ``internal_id``, ``offset`` and ``raw_size``
-    are known for traced publishes on the fork (``trace_id=``, a ``##trace_id`` header, or a
-    producer created with ``trace=True``); ``trace_id`` is the one sent.
-    """
-
-    topic: str
-    partition: int | None
-    address: str
-    attempts: int
-    internal_id: int | None = None
-    trace_id: int | None = None
-    offset: int | None = None
-    raw_size: int | None = None
-
-    @property
-    def message_id(self) -> bytes | None:
-        """The 16-byte id consumers see (fork: internal id + trace id), when known."""
-        if self.internal_id is None:
-            return None
-        return _IDS.pack(self.internal_id, self.trace_id or 0)
-
-
-_IDS = struct.Struct(">QQ")
-
-
-def results_of(
-    topic: str, partition: int | None, address: str, attempts: int, receipts: Sequence[Receipt]
-) -> list[PublishResult]:
-    """One result per receipt; neighbours answered by the same receipt share one (immutable)
-    result, so a plain ``OK`` for a thousand messages builds one object."""
-    results: list[PublishResult] = []
-    for _, run in itertools.groupby(receipts, id):
-        same = list(run)
-        receipt = same[0]
-        result = PublishResult(
-            topic,
-            partition,
-            address,
-            attempts,
-            receipt.internal_id,
-            receipt.trace_id,
-            receipt.offset,
-            receipt.raw_size,
-        )
-        results += [result] * len(same)
-    return results
+        return [
+            PublishResult(*where, response.internal_id, sent, response.offset, response.raw_size)
+        ]
+    return derive_batch(response, messages, ext_topic, where)
 
 
 # -- publish calls waiting for batches (a topic's lanes queue them) ----------------------

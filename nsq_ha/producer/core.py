@@ -1,24 +1,6 @@
-"""The asyncio producer: partition-aware, ordered per key, retried through leader changes.
-
-Routing (PROTOCOL.md §6.2): a ``sharding_key`` picks the partition with the producer's strategy
-over ``meta.partition_num`` (only lookupd's ``meta`` gives the count: until it is known keyed
-publishes wait), an explicit ``partition`` is used as given, and such messages are never
-rerouted; other messages go round-robin over the writable partitions. On vanilla nsqd the
-"partitions" are the nsqd nodes. A fork nsqd given as an ``nsqd=`` address refuses keyed
-publishes (UnsupportedByServerError before anything is sent).
-
-Order: every publish waits in the *lane* of its (topic, partition), or in the topic's unkeyed
-lane (``producer/sender.py``). A keyed lane has at most one batch unacknowledged, so a key's
-messages are written in call order even while a batch is retried; the unkeyed lane sends
-round-robin, up to ``unkeyed_window`` unacknowledged commands per partition.
-
-Failures (§6.3): a lost leader, a lost connection or a timeout drops the connection, refreshes
-the lookup and tries the same batch again under the :class:`~nsq_ha.producer.RetryPolicy`;
-one that outlasts it raises :class:`~nsq_ha.errors.PublishError` (``__cause__``: the last
-error); anything else is raised as it is. A batch nsqd refuses for one of its messages or its
-size is cut and sent again in parts (``producer/limits.py``). Topics unused for
-``topic_idle_timeout`` seconds are freed.
-"""
+"""The asyncio producer's API (:class:`Producer`): it checks a call, routes it through its
+:class:`~nsq_ha.producer.topic.Topic` and queues it on the :class:`~nsq_ha.producer.sender.Sender`
+(order and retries are theirs); it closes and frees idle topics."""
 
 from __future__ import annotations
 
@@ -36,12 +18,12 @@ from nsq_ha.lookup import LookupClient
 from nsq_ha.producer.batch import (
     Outcome,
     Outcomes,
-    PublishResult,
     plain_size,
     prepare_batch,
     prepare_one,
 )
 from nsq_ha.producer.config import ProducerConfig, ProducerOptions
+from nsq_ha.producer.message import PublishResult
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import ConnKey, Routes
 from nsq_ha.producer.sender import Sender
@@ -89,22 +71,11 @@ class Producer:
             ("published", "commands", "retries", "connections", "lookups_forced", "batches_split"),
             0,
         )
-        self._closing_flag = asyncio.Event()  # set by close(); the pieces read is_set()
+        self._closing_flag = asyncio.Event()  # set by close(); the sender reads is_set()
         self._pool = ConnectionPool(settings.connection, self.stats)
         self._memo = SlotMemo(settings.strategy)
-        #: every topic in use -> all this producer keeps for it
         self._topics: dict[str, Topic] = {}
-        self._sender = Sender(
-            pool=self._pool,
-            config=settings.connection,
-            policy=settings.retry,
-            stats=self.stats,
-            trace=settings.trace,
-            max_batch=settings.max_batch,
-            linger=settings.linger,
-            unkeyed_window=settings.unkeyed_window,
-            closing=self._closing_flag.is_set,
-        )
+        self._sender = Sender(settings, self._pool, self.stats, self._closing_flag.is_set)
         self._activity = _Activity()
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
@@ -441,7 +412,7 @@ class Producer:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            idle = loop.create_task(self._activity.wait_idle())
+            idle = loop.create_task(self._activity.idle.wait())
             await asyncio.wait([*tasks, idle], timeout=remaining)  # all done, or the time
             idle.cancel()
 
@@ -449,7 +420,8 @@ class Producer:
         """Start the task that frees idle topics (once, on the loop of the first publish); it
         holds the producer weakly, so a producer dropped without close() can still be freed."""
         if self._sweeper is None and not self._closing:
-            interval = sweep_interval(self._config.topic_idle_timeout)
+            # a topic is freed within 1.5 x the timeout of its last use; looked for every minute
+            interval = min(self._config.topic_idle_timeout / 2, 60.0)
             self._sweeper = asyncio.get_running_loop().create_task(
                 _sweep(weakref.ref(self), interval), name="nsq_ha-producer-idle-topics"
             )
@@ -474,31 +446,24 @@ class Producer:
 
 
 class _Activity:
-    """Publish calls waiting outside a lane (a lookup, a DPUB, a keyed call's turn) between
-    entry and exit (``with activity:``); :meth:`wait_idle` waits until there are none."""
+    """Publish calls waiting outside a lane (a lookup, a DPUB, a keyed call's turn), counted
+    between entry and exit (``with activity:``); ``idle`` is set while there are none."""
 
-    __slots__ = ("active", "waiters")
+    __slots__ = ("active", "idle")
 
     def __init__(self) -> None:
         self.active = 0
-        self.waiters: list[asyncio.Future[None]] = []
+        self.idle = asyncio.Event()
+        self.idle.set()
 
     def __enter__(self) -> None:
         self.active += 1
+        self.idle.clear()
 
     def __exit__(self, *exc_info: object) -> None:
         self.active -= 1
-        if not self.active and self.waiters:
-            for waiter in self.waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-            self.waiters.clear()
-
-    async def wait_idle(self) -> None:
-        if self.active:
-            waiter = asyncio.get_running_loop().create_future()
-            self.waiters.append(waiter)
-            await waiter
+        if not self.active:
+            self.idle.set()
 
 
 def sequence_of(values: Sequence[_T], what: str) -> list[_T]:
@@ -519,12 +484,6 @@ def per_message(values: Sequence[_T], count: int, what: str) -> list[_T]:
     if len(checked) != count:
         raise ConfigError(f"{what} has {len(checked)} entries for {count} bodies")
     return checked
-
-
-def sweep_interval(timeout: float) -> float:
-    """How often to look for idle topics: a topic is freed within 1.5 x ``timeout`` of its
-    last use, and looked for at least every minute."""
-    return min(timeout / 2, 60.0)
 
 
 def _failure(topic: str, outcomes: Sequence[Outcome | None]) -> BaseException:

@@ -1,7 +1,7 @@
 """What only traced, ext or over-limit messages need (a plain message takes
 :mod:`nsq_ha.producer.batch`'s fast path): their validation (:func:`prepare_message`), their
 encoded and stored sizes, the rules that cut their batches (:class:`BatchBuilder`), and the
-:class:`Receipt` nsqd's answer gives each message.
+:class:`PublishResult` a publish returns.
 
 For ``MPUB_TRACE`` nsqd reports only the first message's id and offset and the batch's total
 size; the others follow from the stored record layout (PROTOCOL.md §4.6: ids are consecutive,
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -195,42 +196,62 @@ def record_size(msg: PublishMessage, *, ext_topic: bool) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Receipt:
-    """What nsqd told about one published message (all ``None`` for a plain ``OK``)."""
+class PublishResult:
+    """Where a message went and what nsqd said about it.
 
+    ``partition`` is ``None`` on vanilla nsqd. ``internal_id``, ``offset`` and ``raw_size``
+    are known for traced publishes on the fork (``trace_id=``, a ``##trace_id`` header, or a
+    producer created with ``trace=True``); ``trace_id`` is the one sent.
+    """
+
+    topic: str
+    partition: int | None
+    address: str
+    attempts: int
     internal_id: int | None = None
     trace_id: int | None = None
     offset: int | None = None
     raw_size: int | None = None
 
+    @property
+    def message_id(self) -> bytes | None:
+        """The 16-byte id consumers see (fork: internal id + trace id), when known."""
+        if self.internal_id is None:
+            return None
+        return _IDS.pack(self.internal_id, self.trace_id or 0)
 
-#: the receipt of every message answered by a plain ``OK`` (immutable, so shared)
-PLAIN_RECEIPT = Receipt()
+
+_IDS = struct.Struct(">QQ")
+
+#: where a batch went: a :class:`PublishResult`'s first four fields
+Where = tuple[str, int | None, str, int]
 
 
 def derive_batch(
-    response: TracedResponse, messages: Sequence[PublishMessage], ext_topic: bool | None
-) -> list[Receipt]:
-    """Per-message receipts of an MPUB_TRACE from its single answer (see module docstring)."""
+    response: TracedResponse,
+    messages: Sequence[PublishMessage],
+    ext_topic: bool | None,
+    where: Where,
+) -> list[PublishResult]:
+    """Per-message results of an MPUB_TRACE from its single answer (see module docstring)."""
     if response.trace_id != 0:
         raise RemoteProtocolError(f"MPUB_TRACE answered with trace id {response.trace_id}, not 0")
     layouts = [False, True] if ext_topic is None else [ext_topic]
     for layout in layouts:
         sizes = [record_size(m, ext_topic=layout) for m in messages]
         if sum(sizes) == response.raw_size:
-            receipts: list[Receipt] = []
+            results: list[PublishResult] = []
             offset = response.offset
             for index, (msg, size) in enumerate(zip(messages, sizes, strict=True)):
-                receipts.append(
-                    Receipt(response.internal_id + index, msg.trace_id or 0, offset, size)
-                )
+                internal_id = response.internal_id + index
+                results.append(PublishResult(*where, internal_id, msg.trace_id or 0, offset, size))
                 offset += size
-            return receipts
+            return results
     log.warning(
         "MPUB_TRACE of %d messages: nsqd reported %d bytes, which no known record layout gives; "
         "only the first message's id and offset are known",
         len(messages),
         response.raw_size,
     )
-    first = Receipt(response.internal_id, messages[0].trace_id or 0, response.offset, None)
-    return [first] + [Receipt(trace_id=m.trace_id or 0) for m in messages[1:]]
+    first = PublishResult(*where, response.internal_id, messages[0].trace_id or 0, response.offset)
+    return [first] + [PublishResult(*where, None, m.trace_id or 0) for m in messages[1:]]

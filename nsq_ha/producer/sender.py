@@ -2,8 +2,7 @@
 :class:`~nsq_ha.producer.batch.Call` (:meth:`Sender.submit`); a lane's tasks cut the queue into
 batches (group commit) and send each: one attempt first, outside any retry loop (a publish that
 succeeds builds none), then, after a retriable failure, :func:`nsq_ha.retry.retry_after` under
-the :class:`~nsq_ha.producer.RetryPolicy`. A keyed lane has one batch out at a time, the
-unkeyed lane several, each to the next partition, up to ``unkeyed_window`` per partition.
+the :class:`~nsq_ha.producer.RetryPolicy`.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, Literal, TypeVar, cast
 
 from nsq_ha import events
-from nsq_ha.connection import ConnectionConfig
 from nsq_ha.errors import (
     NsqError,
     PartitionNotAvailableError,
@@ -27,22 +25,19 @@ from nsq_ha.producer.batch import (
     Call,
     Outcome,
     Outcomes,
-    PublishResult,
     Run,
     Same,
     batch_command,
-    encode_batch,
     fail,
     live,
     messages_of,
-    receipts_from_answer,
-    results_of,
+    results_from_answer,
     settle,
     take,
 )
-from nsq_ha.producer.config import RetryPolicy
+from nsq_ha.producer.config import ProducerConfig
 from nsq_ha.producer.limits import ServerLimits, split_batch, splits_batch
-from nsq_ha.producer.message import BatchBuilder
+from nsq_ha.producer.message import BatchBuilder, PublishResult
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import ConnKey, Routes, check_features
 from nsq_ha.producer.topic import Lane, Topic, Window
@@ -56,13 +51,9 @@ _T = TypeVar("_T")
 
 
 class Sender:
-    """Sends the batches of one producer: :meth:`submit` queues a call on its lane, the lane's
-    tasks send its batches (:meth:`send_batch`), and :meth:`send` retries :meth:`attempt`.
-
-    ``closing()`` says the producer is closing (no forced lookups then); once
-    ``pool.aborting`` is set, a retriable failure ends as PublishError ("closed before nsqd
-    acknowledged") instead of another try. ``limits`` holds the size limits nsqd named in its
-    refusals.
+    """Sends the batches of one producer. ``closing()`` says the producer is closing (no forced
+    lookups then); once ``pool.aborting`` is set, a retriable failure ends as PublishError
+    ("closed before nsqd acknowledged") instead of another try.
 
     Logging: a retry loop's first failure is a warning, unless a loop for the same target (a
     topic's lookup, its unkeyed batches, or one slot) already warned in the same streak; later
@@ -85,26 +76,22 @@ class Sender:
 
     def __init__(
         self,
-        *,
+        settings: ProducerConfig,
         pool: ConnectionPool,
-        config: ConnectionConfig,
-        policy: RetryPolicy,
         stats: MutableMapping[str, int],
-        trace: bool,
-        max_batch: int,
-        linger: float,
-        unkeyed_window: int,
         closing: Callable[[], bool],
     ) -> None:
         self.pool = pool
-        self.config = config
-        self.policy = policy
+        self.config = config = settings.connection
+        self.policy = settings.retry
         self.stats = stats
-        self.trace = trace
-        self.max_batch = max_batch
-        self.linger = linger
-        self.unkeyed_window = unkeyed_window
+        # read on every batch: attributes of their own, not through ``settings``
+        self.trace = settings.trace
+        self.max_batch = settings.max_batch
+        self.linger = settings.linger
+        self.unkeyed_window = settings.unkeyed_window
         self.closing = closing
+        #: the size limits nsqd named in its refusals
         self.limits = ServerLimits(
             max_msg_size=config.max_msg_size, max_body_size=config.max_body_size
         )
@@ -447,25 +434,25 @@ class Sender:
                 if defer is not None:
                     request = Dpub(name, messages[0].body, defer)
                 else:
-                    request = encode_batch(
+                    config = self.config
+                    request = Publish(
+                        command,
                         name,
                         partition,
                         messages,
-                        max_msg_size=self.config.max_msg_size,
-                        max_body_size=self.config.max_body_size,
-                        name=command,
+                        config.max_msg_size,
+                        config.max_body_size,
                     )
                 self.stats["commands"] += 1
                 answer = await conn.command(request, response_timeout=self.policy.attempt_timeout)
-                receipts = receipts_from_answer(
-                    answer, messages, tracing=tracing, ext_topic=routes.ext, name=command
-                )
+                where = (name, partition, address, attempts)
+                results = results_from_answer(answer, messages, command, where, routes.ext)
         except NsqError as exc:
             self.limits.learn(address, exc)
             await self._after_failure(topic, key, exc, attempts)
             raise
         self.stats["published"] += len(messages)
-        return results_of(name, partition, address, attempts, receipts)
+        return results
 
     async def _after_failure(
         self, topic: Topic, key: ConnKey | None, exc: BaseException, attempts: int = 1

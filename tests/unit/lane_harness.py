@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.producer.batch import Outcome, plain_size
-from nsq_ha.producer.config import RetryPolicy
+from nsq_ha.producer.config import ProducerConfig
 from nsq_ha.producer.message import BatchBuilder
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import Routes
@@ -32,17 +32,10 @@ class _Sender(Sender):
         linger: float,
         max_batch: int,
     ) -> None:
-        super().__init__(
-            pool=ConnectionPool(ConnectionConfig(), {}),
-            config=ConnectionConfig(),
-            policy=RetryPolicy(),
-            stats={},
-            trace=False,
-            max_batch=max_batch,
-            linger=linger,
-            unkeyed_window=1,
-            closing=lambda: False,
+        settings = ProducerConfig(
+            nsqd=("127.0.0.1:1",), max_batch=max_batch, linger=linger, unkeyed_window=1
         )
+        super().__init__(settings, ConnectionPool(ConnectionConfig(), {}), {}, lambda: False)
         self.send = send  # type: ignore[method-assign, assignment]
         self.make_builder = make_builder
 

@@ -1,4 +1,4 @@
-"""The producer's pure batching core: validation, batch forming, commands and receipts.
+"""The producer's pure batching core: validation, batch forming, commands and results.
 
 Sizes and offsets are PROTOCOL.md's numbers measured on nsqd 0.3.7-HA.1.13.0 (§2.16, §4.6).
 """
@@ -17,15 +17,13 @@ from hypothesis import strategies as st
 from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError, RemoteProtocolError
 from nsq_ha.producer.batch import (
     batch_command,
-    encode_batch,
     plain_size,
     prepare_batch,
-    receipts_from_answer,
-    results_of,
+    results_from_answer,
 )
 from nsq_ha.producer.message import (
     BatchBuilder,
-    Receipt,
+    PublishResult,
     batch_body_size,
     prepare_message,
     record_size,
@@ -52,6 +50,42 @@ def msg(
     body: bytes = b"x", trace_id: int | None = None, ext: bytes | None = None
 ) -> PublishMessage:
     return PublishMessage(body, trace_id, ext)
+
+
+def encode_batch(
+    topic: str,
+    partition: int | None,
+    messages: list[PublishMessage],
+    *,
+    tracing: bool = False,
+    max_msg_size: int | None = None,
+    max_body_size: int | None = None,
+) -> Publish:
+    """The publish command the sender makes of ``messages``."""
+    name = batch_command(messages, tracing=tracing)
+    return Publish(name, topic, partition, messages, max_msg_size, max_body_size)
+
+
+WHERE = ("t", 0, "n", 1)
+Told = tuple[int | None, int | None, int | None, int | None]
+
+
+def told(
+    internal_id: int | None = None,
+    trace_id: int | None = None,
+    offset: int | None = None,
+    raw_size: int | None = None,
+) -> Told:
+    return (internal_id, trace_id, offset, raw_size)
+
+
+def told_by(
+    answer: bytes, messages: list[PublishMessage], *, ext_topic: bool | None = None
+) -> list[Told]:
+    """What nsqd's answer told of each message, as the results give it."""
+    results = results_from_answer(answer, messages, batch_command(messages), WHERE, ext_topic)
+    assert all((r.topic, r.partition, r.address, r.attempts) == WHERE for r in results)
+    return [(r.internal_id, r.trace_id, r.offset, r.raw_size) for r in results]
 
 
 # -- prepare_message --------------------------------------------------------------------------
@@ -264,7 +298,7 @@ def test_every_batch_encodes_within_the_limits(
     assert seen == messages
 
 
-# -- receipts ---------------------------------------------------------------------------------
+# -- what nsqd answered -----------------------------------------------------------------------
 
 
 def traced_answer(internal_id: int, trace_id: int, offset: int, raw_size: int) -> bytes:
@@ -279,53 +313,52 @@ def test_record_sizes_are_the_ones_nsqd_reported() -> None:
     assert record_size(msg(b"x" * 5, ext=header), ext_topic=True) == 66
 
 
-def test_plain_answers_give_empty_receipts() -> None:
-    assert receipts_from_answer(b"OK", [msg(), msg()]) == [Receipt(), Receipt()]
-    assert receipts_from_answer(b"OK", [msg(ext=b'{"a":"b"}')]) == [Receipt()]
+def test_plain_answers_tell_nothing_of_the_messages() -> None:
+    assert told_by(b"OK", [msg(), msg()]) == [told(), told()]
+    assert told_by(b"OK", [msg(ext=b'{"a":"b"}')]) == [told()]
     with pytest.raises(RemoteProtocolError, match="answered OK"):
-        receipts_from_answer(traced_answer(2, 0, 0, 31), [msg()])
+        told_by(traced_answer(2, 0, 0, 31), [msg()])
 
 
 def test_single_traced_answer_is_taken_as_it_is() -> None:
     answer = traced_answer(2, 0x1122334455667788, 0, 34)
-    (receipt,) = receipts_from_answer(answer, [msg(b"abcd", 0x1122334455667788)])
-    assert receipt == Receipt(2, 0x1122334455667788, 0, 34)
-    (result,) = results_of("t", 0, "n", 1, [receipt])
+    (result,) = results_from_answer(answer, [msg(b"abcd", 0x1122334455667788)], b"PUB_TRACE", WHERE)
+    assert result == PublishResult(*WHERE, 2, 0x1122334455667788, 0, 34)
     assert result.message_id == struct.pack(">QQ", 2, 0x1122334455667788)
-    assert results_of("t", 0, "n", 1, [Receipt()])[0].message_id is None
+    assert PublishResult(*WHERE).message_id is None
 
 
 def test_a_server_that_lies_about_a_traced_publish_is_caught() -> None:
     with pytest.raises(RemoteProtocolError, match="echoed trace id 8"):
-        receipts_from_answer(traced_answer(2, 8, 0, 34), [msg(b"abcd", 7)])
+        told_by(traced_answer(2, 8, 0, 34), [msg(b"abcd", 7)])
     with pytest.raises(RemoteProtocolError, match="traced response"):
-        receipts_from_answer(b"OK", [msg(b"abcd", 7)])
+        told_by(b"OK", [msg(b"abcd", 7)])
     with pytest.raises(RemoteProtocolError, match="trace id 5, not 0"):
-        receipts_from_answer(traced_answer(3, 5, 34, 69), [msg(b"abcd", 7), msg(b"abcde", 8)])
+        told_by(traced_answer(3, 5, 34, 69), [msg(b"abcd", 7), msg(b"abcde", 8)])
 
 
-def test_mpub_trace_receipts_follow_from_the_record_layout() -> None:
+def test_mpub_trace_results_follow_from_the_record_layout() -> None:
     # §2.16: MPUB_TRACE of two messages (traces 7, 8; bodies 4 and 5 bytes) -> id 3, offset 34,
     # raw size 69 for the batch
     batch = [msg(b"abcd", 7), msg(b"abcde", 8)]
-    receipts = receipts_from_answer(traced_answer(3, 0, 34, 69), batch)
-    assert receipts == [Receipt(3, 7, 34, 34), Receipt(4, 8, 68, 35)]
+    receipts = told_by(traced_answer(3, 0, 34, 69), batch)
+    assert receipts == [told(3, 7, 34, 34), told(4, 8, 68, 35)]
     # the same batch on an ext topic: one more byte per record
-    ext_receipts = receipts_from_answer(traced_answer(3, 0, 34, 71), batch, ext_topic=True)
-    assert ext_receipts == [Receipt(3, 7, 34, 35), Receipt(4, 8, 69, 36)]
+    ext_receipts = told_by(traced_answer(3, 0, 34, 71), batch, ext_topic=True)
+    assert ext_receipts == [told(3, 7, 34, 35), told(4, 8, 69, 36)]
     # unknown topic kind: the layout whose sizes add up wins
-    assert receipts_from_answer(traced_answer(3, 0, 34, 71), batch) == ext_receipts
+    assert told_by(traced_answer(3, 0, 34, 71), batch) == ext_receipts
     # untraced messages in a traced batch were sent with trace id 0
-    mixed = receipts_from_answer(traced_answer(3, 0, 0, 65), [msg(b"abcd"), msg(b"a", 1)])
-    assert [r.trace_id for r in mixed] == [0, 1]
+    mixed = told_by(traced_answer(3, 0, 0, 65), [msg(b"abcd"), msg(b"a", 1)])
+    assert [r[1] for r in mixed] == [0, 1]
 
 
 def test_mpub_trace_sizes_that_add_up_to_nothing_known_keep_only_the_first(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     batch = [msg(b"abcd", 7), msg(b"abcde", 8)]
-    receipts = receipts_from_answer(traced_answer(3, 0, 34, 1000), batch)
-    assert receipts == [Receipt(3, 7, 34, None), Receipt(None, 8, None, None)]
+    receipts = told_by(traced_answer(3, 0, 34, 1000), batch)
+    assert receipts == [told(3, 7, 34, None), told(None, 8, None, None)]
     assert "no known record layout" in caplog.text
 
 

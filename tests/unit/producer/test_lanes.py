@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from lane_harness import Lanes
 
 from nsq_ha.errors import PubFailedError
-from nsq_ha.producer.batch import Outcome, PublishResult, encode_batch, prepare_batch
-from nsq_ha.producer.message import BatchBuilder
+from nsq_ha.producer.batch import Outcome, batch_command, prepare_batch
+from nsq_ha.producer.message import BatchBuilder, PublishResult
 from nsq_ha.producer.routes import Routes
-from nsq_ha.protocol.publish import PublishMessage
+from nsq_ha.protocol.publish import Publish, PublishMessage
 
 
 def _lanes(
@@ -114,9 +114,8 @@ def test_a_keyed_lane_sends_every_message_once_in_order_within_the_limits(
             topic: str, messages: list[PublishMessage], slot: int | None
         ) -> list[PublishResult]:
             if len(messages) > 1:  # a lone message is checked by prepare_message
-                encode_batch(
-                    "t", 0, messages, max_msg_size=max_msg, max_body_size=body_limit
-                ).encode()
+                command = batch_command(messages)
+                Publish(command, "t", 0, messages, max_msg, body_limit).encode()
             assert len(messages) <= max_batch
             first = len(sent)
             sent.extend(messages)
@@ -175,7 +174,7 @@ async def test_plain_calls_fill_batches_up_to_the_limits(
         topic: str, messages: list[PublishMessage], slot: int | None
     ) -> list[PublishResult]:
         if len(messages) > 1:
-            encode_batch("t", 0, messages, max_msg_size=100, max_body_size=body_limit).encode()
+            Publish(batch_command(messages), "t", 0, messages, 100, body_limit).encode()
         sizes.append(len(messages))
         return [PublishResult(topic, slot, "n", 1) for _ in messages]
 

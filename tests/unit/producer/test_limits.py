@@ -25,7 +25,7 @@ from nsq_ha.errors import (
     NsqConnectionError,
     PublishError,
 )
-from nsq_ha.producer.batch import Outcome, PublishResult
+from nsq_ha.producer.batch import Outcome
 from nsq_ha.producer.limits import (
     MAX_SERVERS,
     ServerLimits,
@@ -33,7 +33,7 @@ from nsq_ha.producer.limits import (
     split_batch,
     splits_batch,
 )
-from nsq_ha.producer.message import BatchBuilder, mpub_sizes
+from nsq_ha.producer.message import BatchBuilder, PublishResult, mpub_sizes
 from nsq_ha.producer.routes import Routes
 from nsq_ha.protocol.publish import PublishMessage
 

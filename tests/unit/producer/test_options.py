@@ -14,7 +14,6 @@ from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, UnsupportedByServerError
 from nsq_ha.lookup import NodeInfo, PartitionMap, TopicMeta
 from nsq_ha.producer import Producer, RetryPolicy
-from nsq_ha.producer.core import sweep_interval
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import Routes, check_features
 from nsq_ha.producer.topic import SlotMemo, Topic
@@ -167,8 +166,6 @@ def test_repr_of_a_producer_hides_lookupd_credentials() -> None:
 
 
 async def test_idle_topics_expire_after_their_timeout_and_busy_ones_wait() -> None:
-    assert sweep_interval(10.0) == 5.0
-    assert sweep_interval(600) == 60.0  # a sweep at least every minute
     producer = Producer(nsqd="127.0.0.1:1", topic_idle_timeout=10.0)
     topics = {name: producer._topic(name) for name in "abc"}
     topics["a"].last_used, topics["b"].last_used, topics["c"].last_used = 100.0, 105.0, 109.0
