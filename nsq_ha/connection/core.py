@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
 from nsq_ha.connection.config import ConnectionConfig, parse_address
 from nsq_ha.connection.handshake import Handshake
-from nsq_ha.connection.reader import Deliveries, FrameReader, PendingAnswers
+from nsq_ha.connection.reader import FrameReader, PendingAnswers
 from nsq_ha.errors import (
     BrokerError,
     ConfigError,
@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 MessageHandler = Callable[[DecodedMessage], object]
 #: Called with error frames that answer no pending command (FIN/REQ/TOUCH failures, ...).
 ErrorHandler = Callable[[BrokerError], object]
+
+
+def _nowhere(message: DecodedMessage) -> None:
+    """The message handler of a connection without one, which cannot subscribe."""
 
 
 def _describe(reason: BaseException) -> str:
@@ -91,7 +95,9 @@ class NsqdConnection:
         self._reader_stopping = False
         self._closed = asyncio.Event()
         self._close_reason: BaseException | None = None
-        self._deliveries = Deliveries(on_message)
+        self._on_message = on_message
+        #: set when a message is answered or the connection closes (what close() waits for)
+        self._answered = asyncio.Event()
 
     def __repr__(self) -> str:
         """Show address, state, server kind, layers and queue sizes."""
@@ -165,20 +171,6 @@ class NsqdConnection:
         """Messages delivered and not yet answered with FIN or REQ."""
         return self._session.in_flight
 
-    @classmethod
-    async def open(
-        cls,
-        address: str | tuple[str, int],
-        *,
-        config: ConnectionConfig | None = None,
-        on_message: MessageHandler | None = None,
-        on_error: ErrorHandler | None = None,
-    ) -> NsqdConnection:
-        """Create a connection and run the handshake."""
-        conn = cls(address, config=config, on_message=on_message, on_error=on_error)
-        await conn.connect()
-        return conn
-
     async def __aenter__(self) -> Self:
         """Connect (if not yet connected)."""
         if self.state is ConnState.INIT:
@@ -237,7 +229,7 @@ class NsqdConnection:
             self._session,
             transport,
             self._answers,
-            deliver=self._deliveries.deliver,
+            deliver=self._on_message or _nowhere,
             on_error=self._on_error,
         )
         self._reader_task = asyncio.get_running_loop().create_task(
@@ -275,7 +267,7 @@ class NsqdConnection:
             self._raise_if_closed()
             raise
         self._wire().send(data)
-        self._deliveries.answered()
+        self._answered.set()
 
     async def command(self, command: Command, *, response_timeout: float | None = None) -> bytes:
         """Send a command that nsqd answers and return the response frame's data.
@@ -321,6 +313,11 @@ class NsqdConnection:
         """
         if ordered and (advanced or start is not None):
             raise ConfigError("ordered and advanced/start are different subscribe commands")
+        if self._on_message is None:
+            raise ConfigError(
+                f"subscribing to {topic}/{channel} needs a connection made with on_message= "
+                "(messages would have nowhere to go)"
+            )
         if partition not in (None, -1) and not self.is_fork:
             raise LocalProtocolError(f"vanilla nsqd {self.address} has no partitions")
         command: Sub | SubOrdered | SubAdvanced
@@ -386,7 +383,7 @@ class NsqdConnection:
             transport.send(data)
         else:
             transport.send_now(data)
-        self._deliveries.answered()
+        self._answered.set()
 
     def req(self, message_id: bytes, delay: float = 0.0) -> None:
         """Requeue a message after ``delay`` seconds (use 0 on ordered channels)."""
@@ -395,10 +392,6 @@ class NsqdConnection:
     def touch(self, message_id: bytes) -> None:
         """Reset a message's timeout."""
         self.send_nowait(Touch(message_id))
-
-    def messages(self) -> AsyncIterator[DecodedMessage]:
-        """Yield delivered messages until the connection closes (when no on_message is set)."""
-        return self._deliveries.messages()
 
     async def _read_loop(self, reader: FrameReader) -> None:
         """Run the reader until the stream ends; then close with the reason."""
@@ -466,7 +459,8 @@ class NsqdConnection:
                     continue
                 if not self._session.in_flight or self._session.message_format is None:
                     return
-                changed = asyncio.ensure_future(self._deliveries.changed())
+                self._answered.clear()
+                changed = asyncio.ensure_future(self._answered.wait())
                 try:
                     await asyncio.wait([changed, closed], return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -493,7 +487,7 @@ class NsqdConnection:
         if self._transport is not None:
             self._transport.discard_queued()
         self._answers.fail_all(waiter_error)
-        self._deliveries.close()
+        self._answered.set()
         self._closed.set()
         await self._await_reader(cancel=True)
         if self._transport is not None:

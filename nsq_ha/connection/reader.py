@@ -1,5 +1,5 @@
 """The receive side of one connection: bytes from the socket into the session, events out to
-whoever waits for them (:class:`PendingAnswers`, :class:`Deliveries`, ``on_error``).
+whoever waits for them (:class:`PendingAnswers`, the message handler, ``on_error``).
 
 :class:`FrameReader` is fed from the transport's socket callback, with no task between them.
 Its :meth:`~FrameReader.run` ends only by raising the error that ended the stream: nsqd closed
@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 from nsq_ha.errors import (
     BrokerError,
     ConnectionClosedError,
-    LocalProtocolError,
     NsqError,
     NsqTimeoutError,
 )
@@ -158,52 +157,6 @@ def _no_answer(future: asyncio.Future[bytes], command: bytes, address: str, limi
         name = command.decode(errors="replace")
         error = NsqTimeoutError(f"no answer to {name} from {address} within {limit} s")
         future.set_exception(error)
-
-
-class Deliveries:
-    """The message sink of one connection."""
-
-    __slots__ = ("_changed", "_on_message", "_queue", "deliver")
-
-    def __init__(self, on_message: Callable[[DecodedMessage], object] | None) -> None:
-        """Deliver to ``on_message``, or to :meth:`messages` when it is ``None``."""
-        self._on_message = on_message
-        self._queue: asyncio.Queue[DecodedMessage | None] = asyncio.Queue()
-        self._changed = asyncio.Event()
-        #: Called with each delivered message (``on_message`` itself, or the queue's put).
-        self.deliver: Callable[[DecodedMessage], object] = (
-            self._queue.put_nowait if on_message is None else on_message
-        )
-
-    def __repr__(self) -> str:
-        """Show where messages go."""
-        target = "queue" if self._on_message is None else "on_message"
-        return f"<Deliveries to={target} queued={self._queue.qsize()}>"
-
-    async def messages(self) -> AsyncIterator[DecodedMessage]:
-        """Yield delivered messages until the connection closes."""
-        if self._on_message is not None:
-            raise LocalProtocolError("messages go to on_message on this connection")
-        while True:
-            message = await self._queue.get()
-            if message is None:
-                self._queue.put_nowait(None)  # wake other iterators too
-                return
-            yield message
-
-    def answered(self) -> None:
-        """A message was answered: wake :meth:`changed` waiters."""
-        self._changed.set()
-
-    async def changed(self) -> None:
-        """Wait for the next :meth:`answered` or :meth:`close`."""
-        self._changed.clear()
-        await self._changed.wait()
-
-    def close(self) -> None:
-        """The connection closed: end the iterators, wake the waiters."""
-        self._queue.put_nowait(None)
-        self._changed.set()
 
 
 class FrameReader:

@@ -1083,7 +1083,8 @@ async def _publish_fails(server: FakeNsqd, config: ConnectionConfig | None = Non
     """Connect (the server answers IDENTIFY), publish, return how the publish failed."""
     with _no_hang("publish"):
         async with asyncio.timeout(HANG_LIMIT):
-            conn = await NsqdConnection.open(("127.0.0.1", server.port), config=config or _config())
+            conn = NsqdConnection(("127.0.0.1", server.port), config=config or _config())
+            await conn.connect()
             try:
                 await conn.command(PUB_CHAOS)
             except NsqError as exc:
@@ -1364,11 +1365,14 @@ async def test_a_message_frame_with_a_short_body(
         config = _config(extend_support=extend_support)
         with _no_hang("subscribe"):
             async with asyncio.timeout(HANG_LIMIT):
-                conn = await NsqdConnection.open(("127.0.0.1", server.port), config=config)
+                received: list[DecodedMessage] = []
+                conn = NsqdConnection(
+                    ("127.0.0.1", server.port), config=config, on_message=received.append
+                )
+                await conn.connect()
                 try:
                     await conn.subscribe("chaos", "ch", 0 if fork else None, ordered=ordered)
                     conn.rdy(1)
-                    received = [m async for m in conn.messages()]  # ends when the conn does
                     await conn.wait_closed()
                 finally:
                     await conn.close()

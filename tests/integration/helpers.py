@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import AsyncIterator, Hashable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 import httpx
@@ -18,7 +18,38 @@ from nsq_ha.testing.servers import V1_ACCEPT
 K = TypeVar("K", bound=Hashable)
 
 
-async def take(conn: NsqdConnection, count: int, within: float = 10.0) -> list[DecodedMessage]:
+class Subscriber(NsqdConnection):
+    """An NsqdConnection whose messages wait in a queue for :meth:`messages`."""
+
+    def __init__(self, address: str | tuple[str, int], **options: Any) -> None:
+        self.inbox: asyncio.Queue[DecodedMessage] = asyncio.Queue()
+        super().__init__(address, on_message=self.inbox.put_nowait, **options)
+
+    async def messages(self) -> AsyncIterator[DecodedMessage]:
+        """Yield the messages as they come; end once the connection closed and all came out."""
+        closed = asyncio.ensure_future(self.wait_closed())
+        try:
+            while True:
+                if self.inbox.empty() and closed.done():
+                    return
+                get = asyncio.ensure_future(self.inbox.get())
+                await asyncio.wait([get, closed], return_when=asyncio.FIRST_COMPLETED)
+                if get.done():
+                    yield get.result()
+                else:
+                    get.cancel()
+        finally:
+            closed.cancel()
+
+
+async def connect(address: str | tuple[str, int], **options: Any) -> Subscriber:
+    """A connected :class:`Subscriber`."""
+    conn = Subscriber(address, **options)
+    await conn.connect()
+    return conn
+
+
+async def take(conn: Subscriber, count: int, within: float = 10.0) -> list[DecodedMessage]:
     """Read ``count`` messages from ``conn.messages()``; TimeoutError after ``within`` s."""
     received: list[DecodedMessage] = []
 
@@ -33,14 +64,14 @@ async def take(conn: NsqdConnection, count: int, within: float = 10.0) -> list[D
 
 
 async def drain(
-    conn: NsqdConnection, *, rdy: int = 2500, idle: float = 3.0, within: float = 120.0
+    conn: Subscriber, *, rdy: int = 2500, idle: float = 3.0, within: float = 120.0
 ) -> list[DecodedMessage]:
     """Send RDY, then read and FIN messages until none came for ``idle`` seconds."""
     return (await drain_all({0: conn}, rdy=rdy, idle=idle, within=within))[0]
 
 
 async def drain_all(
-    conns: Mapping[K, NsqdConnection],
+    conns: Mapping[K, Subscriber],
     *,
     expect: int | None = None,
     prefix: bytes = b"",
@@ -58,7 +89,7 @@ async def drain_all(
     loop = asyncio.get_running_loop()
     arrived: asyncio.Queue[tuple[K, DecodedMessage]] = asyncio.Queue()
 
-    async def pump(key: K, conn: NsqdConnection) -> None:
+    async def pump(key: K, conn: Subscriber) -> None:
         async for message in conn.messages():
             conn.fin(message.id)
             arrived.put_nowait((key, message))

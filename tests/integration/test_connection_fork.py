@@ -27,7 +27,7 @@ from nsq_ha.protocol.message import EXT_VERSION_JSON, DecodedMessage
 from nsq_ha.protocol.session import ConnState
 from nsq_ha.testing.servers import ForkCluster
 
-from .helpers import take
+from .helpers import Subscriber, connect, take
 from .publishes import publish
 
 pytestmark = pytest.mark.fork
@@ -76,7 +76,7 @@ async def test_pub_sub_fin_with_binary_ids(topics: Topics) -> None:
     """PUB to the partition leader, SUB with the partition: ids are binary u64+u64, FIN works,
     CLS answers CLOSE_WAIT and the connection closes cleanly."""
     address = topics.leader(PLAIN)
-    async with NsqdConnection(address) as sub, NsqdConnection(address) as pub:
+    async with Subscriber(address) as sub, NsqdConnection(address) as pub:
         await sub.subscribe(PLAIN, "plain_ch", 0)
         sub.rdy(10)
         await asyncio.gather(*(publish(pub, PLAIN, b"f%d" % i, 0) for i in range(5)))
@@ -97,7 +97,7 @@ async def test_traced_publish_matches_the_delivered_message(topics: Topics) -> N
     """PUB_TRACE answers the 30-byte traced response; a SUB_ADVANCED consumer sees the same
     16-byte id (trace id echoed) and the detail part equals the reported offset/raw size."""
     address = topics.leader(PLAIN)
-    async with NsqdConnection(address) as sub, NsqdConnection(address) as pub:
+    async with Subscriber(address) as sub, NsqdConnection(address) as pub:
         await sub.subscribe(PLAIN, "traced_ch", 0, advanced=True)
         sub.rdy(1)
         traced = await publish(pub, PLAIN, b"traced-body", 0, trace_id=0x1122334455667788)
@@ -116,7 +116,7 @@ async def test_ordered_subscription_carries_the_detail_part(topics: Topics) -> N
     """SUB_ORDERED on an ordered topic: each message has offset/raw size and the next offset
     is the previous offset + raw size (§4.4)."""
     address = topics.leader(ORDERED)
-    async with NsqdConnection(address) as sub, NsqdConnection(address) as pub:
+    async with Subscriber(address) as sub, NsqdConnection(address) as pub:
         await sub.subscribe(ORDERED, "ord_ch", 0, ordered=True)
         sub.rdy(1)
         for i in range(3):
@@ -142,7 +142,7 @@ async def test_ext_topic_delivers_the_json_header(topics: Topics) -> None:
     config = ConnectionConfig(extend_support=True)
     header = {"##trace_id": "999", "k": "v"}
     async with (
-        NsqdConnection(address, config=config) as sub,
+        Subscriber(address, config=config) as sub,
         NsqdConnection(address, config=config) as pub,
     ):
         assert sub.negotiated.extend_support is True
@@ -176,7 +176,7 @@ async def test_pub_to_a_replica_is_not_leader_and_keeps_the_connection(topics: T
 
 async def test_sub_on_a_replica_is_fatal(topics: Topics) -> None:
     """SUB to a non-leader: the same code is fatal after SUB and nsqd closes the socket."""
-    conn = await NsqdConnection.open(topics.replica(PLAIN))
+    conn = await connect(topics.replica(PLAIN))
     with pytest.raises(NotLeaderError) as info:
         await conn.subscribe(PLAIN, "ch", 0)
     assert info.value.fatal is True
@@ -189,7 +189,7 @@ async def test_sub_on_a_replica_is_fatal(topics: Topics) -> None:
 async def test_unknown_topic_is_fatal_and_fails_pipelined_waiters(topics: Topics) -> None:
     """PUB to a topic that does not exist: E_TOPIC_NOT_EXIST (fatal); the PUB pipelined behind
     it fails with ConnectionClosedError chained to that error."""
-    conn = await NsqdConnection.open(topics.leader(PLAIN))
+    conn = await connect(topics.leader(PLAIN))
     first = asyncio.create_task(publish(conn, "cf_conn_missing_topic", b"x"))
     second = asyncio.create_task(publish(conn, PLAIN, b"y", 0))
     results = await asyncio.gather(first, second, return_exceptions=True)
@@ -205,11 +205,11 @@ async def test_ordered_topic_refuses_partitionless_pub_and_plain_sub(topics: Top
     """Ordered topics: PUB without a partition is a fatal E_BAD_PARTITION; plain SUB is a
     fatal E_SUB_ORDER_IS_MUST."""
     address = topics.leader(ORDERED)
-    conn = await NsqdConnection.open(address)
+    conn = await connect(address)
     with pytest.raises(BadPartitionError, match="multi partition"):
         await publish(conn, ORDERED, b"x")
     await asyncio.wait_for(conn.wait_closed(), 5)
-    conn = await NsqdConnection.open(address)
+    conn = await connect(address)
     with pytest.raises(SubOrderRequiredError):
         await conn.subscribe(ORDERED, "plain_sub", 0)
     await asyncio.wait_for(conn.wait_closed(), 5)
@@ -227,7 +227,7 @@ async def test_fin_failed_is_routed_by_id(topics: Topics) -> None:
         arrived.set()
 
     address = topics.leader(PLAIN)
-    async with NsqdConnection(address, on_error=on_error) as conn:
+    async with Subscriber(address, on_error=on_error) as conn:
         await conn.subscribe(PLAIN, "fin_ch", 0)
         bogus = join_fork_id(999, 0)
         conn.fin(bogus)
@@ -255,7 +255,7 @@ async def test_sync_is_a_round_trip_while_subscribed_and_after_cls(topics: Topic
     in SUBSCRIBED and in CLOSE_WAIT."""
     address = topics.leader(PLAIN)
     errors: list[object] = []
-    conn = NsqdConnection(address, on_error=errors.append)
+    conn = Subscriber(address, on_error=errors.append)
     await conn.connect()
     await conn.subscribe(PLAIN, "sync_ch", 0)
     conn.rdy(1)

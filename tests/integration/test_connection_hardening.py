@@ -44,6 +44,7 @@ from nsq_ha.protocol.frames import (
 )
 from nsq_ha.protocol.message import DecodedMessage, MessageFormat
 
+from .helpers import connect
 from .lying_nsqd import LoopLag, Peer, Script, identify_answer, lying_nsqd
 from .publishes import pub_command, publish
 
@@ -99,7 +100,7 @@ async def test_publish_to_an_nsqd_that_stops_reading_times_out() -> None:
         max_body_size=64 * MiB,
     )
     async with lying_nsqd(_stop_reading) as server:
-        conn = await NsqdConnection.open(server.address, config=config)
+        conn = await connect(server.address, config=config)
         try:
             # the command's own timeout fires (NsqTimeoutError), not the guard (TimeoutError)
             with pytest.raises(NsqTimeoutError, match=r"within 1\.0 s"):
@@ -146,7 +147,7 @@ async def test_a_trickled_frame_is_no_sign_of_life() -> None:
 
     config = ConnectionConfig(heartbeat_interval=1.0, close_timeout=0.5)
     async with lying_nsqd(script) as server:
-        conn = await NsqdConnection.open(server.address, config=config)
+        conn = await connect(server.address, config=config)
         try:
             await conn.subscribe("hardening", "ch")
             async with asyncio.timeout(2 * 1.0 + 3.0):
@@ -193,7 +194,7 @@ async def test_a_deflate_bomb_is_refused_in_bounded_memory_without_stalling(kind
 
     config = ConnectionConfig(deflate=True, heartbeat_interval=-1, close_timeout=0.5)
     async with lying_nsqd(script) as server:
-        conn = await NsqdConnection.open(server.address, config=config)
+        conn = await connect(server.address, config=config)
         try:
             await conn.subscribe("hardening", "ch")
             with traced_growth() as growth:
@@ -250,7 +251,7 @@ async def test_a_compressed_heartbeat_flood_ends_the_connection_without_stalling
 
     config = ConnectionConfig(close_timeout=0.5, **{compression: True})
     async with lying_nsqd(script) as server:
-        conn = await NsqdConnection.open(server.address, config=config)
+        conn = await connect(server.address, config=config)
         try:
             with traced_growth() as growth:
                 async with LoopLag() as lag:
@@ -297,7 +298,7 @@ async def test_a_flood_of_error_frames_is_handled_without_stalling(compression: 
 
     config = ConnectionConfig(close_timeout=0.5, **options)
     async with lying_nsqd(script) as server:
-        conn = await NsqdConnection.open(server.address, config=config, on_error=on_error)
+        conn = await connect(server.address, config=config, on_error=on_error)
         try:
             with traced_growth() as growth:
                 async with LoopLag() as lag:
@@ -324,7 +325,7 @@ async def test_a_heartbeat_flood_ends_the_connection_without_a_nop_each() -> Non
 
     config = ConnectionConfig(close_timeout=0.5)
     async with lying_nsqd(script) as server:
-        conn = await NsqdConnection.open(server.address, config=config)
+        conn = await connect(server.address, config=config)
         try:
             async with asyncio.timeout(10):
                 await conn.wait_closed()
@@ -354,7 +355,7 @@ async def test_heartbeats_spread_over_a_slow_handshake_are_no_flood() -> None:
 
     config = ConnectionConfig(connect_timeout=15.0, close_timeout=0.5)
     async with lying_nsqd(script) as server:
-        conn = await NsqdConnection.open(server.address, config=config)
+        conn = await connect(server.address, config=config)
         await conn.close()
     sent = CommandDecoder().feed(bytes(server.received[0]))
     assert sum(command == ClientCommand(b"NOP") for command in sent) == beats, sent
@@ -386,7 +387,7 @@ async def test_messages_beyond_rdy_close_the_connection() -> None:
     _, script = _rdy_ignoring_script()
     config = ConnectionConfig(close_timeout=0.5)
     async with lying_nsqd(script) as server:
-        conn = await NsqdConnection.open(server.address, config=config)
+        conn = await connect(server.address, config=config)
         try:
             with traced_growth() as growth:
                 await conn.subscribe("hardening", "ch")
@@ -474,7 +475,7 @@ async def test_plaintext_auth_is_refused_by_default(caplog: pytest.LogCaptureFix
     config = ConnectionConfig(auth_secret=SECRET, close_timeout=0.5)
     async with lying_nsqd(_auth_script(secrets)) as server:
         with pytest.raises(HandshakeError, match="allow_plaintext_auth") as info:
-            await NsqdConnection.open(server.address, config=config)
+            await connect(server.address, config=config)
         await asyncio.sleep(0.1)  # let the server read what the client might still send
     sent = bytes(server.received[0])
     assert b"AUTH" not in sent
@@ -490,7 +491,7 @@ async def test_plaintext_auth_is_sent_when_allowed(caplog: pytest.LogCaptureFixt
     secrets: list[bytes] = []
     config = ConnectionConfig(auth_secret=SECRET, allow_plaintext_auth=True, close_timeout=0.5)
     async with lying_nsqd(_auth_script(secrets)) as server:
-        conn = await NsqdConnection.open(server.address, config=config)
+        conn = await connect(server.address, config=config)
         try:
             assert conn.auth is not None
             assert conn.auth["identity"] == "me"

@@ -24,7 +24,7 @@ from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import ForkCluster, VanillaCluster
 
 from .auth_server import IDENTITY, IDENTITY_URL, AuthServer, running_auth_server
-from .helpers import take
+from .helpers import Subscriber, connect, take
 from .publishes import publish
 
 GOOD_SECRET = "let-me-in"  # noqa: S105 - the test auth server's secret
@@ -117,7 +117,7 @@ async def test_upgrade_round_trip(
     config = _config(client_tls, UPGRADES[upgrade])
     queries_before = len(auth_server.queries)
     async with (
-        NsqdConnection(secure_address, config=config) as sub,
+        Subscriber(secure_address, config=config) as sub,
         NsqdConnection(secure_address, config=config) as pub,
     ):
         negotiated = pub.negotiated
@@ -169,14 +169,14 @@ async def test_plaintext_auth_refused_without_the_option(
     queries_before = len(auth_server.queries)
     config = ConnectionConfig(auth_secret=GOOD_SECRET)
     with pytest.raises(HandshakeError, match="plaintext"):
-        await NsqdConnection.open(secure_address, config=config)
+        await connect(secure_address, config=config)
     assert auth_server.queries[queries_before:] == []
 
 
 async def test_auth_required_without_a_secret(secure_address: str) -> None:
     """nsqd announces auth_required; without a secret the client stops at the handshake."""
     with pytest.raises(HandshakeError, match="requires AUTH"):
-        await NsqdConnection.open(secure_address)
+        await connect(secure_address)
 
 
 async def test_tls_refused_by_a_server_without_certificates(
@@ -185,9 +185,7 @@ async def test_tls_refused_by_a_server_without_certificates(
     """Asking for TLS from an nsqd without a TLS config: it answers tls_v1 false and the
     client refuses to continue in plain text."""
     with pytest.raises(HandshakeError, match="did not agree to TLS"):
-        await NsqdConnection.open(
-            vanilla_cluster.nodes[0].tcp_address, config=ConnectionConfig(tls=client_tls)
-        )
+        await connect(vanilla_cluster.nodes[0].tcp_address, config=ConnectionConfig(tls=client_tls))
 
 
 async def test_tls_with_an_untrusted_certificate_fails(secure_vanilla: str) -> None:
@@ -195,4 +193,4 @@ async def test_tls_with_an_untrusted_certificate_fails(secure_vanilla: str) -> N
     untrusted = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     config = ConnectionConfig(tls=untrusted, auth_secret=GOOD_SECRET)
     with pytest.raises(HandshakeError, match="TLS failed"):
-        await NsqdConnection.open(secure_vanilla, config=config)
+        await connect(secure_vanilla, config=config)

@@ -31,7 +31,7 @@ from nsq_ha.protocol.session import ConnState
 from nsq_ha.testing.process import free_ports
 from nsq_ha.testing.servers import VanillaCluster
 
-from .helpers import take
+from .helpers import Subscriber, connect, take
 from .publishes import pub_command, publish, publish_many
 
 
@@ -80,7 +80,7 @@ async def test_pipelined_publishes_coalesce_and_round_trip(address: str) -> None
     in order; a SUB connection receives all 50 with hex ids, FIN settles them, and CLS gets
     CLOSE_WAIT before a clean close."""
     topic = _topic()
-    async with NsqdConnection(address) as sub, NsqdConnection(address) as pub:
+    async with Subscriber(address) as sub, NsqdConnection(address) as pub:
         await sub.subscribe(topic, "ch")
         assert sub.state is ConnState.SUBSCRIBED
         sub.rdy(100)
@@ -131,7 +131,7 @@ async def test_close_waits_for_in_flight_messages(address: str) -> None:
     topic = _topic()
     async with NsqdConnection(address) as pub:
         await publish(pub, topic, b"late-fin")
-    conn = await NsqdConnection.open(address, config=ConnectionConfig(close_timeout=10.0))
+    conn = await connect(address, config=ConnectionConfig(close_timeout=10.0))
     await conn.subscribe(topic, "ch")
     conn.rdy(1)
     (message,) = await take(conn, 1)
@@ -141,7 +141,7 @@ async def test_close_waits_for_in_flight_messages(address: str) -> None:
     conn.fin(message.id)
     await asyncio.wait_for(closing, 5)
     assert conn.state is ConnState.CLOSED
-    async with NsqdConnection(address) as again:
+    async with Subscriber(address) as again:
         await again.subscribe(topic, "ch")
         again.rdy(1)
         with pytest.raises(TimeoutError):
@@ -166,7 +166,7 @@ async def test_fin_failure_goes_to_on_error_not_to_a_pending_publish(address: st
         arrived.set()
 
     topic = _topic()
-    async with NsqdConnection(address, on_error=on_error) as conn:
+    async with Subscriber(address, on_error=on_error) as conn:
         await conn.subscribe(topic, "ch")
         bogus = b"0123456789abcdef"
         conn.fin(bogus)
@@ -184,7 +184,7 @@ async def test_fatal_unsolicited_error_closes_and_fails_waiters(address: str) ->
     """RDY above max_rdy_count (sent unchecked, bypassing the client check) gets a fatal E_INVALID:
     on_error sees it, nsqd closes, and the connection's close reason chains to it."""
     errors: list[BrokerError] = []
-    async with NsqdConnection(address, on_error=errors.append) as conn:
+    async with Subscriber(address, on_error=errors.append) as conn:
         await conn.subscribe(_topic(), "ch")
         conn.send_nowait(UncheckedRdy())
         await asyncio.wait_for(conn.wait_closed(), 5)
@@ -218,7 +218,7 @@ async def test_dead_peer_detected_after_two_heartbeat_intervals(
     timeout, and the connection closes with that reason."""
     node = vanilla_cluster.nodes[1]
     config = ConnectionConfig(heartbeat_interval=1.0, command_timeout=30.0)
-    conn = await NsqdConnection.open(node.tcp_address, config=config)
+    conn = await connect(node.tcp_address, config=config)
     assert conn.negotiated.heartbeat_interval == 1.0
     node.process.pause()
     try:
@@ -237,7 +237,7 @@ async def test_client_side_refusals_send_nothing(address: str) -> None:
     """Invalid names, fork-only commands, partitions and RDY counts nsqd refuses, and commands
     illegal in the current state or method are refused before any byte is written (a
     message's own checks are the producer's, where it comes in)."""
-    async with NsqdConnection(address) as conn:
+    async with Subscriber(address) as conn:
         writes = conn.writes
         with pytest.raises(InvalidNameError):
             await conn.subscribe("t", "c" * 65)
@@ -265,8 +265,8 @@ async def test_connect_refused_and_closed_use(vanilla_cluster: VanillaCluster) -
     """No listener gives ConnectError; a closed connection raises ConnectionClosedError."""
     (port,) = free_ports(1)
     with pytest.raises(ConnectError):
-        await NsqdConnection.open(f"127.0.0.1:{port}", config=ConnectionConfig(connect_timeout=2))
-    conn = await NsqdConnection.open(vanilla_cluster.nodes[0].tcp_address)
+        await connect(f"127.0.0.1:{port}", config=ConnectionConfig(connect_timeout=2))
+    conn = await connect(vanilla_cluster.nodes[0].tcp_address)
     await conn.close()
     await conn.close()  # idempotent
     with pytest.raises(ConnectionClosedError):
@@ -280,7 +280,7 @@ async def test_sync_is_a_round_trip_while_subscribed_and_after_cls(address: str)
     errors: list[object] = []
     async with NsqdConnection(address) as pub:
         await publish(pub, topic, b"x")
-    conn = NsqdConnection(address, on_error=errors.append)
+    conn = Subscriber(address, on_error=errors.append)
     await conn.connect()
     await conn.subscribe(topic, "sync")
     conn.rdy(1)
@@ -315,7 +315,7 @@ async def test_a_warm_publish_and_a_warm_delivery_with_its_fin_pass_few_modules(
     enters connection/core, connection/reader and transport, and no other nsq_ha module."""
     node = vanilla_cluster.nodes[0]
     topic = _topic()
-    async with NsqdConnection(node.tcp_address) as pub, NsqdConnection(node.tcp_address) as sub:
+    async with NsqdConnection(node.tcp_address) as pub, Subscriber(node.tcp_address) as sub:
         await sub.subscribe(topic, "ch")
         sub.rdy(10)
         messages = sub.messages()

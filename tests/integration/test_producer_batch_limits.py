@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from nsq_ha.admin import NsqdAdmin
-from nsq_ha.connection import NsqdConnection
 from nsq_ha.devcluster import DevCluster
 from nsq_ha.errors import BadMessageError, PublishError
 from nsq_ha.producer import Producer, PublishResult, RetryPolicy
@@ -28,7 +27,7 @@ from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import VanillaCluster
 
-from .helpers import drain_all
+from .helpers import Subscriber, drain_all
 from .lying_nsqd import LyingNsqd, Peer
 
 MAX_MSG = 1000
@@ -60,7 +59,7 @@ def _vanilla(cluster: VanillaCluster) -> Target:
         # nsqd's own count of messages put on the topic (duplicates included), and the bodies
         async with NsqdAdmin(node.http_url) as admin:
             (entry,) = await admin.topic_stats(topic)
-        conn = NsqdConnection(node.tcp_address)
+        conn = Subscriber(node.tcp_address)
         await conn.connect()
         try:
             await conn.subscribe(topic, "check")

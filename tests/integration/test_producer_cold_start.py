@@ -22,7 +22,7 @@ from nsq_ha.producer import Producer
 from nsq_ha.routing import get_strategy
 
 from .backend import TOPIC4, Backend
-from .helpers import drain_all
+from .helpers import Subscriber, drain_all
 
 T4 = TOPIC4.name  # 4 partitions, shared with the other fork tests on the real fork
 KEYS = 512
@@ -78,10 +78,10 @@ async def test_keyed_calls_that_waited_for_routes_leave_as_one_batch_per_partiti
     one command per partition carries all of them (nothing else is in flight), and each key's
     messages are stored in call order."""
     tag = uuid.uuid4().hex[:8]
-    conns: dict[int, NsqdConnection] = {}
+    conns: dict[int, Subscriber] = {}
     try:
         for p in range(4):
-            conns[p] = conn = NsqdConnection(cluster.leader(T4, p))
+            conns[p] = conn = Subscriber(cluster.leader(T4, p))
             await conn.connect()
             await conn.subscribe(T4, f"cold{tag}", p)
         await _publish_burst(cluster, conns, tag)

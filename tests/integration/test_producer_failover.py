@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from nsq_ha.connection import NsqdConnection
 from nsq_ha.producer import Producer
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.testing.build import ServerBinaries
 from nsq_ha.testing.servers import ForkCluster
 
-from .helpers import drain, publish_keyed
+from .helpers import Subscriber, drain, publish_keyed
 
 pytestmark = pytest.mark.fork
 
@@ -71,7 +70,7 @@ async def read_partition(cluster: ForkCluster, topic: str, partition: int) -> li
     """Everything stored in one partition, from offset 0, in queue order (deduplicated)."""
     leader = cluster.leader_of(topic, partition)
     channel = f"tally{int(time.time() * 1000)}"
-    conn = NsqdConnection(leader.tcp_address)
+    conn = Subscriber(leader.tcp_address)
     await conn.connect()
     await conn.subscribe(topic, channel, partition, advanced=True)
     async with httpx.AsyncClient() as http:

@@ -16,7 +16,7 @@ import pytest
 
 from nsq_ha import sync
 from nsq_ha.admin import TopicSpec
-from nsq_ha.connection import ConnectionConfig, NsqdConnection
+from nsq_ha.connection import ConnectionConfig
 from nsq_ha.errors import (
     ConfigError,
     ExtNotSupportedError,
@@ -30,7 +30,7 @@ from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.routing import STRATEGIES, get_strategy
 
 from .backend import TOPIC4, Backend
-from .helpers import drain_all
+from .helpers import Subscriber, drain_all
 
 T4 = TOPIC4.name  # 4 partitions, shared with other fork tests on the real fork
 EXT = TopicSpec("nsqha_prod_ext", partitions=2, ext=True)
@@ -51,10 +51,10 @@ async def subscribe_all(
     *,
     advanced: bool = False,
     ext: bool = False,
-) -> dict[int, NsqdConnection]:
-    conns: dict[int, NsqdConnection] = {}
+) -> dict[int, Subscriber]:
+    conns: dict[int, Subscriber] = {}
     for p in range(partitions):
-        conn = NsqdConnection(cluster.leader(topic, p), config=ConnectionConfig(extend_support=ext))
+        conn = Subscriber(cluster.leader(topic, p), config=ConnectionConfig(extend_support=ext))
         await conn.connect()
         await conn.subscribe(topic, channel, p, advanced=advanced)
         conns[p] = conn
@@ -62,7 +62,7 @@ async def subscribe_all(
 
 
 async def read_all(
-    conns: dict[int, NsqdConnection], tag: str, expect: int
+    conns: dict[int, Subscriber], tag: str, expect: int
 ) -> dict[int, list[DecodedMessage]]:
     """Every message on ``conns`` (by partition): read until the ``expect`` ones whose body
     starts with ``tag`` came, plus a short grace for strays; then close them."""

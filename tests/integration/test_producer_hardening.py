@@ -14,7 +14,6 @@ import uuid
 
 import pytest
 
-from nsq_ha.connection import NsqdConnection
 from nsq_ha.devcluster import DevCluster
 from nsq_ha.errors import (
     ConfigError,
@@ -28,7 +27,7 @@ from nsq_ha.producer import Producer, RetryPolicy
 from nsq_ha.routing import get_strategy
 from nsq_ha.testing.servers import ForkCluster
 
-from .helpers import drain
+from .helpers import Subscriber, drain
 from .lookupd_proxy import LookupdProxy
 from .tcp_relay import TcpRelay
 
@@ -135,17 +134,17 @@ async def test_a_keyed_publish_waits_until_the_partition_count_is_known() -> Non
 
 async def read_partitions(
     cluster: ForkCluster, topic: str, channel: str, partitions: int
-) -> list[NsqdConnection]:
-    conns: list[NsqdConnection] = []
+) -> list[Subscriber]:
+    conns: list[Subscriber] = []
     for p in range(partitions):
-        conn = NsqdConnection(cluster.leader_of(topic, p).tcp_address)
+        conn = Subscriber(cluster.leader_of(topic, p).tcp_address)
         await conn.connect()
         await conn.subscribe(topic, channel, p)
         conns.append(conn)
     return conns
 
 
-async def bodies_of(conns: list[NsqdConnection]) -> list[bytes]:
+async def bodies_of(conns: list[Subscriber]) -> list[bytes]:
     bodies = [m.body for c in conns for m in await drain(c, idle=1.5)]
     await asyncio.gather(*(c.close() for c in conns))
     return bodies

@@ -22,7 +22,7 @@ from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.routing import get_strategy
 from nsq_ha.testing.servers import VanillaCluster
 
-from .helpers import drain, take
+from .helpers import Subscriber, drain, take
 
 pytestmark = pytest.mark.vanilla
 PACKAGE = Path(nsq_ha.__file__).resolve().parent
@@ -32,8 +32,8 @@ def _topic() -> str:
     return f"pv_{uuid.uuid4().hex[:10]}"
 
 
-async def subscribe(address: str, topic: str) -> NsqdConnection:
-    conn = NsqdConnection(address)
+async def subscribe(address: str, topic: str) -> Subscriber:
+    conn = Subscriber(address)
     await conn.connect()
     await conn.subscribe(topic, "check")
     return conn
