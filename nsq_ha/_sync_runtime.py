@@ -1,11 +1,8 @@
-"""The machinery under :mod:`nsq_ha.sync`: the shared event loop thread, fork awareness, the
-exit flush and the check of blocking waits. Private: use :mod:`nsq_ha.sync`.
+"""The machinery under :mod:`nsq_ha.sync`: the shared event loop thread and the exit flush.
 
-* A forked child has no copy of the loop thread: right after ``fork`` the child marks its
-  inherited :class:`LoopThread` stale and starts a new one on first use. Objects bound to a
-  stale loop re-create what they need in the child, or refuse at once (never wait for it).
-* At interpreter exit every blocking object still open is closed, all at once, each within a
-  deadline (:func:`close_all_at_exit`).
+A forked child has no copy of the loop thread: right after ``fork`` the child marks its
+inherited :class:`LoopThread` stale and starts a new one on first use. Objects bound to a stale
+loop re-create what they need in the child, or refuse at once (never wait for it).
 """
 
 from __future__ import annotations
@@ -30,17 +27,15 @@ log = logging.getLogger("nsq_ha.sync")
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
-#: extra seconds a blocking ``close()`` waits beyond the limits it was given, as a backstop
-#: against a layer below that would never finish (it raises NsqTimeoutError then)
+#: extra seconds a blocking ``close()`` waits beyond the limits it was given, against a layer
+#: below that would never finish (it raises NsqTimeoutError then)
 CLOSE_BACKSTOP = 30.0
 
 
 class _ExitSafeExecutor(concurrent.futures.ThreadPoolExecutor):
-    """The loop's default executor (asyncio and httpx resolve host names in it).
-
-    Once the interpreter is exiting it takes no new work ("cannot schedule new futures after
-    interpreter shutdown"), yet the exit flush may still have to connect to a host by name:
-    the call then runs inline, on the loop thread."""
+    """The loop's default executor (host names are resolved in it). Once the interpreter is
+    exiting it takes no new work, yet the exit flush may still have to connect to a host by
+    name: the call then runs inline, on the loop thread."""
 
     def submit(
         self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
@@ -63,10 +58,9 @@ class LoopThread:
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(_ExitSafeExecutor(thread_name_prefix="nsq_ha-sync"))
         self.pid = os.getpid()
-        #: True in a process forked after the thread started (it has no copy of the thread)
-        #: or once the thread was found dead: nothing submitted here would ever run.
+        #: in a process forked after the thread started, or once the thread was found dead:
+        #: nothing submitted here would ever run
         self.stale = False
-        #: calls from other threads waiting for the loop (:meth:`post`)
         self._posted: collections.deque[Callable[[], object]] = collections.deque()
         self._wake_pending = False
         self.thread = threading.Thread(target=self._run, name="nsq_ha-sync-loop", daemon=True)
@@ -112,8 +106,7 @@ class LoopThread:
 
     @property
     def alive_here(self) -> bool:
-        """False in a forked child of the process that started it, or once the thread ended:
-        objects bound to it can then no longer be used or closed from here."""
+        """False in a forked child of the process that started it, or once the thread ended."""
         return not self.stale and self.pid == os.getpid() and self.thread.is_alive()
 
     def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
@@ -125,7 +118,6 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
-        """:meth:`submit` and :meth:`wait`."""
         return self.wait(self.submit(coro), timeout)
 
     def run_or_give_back(
@@ -135,10 +127,9 @@ class LoopThread:
         timeout: float | None = None,
     ) -> _T:
         """:meth:`run`, for a coroutine that takes something (messages) its caller must not
-        lose. If the wait ends without the result (KeyboardInterrupt or any other exception
-        in this thread, or ``timeout``), the coroutine is cancelled on the loop, and a result
-        it produced anyway (it finished first) goes to ``give_back(result)``, called on the
-        loop, instead of being dropped."""
+        lose. If the wait ends without the result (an exception in this thread, or
+        ``timeout``), the coroutine is cancelled on the loop, and a result it produced anyway
+        goes to ``give_back(result)``, called on the loop."""
         handover: _Handover[_T] = _Handover(give_back)
         future = self.submit(handover.guard(coro))
         try:
@@ -221,7 +212,7 @@ def loop_thread() -> LoopThread:
 
 
 class Closable(Protocol):
-    """What the exit hook closes: a blocking object with its close under way, or None."""
+    """What the exit hook closes."""
 
     def _start_close(self) -> tuple[concurrent.futures.Future[None], float] | None:
         """Start closing; the future of it and the most seconds to wait, or None if there is
@@ -230,27 +221,24 @@ class Closable(Protocol):
 
 _registry_lock = threading.Lock()
 #: every blocking object not closed yet, held strongly: one the program dropped without closing
-#: it is still closed (and its publishes flushed) at exit. Dropping it frees nothing anyway:
-#: its asyncio twin stays reachable from the loop through its connections until closed.
+#: it is still flushed at exit (its asyncio twin stays reachable from the loop anyway)
 _open: dict[Closable, None] = {}
 
 
 def register(obj: Closable) -> None:
-    """Let the exit hook close ``obj`` if it is still open then."""
     with _registry_lock:
         _open[obj] = None
 
 
 def unregister(obj: Closable) -> None:
-    """``obj`` is closing: the exit hook leaves it alone."""
     with _registry_lock:
         _open.pop(obj, None)
 
 
 @atexit.register
 def close_all_at_exit() -> None:
-    """At interpreter exit, close every blocking object still open (referenced or not), all at
-    once, each within its deadline; log what failed."""
+    """At interpreter exit, close every blocking object still open, all at once, each within
+    its deadline; log what failed."""
     with _registry_lock:
         objects = list(_open)
     started = time.monotonic()

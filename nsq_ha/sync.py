@@ -1,16 +1,14 @@
 """Blocking facade over the asyncio client, for scripts and Spark executors.
 
 Every object here drives its asyncio twin on one shared event loop that runs in a daemon thread
-(started on first use, started again in a forked child process). Callers never run an event loop
-themselves, and many blocking callers in many threads share the same connections.
-
-Do not call these from a coroutine running on that shared loop (they would wait for
-themselves): a RuntimeError says so. From other asyncio code, prefer the async classes.
+(started on first use, started again in a forked child process), so many blocking callers in
+many threads share the same connections. Called from a coroutine on that loop, they raise
+RuntimeError (they would wait for themselves): from asyncio code, use the async classes.
 
 At interpreter exit, every object still open is closed (a :class:`Producer` flushes first),
 even one the program dropped without closing it. Every duration argument is checked before
-anything is sent: ConfigError for NaN, infinities, negatives and non-numbers (``None`` means no
-limit where it is allowed).
+anything is sent: ConfigError for NaN, infinities, negatives and non-numbers (``None``: no
+limit).
 """
 
 from __future__ import annotations
@@ -65,7 +63,7 @@ def shared_loop() -> asyncio.AbstractEventLoop:
 
 def _backstop(*limits: float) -> float:
     """How long a blocking close waits for its asyncio close: the limits involved, twice,
-    plus :data:`CLOSE_BACKSTOP` (a guard against a layer that would never finish)."""
+    plus :data:`CLOSE_BACKSTOP`."""
     return min(2 * sum(limits) + CLOSE_BACKSTOP, threading.TIMEOUT_MAX)
 
 
@@ -83,8 +81,6 @@ os.register_at_fork(after_in_child=_new_rebind_lock)
 
 
 class _PublishOptions(TypedDict, total=False):
-    """The keywords :meth:`Producer.publish` hands to :meth:`nsq_ha.producer.Producer.publish`."""
-
     sharding_key: ShardingKey | None
     partition: int | None
     trace_id: int | None
@@ -93,8 +89,6 @@ class _PublishOptions(TypedDict, total=False):
 
 
 class _PublishManyOptions(TypedDict, total=False):
-    """The keywords :meth:`Producer.publish_many` hands to the async ``publish_many``."""
-
     sharding_key: ShardingKey | None
     sharding_keys: Sequence[ShardingKey] | None
     partition: int | None
@@ -119,19 +113,15 @@ class _Closing:
 
 
 class Producer(_Closing):
-    """Blocking :class:`nsq_ha.producer.Producer`; the same options (the fields of
-    :class:`~nsq_ha.producer.ProducerConfig` as keywords, or a whole one as ``config=``,
-    checked the same way), the same results.
-    A ``lookup=`` client is used on :func:`shared_loop`.
+    """Blocking :class:`nsq_ha.producer.Producer`: the same options and results. A ``lookup=``
+    client is used on :func:`shared_loop`.
 
-    ``publish``/``publish_many`` block until nsqd acknowledged (or the retry policy gave up);
     ``publish_async`` returns a :class:`concurrent.futures.Future` at once, so one thread can
     keep many publishes in flight (keyed ones still reach nsqd in call order).
 
-    Publishes not finished when the interpreter exits are flushed then (up to
-    ``close_timeout``), even if the producer was dropped without :meth:`close`. In a process
-    forked after it was made, the producer opens its own connections on first use (never
-    touching the parent's); publishes the parent had in flight at the fork settle in the parent.
+    In a process forked after it was made, the producer opens its own connections on first use
+    (never touching the parent's); publishes the parent had in flight at the fork settle in the
+    parent.
     """
 
     def __init__(
@@ -140,8 +130,7 @@ class Producer(_Closing):
         config: ProducerConfig | None = None,
         **options: Unpack[ProducerOptions],
     ) -> None:
-        #: every option, checked here (ConfigError before anything starts), as the async
-        #: producer checks them
+        #: every option (checked as the async producer checks them)
         self.producer_config = ProducerConfig.from_options(config, options)
         self._closed_here = False  # closed in a forked child before it ever published there
         self._runner = loop_thread()
@@ -152,7 +141,6 @@ class Producer(_Closing):
         return AsyncProducer(config=self.producer_config)
 
     def _bound(self) -> tuple[LoopThread, AsyncProducer]:
-        """The loop and asyncio producer of this process (re-created in a forked child)."""
         runner = self._runner
         if runner.stale:
             return self._rebind()
@@ -191,22 +179,16 @@ class Producer(_Closing):
         timeout: float | None = None,
         **options: Unpack[_PublishOptions],
     ) -> PublishResult:
-        """Publish one message and wait for nsqd's acknowledgement: the keywords of
-        :meth:`nsq_ha.producer.Producer.publish` (``sharding_key``, ``partition``,
-        ``trace_id``, ``ext``, ``defer``).
-
-        ``timeout`` (seconds, default: none beyond the retry policy) cancels the publish and
-        raises NsqTimeoutError; the message may or may not have been written. A ``timeout``
-        that is not a finite number >= 0 raises ConfigError before anything is sent.
-        """
+        """:meth:`nsq_ha.producer.Producer.publish`, blocking. ``timeout`` (seconds, default:
+        none beyond the retry policy) cancels the publish and raises NsqTimeoutError; the
+        message may or may not have been written."""
         limit = optional_seconds(timeout, "timeout")
         return LoopThread.wait(self.publish_async(topic, body, **options), limit)
 
     def publish_async(
         self, topic: str, body: bytes, **options: Unpack[_PublishOptions]
     ) -> concurrent.futures.Future[PublishResult]:
-        """Start a publish (the keywords of :meth:`publish`, without ``timeout``) and return a
-        future of its :class:`PublishResult` at once."""
+        """Start a publish and return a future of its :class:`PublishResult` at once."""
         runner, producer = self._bound()
         return runner.submit(producer.publish(topic, body, **options))
 
@@ -218,21 +200,16 @@ class Producer(_Closing):
         timeout: float | None = None,
         **options: Unpack[_PublishManyOptions],
     ) -> list[PublishResult]:
-        """Publish several messages in as few batches as possible and wait for all of them: the
-        keywords of :meth:`nsq_ha.producer.Producer.publish_many` (``sharding_key``,
-        ``sharding_keys``, ``partition``, ``trace_ids``, ``ext``, ``exts``); ``timeout`` as in
+        """:meth:`nsq_ha.producer.Producer.publish_many`, blocking; ``timeout`` as in
         :meth:`publish`."""
         limit = optional_seconds(timeout, "timeout")
         runner, producer = self._bound()
         return runner.run(producer.publish_many(topic, bodies, **options), limit)
 
     def close(self, timeout: float | None = None) -> None:
-        """Wait for in-flight publishes (up to ``timeout``, default ``close_timeout``), then
-        close every connection; NsqTimeoutError if the asyncio close itself never ends.
-
-        In a forked child that has not published with this producer, this only marks it
-        closed: the connections and the loop thread belong to the parent.
-        """
+        """:meth:`nsq_ha.producer.Producer.close`, blocking; NsqTimeoutError if the asyncio
+        close itself never ends. In a forked child that has not published with this producer,
+        this only marks it closed: the connections belong to the parent."""
         limit = optional_seconds(timeout, "timeout")
         begun = self._start_close(limit)
         if begun is not None:
@@ -259,9 +236,8 @@ class Message:
     """Blocking view of a consumed :class:`nsq_ha.consumer.Message`: the same attributes.
 
     :meth:`finish` and :meth:`requeue` hand the answer to the consumer's loop and return
-    without waiting for it (answers given together leave in one loop turn); the answer is
-    written within that turn, as the async methods write it. Answering twice raises
-    MessageAlreadyRespondedError at once; :meth:`touch` blocks until written.
+    without waiting for it (answers given together leave in one loop turn). Answering twice
+    raises MessageAlreadyRespondedError at once; :meth:`touch` blocks until written.
     """
 
     __slots__ = ("_answered", "_message", "_runner")
@@ -296,8 +272,6 @@ class Message:
         return self._runner
 
     def _answer(self, action: str) -> LoopThread:
-        """The loop to post an answer to; refused at once when this handle (or the loop, or
-        the consumer) already answered the message."""
         runner = self._live()
         if self._answered is not None:
             raise MessageAlreadyRespondedError(
@@ -313,8 +287,7 @@ class Message:
         runner.post(self._message.finish_nowait)
 
     def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
-        """Give the message back (see :meth:`nsq_ha.consumer.Message.requeue`); a bad
-        ``delay`` raises ConfigError here, before anything changes."""
+        """Give the message back (see :meth:`nsq_ha.consumer.Message.requeue`)."""
         if delay is not None:
             delay = check_requeue_delay(delay, "requeue delay")
         runner = self._answer("requeue")
@@ -344,8 +317,6 @@ class Consumer(_Closing):
         config: ConsumerConfig | None = None,
         **options: Unpack[ConsumerOptions],
     ) -> None:
-        """The options of :class:`nsq_ha.consumer.Consumer`, checked into the same
-        :class:`~nsq_ha.consumer.ConsumerConfig` before anything starts."""
         settings = consumer_config(topic, channel, config, options)
         self._settings = settings
         self._runner = loop_thread()
@@ -392,8 +363,7 @@ class Consumer(_Closing):
         return self._live().run(read())
 
     def get(self, timeout: float | None = None) -> Message | None:
-        """The next message, or ``None`` once closed (or after ``timeout`` seconds, a finite
-        number >= 0; anything else raises ConfigError).
+        """The next message, or ``None`` once closed (or after ``timeout`` seconds).
 
         Messages are fetched from the loop in batches (what has arrived, up to
         ``max_in_flight``, one hand-over each) and handed out here one by one; what was
@@ -457,9 +427,8 @@ class Consumer(_Closing):
                     message.finish()
 
     def close(self, drain_timeout: float | None = None) -> None:
-        """Drain and close (see the async method); ends every iteration. ``drain_timeout``
-        (default: the consumer's) must be a finite number >= 0 (else ConfigError, and nothing
-        changes). Does nothing in a forked child, like :meth:`Producer.close`."""
+        """Drain and close (see the async method); ends every iteration. Does nothing in a
+        forked child, like :meth:`Producer.close`."""
         limit = optional_seconds(drain_timeout, "drain_timeout")
         begun = self._start_close(limit)
         if begun is not None:
@@ -482,8 +451,7 @@ class Consumer(_Closing):
         return self._runner.submit(self._consumer.close(drain_timeout=limit)), wait
 
     def _requeue_fetched(self) -> None:
-        """On the loop, closing: give back at once what was fetched and not handed out (no
-        backoff)."""
+        """On the loop, closing: requeue what was fetched and not handed out."""
         fetched = self._fetched
         while True:
             try:

@@ -1,6 +1,5 @@
-"""Everything a producer keeps for one topic, in one :class:`Topic`: its routes (kept fresh
-through the lookup's watch), the keyed calls waiting for their turn, its lanes, windows and
-connections, and its last use. An idle topic is one dict entry to drop (:meth:`Topic.close`).
+"""Everything a producer keeps for one topic, in one :class:`Topic`, so that an idle topic is
+one dict entry to drop (:meth:`Topic.close`).
 
 A keyed message is routed by the topic's partition *count*, and that count is only ever taken
 from lookupd's ``meta.partition_num``: a lookup without ``meta`` (or with a count of 0) lists
@@ -47,12 +46,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: keys whose slot :class:`SlotMemo` remembers: str and bytes up to this length, and int keys
 MEMO_KEY_LENGTH: Final = 128
-#: the most keys :class:`SlotMemo` remembers (every partition count together)
 MEMO_SIZE: Final = 16_384
 
-#: what queuing a call gives: the future of its outcomes
 _F = TypeVar("_F", bound="asyncio.Future[Any]")
 
 
@@ -63,8 +59,8 @@ class SlotMemo:
     Only exact ``int`` keys and exact ``str`` and ``bytes`` keys up to
     :data:`MEMO_KEY_LENGTH` are kept, and only once the strategy has accepted them; a key
     that merely compares equal to one (``True``, ``1.0``) is not of those types, so it is
-    still checked. At most :data:`MEMO_SIZE` keys are kept; the memo starts over when full.
-    The strategy must be a function of the key and the count (every built-in one is).
+    still checked. At most :data:`MEMO_SIZE` keys are kept (every count together); the memo
+    starts over when full. The strategy must be a function of the key and the count.
     """
 
     __slots__ = ("_by_count", "_size", "strategy")
@@ -75,7 +71,6 @@ class SlotMemo:
         self._size = 0
 
     def slot(self, key: ShardingKey, count: int) -> int:
-        """``strategy.partition(key, count)``, from the memo when the key was routed before."""
         if type(key) is str or type(key) is bytes:
             if len(key) > MEMO_KEY_LENGTH:
                 return self.strategy.partition(key, count)
@@ -98,12 +93,8 @@ class SlotMemo:
 
 @dataclass(slots=True)
 class Lane:
-    """Queued publish calls of one slot of a topic, whose messages leave as batches (group
-    commit).
-
-    A keyed lane (``slot`` set) has at most one batch out, so call order holds; the unkeyed
-    lane of a topic (``slot`` None) sends each batch to the next partition, several at once.
-    """
+    """Queued publish calls of one slot of a topic (None: its unkeyed lane), whose messages
+    leave as batches (group commit)."""
 
     slot: int | None
     loop: asyncio.AbstractEventLoop
@@ -157,9 +148,8 @@ _Waiter = tuple[Callable[[], Any], "asyncio.Future[Any]"]
 
 
 class Topic:
-    """Everything a producer keeps for one topic (see the module docstring). ``lookup`` None:
-    the topic lives on the static ``nsqd=`` nodes of ``static`` (its routes); ``memo`` is the
-    producer's :class:`SlotMemo`; ``pool`` opens and closes its connections."""
+    """Everything a producer keeps for one topic. ``lookup`` None: the topic lives on the
+    static ``nsqd=`` nodes of ``static`` (its routes)."""
 
     __slots__ = (
         "_leaders",
@@ -195,7 +185,6 @@ class Topic:
         self.lookup = lookup
         self.memo = memo
         self.pool = pool
-        #: the routes in use: of the last map seen (or the static nodes)
         self.routes: Routes | None = static
         #: the last partition count lookupd's ``meta`` gave (0: none yet)
         self.count = 0
@@ -203,14 +192,11 @@ class Topic:
         self.checked = False
         #: the lookup refreshes this topic's map for us
         self.watched = False
-        #: ``time.monotonic()`` of its last publish call
         self.last_used = time.monotonic()
         #: fork: the last leader seen per partition (a move is a LeaderChanged event)
         self._leaders: dict[int, str] = {}
         self._round_robin = itertools.count()
-        #: its unkeyed messages on an ordered topic were warned about
-        self._warned = False
-        #: slot (None: unkeyed) -> its lane of queued calls
+        self._warned = False  # of unkeyed messages on an ordered topic
         self.lanes: dict[int | None, Lane] = {}
         #: slot -> the window of unacknowledged unkeyed commands there
         self.windows: dict[int, Window] = {}
@@ -220,8 +206,7 @@ class Topic:
         self.waiting: deque[_Waiter] | None = None
         #: what -> failed tries, while a streak of failures of ``what`` lasts (for logs)
         self.streaks: dict[str, int] = {}
-        #: lookups of this topic under way (it is busy meanwhile)
-        self.active = 0
+        self.active = 0  # lookups under way
 
     def __repr__(self) -> str:
         return (
@@ -230,9 +215,8 @@ class Topic:
         )
 
     def ready(self, keyed: bool) -> Routes | None:
-        """The routes if they serve a publish now without asking lookupd: a lookup served the
-        topic before, it is watched (not expired) and, when ``keyed``, its partition count is
-        known. Marks the topic used."""
+        """The routes if they serve a publish now without asking lookupd (when ``keyed``, with
+        a partition count). Marks the topic used."""
         if not self.checked:
             return None
         routes = self.cached()
@@ -244,10 +228,8 @@ class Topic:
         return routes
 
     def cached(self) -> Routes | None:
-        """The routes in use (None when there are none, or no writable partition in them):
-        the static nodes' without a lookup; else those of the last map seen, which the lookup's
-        watch brings (:meth:`_on_map`) as soon as it changes, so a publish asks nothing of the
-        lookup client."""
+        """The routes in use (None when there are none, or no writable partition in them); the
+        lookup's watch brings a changed map (:meth:`_on_map`), so a publish asks it nothing."""
         routes = self.routes
         return routes if routes is not None and routes.nodes else None
 
@@ -290,16 +272,12 @@ class Topic:
         return routes
 
     def _on_map(self, pmap: PartitionMap) -> None:
-        """Lookup listener (called within the fetch that brought a changed map, before its
-        caller resumes): keep the new routes."""
         if self.watched and pmap.topic == self.name:
             self._store(pmap)
 
     def _store(self, pmap: PartitionMap) -> Routes:
-        """Keep the routes of ``pmap`` (its ``meta`` count, if it has one, is remembered). On the
-        fork, a partition whose leader is not the one seen last is a
-        :class:`~nsq_ha.events.LeaderChanged` event, and the connection to the old leader is
-        closed (the next publish there connects to the new one)."""
+        """Keep the routes of ``pmap``; on the fork, a moved leader is a
+        :class:`~nsq_ha.events.LeaderChanged` event and its old connection is dropped."""
         if pmap.fork and pmap.meta is not None and pmap.meta.partition_num > 0:
             self.count = pmap.meta.partition_num
         routes = self.routes = Routes.from_map(pmap, self.count)
@@ -322,7 +300,6 @@ class Topic:
     def slot_for(
         self, routes: Routes, key: ShardingKey | None, partition: int | None
     ) -> int | None:
-        """The fixed slot of a keyed or explicit-partition message; None for round-robin."""
         if key is not None and partition is not None:
             raise ConfigError("give sharding_key= or partition=, not both")
         if partition is not None:
@@ -353,8 +330,8 @@ class Topic:
         partition: int | None,
         defer: float | None = None,
     ) -> int | None:
-        """Refuse what ``routes``' server kind cannot take (:func:`check_features`), then
-        the slot of ``messages`` (:meth:`slot_for`; None: round-robin)."""
+        """Refuse what ``routes``' server kind cannot take, then the slot of ``messages``
+        (None: round-robin)."""
         if defer is not None or (
             not routes.unrestricted
             and (partition is not None or not all(m[1] is None and m[2] is None for m in messages))
@@ -382,14 +359,12 @@ class Topic:
         return self.slot_for(routes, key, partition)
 
     def next_slot(self, routes: Routes) -> int:
-        """The next writable slot of ``routes`` in round-robin order."""
         writable = routes.writable
         if not writable:
             raise TopicNotWritableError(f"topic {self.name!r} has no writable partition now")
         return writable[next(self._round_robin) % len(writable)]
 
     def lane(self, slot: int | None) -> Lane:
-        """The lane of ``slot`` (None: the unkeyed lane), made on first use."""
         lane = self.lanes.get(slot)
         if lane is None:
             lane = self.lanes[slot] = Lane(slot, asyncio.get_running_loop())
@@ -479,8 +454,7 @@ class Topic:
         return any(w.waiters or w.free < w.size for w in self.windows.values())
 
     def close(self) -> None:
-        """Stop the lookup's refresh of this topic and close its connections (it expired, or
-        the producer closes)."""
+        """Stop the lookup's refresh of this topic and close its connections."""
         if self.watched and self.lookup is not None:
             self.watched = False
             self.lookup.unwatch(self.name, "w", self._on_map)
