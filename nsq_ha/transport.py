@@ -1,11 +1,9 @@
 """The byte pipe under one nsqd connection: TCP, then optionally TLS, then optionally compression.
 
-:class:`StreamTransport` reads *pulled* (:meth:`~StreamTransport.read_exactly`,
-:meth:`~StreamTransport.read`) while the handshake may still upgrade the stream, then *pushed*
-(:meth:`~StreamTransport.receive`): every read goes from the socket callback to the session with
-no task woken between (one event-loop turn per read, where a ``StreamReader`` costs two). Upgrades
-happen in place, in nsqd's order (§1.8): :meth:`~StreamTransport.start_tls`, then
-:meth:`~StreamTransport.enable_compression`.
+:class:`StreamTransport` pushes every read (:meth:`~StreamTransport.receive`) from the socket
+callback to the session with no task woken between (one event-loop turn per read, where a
+``StreamReader`` costs two). Upgrades happen in place, in nsqd's order (§1.8):
+:meth:`~StreamTransport.start_tls`, then :meth:`~StreamTransport.enable_compression`.
 
 This module is the boundary where OS, TLS and asyncio stream exceptions become
 :mod:`nsq_ha.errors` exceptions (:func:`map_exceptions`); nothing above it sees an ``OSError``.
@@ -59,7 +57,8 @@ def map_exceptions(what: str) -> Iterator[None]:
 
 
 def _discard(data: bytes) -> None:
-    """The receiver after :meth:`StreamTransport.stop_receiving`: the stream is ending."""
+    """The receiver before :meth:`StreamTransport.receive` and after
+    :meth:`~StreamTransport.stop_receiving`."""
 
 
 def _ignore_end(error: NsqError | None) -> None:
@@ -67,8 +66,8 @@ def _ignore_end(error: NsqError | None) -> None:
 
 
 class _Pipe(asyncio.BufferedProtocol):
-    """The protocol under a :class:`StreamTransport`: keeps what arrives until it is pulled,
-    or hands it to the receiver at once; tracks EOF, loss and write flow control.
+    """The protocol under a :class:`StreamTransport`: hands what arrives to the receiver at
+    once; tracks EOF, loss and write flow control.
 
     A buffered protocol, reading into one buffer kept for the connection's life: with a plain
     one asyncio maps 256 KiB for every read and shrinks it (most of a small read's cost)."""
@@ -77,19 +76,16 @@ class _Pipe(asyncio.BufferedProtocol):
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self._read_view = memoryview(bytearray(READ_SIZE))
-        #: bytes read and not pulled yet (pull mode only)
-        self.buffer = bytearray()
         #: the peer closed its side, or the connection is lost
         self.eof = False
         #: why the connection was lost (``None``: closed cleanly)
         self.error: Exception | None = None
-        #: the receiver of every read (push mode)
-        self.receiver: Callable[[bytes], None] | None = None
-        #: called once when the stream ends in push mode
+        #: the receiver of every read
+        self.receiver: Callable[[bytes], None] = _discard
+        #: called once when the stream ends
         self.on_end: Callable[[Exception | None], None] | None = None
         self.reading_paused = False
         self.writing_paused = False
-        self._waiter: asyncio.Future[None] | None = None
         self._drain_waiters: list[asyncio.Future[None]] = []
         self.closed: asyncio.Future[None] = loop.create_future()
 
@@ -100,19 +96,10 @@ class _Pipe(asyncio.BufferedProtocol):
         return self._read_view
 
     def buffer_updated(self, nbytes: int) -> None:
-        data = bytes(self._read_view[:nbytes])
-        receiver = self.receiver
-        if receiver is not None:
-            receiver(data)
-            return
-        self.buffer += data
-        self._wake()
-        if len(self.buffer) > 2 * READ_SIZE and self.transport is not None:
-            self.pause_reading()
+        self.receiver(bytes(self._read_view[:nbytes]))
 
     def eof_received(self) -> bool:
         self.eof = True
-        self._wake()
         self.end(None)
         return False  # let asyncio close the socket
 
@@ -120,7 +107,6 @@ class _Pipe(asyncio.BufferedProtocol):
         self.eof = True
         if exc is not None:
             self.error = exc
-        self._wake()
         self.end(exc)
         for waiter in self._drain_waiters:
             if not waiter.done():
@@ -139,19 +125,12 @@ class _Pipe(asyncio.BufferedProtocol):
                 waiter.set_result(None)
         self._drain_waiters.clear()
 
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
     def end(self, error: Exception | None) -> None:
-        """The stream ended: tell the receiver once (push mode)."""
+        """The stream ended: tell the receiver once."""
         on_end = self.on_end
         if on_end is not None:
             self.on_end = None
-            self.receiver = None
+            self.receiver = _discard
             on_end(error)
 
     def pause_reading(self) -> None:
@@ -164,15 +143,6 @@ class _Pipe(asyncio.BufferedProtocol):
             self.reading_paused = False
             if not self.transport.is_closing():
                 self.transport.resume_reading()
-
-    async def wait_data(self) -> None:
-        """Wait until more bytes, EOF or loss arrive."""
-        self.resume_reading()
-        waiter = self._waiter = self.loop.create_future()
-        try:
-            await waiter
-        finally:
-            self._waiter = None
 
     async def wait_drained(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark."""
@@ -251,14 +221,13 @@ class StreamTransport:
     async def start_tls(
         self, context: ssl.SSLContext, *, server_hostname: str | None, handshake_timeout: float
     ) -> None:
-        """Run the TLS handshake as the client, on the open socket (no bytes may be buffered)."""
+        """Run the TLS handshake as the client, on the open socket: from this call on, what
+        the receiver gets came through TLS (asyncio swaps the socket's protocol before its
+        first wait)."""
         if self.tls or self._codec is not None:
             raise LocalProtocolError("TLS must be started once, before compression")
-        if self._pipe.buffer:
-            raise LocalProtocolError("TLS cannot start with plain bytes still unread")
         loop = asyncio.get_running_loop()
         with map_exceptions(f"TLS handshake with {self.address}"):
-            await self.drain()
             transport = await loop.start_tls(
                 self._transport,
                 self._pipe,
@@ -272,83 +241,31 @@ class StreamTransport:
         self.tls = True
         transport.set_write_buffer_limits(high=self.write_buffer_limit)
 
-    def enable_compression(self, codec: StreamCodec) -> None:
-        """Send and receive through ``codec`` from now on."""
+    def enable_compression(self, codec: StreamCodec, received: bytes = b"") -> None:
+        """Send and receive through ``codec`` from now on; ``received`` is what came in
+        compressed before this call (it is decoded first)."""
         if self._codec is not None:
             raise LocalProtocolError("compression is already enabled")
         self._codec = codec
-
-    async def _pull(self) -> bytes:
-        """Take every raw byte buffered (waiting for some); ``b""`` at EOF."""
-        pipe = self._pipe
-        while not pipe.buffer:
-            if pipe.error is not None:
-                raise pipe.error
-            if pipe.eof:
-                return b""
-            await pipe.wait_data()
-        data = bytes(pipe.buffer)
-        pipe.buffer.clear()
-        pipe.resume_reading()
-        return data
-
-    async def read_exactly(self, count: int) -> bytes:
-        """Read exactly ``count`` plain bytes (only before compression: no over-read)."""
-        if self._codec is not None:
-            raise LocalProtocolError("read_exactly cannot be used on a compressed stream")
-        pipe = self._pipe
-        with map_exceptions(f"reading from {self.address}"):
-            while len(pipe.buffer) < count:
-                if pipe.error is not None:
-                    raise pipe.error
-                if pipe.eof:
-                    raise asyncio.IncompleteReadError(bytes(pipe.buffer), count)
-                await pipe.wait_data()
-        data = bytes(pipe.buffer[:count])
-        del pipe.buffer[:count]
-        if len(pipe.buffer) <= READ_SIZE:
-            pipe.resume_reading()
-        return data
-
-    async def read(self) -> bytes:
-        """Return the next plain bytes (never empty), or ``b""`` when the peer closed.
-
-        With compression, at most one bounded slice is returned per call, and a slice decoded
-        from input already received is returned only after the event loop has run once: a
-        compression bomb neither fills memory nor stalls other tasks.
-        """
-        codec = self._codec
-        if codec is not None and codec.pending:
-            await asyncio.sleep(0)  # one slice per loop turn
-            data = codec.decompress(b"")
-            if data:
-                return data
-        while True:
-            with map_exceptions(f"reading from {self.address}"):
-                raw = await self._pull()
-            if not raw:
-                return b""
-            if self._codec is None:
-                return raw
-            data = self._codec.decompress(raw)
-            if data:
-                return data
+        if self._receiving:
+            self._pipe.receiver = self._decode
+            self._decode(received)
 
     def receive(
         self, on_data: Callable[[bytes], None], on_end: Callable[[NsqError | None], None]
     ) -> None:
         """From now on hand every plain byte read to ``on_data``, from the socket's callback;
         when the stream ends call ``on_end`` once: ``None`` when the peer closed it, else the
-        NsqError that ended it. What was read and not pulled comes first. Nothing is handed on
-        after ``on_end`` or :meth:`stop_receiving`, nor between :meth:`hold` and :meth:`release`.
+        NsqError that ended it. A new receiver replaces the one before, unheld. Nothing is
+        handed on after ``on_end`` or :meth:`stop_receiving`, nor between :meth:`hold` and
+        :meth:`release`.
 
         With compression, one bounded slice is decoded per loop turn and the socket is not
         read while slices wait (a compression bomb neither fills memory nor stalls the loop).
         """
         pipe = self._pipe
-        if pipe.receiver is not None:
-            raise LocalProtocolError("the transport already has a receiver")
         self._receiving = True
+        self._held = False
         self._on_data, self._on_end = on_data, on_end
         what = f"reading from {self.address}"
 
@@ -364,16 +281,12 @@ class StreamTransport:
             except NsqError as mapped:
                 on_end(mapped)
 
-        pipe.receiver = take = on_data if self._codec is None else self._decode
+        pipe.receiver = on_data if self._codec is None else self._decode
         pipe.on_end = ended
-        if pipe.buffer:
-            data = bytes(pipe.buffer)
-            pipe.buffer.clear()
-            take(data)
-        if pipe.eof and pipe.on_end is not None:
+        if pipe.eof:
             pipe.end(pipe.error)
-        elif not self._held and not (self._codec is not None and self._codec.pending):
-            pipe.resume_reading()
+        else:
+            self._read_on()
 
     def hold(self) -> None:
         """Hand nothing more to the receiver until :meth:`release`: the socket is not read and
@@ -383,10 +296,13 @@ class StreamTransport:
         self._pipe.pause_reading()
 
     def release(self) -> None:
-        """Undo :meth:`hold`: decode the next waiting slice a loop turn later, or read on."""
-        if not self._held:
-            return
-        self._held = False
+        """Undo :meth:`hold`."""
+        if self._held:
+            self._held = False
+            self._read_on()
+
+    def _read_on(self) -> None:
+        """Decode the next waiting slice a loop turn later, or read on."""
         if not self._receiving:
             return
         codec = self._codec
@@ -442,8 +358,7 @@ class StreamTransport:
         self._held = False
         self._cancel_slices()
         self._on_data, self._on_end = _discard, _ignore_end
-        if pipe.receiver is not None:
-            pipe.receiver = _discard
+        pipe.receiver = _discard
         pipe.on_end = None
 
     def write(self, data: bytes) -> None:

@@ -2,19 +2,20 @@
 
 :class:`Handshake` runs the steps in nsqd's order on an open :class:`StreamTransport`; the
 :class:`~nsq_ha.protocol.session.ClientSession` encodes each step's command, moves the state and
-reads the answers. While an upgrade may still follow, frames are read with exact-length reads so
-no byte of the next layer is consumed by the old one.
+reads the answers. The transport pushes its reads into the session as they come, one read per
+wait (it holds the socket until the handshake waits again); bytes that came before a layer
+changed go where they belong: none may precede TLS, and those before compression was enabled
+are decompressed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from typing import TYPE_CHECKING
 
 from nsq_ha.connection.config import ConnectionConfig
-from nsq_ha.errors import ConnectionClosedError, HandshakeError, RemoteProtocolError
+from nsq_ha.errors import ConnectionClosedError, HandshakeError, NsqError, RemoteProtocolError
 from nsq_ha.protocol.commands import Nop
 from nsq_ha.protocol.events import NEED_DATA, Answer, Event, Failed, Heartbeat
 from nsq_ha.protocol.frames import OK
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
     from nsq_ha.protocol.compression import StreamCodec
 
 log = logging.getLogger(__name__)
-
-_FRAME_SIZE = struct.Struct(">I")
 
 
 def codec_for(name: str, level: int) -> StreamCodec:
@@ -55,6 +54,10 @@ class Handshake:
         self._config = config
         self._transport = transport
         self._session = session
+        self._loop = transport.loop
+        self._waiter: asyncio.Future[None] | None = None
+        #: the stream ended: ``True``, or the NsqError that ended it
+        self._ended: NsqError | bool = False
 
     async def run(self) -> AuthResponse | None:
         """Run every step and return the AUTH answer, if AUTH ran; on success the state machine
@@ -62,6 +65,7 @@ class Handshake:
         config = self._config
         transport = self._transport
         session = self._session
+        transport.receive(self._received, self._end)
         transport.write(session.start())
         body = config.to_identify()
         transport.write(session.identify(body, max_body_size=config.max_body_size))
@@ -101,8 +105,7 @@ class Handshake:
             level = negotiated.deflate_level or config.deflate_level
             if negotiated.deflate and level < 1:
                 raise HandshakeError(f"nsqd {self._address} announced deflate level {level}")
-            session.start_compression()
-            transport.enable_compression(codec_for(name, level))
+            transport.enable_compression(codec_for(name, level), session.start_compression())
             await self._expect_ok(transport.compression or "compression")
         elif config.snappy or config.deflate:
             log.info("nsqd %s refused compression; continuing uncompressed", self._address)
@@ -148,11 +151,9 @@ class Handshake:
         return event.data
 
     async def _event(self) -> Event:
-        """Read one event without reading past its frame while the stream may still be
-        upgraded; heartbeats are answered here."""
+        """Return the next event, reading as needed; heartbeats are answered here."""
         transport = self._transport
         session = self._session
-        clock = asyncio.get_running_loop().time  # the heartbeat-flood rule counts real time
         while True:
             event = session.next_event()
             if isinstance(event, Heartbeat):
@@ -160,14 +161,29 @@ class Handshake:
                 continue
             if event is not NEED_DATA:
                 return event
-            if transport.compression is not None:
-                data = await transport.read()
-                if not data:
-                    raise ConnectionClosedError(f"nsqd {self._address} closed during the handshake")
-                session.receive_data(data, clock())
-                continue
-            header = await transport.read_exactly(_FRAME_SIZE.size)
-            session.receive_data(header, clock())
-            session.next_event()  # checks the size field before reading that much
-            (size,) = _FRAME_SIZE.unpack(header)
-            session.receive_data(await transport.read_exactly(size), clock())
+            if self._ended:
+                if isinstance(self._ended, NsqError):
+                    raise self._ended
+                raise ConnectionClosedError(f"nsqd {self._address} closed during the handshake")
+            self._waiter = self._loop.create_future()
+            transport.release()
+            await self._waiter
+
+    def _received(self, data: bytes) -> None:
+        """One read: into the session; the socket waits until the handshake waits again."""
+        self._transport.hold()
+        try:
+            self._session.receive_data(data, self._loop.time())  # the heartbeat-flood clock
+        except NsqError as exc:
+            self._end(exc)
+            return
+        self._wake()
+
+    def _end(self, error: NsqError | None) -> None:
+        self._ended = True if error is None else error
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)

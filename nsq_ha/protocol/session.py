@@ -255,6 +255,14 @@ class FrameDecoder:
             self._pos = end
         return frame_type, data
 
+    def take_buffered(self) -> bytes:
+        """Remove and return the bytes not yet returned as a frame (the stream changed layer
+        under them)."""
+        data = bytes(self._buffer[self._pos :])
+        self._buffer.clear()
+        self._pos = 0
+        return data
+
     def feed_eof(self) -> None:
         """Tell the decoder the peer closed; raise if a frame was cut off."""
         if self._error is not None:
@@ -380,14 +388,23 @@ class ClientSession:
         self._fork = negotiated.is_fork is True
 
     def start_tls(self) -> None:
-        """Enter the TLS upgrade; nsqd's ``OK`` through TLS is the next answer."""
+        """Enter the TLS upgrade; nsqd's ``OK`` through TLS is the next answer. Bytes received
+        and not decoded yet raise RemoteProtocolError: nsqd sends nothing before the TLS
+        handshake, and bytes from outside TLS must not pass for bytes from inside."""
+        if self._decoder.buffered:
+            raise RemoteProtocolError(
+                f"nsqd sent {self._decoder.buffered} bytes before the TLS handshake"
+            )
         self._move(ConnState.TLS_UPGRADE)
         self._pending.append(_UPGRADE_ANSWERS)
 
-    def start_compression(self) -> None:
-        """Enter the compression upgrade; nsqd's ``OK`` through it is the next answer."""
+    def start_compression(self) -> bytes:
+        """Enter the compression upgrade; nsqd's ``OK`` through it is the next answer. Return
+        the bytes received and not decoded yet: they came compressed (decompress, then feed
+        them back)."""
         self._move(ConnState.COMPRESSION_UPGRADE)
         self._pending.append(_UPGRADE_ANSWERS)
+        return self._decoder.take_buffered()
 
     def authenticate(self, secret: str | bytes, *, max_body_size: int | None = None) -> bytes:
         """Return the AUTH command; its answer is an :class:`Answer`."""

@@ -160,6 +160,30 @@ def test_tls_compression_and_auth_answers_are_awaited_in_order() -> None:
     assert session.state is ConnState.READY
 
 
+def test_bytes_before_the_tls_handshake_are_refused() -> None:
+    """Bytes from outside TLS must not pass for bytes from inside it."""
+    session = ClientSession()
+    session.start()
+    session.identify({"tls_v1": True})
+    answer = b'{"version":"1.3.0","tls_v1":true}'
+    session.receive_data(response(answer) + response(b"OK"))
+    assert session.next_event() == Answer(answer, b"IDENTIFY")
+    with pytest.raises(RemoteProtocolError, match="before the TLS handshake"):
+        session.start_tls()
+
+
+def test_bytes_after_the_identify_answer_are_handed_back_when_compression_starts() -> None:
+    """What came after the answer in the same read was compressed already."""
+    session = ClientSession()
+    session.start()
+    session.identify({"snappy": True})
+    answer = b'{"version":"1.3.0","snappy":true}'
+    session.receive_data(response(answer) + b"\xff\x06\x00\x00sNaPpY")
+    assert session.next_event() == Answer(answer, b"IDENTIFY")
+    assert session.start_compression() == b"\xff\x06\x00\x00sNaPpY"
+    assert session.next_event() is NEED_DATA
+
+
 def test_an_auth_failure_is_a_fatal_failed_event() -> None:
     session = ClientSession()
     session.start()
