@@ -21,12 +21,13 @@ import operator
 import sys
 from collections import deque
 from collections.abc import Sequence
-from typing import Final, NamedTuple, TypeAlias, cast
+from typing import Final, TypeAlias, cast
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.producer.message import (
     BatchBuilder,
     PublishResult,
+    Queued,
     Where,
     derive_batch,
     prepare_message,
@@ -202,13 +203,6 @@ class Call:
 Run = tuple[Call, int, int]
 
 
-class _Queued(NamedTuple):
-    """One message of a queued call, as :meth:`BatchBuilder.take` sees it."""
-
-    message: PublishMessage
-    call: Call
-
-
 def take(queue: deque[Call], builder: BatchBuilder, share: int | None) -> tuple[list[Run], int]:
     """Take the next batch off a lane's ``queue``: its runs, and how many messages they hold.
     Plain calls (no trace id, no ext header) go whole while they fit (one sum per call); the
@@ -258,12 +252,12 @@ def take(queue: deque[Call], builder: BatchBuilder, share: int | None) -> tuple[
         return runs, 0
     # message by message, over as many queued messages as one batch may carry: whole calls
     # up to the share, and at least the first
-    items: deque[_Queued] = deque()
+    items: deque[Queued] = deque()
     for call in queue:
         if items and len(items) + len(call.messages) - call.taken > share:
             break
         items.extend(
-            _Queued(m, call)
+            Queued(m, call)
             for m in call.messages[call.taken : call.taken + builder.max_count - len(items)]
         )
         if len(items) >= builder.max_count:

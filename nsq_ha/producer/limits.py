@@ -19,18 +19,17 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Final, NamedTuple
+from typing import Final
 
 from nsq_ha.errors import (
     BadBodyError,
     BadMessageError,
     BodyTooLargeError,
     ExtNotSupportedError,
-    InvalidArgumentError,
     InvalidJsonHeaderError,
     InvalidTraceIdError,
 )
-from nsq_ha.producer.message import BatchBuilder, mpub_sizes
+from nsq_ha.producer.message import BatchBuilder, Queued, mpub_sizes
 from nsq_ha.protocol.publish import PublishMessage
 
 #: the most nsqd addresses whose limits are kept (the oldest is forgotten first)
@@ -88,28 +87,23 @@ class ServerLimits:
     def __repr__(self) -> str:
         return f"<ServerLimits learned={self.learned}>"
 
-    def learn(self, address: str, exc: BaseException) -> bool:
-        """Keep the limit ``exc`` names for ``address``; True if it lowered what was known."""
+    def learn(self, address: str, exc: BaseException) -> None:
+        """Keep the limit ``exc`` names for ``address``, if it lowers what was known."""
         named = refused_limit(exc)
         if named is None:
-            return False
+            return
         what, limit = named
-        msg, body = self.of(address)
+        msg, body = self.learned.get(address, (self.max_msg_size, self.max_body_size))
         if what == "max_msg_size" and limit < msg:
             msg = limit
         elif what == "max_body_size" and limit < body:
             body = limit
         else:
-            return False
+            return
         self.learned.pop(address, None)
         if len(self.learned) >= MAX_SERVERS:
             del self.learned[next(iter(self.learned))]
         self.learned[address] = (msg, body)
-        return True
-
-    def of(self, address: str) -> tuple[int, int]:
-        """``(max_msg_size, max_body_size)`` for ``address``."""
-        return self.learned.get(address, (self.max_msg_size, self.max_body_size))
 
     def lowest(self, addresses: Iterable[str]) -> tuple[int, int, bool]:
         """The lowest ``(max_msg_size, max_body_size)`` over ``addresses``, and whether any
@@ -140,21 +134,13 @@ class ServerLimits:
             )
 
 
-class _Queued(NamedTuple):
-    """A message as :meth:`BatchBuilder.take` sees it."""
-
-    message: PublishMessage
-
-
 def split_batch(
     messages: Sequence[PublishMessage], builder: BatchBuilder
 ) -> list[list[PublishMessage]]:
     """Cut a refused batch of two or more messages into parts, in order: as ``builder`` cuts
     batches (under the limits known now; a message over the message limit alone), or, when
     that leaves it whole, in two halves."""
-    if len(messages) < 2:
-        raise InvalidArgumentError("only a batch of two or more messages can be split")
-    queue = deque(map(_Queued, messages))
+    queue = deque(map(Queued, messages))
     parts: list[list[PublishMessage]] = []
     while queue:
         parts.append([item.message for item in builder.take(queue)])

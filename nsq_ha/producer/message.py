@@ -17,7 +17,7 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, NamedTuple
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.protocol.commands import as_bytes, check_size, check_uint, compact_json
@@ -102,12 +102,11 @@ def batch_body_size(bodies: int, body_bytes: int, ext_bytes: int, kind: str) -> 
     return size
 
 
-class _HasMessage(Protocol):
-    @property
-    def message(self) -> PublishMessage: ...
+class Queued(NamedTuple):
+    """A message as :meth:`BatchBuilder.take` sees it, and the publish call it came in."""
 
-
-_Item = TypeVar("_Item", bound=_HasMessage)
+    message: PublishMessage
+    call: Any = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,7 +129,7 @@ class BatchBuilder:
     ext_topic: bool = False
     checks_each: bool = False
 
-    def take(self, queue: deque[_Item]) -> list[_Item]:
+    def take(self, queue: deque[Queued]) -> list[Queued]:
         """Pop the next batch from the left of ``queue`` (never empty when the queue is not)."""
         if not queue:
             return []
