@@ -1,11 +1,8 @@
 """nsq_ha: asyncio client for the partitioned, replicated, ordered NSQ fork (and vanilla NSQ).
 
 ``Producer`` publishes and ``Consumer`` consumes (asyncio); ``nsq_ha.sync`` has their blocking
-twins;
-``LookupClient`` finds partitions; ``NsqdConnection`` is one connection to one nsqd.
-
-The names are imported on first use, so that importing ``nsq_ha`` (as the pytest plugin
-``nsq_ha.testing.plugin`` does when pytest starts) stays cheap and loads no client code.
+twins. The names are imported on first use, so that importing ``nsq_ha`` (as the pytest plugin
+does when pytest starts) loads no client code.
 """
 
 from __future__ import annotations

@@ -69,13 +69,9 @@ def prepare_batch(
     *,
     max_msg_size: int | None = None,
 ) -> tuple[list[PublishMessage], int | None]:
-    """:func:`prepare_message` of each body with its trace id and ext header (``None``: none
-    for any), and what the messages add to an ``MPUB`` body (see :func:`plain_size`).
-
-    Bodies that are all non-empty ``bytes`` within ``max_msg_size``, with no trace ids and no
-    headers, are ready as they are: that is checked for all at once (the common case, in
-    C-level passes); anything else goes through :func:`prepare_message` one by one.
-    """
+    """:func:`prepare_message` of each body with its trace id and ext header, and what the
+    messages add to an ``MPUB`` body (see :func:`plain_size`). Plain bytes bodies are checked
+    all at once (the common case, in C-level passes), anything else one by one."""
     count = len(bodies)
     if trace_ids is None and exts is None and count and set(map(type, bodies)) == _ONLY_BYTES:
         limit = max_msg_size if max_msg_size is not None else _NO_LIMIT

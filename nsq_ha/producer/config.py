@@ -45,7 +45,6 @@ class RetryPolicy:
     attempt_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        """Refuse values the retry loop would misread."""
         if isinstance(self.attempts, bool) or not isinstance(self.attempts, int):
             raise ConfigError(f"attempts must be an int, not {self.attempts!r}")
         if self.attempts < 1:
@@ -169,7 +168,6 @@ class ProducerConfig:
     topic_idle_timeout: float = 300.0
 
     def __post_init__(self) -> None:
-        """Check every option and normalise addresses, strategy and durations."""
         lookupd = _addresses(cast("str | Sequence[str] | None", self.lookupd), "lookupd")
         nsqd = _addresses(cast("str | Sequence[str] | None", self.nsqd), "nsqd")
         if sum(x is not None for x in (lookupd, self.lookup, nsqd)) != 1:

@@ -228,7 +228,6 @@ class Producer:
     async def _publish_by_key(
         self, topic: str, messages: list[PublishMessage], sharding_keys: Sequence[ShardingKey]
     ) -> list[PublishResult]:
-        """:meth:`publish_many` with a key per message: one lane submission per partition."""
         keys = per_message(sharding_keys, len(messages), "sharding_keys")
         validate_topic(topic)
         for key in keys:
@@ -264,8 +263,6 @@ class Producer:
         partition: int | None,
         plain_bytes: int | None,
     ) -> Outcomes:
-        """Route ``messages`` and queue them on their lane; their outcomes once settled."""
-
         def submit(held: Topic, routes: Routes) -> asyncio.Future[Outcomes]:
             slot = held.place(routes, messages, key, partition)
             return self._sender.submit(held, slot, messages, plain_bytes)
@@ -281,8 +278,7 @@ class Producer:
     ) -> _T:
         """``submit`` a call with the topic's routes and wait for what it queued. A keyed call
         queues at once when the routes are cached and no earlier keyed call is still waiting;
-        otherwise it takes its turn (:meth:`Topic.turn`): keyed calls queue in call order,
-        and those that waited for one lookup are queued together once it has answered."""
+        otherwise it takes its turn (:meth:`Topic.turn`)."""
         keyed = key is not None or partition is not None
         topic = self._topics.get(name)
         if topic is not None and not (keyed and topic.waiting is not None):
@@ -353,7 +349,6 @@ class Producer:
             self._closed.set()
 
     def _topic(self, name: str) -> Topic:
-        """The topic ``name`` (checked by the caller), made on first use."""
         topic = self._topics.get(name)
         if topic is None:
             static = None
@@ -366,8 +361,7 @@ class Producer:
         return topic
 
     def _check_key(self, key: ShardingKey | None, partition: int | None) -> None:
-        """Refuse a key the strategy cannot hash or a partition that is not an int, before
-        anything is looked up or sent."""
+        """Refuse a key the strategy cannot hash or a partition that is not an int."""
         if key is not None:
             if partition is not None:
                 raise ConfigError("give sharding_key= or partition=, not both")
@@ -380,9 +374,8 @@ class Producer:
     async def _look_up(
         self, name: str, key: ShardingKey | None, partition: int | None
     ) -> tuple[Topic, Routes]:
-        """The topic and its routes when the cached ones do not serve (``Topic.ready`` said
-        None): the topic name, key and partition are checked first (bad input is refused before
-        any lookup), then lookupd is asked under the retry policy."""
+        """The topic and its routes when the cached ones do not serve: bad input is refused
+        first, then lookupd is asked under the retry policy."""
         validate_topic(name)
         self._check_key(key, partition)
         topic = self._topic(name)
@@ -417,8 +410,8 @@ class Producer:
             idle.cancel()
 
     def _start_sweeper(self) -> None:
-        """Start the task that frees idle topics (once, on the loop of the first publish); it
-        holds the producer weakly, so a producer dropped without close() can still be freed."""
+        """Start the task that frees idle topics; it holds the producer weakly, so a producer
+        dropped without close() can still be freed."""
         if self._sweeper is None and not self._closing:
             # a topic is freed within 1.5 x the timeout of its last use; looked for every minute
             interval = min(self._config.topic_idle_timeout / 2, 60.0)
@@ -427,10 +420,8 @@ class Producer:
             )
 
     def _free_idle_topics(self, now: float | None = None) -> None:
-        """Free the topics unused for ``topic_idle_timeout`` seconds at ``now`` (monotonic
-        seconds; default: now): a busy topic (messages queued or in flight, a lookup or a keyed
-        call waiting) counts as used now, so it is idle from its last work on, not from its
-        last call."""
+        """Free the topics unused for ``topic_idle_timeout`` seconds at ``now`` (monotonic): a
+        busy topic counts as used now, so it is idle from its last work on."""
         now = time.monotonic() if now is None else now
         cutoff = now - self._config.topic_idle_timeout
         expired: list[str] = []
@@ -512,8 +503,7 @@ def _failure(topic: str, outcomes: Sequence[Outcome | None]) -> BaseException:
 
 
 async def _sweep(ref: weakref.ref[Producer], interval: float) -> None:
-    """Every ``interval`` seconds, free the producer's topics idle for ``topic_idle_timeout``
-    (nothing queued or in flight, no publish call for that long); ends with the producer."""
+    """Every ``interval`` seconds, free the producer's idle topics; ends with the producer."""
     while True:
         await asyncio.sleep(interval)
         producer = ref()

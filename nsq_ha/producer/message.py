@@ -90,10 +90,7 @@ def _kind(traced: bool, ext: bool) -> str:
 
 
 def batch_body_size(bodies: int, body_bytes: int, ext_bytes: int, kind: str) -> int:
-    """Size of an ``MPUB*`` body: count, then a length and the encoded message per message.
-
-    ``ext_bytes`` is the total length of the JSON headers in the batch (used by ``ext``).
-    """
+    """Size of an ``MPUB*`` body: count, then a length and the encoded message per message."""
     size = 4 + 4 * bodies + body_bytes
     if kind == "trace":
         size += 8 * bodies

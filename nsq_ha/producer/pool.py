@@ -2,9 +2,7 @@
 
 On the fork a connection serves one partition of one topic and is kept by that
 :class:`~nsq_ha.producer.topic.Topic` (its ``conns``); on vanilla nsqd one connection per node
-serves every topic and is kept here (:attr:`ConnectionPool.shared`). The pool opens them on
-first use (concurrent callers share the opening) and drops them when an error or a new
-partition map says so.
+serves every topic and is kept here (:attr:`ConnectionPool.shared`).
 """
 
 from __future__ import annotations
@@ -44,8 +42,8 @@ class ConnectionPool:
         self._background: set[asyncio.Task[None]] = set()
 
     async def get(self, key: ConnKey, conns: Conns) -> NsqdConnection:
-        """The open connection for ``key`` (kept in ``conns``, the topic's, on the fork; in
-        :attr:`shared` on vanilla nsqd), opened now if there is none."""
+        """The open connection for ``key``, opened now if there is none (concurrent callers
+        share the opening)."""
         address, topic, slot = key
         conn = conns.get(slot) if topic else self.shared.get(address)
         if conn is not None and not conn.closed:
@@ -91,12 +89,11 @@ class ConnectionPool:
         return conn
 
     def opening(self, topic: str) -> list[ConnKey]:
-        """Keys of ``topic``'s fork connections being opened now."""
         return [key for key in self._opening if key[1] == topic]
 
     def drop(self, key: ConnKey, conns: Conns) -> None:
-        """Forget the connection of ``key`` (from ``conns``, or :attr:`shared`) and close it in
-        the background (its pending answers finish); one being opened is abandoned."""
+        """Forget the connection of ``key`` and close it in the background (its pending
+        answers finish); one being opened is abandoned."""
         address, topic, slot = key
         self._opening.pop(key, None)  # its _open sees it is no longer wanted
         held: MutableMapping[Any, NsqdConnection] = conns if topic else self.shared
@@ -111,8 +108,7 @@ class ConnectionPool:
 
     def follow(self, topic: str, leaders: Mapping[int, str], conns: Conns) -> None:
         """Drop ``topic``'s connections (open or opening) to nodes that no longer lead their
-        partition (``leaders``: partition -> address): the next publish there connects to the
-        new leader."""
+        partition (``leaders``: partition -> address)."""
         for key in self.opening(topic):
             if leaders.get(key[2]) != key[0]:
                 self.drop(key, conns)
@@ -129,8 +125,7 @@ class ConnectionPool:
                 self.drop((conn.address, topic, slot), conns)
 
     async def close(self, conns: Iterable[NsqdConnection] = ()) -> None:
-        """Close the shared connections and ``conns`` (the topics'; an opening one is
-        cancelled) and wait for those closes."""
+        """Close the shared connections and ``conns`` (an opening one is cancelled)."""
         closing = [*self.shared.values(), *conns]
         for task in self._opening.values():
             task.cancel()

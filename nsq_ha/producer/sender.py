@@ -269,14 +269,11 @@ class Sender:
         """Try 2, 3, ... after try 1 failed with ``first_error``, until a try succeeds, an error
         is not worth another try (raised as it is), the producer aborts or the policy gives up
         (PublishError, ``__cause__`` the last error, and a PublishGaveUp event)."""
-        tries = 1
-
-        async def again(number: int) -> _T:
-            nonlocal tries
-            tries = number
-            return await attempt(number)
+        tries = 1  # the attempt under way
 
         def on_retry(failure: Failure) -> None:
+            nonlocal tries
+            tries = failure.attempt + 1
             self.stats["retries"] += 1
             topic.streaks[what] = topic.streaks.get(what, 0) + 1
 
@@ -306,15 +303,13 @@ class Sender:
 
         if not decide(first_error).retry:
             raise first_error
-        pool = self.pool  # read again below: it may be set while the loop waits
-        if pool.aborting:
+        if self.pool.aborting:
             raise closed(first_error) from first_error
         policy = self.policy
-        succeeded = False
         try:
             result = await retry_after(
                 first_error,
-                again,
+                attempt,
                 what=what,
                 backoff=policy.waits,
                 attempts=policy.attempts,
@@ -326,21 +321,20 @@ class Sender:
                 describe=lambda exc: redact(str(exc)),
                 logger=cast("logging.Logger", _StreakLog(topic, what)),
             )
-            succeeded = True
-            return result
         except NsqError as exc:
             if decide(exc).retry and self.pool.aborting:  # closed under the loop
                 raise closed(exc) from exc
             raise
         finally:
             failed = topic.streaks.pop(what, None)
-            if failed is not None and succeeded:
-                log.info(
-                    "%s succeeded again on attempt %d (%d failed tries in the streak)",
-                    what,
-                    tries,
-                    failed,
-                )
+        if failed is not None:
+            log.info(
+                "%s succeeded again on attempt %d (%d failed tries in the streak)",
+                what,
+                tries,
+                failed,
+            )
+        return result
 
     async def send_batch(
         self, topic: Topic, messages: list[PublishMessage], slot: int | None
