@@ -25,7 +25,6 @@ from typing import Protocol, TypeAlias
 from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError
 from nsq_ha.protocol.names import (
     DEFAULT_PARTITION,
-    MAX_PARTITION,
     validate_channel,
     validate_message_id,
     validate_partition,
@@ -411,28 +410,3 @@ class Nop:
 
     def encode(self) -> bytes:
         return b"NOP\n"
-
-
-@dataclass(frozen=True, slots=True)
-class InternalCreateTopic:
-    """``INTERNAL_CREATE_TOPIC <topic> <partition> <true|false>`` (standalone fork); answered."""
-
-    topic: str
-    partition: int
-    ext: bool = False
-
-    @property
-    def name(self) -> bytes:
-        return b"INTERNAL_CREATE_TOPIC"
-
-    def __post_init__(self) -> None:
-        validate_topic(self.topic)
-        checked = validate_partition(self.partition)
-        if checked is None or checked < 0:
-            raise InvalidArgumentError(
-                f"INTERNAL_CREATE_TOPIC needs an explicit partition 0..{MAX_PARTITION}"
-            )
-
-    def encode(self) -> bytes:
-        ext = b"true" if self.ext else b"false"
-        return _line(self.name, self.topic.encode("ascii"), b"%d" % self.partition, ext)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
 
 from nsq_ha.errors import InvalidArgumentError
 
@@ -41,23 +40,6 @@ class FrameType(enum.IntEnum):
     RESPONSE = 0
     ERROR = 1
     MESSAGE = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One frame: its type and its data (without size and type)."""
-
-    frame_type: FrameType
-    data: bytes
-
-    @property
-    def is_heartbeat(self) -> bool:
-        """True for the ``_heartbeat_`` response frame."""
-        return self.frame_type is FrameType.RESPONSE and self.data == HEARTBEAT
-
-    def encode(self) -> bytes:
-        """Return the frame's wire bytes."""
-        return encode_frame(self.frame_type, self.data)
 
 
 def encode_frame(frame_type: FrameType | int, data: bytes) -> bytes:

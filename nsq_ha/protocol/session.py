@@ -136,8 +136,7 @@ COMMANDS_BY_STATE: Mapping[ConnState, frozenset[bytes]] = {
     _S.TLS_UPGRADE: frozenset(),
     _S.COMPRESSION_UPGRADE: frozenset(),
     _S.AUTHENTICATING: frozenset({b"AUTH", b"NOP"}),
-    _S.READY: _PUBLISH
-    | {b"SUB", b"SUB_ORDERED", b"SUB_ADVANCED", b"NOP", b"INTERNAL_CREATE_TOPIC"},
+    _S.READY: _PUBLISH | {b"SUB", b"SUB_ORDERED", b"SUB_ADVANCED", b"NOP"},
     _S.SUBSCRIBING: _PUBLISH | {b"NOP"},
     _S.SUBSCRIBED: _PUBLISH | _ACKS | {b"RDY", b"CLS", b"NOP"},
     _S.CLOSING: _PUBLISH | _ACKS | {b"RDY", b"NOP"},

@@ -28,12 +28,9 @@ from nsq_ha.producer.message import (
     prepare_message,
     record_size,
 )
-from nsq_ha.protocol import (
-    ClientCommand,
-    CommandDecoder,
-    TracedResponse,
-    encode_traced_response,
-)
+from nsq_ha.protocol import TracedResponse
+from nsq_ha.protocol.broker import encode_traced_response
+from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder
 from nsq_ha.protocol.publish import Publish, PublishMessage
 
 

@@ -9,22 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
-from nsq_ha.protocol import (
+from nsq_ha.protocol import Fin, Publish, PublishMessage, Rdy, Req, Sub, Touch
+from nsq_ha.protocol.command_decoder import (
+    BODY_COMMANDS,
     ClientCommand,
     CommandDecoder,
-    Fin,
     Magic,
-    Publish,
-    PublishMessage,
-    Rdy,
-    Req,
-    Sub,
-    Touch,
     split_ext_message,
     split_mpub_body,
     split_trace_message,
 )
-from nsq_ha.protocol.command_decoder import BODY_COMMANDS
 
 ID_WITH_NEWLINE = bytes.fromhex("000000000000000a0a20000000000000")
 

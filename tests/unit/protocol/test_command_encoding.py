@@ -13,12 +13,9 @@ from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError, InvalidNameEr
 from nsq_ha.protocol import (
     MAGIC_V2,
     Auth,
-    ClientCommand,
     Cls,
-    CommandDecoder,
     Fin,
     Identify,
-    InternalCreateTopic,
     Nop,
     Rdy,
     Req,
@@ -28,10 +25,10 @@ from nsq_ha.protocol import (
     SubAdvanced,
     SubOrdered,
     Touch,
-    ms_to_seconds,
-    seconds_to_ms,
 )
 from nsq_ha.protocol import commands as commands_module
+from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder
+from nsq_ha.protocol.commands import ms_to_seconds, seconds_to_ms
 
 names = st.from_regex(r"[.a-zA-Z0-9_-]{1,54}(#ephemeral)?", fullmatch=True)
 partitions = st.one_of(st.none(), st.just(-1), st.integers(0, 254))
@@ -80,8 +77,6 @@ def test_magic() -> None:
         (Rdy(2500).encode(), b"RDY 2500\n"),
         (Cls().encode(), b"CLS\n"),
         (Nop().encode(), b"NOP\n"),
-        (InternalCreateTopic("t", 0).encode(), b"INTERNAL_CREATE_TOPIC t 0 false\n"),
-        (InternalCreateTopic("t", 2, ext=True).encode(), b"INTERNAL_CREATE_TOPIC t 2 true\n"),
     ],
 )
 def test_exact_lines(encoded: bytes, expected: bytes) -> None:
@@ -134,8 +129,6 @@ def test_ms_seconds_round_trip(milliseconds: int) -> None:
         (lambda: Req(bytes(16)).encode(), "internal id"),
         (lambda: Req(b"0123456789abcdef", -1).encode(), "REQ delay"),
         (lambda: Touch("0123456789abcdef").encode(), "bytes"),  # type: ignore[arg-type]
-        (lambda: InternalCreateTopic("t", None).encode(), "explicit partition"),  # type: ignore[arg-type]
-        (lambda: InternalCreateTopic("t", -1).encode(), "explicit partition"),
         (lambda: Auth.of(b"").encode(), "must not be empty"),
         (lambda: Auth.of("").encode(), "must not be empty"),
         (lambda: Auth.of(123).encode(), "must be bytes"),  # type: ignore[arg-type]
@@ -258,11 +251,6 @@ def test_auth_round_trip(secret: bytes) -> None:
     assert decode_one(Auth.of(secret).encode()).body == secret
 
 
-def test_cls_nop_create_round_trip() -> None:
+def test_cls_nop_round_trip() -> None:
     assert decode_one(Cls().encode()) == ClientCommand(b"CLS")
     assert decode_one(Nop().encode()) == ClientCommand(b"NOP")
-    assert decode_one(InternalCreateTopic("t", 4, ext=True).encode()).params == (
-        b"t",
-        b"4",
-        b"true",
-    )

@@ -11,8 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
-from nsq_ha.protocol import Identify, build_identify, parse_identify_response
-from nsq_ha.protocol.identify import Negotiated, parse_auth_response
+from nsq_ha.protocol import Identify
+from nsq_ha.protocol.identify import (
+    Negotiated,
+    build_identify,
+    parse_auth_response,
+    parse_identify_response,
+)
 
 FORK_ANSWER = load("identify")["cases"][1]["answer_json"]
 VANILLA_ANSWER = next(

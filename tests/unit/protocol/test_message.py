@@ -7,13 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
-from nsq_ha.protocol import (
-    DecodedMessage,
-    MessageFormat,
-    decode_message,
-    encode_message,
-)
-from nsq_ha.protocol.broker import join_fork_id
+from nsq_ha.protocol import DecodedMessage, MessageFormat, decode_message
+from nsq_ha.protocol.broker import encode_message, join_fork_id
 from nsq_ha.protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG
 
 u64 = st.integers(0, (1 << 64) - 1)

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from nsq_ha.errors import InvalidArgumentError, InvalidNameError
 from nsq_ha.protocol import (
-    is_valid_name,
     validate_channel,
     validate_message_id,
     validate_partition,
     validate_topic,
 )
+from nsq_ha.protocol.names import is_valid_name
 
 GO_RULE = re.compile(r"^[.a-zA-Z0-9_-]+(#ephemeral)?$")
 

@@ -11,21 +11,16 @@ from hypothesis import strategies as st
 from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError
 from nsq_ha.producer.batch import batch_command
 from nsq_ha.producer.message import prepare_message
-from nsq_ha.protocol import (
+from nsq_ha.protocol import Dpub, Publish, PublishMessage, validate_partition, validate_topic
+from nsq_ha.protocol.command_decoder import (
     ClientCommand,
     CommandDecoder,
-    Dpub,
-    Publish,
-    PublishMessage,
-    encode_ext_header,
     split_ext_message,
     split_mpub_body,
     split_trace_message,
-    validate_partition,
-    validate_topic,
 )
 from nsq_ha.protocol.identify import parse_identify_response
-from nsq_ha.protocol.publish import ExtHeader
+from nsq_ha.protocol.publish import ExtHeader, encode_ext_header
 from nsq_ha.protocol.session import ClientSession
 
 names = st.from_regex(r"[.a-zA-Z0-9_-]{1,64}", fullmatch=True)

@@ -7,12 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
-from nsq_ha.protocol import (
-    TracedResponse,
-    encode_traced_response,
-    is_traced_response,
-    parse_traced_response,
-)
+from nsq_ha.protocol import TracedResponse, parse_traced_response
+from nsq_ha.protocol.broker import encode_traced_response
+from nsq_ha.protocol.trace import is_traced_response
 
 u64 = st.integers(0, (1 << 64) - 1)
 
