@@ -36,7 +36,7 @@ import struct
 import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import httpx
 import pytest
@@ -67,7 +67,6 @@ from nsq_ha.protocol.error_frames import closes_connection, must_drop, parse_err
 from nsq_ha.protocol.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     FRAME_HEADER_SIZE,
-    Frame,
     FrameType,
     encode_frame,
     max_frame_size_for,
@@ -84,6 +83,17 @@ from nsq_ha.protocol.message import (
 )
 from nsq_ha.protocol.publish import Publish, PublishMessage
 from nsq_ha.protocol.session import FrameDecoder
+
+
+class Frame(NamedTuple):
+    """One frame as the decoder gives it, for comparing."""
+
+    frame_type: FrameType
+    data: bytes
+
+    def encode(self) -> bytes:
+        return encode_frame(self.frame_type, self.data)
+
 
 # --- settings --------------------------------------------------------------------------------
 
