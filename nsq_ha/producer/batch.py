@@ -298,19 +298,7 @@ def messages_of(runs: list[Run]) -> list[PublishMessage]:
     return messages
 
 
-class Same:
-    """``outcomes[i]`` is ``error`` for every i: one failure for a whole batch."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-    def __getitem__(self, index: slice) -> list[Outcome]:
-        return [self.error] * (index.stop - index.start)
-
-
-def settle(runs: list[Run], outcomes: Sequence[Outcome] | Same, splits: set[Call]) -> None:
+def settle(runs: list[Run], outcomes: Sequence[Outcome], splits: set[Call]) -> None:
     """Give each run's messages their outcomes (``outcomes``: one per message of the batch,
     in order). A call whose messages all went in this batch (the common case) gets its
     outcomes at once; a call split over batches gets them when its last run settles."""
@@ -339,4 +327,4 @@ def fail(queue: deque[Call], live: list[Run], error: BaseException, splits: set[
     ``error``; the queue is left empty."""
     runs = [*live, *((c, c.taken, len(c.messages)) for c in queue)]
     queue.clear()
-    settle(runs, Same(error), splits)
+    settle(runs, [error] * sum(end - start for _, start, end in runs), splits)

@@ -26,7 +26,6 @@ from nsq_ha.producer.batch import (
     Outcome,
     Outcomes,
     Run,
-    Same,
     batch_command,
     fail,
     live,
@@ -177,12 +176,11 @@ class Sender:
                 lane.sending += 1
                 if share is not None and lane.queue:
                     self._start(topic, lane)  # the rest goes to other partitions meanwhile
+                batch = messages_of(runs)
                 try:
-                    results = await self.send_batch(topic, messages_of(runs), lane.slot)
+                    results = await self.send_batch(topic, batch, lane.slot)
                 except NsqError as exc:
-                    settle(runs, Same(exc), self.splits)
-                    runs = []
-                    continue
+                    results = [exc] * len(batch)
                 finally:
                     lane.sending -= 1
                 settle(runs, results, self.splits)
