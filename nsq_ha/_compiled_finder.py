@@ -1,0 +1,286 @@
+"""The finder behind ``nsq_ha.compiled``: which path runs the hot modules, mypyc's or Python's.
+
+The compiled build is optional (``make compiled``, ``tools/build_compiled.py``): mypyc compiles
+the modules in ``MODULES`` into extension modules for one interpreter and puts them, with a
+manifest of the sources they were built from, in ``nsq_ha/_compiled/<interpreter tag>/``, where
+the default import system never looks. Only the path hook ``install()`` adds for the hot
+modules' directories loads them, and only when all of these hold:
+
+- ``NSQ_HA_PURE`` is unset, empty or ``0``;
+- a manifest exists for this interpreter (the extension modules are tagged per interpreter);
+- it lists exactly ``MODULES`` and every source still has the hash it was compiled from (a
+  stale build falls back to pure Python, saying so once on stderr, rather than run code that no
+  longer matches its source).
+
+Otherwise every module is the ``.py`` file. ``install()`` runs at interpreter start from the
+``nsq_ha_compiled.pth`` file that the build writes into the environment's site-packages (a
+compiled wheel carries the same file): it loads this file by its path, as
+``nsq_ha._compiled_finder``, without importing the package (pytest's assertion rewriting of the
+plugin's package, ``nsq_ha``, warns when the package is already imported). Nothing in the
+package imports this module either, so without that file the compiled build is never loaded.
+It is its own module, apart from ``nsq_ha.compiled``, so that ``python -m nsq_ha.compiled`` runs
+a module not yet imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+import sys
+import sysconfig
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+# Light on purpose: the .pth file loads this module at every start of the environment's
+# interpreter, so hashlib and json load only when a hot module is first imported, and typing's
+# NamedTuple and dataclasses not at all.
+
+# The hot path of a message: the sans-IO protocol, the transport, the connection, the
+# consumer's per-message modules. connection/reader.py (an async generator) and
+# protocol/commands.py (a dataclass mypyc refuses) wait for their fixes.
+MODULES: tuple[str, ...] = (
+    "nsq_ha.protocol.error_frames",
+    "nsq_ha.protocol.events",
+    "nsq_ha.protocol.frames",
+    "nsq_ha.protocol.message",
+    "nsq_ha.protocol.session",
+    "nsq_ha.transport",
+    "nsq_ha.connection.core",
+    "nsq_ha.consumer.core",
+    "nsq_ha.consumer.flow",
+    "nsq_ha.consumer.handout",
+    "nsq_ha.consumer.message",
+    "nsq_ha.consumer.rdy",
+    "nsq_ha.consumer.slots",
+)
+# mypyc's shared library for the group: every module's extension imports it by this name
+GROUP = "nsq_ha._hot"
+LIBRARY = f"{GROUP}__mypyc"
+PURE_ENV = "NSQ_HA_PURE"
+PTH_NAME = "nsq_ha_compiled.pth"
+MANIFEST = "manifest.json"
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+EXT_SUFFIX: str = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+
+
+def interpreter_tag() -> str:
+    """This interpreter's extension tag, e.g. ``cpython-311-x86_64-linux-gnu``."""
+    return EXT_SUFFIX.removeprefix(".").removesuffix(".so").removesuffix(".pyd") or "unknown"
+
+
+def artifact_dir() -> str:
+    """Where the compiled build for this interpreter lives (git-ignored)."""
+    return os.path.join(PACKAGE_DIR, "_compiled", interpreter_tag())
+
+
+def built_file(module: str) -> str:
+    """A module's extension file, relative to the artifact directory: the package's own layout
+    (``nsq_ha/protocol/frames.<tag>.so``), with mypyc's library at the top
+    (``_hot__mypyc.<tag>.so``): mypyc sets each module's ``__file__`` to the library's folder
+    joined with the module's path."""
+    if module == LIBRARY:
+        return module.rpartition(".")[2] + EXT_SUFFIX
+    return os.path.join(*module.split(".")) + EXT_SUFFIX
+
+
+def source_path(module: str) -> str:
+    """The ``.py`` file of one of ``MODULES``."""
+    parts = module.split(".")
+    if parts[0] != "nsq_ha" or len(parts) < 2:
+        raise ValueError(f"{module!r} is not a module of nsq_ha")
+    return os.path.join(PACKAGE_DIR, *parts[1:-1], parts[-1] + ".py")
+
+
+def source_hash(module: str) -> str:
+    """The sha256 of a module's source, as the manifest records it."""
+    import hashlib
+
+    with open(source_path(module), "rb") as file:
+        return hashlib.sha256(file.read()).hexdigest()
+
+
+def pure_forced() -> bool:
+    """Whether ``NSQ_HA_PURE`` asks for pure Python (any value but empty or ``0``)."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
+class Decision:
+    """The path chosen for this process and the reason, in words a developer can act on."""
+
+    __slots__ = ("compiled", "reason", "stale")
+
+    def __init__(self, compiled: bool, reason: str, stale: tuple[str, ...] = ()) -> None:
+        self.compiled = compiled
+        self.reason = reason
+        self.stale = stale
+
+    def __repr__(self) -> str:
+        return f"Decision(compiled={self.compiled}, reason={self.reason!r})"
+
+
+def decide(modules: Sequence[str] = MODULES, directory: str | None = None) -> Decision:
+    """Choose the path from the environment and the build's manifest in ``directory`` (this
+    interpreter's artifact directory by default); reads the sources."""
+    import json
+
+    if pure_forced():
+        return Decision(False, f"{PURE_ENV} is set")
+    manifest = os.path.join(directory or artifact_dir(), MANIFEST)
+    try:
+        with open(manifest, encoding="utf-8") as file:
+            recorded = json.load(file)["modules"]
+    except FileNotFoundError:
+        return Decision(False, f"no compiled build for {interpreter_tag()}: run `make compiled`")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return Decision(False, f"unreadable {manifest}: {exc}; run `make compiled`")
+    if not isinstance(recorded, dict) or sorted(recorded) != sorted(modules):
+        return Decision(False, "the compiled build has another module set: run `make compiled`")
+    stale = tuple(m for m in modules if _hash_or_none(m) != recorded[m])
+    if stale:
+        root = os.path.dirname(PACKAGE_DIR)
+        names = ", ".join(os.path.relpath(source_path(m), root) for m in stale)
+        return Decision(
+            False,
+            f"the compiled build is older than {names}: run `make compiled` (or set {PURE_ENV}=1)",
+            stale,
+        )
+    return Decision(True, f"mypyc build for {interpreter_tag()} ({len(modules)} modules)")
+
+
+def _hash_or_none(module: str) -> str | None:
+    try:
+        return source_hash(module)
+    except OSError:
+        return None
+
+
+class CompiledFinder:
+    """Loads ``MODULES`` and mypyc's group library from the build, once ``decide()`` allows.
+
+    The decision is made at the first import of one of those modules (so a process that never
+    imports them never reads the sources) and holds for the process: the modules of a mypyc
+    group call each other directly, so the set is compiled as a whole or not at all.
+    """
+
+    def __init__(self, modules: Sequence[str] = MODULES, directory: str | None = None) -> None:
+        self.modules = frozenset(modules)
+        self.directory = directory or artifact_dir()
+        self.decision: Decision | None = None
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != LIBRARY and fullname not in self.modules:
+            return None
+        if self.decision is None:
+            self.decision = decide(sorted(self.modules), self.directory)
+            if self.decision.stale:
+                sys.stderr.write(f"nsq_ha: pure Python: {self.decision.reason}\n")
+        if not self.decision.compiled:
+            return None
+        file = os.path.join(self.directory, built_file(fullname))
+        loader = importlib.machinery.ExtensionFileLoader(fullname, file)
+        spec = importlib.machinery.ModuleSpec(fullname, loader, origin=file)
+        spec.has_location = True
+        return spec
+
+    def __repr__(self) -> str:
+        return f"CompiledFinder(modules={len(self.modules)}, decision={self.decision!r})"
+
+
+class HotDirectory:
+    """The path entry finder of a directory that holds hot modules: the build's extension module
+    where ``CompiledFinder`` allows, else the directory's own files, as ``FileFinder`` finds them.
+
+    The choice is made at this level, under ``PathFinder``, rather than on ``sys.meta_path``, so
+    that every finder that asks ``PathFinder`` sees the same module: pytest's assertion
+    rewriting hook, first on ``sys.meta_path``, asks it for each module of a package that
+    registers a plugin (nsq_ha does) and loads the ``.py`` itself unless the answer is not a
+    source file.
+    """
+
+    def __init__(self, path: str, compiled: CompiledFinder) -> None:
+        self.path = path
+        self.compiled = compiled
+        self.files = importlib.machinery.FileFinder(
+            path,
+            (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+            (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES),
+            (importlib.machinery.SourcelessFileLoader, importlib.machinery.BYTECODE_SUFFIXES),
+        )
+
+    def find_spec(
+        self, fullname: str, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        return self.compiled.find_spec(fullname) or self.files.find_spec(fullname, target)
+
+    def invalidate_caches(self) -> None:
+        self.files.invalidate_caches()
+
+    def __repr__(self) -> str:
+        return f"HotDirectory({self.path!r}, {self.compiled!r})"
+
+
+_installed: CompiledFinder | None = None
+
+
+def hot_directories(modules: Sequence[str] = MODULES) -> frozenset[str]:
+    """The directories that hold ``modules`` (and mypyc's library, in the package's own)."""
+    return frozenset({PACKAGE_DIR} | {os.path.dirname(source_path(m)) for m in modules})
+
+
+def install() -> CompiledFinder:
+    """Add the path hook of the hot modules' directories (once); the ``.pth`` file calls this."""
+    global _installed
+    if _installed is not None:
+        return _installed
+    finder = CompiledFinder()
+    directories = hot_directories()
+
+    def path_hook(path: str) -> HotDirectory:
+        if os.path.abspath(path) not in directories:
+            raise ImportError("not a directory of nsq_ha's hot modules")
+        return HotDirectory(path, finder)
+
+    sys.path_hooks.insert(0, path_hook)
+    for path in list(sys.path_importer_cache):
+        if os.path.abspath(path) in directories:
+            del sys.path_importer_cache[path]
+    _installed = finder
+    return finder
+
+
+def installed() -> CompiledFinder | None:
+    """The finder ``install()`` added, if the environment enables the compiled build."""
+    return _installed
+
+
+def is_compiled(module: ModuleType) -> bool:
+    """Whether a loaded module is an extension module (mypyc's) rather than its ``.py``."""
+    return isinstance(getattr(module, "__loader__", None), importlib.machinery.ExtensionFileLoader)
+
+
+def active() -> bool:
+    """Whether the hot modules run compiled in this process (imports the first of them)."""
+    return is_compiled(importlib.import_module(MODULES[0]))
+
+
+def status() -> str:
+    """One line: the live path and why."""
+    finder = installed()
+    if finder is None:
+        return f"pure Python: the compiled build is not enabled here ({PTH_NAME} not loaded)"
+    importlib.import_module(MODULES[0])
+    decision = finder.decision or decide(sorted(finder.modules))
+    loaded = [m for m in MODULES if m in sys.modules and is_compiled(sys.modules[m])]
+    if decision.compiled and loaded:
+        return f"compiled: {decision.reason}"
+    return f"pure Python: {decision.reason}"
