@@ -30,7 +30,6 @@
     │   ├── BadTopicError              E_BAD_TOPIC
     │   ├── BadChannelError            E_BAD_CHANNEL
     │   ├── BadPartitionError          E_BAD_PARTITION
-    │   ├── BadExtError                E_BAD_EXT
     │   ├── IdentifyFailedError        E_IDENTIFY_FAILED
     │   ├── AuthError                  (base of the auth codes)
     │   │   ├── AuthDisabledError      E_AUTH_DISABLED
@@ -56,7 +55,6 @@
     │   │   ├── FinFailedError         E_FIN_FAILED
     │   │   ├── ReqFailedError         E_REQ_FAILED
     │   │   └── TouchFailedError       E_TOUCH_FAILED
-    │   ├── CreateTopicFailedError     E_CREATE_TOPIC_FAILED
     │   └── TooManyConnectionsError    "too much client connections" (no code)
     ├── PublishError                               retries exhausted (``.attempts``)
     ├── ProducerClosedError                        publishing on a closed producer
@@ -260,10 +258,6 @@ class BadPartitionError(BrokerError, code="E_BAD_PARTITION"):
     """E_BAD_PARTITION: the partition token is not an integer, or an ordered topic needs one."""
 
 
-class BadExtError(BrokerError, code="E_BAD_EXT"):
-    """E_BAD_EXT: INTERNAL_CREATE_TOPIC got an ext flag it cannot parse."""
-
-
 class IdentifyFailedError(BrokerError, code="E_IDENTIFY_FAILED"):
     """E_IDENTIFY_FAILED: IDENTIFY or the TLS/compression upgrade failed."""
 
@@ -402,12 +396,6 @@ class ReqFailedError(MessageCommandError, code="E_REQ_FAILED"):
 
 class TouchFailedError(MessageCommandError, code="E_TOUCH_FAILED"):
     """E_TOUCH_FAILED: the message is not in flight."""
-
-
-class CreateTopicFailedError(BrokerError, code="E_CREATE_TOPIC_FAILED"):
-    """E_CREATE_TOPIC_FAILED: INTERNAL_CREATE_TOPIC was refused (e.g. in cluster mode)."""
-
-    fatal = False
 
 
 class TooManyConnectionsError(BrokerError, code="too much client connections"):

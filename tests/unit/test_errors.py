@@ -53,7 +53,6 @@ CODES = {
     "E_BAD_TOPIC": (errors.BadTopicError, True),
     "E_BAD_CHANNEL": (errors.BadChannelError, True),
     "E_BAD_PARTITION": (errors.BadPartitionError, True),
-    "E_BAD_EXT": (errors.BadExtError, True),
     "E_IDENTIFY_FAILED": (errors.IdentifyFailedError, True),
     "E_AUTH_DISABLED": (errors.AuthDisabledError, True),
     "E_AUTH_FAILED": (errors.AuthFailedError, True),
@@ -77,7 +76,6 @@ CODES = {
     "E_FIN_FAILED": (errors.FinFailedError, False),
     "E_REQ_FAILED": (errors.ReqFailedError, False),
     "E_TOUCH_FAILED": (errors.TouchFailedError, False),
-    "E_CREATE_TOPIC_FAILED": (errors.CreateTopicFailedError, False),
 }
 
 
