@@ -66,7 +66,6 @@ __all__ = [
     "Failure",
     "decide",
     "log_failure",
-    "retriable",
     "retry_after",
     "retrying",
 ]
@@ -108,11 +107,6 @@ def decide(exc: BaseException) -> Decision:
             reconnect=reconnect,
         )
     return Decision(retry=exc.retriable, refresh_lookup=exc.refresh_lookup, reconnect=False)
-
-
-def retriable(exc: BaseException) -> bool:
-    """Whether ``exc`` is worth another try (:func:`decide`'s ``retry``)."""
-    return decide(exc).retry
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,10 +197,10 @@ def retrying(
     *,
     what: str,
     backoff: Backoff,
+    should_retry: Callable[[BaseException], bool],
     attempts: int | None = None,
     deadline: float | None = None,
     started: float | None = None,
-    should_retry: Callable[[BaseException], bool] = retriable,
     on_retry: Callable[[Failure], None] | None = None,
     give_up: Callable[[Failure], BaseException] | None = None,
     describe: Callable[[BaseException], str] = _text,
@@ -266,10 +260,10 @@ async def retry_after(
     *,
     what: str,
     backoff: Backoff,
+    should_retry: Callable[[BaseException], bool],
     attempts: int | None = None,
     deadline: float | None = None,
     started: float | None = None,
-    should_retry: Callable[[BaseException], bool] = retriable,
     on_retry: Callable[[Failure], None] | None = None,
     give_up: Callable[[Failure], BaseException] | None = None,
     describe: Callable[[BaseException], str] = _text,

@@ -161,6 +161,11 @@ def test_broker_errors_decide_from_the_command_that_failed(
 FAST = Backoff(initial=0.001, cap=0.002)
 
 
+def worth_retrying(exc: BaseException) -> bool:
+    """What the clients pass as should_retry (with their own state): the decision's retry."""
+    return decide(exc).retry
+
+
 class Script:
     """An operation whose attempts (2, 3, ...) raise the scripted errors, then return "done"."""
 
@@ -207,6 +212,7 @@ async def test_attempts_after_the_first_run_until_one_succeeds() -> None:
         backoff=FAST,
         attempts=5,
         on_retry=heard.append,
+        should_retry=worth_retrying,
     )
     assert result == "done"
     assert op.calls == [2, 3]  # attempt 1 was the caller's
@@ -229,6 +235,7 @@ async def test_giving_up_raises_the_typed_error_with_the_last_error_as_its_cause
             backoff=FAST,
             attempts=3,
             give_up=give_up,
+            should_retry=worth_retrying,
         )
     assert caught.value.__cause__ is last
     assert op.calls == [2, 3]
@@ -238,7 +245,12 @@ async def test_giving_up_without_a_typed_error_raises_the_last_error_itself() ->
     last = errors.ConnectError("refused 2")
     with pytest.raises(errors.ConnectError) as caught:
         await retry_after(
-            errors.ConnectError("refused 1"), Script(last), what="x", backoff=FAST, attempts=2
+            errors.ConnectError("refused 1"),
+            Script(last),
+            what="x",
+            backoff=FAST,
+            attempts=2,
+            should_retry=worth_retrying,
         )
     assert caught.value is last
     assert caught.value.__cause__ is None
@@ -255,6 +267,7 @@ async def test_the_deadline_counts_from_the_first_attempt() -> None:
             deadline=5.0,
             started=time.monotonic() - 6.0,
             give_up=lambda f: errors.LookupdUnavailableError(f"gave up after {f.attempt}"),
+            should_retry=worth_retrying,
         )
     assert op.calls == []  # the first attempt took the whole deadline: no second one
     assert isinstance(caught.value.__cause__, errors.ConnectError)
@@ -264,12 +277,21 @@ async def test_an_error_not_worth_another_try_is_raised_as_it_is() -> None:
     refused = errors.ConfigError("bad topic")
     op = Script(refused)
     with pytest.raises(errors.ConfigError) as caught:
-        await retry_after(errors.ConnectError("x"), op, what="x", backoff=FAST, attempts=9)
+        await retry_after(
+            errors.ConnectError("x"),
+            op,
+            what="x",
+            backoff=FAST,
+            attempts=9,
+            should_retry=worth_retrying,
+        )
     assert caught.value is refused
     assert op.calls == [2]
     first = errors.ConfigError("at once")
     with pytest.raises(errors.ConfigError) as caught:
-        await retry_after(first, op, what="x", backoff=FAST, attempts=9)
+        await retry_after(
+            first, op, what="x", backoff=FAST, attempts=9, should_retry=worth_retrying
+        )
     assert caught.value is first
     assert op.calls == [2]
 
@@ -298,6 +320,7 @@ async def test_cancelling_the_wait_ends_the_loop_at_once() -> None:
             what="x",
             backoff=Backoff(initial=60.0, cap=60.0),
             on_retry=lambda _: waiting.set(),
+            should_retry=worth_retrying,
         )
     )
     async with asyncio.timeout(5):
@@ -320,6 +343,7 @@ async def test_each_failure_logs_what_failed_the_attempt_and_the_next_wait(
         backoff=Backoff(initial=0.001, cap=0.001),
         attempts=5,
         deadline=60.0,
+        should_retry=worth_retrying,
     )
     records = [r for r in caplog.records if r.name == "nsq_ha.retry"]
     assert [(r.levelno, r.getMessage()) for r in records] == [
@@ -342,6 +366,7 @@ async def test_the_logged_error_text_is_the_callers_description(
         what="x",
         backoff=FAST,
         describe=lambda exc: "redacted",
+        should_retry=worth_retrying,
     )
     assert "secret" not in caplog.text
     assert "(redacted)" in caplog.text
