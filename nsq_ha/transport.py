@@ -21,7 +21,6 @@ from nsq_ha.errors import (
     ConnectError,
     ConnectionClosedError,
     HandshakeError,
-    LocalProtocolError,
     NsqConnectionError,
     NsqError,
     NsqTimeoutError,
@@ -224,8 +223,6 @@ class StreamTransport:
         """Run the TLS handshake as the client, on the open socket: from this call on, what
         the receiver gets came through TLS (asyncio swaps the socket's protocol before its
         first wait)."""
-        if self.tls or self._codec is not None:
-            raise LocalProtocolError("TLS must be started once, before compression")
         loop = asyncio.get_running_loop()
         with map_exceptions(f"TLS handshake with {self.address}"):
             transport = await loop.start_tls(
@@ -244,8 +241,6 @@ class StreamTransport:
     def enable_compression(self, codec: StreamCodec, received: bytes = b"") -> None:
         """Send and receive through ``codec`` from now on; ``received`` is what came in
         compressed before this call (it is decoded first)."""
-        if self._codec is not None:
-            raise LocalProtocolError("compression is already enabled")
         self._codec = codec
         if self._receiving:
             self._pipe.receiver = self._decode
@@ -331,7 +326,7 @@ class StreamTransport:
             return
         if data:
             self._on_data(data)  # may stop or hold the receiving
-        if self.stopped or self._held:
+        if not self._receiving or self._held:
             return
         pipe = self._pipe
         if not codec.pending:
@@ -340,11 +335,6 @@ class StreamTransport:
         pipe.pause_reading()
         if self._slice_handle is None:
             self._slice_handle = pipe.loop.call_soon(self._slice)
-
-    @property
-    def stopped(self) -> bool:
-        """True when nothing is handed to a receiver (none set, or it was stopped)."""
-        return not self._receiving
 
     def _cancel_slices(self) -> None:
         if self._slice_handle is not None:
@@ -360,15 +350,6 @@ class StreamTransport:
         self._on_data, self._on_end = _discard, _ignore_end
         pipe.receiver = _discard
         pipe.on_end = None
-
-    def write(self, data: bytes) -> None:
-        """Write ``data`` now (compressed first when compression is on)."""
-        if self._transport.is_closing():
-            raise ConnectionClosedError(f"connection to {self.address} is closed")
-        if self._codec is not None:
-            data = self._codec.compress(data)
-        self._transport.write(data)
-        self.writes += 1
 
     def send(self, data: bytes) -> None:
         """Queue ``data``: what one loop turn sends leaves in one write (at once past the
@@ -387,8 +368,8 @@ class StreamTransport:
         self.flush()
 
     def flush(self) -> None:
-        """Write what was queued as one write; a closed socket drops it (the reader reports
-        the close)."""
+        """Write what was queued as one write (compressed first when compression is on); a
+        closed socket drops it (the reader reports the close)."""
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
@@ -397,8 +378,12 @@ class StreamTransport:
         data = b"".join(self._out)
         self._out.clear()
         self._out_size = 0
-        with contextlib.suppress(NsqConnectionError):
-            self.write(data)
+        if self._transport.is_closing():
+            return
+        if self._codec is not None:
+            data = self._codec.compress(data)
+        self._transport.write(data)
+        self.writes += 1
 
     def discard_queued(self) -> None:
         """Drop what was queued and not written (the connection is closing)."""

@@ -66,9 +66,9 @@ class Handshake:
         transport = self._transport
         session = self._session
         transport.receive(self._received, self._end)
-        transport.write(session.start())
+        transport.send_now(session.start())
         body = config.to_identify()
-        transport.write(session.identify(body, max_body_size=config.max_body_size))
+        transport.send_now(session.identify(body, max_body_size=config.max_body_size))
         negotiated = _parse_identify(await self._answer("IDENTIFY"), body)
         session.identified(negotiated)
         log.info(
@@ -120,7 +120,7 @@ class Handshake:
                     "was not sent (connect with tls=, or set allow_plaintext_auth=True to send "
                     "it in clear text)"
                 )
-            transport.write(
+            transport.send_now(
                 session.authenticate(config.auth_secret, max_body_size=config.max_body_size)
             )
             auth = parse_auth_response(await self._answer("AUTH"))
@@ -157,7 +157,7 @@ class Handshake:
         while True:
             event = session.next_event()
             if isinstance(event, Heartbeat):
-                transport.write(session.send_nowait(Nop()))
+                transport.send_now(session.send_nowait(Nop()))
                 continue
             if event is not NEED_DATA:
                 return event

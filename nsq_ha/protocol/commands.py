@@ -53,8 +53,10 @@ class Command(Protocol):
 # --- shared helpers (also used by publish.py and the producer) ------------------------------
 
 
-def seconds_to_ms(seconds: float, what: str) -> int:
-    """Convert a non-negative duration in seconds to whole milliseconds (rounded)."""
+def seconds_to_ms(seconds: object, what: str) -> int:
+    """Convert a non-negative duration in seconds to whole milliseconds (rounded); anything
+    else raises InvalidArgumentError (typed ``object``: a compiled build would raise TypeError
+    for a str before the check)."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise InvalidArgumentError(f"{what} must be a number of seconds, not {seconds!r}")
     if not math.isfinite(seconds) or seconds < 0:
