@@ -4,22 +4,13 @@ asked for: the clients do not need it)."""
 
 from typing import TYPE_CHECKING, Any
 
-from nsq_ha.connection.config import DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_MSG_SIZE, ConnectionConfig
-from nsq_ha.connection.core import ErrorHandler, MessageHandler, NsqdConnection
+from nsq_ha.connection.config import ConnectionConfig
+from nsq_ha.connection.core import NsqdConnection
 
 if TYPE_CHECKING:
     from nsq_ha.connection.security import Compression, Security
 
-__all__ = [
-    "DEFAULT_MAX_BODY_SIZE",
-    "DEFAULT_MAX_MSG_SIZE",
-    "Compression",
-    "ConnectionConfig",
-    "ErrorHandler",
-    "MessageHandler",
-    "NsqdConnection",
-    "Security",
-]
+__all__ = ["Compression", "ConnectionConfig", "NsqdConnection", "Security"]
 
 
 def __getattr__(name: str) -> Any:

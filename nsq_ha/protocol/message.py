@@ -35,7 +35,6 @@ _HEADER = struct.Struct(">qH16s")
 _FORK_ID = struct.Struct(">QQ")
 _EXT_LEN = struct.Struct(">H")
 _DETAIL = struct.Struct(">QI")
-_SUBSCRIBE_WITH_DETAIL = frozenset({b"SUB_ORDERED", b"SUB_ADVANCED"})
 _new_tuple = tuple.__new__
 
 
@@ -62,19 +61,6 @@ class MessageFormat:
     def vanilla(cls) -> MessageFormat:
         """The format of every vanilla nsqd message frame."""
         return cls(fork_ids=False)
-
-    @classmethod
-    def for_subscription(
-        cls, command: bytes, *, fork: bool, extend_support: bool = False, ext_topic: bool = False
-    ) -> MessageFormat:
-        """Derive the format from the subscribe command sent and what IDENTIFY negotiated.
-
-        ``command`` is the command name or the whole encoded line (``b"SUB_ORDERED ..."``).
-        """
-        if not fork:
-            return cls.vanilla()
-        name = command.split(b"\n", 1)[0].split(b" ", 1)[0]
-        return cls(ext=extend_support and ext_topic, detail=name in _SUBSCRIBE_WITH_DETAIL)
 
 
 class DecodedMessage(NamedTuple):

@@ -446,10 +446,11 @@ class ClientSession:
         data = command.encode()  # a publish checks its sizes here: refused, nothing is recorded
         if name in SUBSCRIBE_COMMANDS:
             negotiated = self._negotiated
-            extend = negotiated is not None and negotiated.extend_support
-            self._format = MessageFormat.for_subscription(
-                name, fork=self._fork, extend_support=extend, ext_topic=extend
-            )
+            if self._fork:  # SUB_ORDERED and SUB_ADVANCED add the offset/raw-size part
+                ext = negotiated is not None and negotiated.extend_support
+                self._format = MessageFormat(ext=ext, detail=name != b"SUB")
+            else:
+                self._format = MessageFormat.vanilla()
             self._move(_SUBSCRIBING)
         elif name == b"CLS":
             self._move(ConnState.CLOSING)

@@ -354,13 +354,11 @@ def test_any_split_of_any_stream_gives_the_same_frames(data: st.DataObject) -> N
 
 
 def _format_for(exchange: Exchange, sub_line: bytes, extend_support: bool) -> MessageFormat:
-    topic = sub_line.split(b" ")[1]
-    return MessageFormat.for_subscription(
-        sub_line,
-        fork=exchange.fork,
-        extend_support=extend_support,
-        ext_topic=topic.startswith(b"cf_ext"),
-    )
+    name, topic = sub_line.split(b" ")[:2]
+    if not exchange.fork:
+        return MessageFormat.vanilla()
+    ext = extend_support and topic.startswith(b"cf_ext")
+    return MessageFormat(ext=ext, detail=name != b"SUB")
 
 
 def _check_message(frame: Frame, fmt: MessageFormat, step: dict[str, Any]) -> DecodedMessage:

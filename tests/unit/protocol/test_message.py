@@ -133,15 +133,6 @@ def test_format_rules() -> None:
         MessageFormat(fork_ids=False, ext=True)
     with pytest.raises(InvalidArgumentError, match="vanilla"):
         MessageFormat(fork_ids=False, detail=True)
-    subscription = MessageFormat.for_subscription
-    assert subscription(b"SUB t c 0\n", fork=True) == MessageFormat()
-    assert subscription(b"SUB_ORDERED", fork=True) == MessageFormat(detail=True)
-    assert subscription(b"SUB_ADVANCED t c\n", fork=True, extend_support=True, ext_topic=True) == (
-        MessageFormat(ext=True, detail=True)
-    )
-    assert subscription(b"SUB", fork=True, extend_support=True, ext_topic=False) == MessageFormat()
-    assert subscription(b"SUB", fork=True, extend_support=False, ext_topic=True) == MessageFormat()
-    assert subscription(b"SUB_ORDERED t c\n", fork=False) == MessageFormat.vanilla()
 
 
 def test_fork_id_helpers() -> None:
