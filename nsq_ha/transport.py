@@ -159,7 +159,6 @@ class StreamTransport:
     def __init__(
         self, transport: asyncio.Transport, pipe: _Pipe, address: str, write_buffer_limit: int
     ) -> None:
-        """Wrap an open transport and its pipe; use :meth:`open` to make one."""
         self._transport = transport
         self._pipe = pipe
         self.address = address
@@ -182,7 +181,6 @@ class StreamTransport:
         self.writes = 0
 
     def __repr__(self) -> str:
-        """Show the address and the layers in use."""
         layers = ["tcp"]
         if self.tls:
             layers.append("tls")

@@ -60,7 +60,6 @@ def _check_secret(secret: object) -> None:
 
 
 def _size(value: object, what: str, minimum: int) -> int:
-    """Return ``value`` if it is an int of at least ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{what} must be an int >= {minimum}, got {value!r}")
     return value

@@ -100,7 +100,6 @@ class NsqdConnection:
         self._answered = asyncio.Event()
 
     def __repr__(self) -> str:
-        """Show address, state, server kind, layers and queue sizes."""
         parts = [f"{self.host}:{self.port}", self.state.name]
         negotiated = self._session.negotiated
         if negotiated is not None and negotiated.version:
@@ -172,7 +171,6 @@ class NsqdConnection:
         return self._session.in_flight
 
     async def __aenter__(self) -> Self:
-        """Connect (if not yet connected)."""
         if self.state is ConnState.INIT:
             await self.connect()
         return self
@@ -180,7 +178,6 @@ class NsqdConnection:
     async def __aexit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
-        """Close cleanly."""
         await self.close()
 
     async def connect(self) -> None:
@@ -238,7 +235,6 @@ class NsqdConnection:
         log.info("connected to %r", self)
 
     def _closed_error(self) -> ConnectionClosedError:
-        """The error for using a closed connection, chained to why it closed."""
         error = ConnectionClosedError(f"connection to {self.address} is closed")
         error.__cause__ = self._close_reason
         return error
@@ -394,7 +390,6 @@ class NsqdConnection:
         self.send_nowait(Touch(message_id))
 
     async def _read_loop(self, reader: FrameReader) -> None:
-        """Run the reader until the stream ends; then close with the reason."""
         try:
             await reader.run()
         except NsqError as exc:
@@ -420,7 +415,6 @@ class NsqdConnection:
         await asyncio.shield(self._close_task)
 
     async def _close(self) -> None:
-        """The body of :meth:`close` (runs once)."""
         if self._session.closed:
             await self._await_reader(cancel=False)
             return
@@ -469,7 +463,6 @@ class NsqdConnection:
             closed.cancel()
 
     async def _await_reader(self, *, cancel: bool) -> None:
-        """Wait for the read loop to end, cancelling it first if ``cancel`` and it is reading."""
         task = self._reader_task
         if task is None or task is asyncio.current_task() or task.done():
             return

@@ -48,7 +48,6 @@ class Handshake:
         transport: StreamTransport,
         session: ClientSession,
     ) -> None:
-        """Prepare to run on an open transport; ``session`` is the connection's."""
         self._host = host
         self._address = transport.address
         self._config = config

@@ -56,12 +56,10 @@ class PendingAnswers:
     __slots__ = ("_answers", "_syncs")
 
     def __init__(self) -> None:
-        """Start with nothing pending."""
         self._answers: deque[asyncio.Future[bytes]] = deque()
         self._syncs: deque[asyncio.Future[None]] = deque()
 
     def __repr__(self) -> str:
-        """Show what is still awaited."""
         return f"<PendingAnswers answers={len(self._answers)} syncs={len(self._syncs)}>"
 
     def expect(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[bytes]:
@@ -152,7 +150,6 @@ class PendingAnswers:
 
 
 def _no_answer(future: asyncio.Future[bytes], command: bytes, address: str, limit: float) -> None:
-    """The deadline of a command's answer passed."""
     if not future.done():
         name = command.decode(errors="replace")
         error = NsqTimeoutError(f"no answer to {name} from {address} within {limit} s")
@@ -196,7 +193,6 @@ class FrameReader:
         self.address = transport.address
 
     def __repr__(self) -> str:
-        """Show the peer and the session."""
         return f"<FrameReader {self.address} {self._session!r}>"
 
     async def run(self) -> NoReturn:
@@ -318,7 +314,6 @@ class FrameReader:
             got = True
 
     def _other(self, event: Event) -> None:
-        """Handle an event that is neither a message nor an answer."""
         if isinstance(event, Heartbeat):
             log.debug("heartbeat from %s", self.address)
             if not self._session.closed:

@@ -50,9 +50,6 @@ class Command(Protocol):
         """The command's exact bytes."""
 
 
-# --- shared helpers (also used by publish.py and the producer) ------------------------------
-
-
 def seconds_to_ms(seconds: object, what: str) -> int:
     """Convert a non-negative duration in seconds to whole milliseconds (rounded); anything
     else raises InvalidArgumentError (typed ``object``: a compiled build would raise TypeError
@@ -114,9 +111,6 @@ def check_uint(value: object, what: str, bits: int, minimum: int = 0) -> int:
     return value
 
 
-# --- IDENTIFY and AUTH ------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class Identify:
     """``IDENTIFY\\n[len][JSON]`` (compact, keys in order); answered. Make it with
@@ -170,9 +164,6 @@ class Auth:
         return b"AUTH\n" + _U32.pack(len(self.secret)) + self.secret
 
 
-# --- subscribing ------------------------------------------------------------------------------
-
-
 class StartKind(enum.Enum):
     """Kinds of SUB_ADVANCED start position (§2.3.1)."""
 
@@ -196,7 +187,6 @@ class StartPosition:
     value: int
 
     def __post_init__(self) -> None:
-        """Check the value against the kind."""
         if not isinstance(self.kind, StartKind):
             raise InvalidArgumentError(f"start kind must be a StartKind, not {self.kind!r}")
         if self.kind is StartKind.SPECIAL:
@@ -312,9 +302,6 @@ class SubAdvanced(_Subscription):
 
 #: Any of the three subscribe commands.
 Subscribe: TypeAlias = Sub | SubOrdered | SubAdvanced
-
-
-# --- flow control and acknowledgement ---------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,6 @@ def _duration_ms(value: float, what: str, minimum_ms: int, *, allow_off: bool = 
 
 
 def _bounded_int(value: int, what: str, low: int, high: int) -> int:
-    """Return ``value`` if it is an int in ``low..high``."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidArgumentError(f"{what} must be an int in {low}..{high}, got {value!r}")
     return value
@@ -188,7 +187,6 @@ def build_identify(
 
 
 def _string(value: object, what: str) -> str:
-    """Return ``value`` if it is a str."""
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{what} must be a str, not {type(value).__name__}")
     return value
@@ -249,7 +247,6 @@ _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 
 def _load_object(data: bytes, what: str) -> dict[str, Any]:
-    """Parse JSON bytes that must hold an object."""
     try:
         value = json.loads(data)
     except (ValueError, RecursionError) as exc:
@@ -260,7 +257,6 @@ def _load_object(data: bytes, what: str) -> dict[str, Any]:
 
 
 def _check_types(answer: Mapping[str, object], what: str) -> None:
-    """Raise RemoteProtocolError if a known key has the wrong JSON type."""
     for keys, kind in ((_INT_KEYS, int), (_BOOL_KEYS, bool), (_STR_KEYS, str)):
         for key in keys:
             value = answer.get(key)

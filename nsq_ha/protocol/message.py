@@ -53,7 +53,6 @@ class MessageFormat:
     detail: bool = False
 
     def __post_init__(self) -> None:
-        """Refuse fork-only parts on a vanilla format."""
         if not self.fork_ids and (self.ext or self.detail):
             raise InvalidArgumentError("vanilla message frames have no ext or detail part")
 
@@ -194,7 +193,6 @@ class DeliveryLedger:
         self._live: dict[bytes, float] = {}
 
     def __repr__(self) -> str:
-        """Show the live count and the limit."""
         return f"<DeliveryLedger live={len(self._live)} limit={self.limit}>"
 
     @property

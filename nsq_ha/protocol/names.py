@@ -30,7 +30,6 @@ def is_valid_name(name: str) -> bool:
 
 
 def _validate_name(kind: str, name: object) -> str:
-    """Check one name and return it unchanged."""
     if not isinstance(name, str):
         raise InvalidNameError(f"{kind} name must be a str, not {type(name).__name__}")
     if not is_valid_name(name):

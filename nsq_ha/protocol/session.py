@@ -192,7 +192,6 @@ class FrameDecoder:
     __slots__ = ("_buffer", "_error", "_pos", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        """Create a decoder refusing frames whose size field exceeds ``max_frame_size``."""
         if max_frame_size < 4:
             raise InvalidArgumentError(f"max_frame_size must be >= 4, got {max_frame_size}")
         self.max_frame_size = max_frame_size
@@ -203,7 +202,6 @@ class FrameDecoder:
         self._error: RemoteProtocolError | None = None
 
     def __repr__(self) -> str:
-        """Show the limit, the buffered byte count and whether the decoder failed."""
         state = "broken" if self._error is not None else "ok"
         return (
             f"<FrameDecoder {state} buffered={self.buffered} max_frame_size={self.max_frame_size}>"
@@ -270,7 +268,6 @@ class FrameDecoder:
             self._fail(f"connection closed inside a frame ({self.buffered} bytes pending)")
 
     def _fail(self, reason: str) -> NoReturn:
-        """Remember the error, drop the buffer and raise."""
         self._error = RemoteProtocolError(reason)
         self._buffer.clear()
         self._pos = 0
@@ -315,7 +312,6 @@ class ClientSession:
         self._beats_since = float("-inf")
 
     def __repr__(self) -> str:
-        """Show the state and the queue sizes."""
         return (
             f"<ClientSession {self.state.name} pending={len(self._pending)} "
             f"in_flight={len(self._in_flight)}>"
@@ -328,8 +324,6 @@ class ClientSession:
                 f"illegal connection state transition {self.state.name} -> {new.name}"
             )
         self.state = new
-
-    # -- what the session knows ---------------------------------------------------------
 
     @property
     def closed(self) -> bool:
@@ -365,8 +359,6 @@ class ClientSession:
     def fatal_error(self) -> BrokerError | None:
         """The error frame after which the connection must be dropped, once one came."""
         return self._fatal
-
-    # -- handshake ------------------------------------------------------------------------
 
     def start(self) -> bytes:
         """Return the magic, the first bytes on a new connection."""
@@ -420,10 +412,7 @@ class ClientSession:
         self._ledger = DeliveryLedger(expiry=announced or msg_timeout or DEFAULT_MSG_TIMEOUT)
         self._move(ConnState.READY)
 
-    # -- sending --------------------------------------------------------------------------
-
     def _allowed(self, name: bytes) -> None:
-        """Raise LocalProtocolError unless a command ``name`` may be sent now."""
         if self._fatal is not None:
             raise LocalProtocolError(f"cannot send after the fatal error {self._fatal}")
         if name not in COMMANDS_BY_STATE[self.state]:
@@ -499,8 +488,6 @@ class ClientSession:
         data = self.send_nowait(Touch(SYNC_ID_FORK if self._fork else SYNC_ID_VANILLA))
         self._syncs += 1
         return data
-
-    # -- receiving ------------------------------------------------------------------------
 
     def receive_data(self, data: bytes, now: float = 0.0) -> None:
         """Add bytes read from nsqd at time ``now`` (seconds, any monotonic clock)."""
@@ -585,8 +572,6 @@ class ClientSession:
         if fatal:
             self._fatal = error
         return _new(Failed, (error, fatal, head))
-
-    # -- closing --------------------------------------------------------------------------
 
     def close(self) -> None:
         """Enter ``CLOSED`` (either side closed the socket): pending commands get no answer,
