@@ -281,15 +281,8 @@ class NsqdConnection:
         if transport is None:  # the session refuses every command before the handshake
             raise self._closed_error()
         transport.send(data)
-        answers = self._answers
-        return await answers.wait(
-            answers.expect(transport.loop),
-            self.config.command_timeout if response_timeout is None else response_timeout,
-            backlogged=transport.backlogged,
-            flushed=transport.backpressure,
-            command=command.name,
-            address=self.address,
-        )
+        limit = self.config.command_timeout if response_timeout is None else response_timeout
+        return await self._answers.wait(transport, command.name, limit)
 
     async def subscribe(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import NoReturn
 
 from nsq_ha.errors import (
@@ -62,44 +62,32 @@ class PendingAnswers:
     def __repr__(self) -> str:
         return f"<PendingAnswers answers={len(self._answers)} syncs={len(self._syncs)}>"
 
-    def expect(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[bytes]:
-        """Return the future (of ``loop``) the answer to the command just sent completes."""
-        future: asyncio.Future[bytes] = loop.create_future()
-        self._answers.append(future)
-        return future
-
     def expect_sync(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
         """Return the future (of ``loop``) the sync just sent completes."""
         future: asyncio.Future[None] = loop.create_future()
         self._syncs.append(future)
         return future
 
-    async def wait(
-        self,
-        future: asyncio.Future[bytes],
-        limit: float,
-        *,
-        backlogged: Callable[[], bool],
-        flushed: Callable[[], Awaitable[None]],
-        command: bytes,
-        address: str,
-    ) -> bytes:
-        """Wait for the answer within ``limit`` seconds, and first for ``flushed()`` (the
-        command left the socket buffer) when ``backlogged()``; the NsqTimeoutError names
-        the ``command`` (its name) and ``address``.
+    async def wait(self, transport: StreamTransport, command: bytes, limit: float) -> bytes:
+        """Wait for the answer to the command just sent (``command`` is its name) within
+        ``limit`` seconds, and first, when the socket buffer is over its limit, for the command
+        to leave it.
 
         The answer's deadline is a timer that fails the future: no ``asyncio.timeout`` per
         command, which asks for the current task and the running loop (two ``getpid()``
         system calls on Python 3.11). A caller that gives up (timeout or cancellation) leaves
         its future done: it keeps its place in the FIFO, and the late answer is discarded.
         """
-        loop = future.get_loop()
+        loop = transport.loop
+        future: asyncio.Future[bytes] = loop.create_future()
+        self._answers.append(future)
+        address = transport.address
         deadline = loop.time() + limit
         try:
-            if backlogged():  # rare: nsqd is not reading what was sent
+            if transport.backlogged():  # rare: nsqd is not reading what was sent
                 try:
                     async with asyncio.timeout_at(deadline):
-                        await flushed()
+                        await transport.backpressure()
                 except TimeoutError as exc:
                     name = command.decode(errors="replace")
                     raise NsqTimeoutError(
