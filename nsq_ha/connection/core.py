@@ -146,9 +146,7 @@ class NsqdConnection:
     def is_fork(self) -> bool:
         """True when nsqd's version contains ``-HA.`` (the partitioned fork); raises
         LocalProtocolError before the handshake."""
-        if self._session.negotiated is None:
-            raise LocalProtocolError("the connection has not identified yet")
-        return self._session.is_fork
+        return self.negotiated.is_fork is True
 
     @property
     def auth(self) -> AuthResponse | None:
