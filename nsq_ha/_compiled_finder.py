@@ -39,9 +39,15 @@ if TYPE_CHECKING:
 # interpreter, so hashlib and json load only when a hot module is first imported, and typing's
 # NamedTuple and dataclasses not at all.
 
-# The hot path of a message: the sans-IO protocol, the transport, the connection, the
-# consumer's per-message modules. connection/reader.py (an async generator) and
-# protocol/commands.py (a dataclass mypyc refuses) wait for their fixes.
+# The hot path of a message: the sans-IO protocol, the transport, the connection, the consumer's
+# per-message modules. Left out, each for a reason a compiled module would change what callers
+# see (mypyc checks annotated types at run time and its classes are native): consumer/core.py
+# (the Consumer's bad arguments would raise TypeError instead of ConfigError, its instances take
+# no weak reference, which the OpenTelemetry metrics need, and its signature reads (*args));
+# consumer/rdy.py (its own checks: TypeError first); consumer/slots.py and consumer/handout.py
+# (their unit tests hand in stand-ins for a connection and a slot); connection/reader.py (an
+# async generator) and protocol/commands.py (a dataclass field order mypyc refuses), until they
+# change.
 MODULES: tuple[str, ...] = (
     "nsq_ha.protocol.error_frames",
     "nsq_ha.protocol.events",
@@ -50,12 +56,8 @@ MODULES: tuple[str, ...] = (
     "nsq_ha.protocol.session",
     "nsq_ha.transport",
     "nsq_ha.connection.core",
-    "nsq_ha.consumer.core",
     "nsq_ha.consumer.flow",
-    "nsq_ha.consumer.handout",
     "nsq_ha.consumer.message",
-    "nsq_ha.consumer.rdy",
-    "nsq_ha.consumer.slots",
 )
 # mypyc's shared library for the group: every module's extension imports it by this name
 GROUP = "nsq_ha._hot"
