@@ -145,8 +145,10 @@ class NsqdConnection:
     @property
     def is_fork(self) -> bool:
         """True when nsqd's version contains ``-HA.`` (the partitioned fork); raises
-        LocalProtocolError before the handshake."""
-        return self.negotiated.is_fork is True
+        LocalProtocolError before the handshake (the session's flag: the publish path asks)."""
+        if self._session.negotiated is None:
+            raise LocalProtocolError("the connection has not identified yet")
+        return self._session.is_fork
 
     @property
     def auth(self) -> AuthResponse | None:
