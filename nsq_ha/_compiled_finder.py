@@ -279,7 +279,7 @@ def status() -> str:
     """One line: the live path and why."""
     finder = installed()
     if finder is None:
-        return f"pure Python: the compiled build is not enabled here ({PTH_NAME} not loaded)"
+        return f"pure Python: no compiled build in this environment (no {PTH_NAME}; make compiled)"
     importlib.import_module(MODULES[0])
     decision = finder.decision or decide(sorted(finder.modules))
     loaded = [m for m in MODULES if m in sys.modules and is_compiled(sys.modules[m])]
