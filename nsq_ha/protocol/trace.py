@@ -34,14 +34,9 @@ class TracedResponse:
         return struct.pack(">QQ", self.internal_id, self.trace_id)
 
 
-def is_traced_response(data: bytes) -> bool:
-    """True when response data has the traced form (30 bytes starting ``OK``)."""
-    return len(data) == _LAYOUT.size and data.startswith(b"OK")
-
-
 def parse_traced_response(data: bytes) -> TracedResponse:
     """Parse the data of a traced response frame; anything else raises RemoteProtocolError."""
-    if not is_traced_response(data):
+    if len(data) != _LAYOUT.size or not data.startswith(b"OK"):
         raise RemoteProtocolError(
             f"expected a {_LAYOUT.size}-byte traced response starting with OK, "
             f"got {len(data)} bytes: {bytes(data[:32])!r}"

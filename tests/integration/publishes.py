@@ -10,7 +10,7 @@ from nsq_ha.connection import NsqdConnection
 from nsq_ha.errors import RemoteProtocolError
 from nsq_ha.protocol.frames import OK
 from nsq_ha.protocol.publish import Publish, PublishMessage, encode_ext_header
-from nsq_ha.protocol.trace import TracedResponse, is_traced_response, parse_traced_response
+from nsq_ha.protocol.trace import TracedResponse, parse_traced_response
 
 
 def pub_command(
@@ -40,11 +40,9 @@ async def publish(
     answer = await conn.command(
         pub_command(topic, body, partition, trace_id=trace_id, header=header)
     )
-    if is_traced_response(answer):
-        return parse_traced_response(answer)
-    if answer != OK:
-        raise RemoteProtocolError(f"unexpected answer to a publish: {answer[:64]!r}")
-    return None
+    if answer == OK:
+        return None
+    return parse_traced_response(answer)  # anything else raises RemoteProtocolError
 
 
 async def publish_many(
