@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from nsq_ha.connection.config import ConnectionConfig
 from nsq_ha.errors import ConnectionClosedError, HandshakeError, NsqError, RemoteProtocolError
 from nsq_ha.protocol.commands import Nop
-from nsq_ha.protocol.events import NEED_DATA, Answer, Event, Failed, Heartbeat
+from nsq_ha.protocol.events import HEARTBEAT, NEED_DATA, Answer, Event, Failed
 from nsq_ha.protocol.frames import OK
 from nsq_ha.protocol.identify import AuthResponse, parse_auth_response
 from nsq_ha.protocol.identify import parse_identify_response as _parse_identify
@@ -155,7 +155,7 @@ class Handshake:
         session = self._session
         while True:
             event = session.next_event()
-            if isinstance(event, Heartbeat):
+            if event is HEARTBEAT:
                 transport.send_now(session.send_nowait(Nop()))
                 continue
             if event is not NEED_DATA:

@@ -22,15 +22,8 @@ from nsq_ha.errors import (
     NsqTimeoutError,
 )
 from nsq_ha.protocol.commands import Nop
-from nsq_ha.protocol.events import (
-    NEED_DATA,
-    Answer,
-    CloseWait,
-    Delivered,
-    Event,
-    Failed,
-    Heartbeat,
-)
+from nsq_ha.protocol.events import CLOSE_WAIT as CLOSE_WAIT_EVENT
+from nsq_ha.protocol.events import HEARTBEAT, NEED_DATA, Answer, Delivered, Event, Failed
 from nsq_ha.protocol.frames import CLOSE_WAIT
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.session import ClientSession
@@ -302,13 +295,13 @@ class FrameReader:
             got = True
 
     def _other(self, event: Event) -> None:
-        if isinstance(event, Heartbeat):
+        if event is HEARTBEAT:
             log.debug("heartbeat from %s", self.address)
             if not self._session.closed:
                 self._answer_heartbeat()
         elif isinstance(event, Failed):
             self._failed(event)
-        elif isinstance(event, CloseWait):
+        elif event is CLOSE_WAIT_EVENT:
             self._answers.answer(CLOSE_WAIT)
         else:
             self._answers.synced()

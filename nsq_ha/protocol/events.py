@@ -3,14 +3,14 @@ after the session's bookkeeping (state moves, the FIFO of pending commands, in-f
 
 The per-frame events are named tuples, which the session builds with ``tuple.__new__`` (a third
 of a frozen dataclass's cost, on the path of every message and answer); the field-less ones are
-singletons (:data:`HEARTBEAT`, :data:`CLOSE_WAIT`, :data:`SYNCED`): compare them with ``is``.
+the members of :class:`Signal` (:data:`HEARTBEAT`, :data:`CLOSE_WAIT`, :data:`SYNCED`,
+:data:`NEED_DATA`): compare them with ``is``.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Final, Literal, NamedTuple
+from typing import Final, NamedTuple
 
 from nsq_ha.errors import BrokerError
 from nsq_ha.protocol.message import DecodedMessage
@@ -43,35 +43,23 @@ class Delivered(NamedTuple):
     message: DecodedMessage
 
 
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """nsqd's heartbeat: send ``NOP``."""
+class Signal(enum.Enum):
+    """The field-less events, one member each: compare them with ``is``."""
 
-
-@dataclass(frozen=True, slots=True)
-class CloseWait:
-    """``CLOSE_WAIT``, nsqd's answer to ``CLS``: no more messages will be sent."""
-
-
-@dataclass(frozen=True, slots=True)
-class Synced:
-    """The answer to a sync ``TOUCH``: nsqd processed every command sent before it."""
-
-
-class NeedData(enum.Enum):
-    """The type of :data:`NEED_DATA`."""
-
+    #: No whole frame is buffered: read more bytes.
     NEED_DATA = "need data"
+    #: nsqd's heartbeat: send ``NOP``.
+    HEARTBEAT = "heartbeat"
+    #: ``CLOSE_WAIT``, nsqd's answer to ``CLS``: no more messages will be sent.
+    CLOSE_WAIT = "close wait"
+    #: The answer to a sync ``TOUCH``: nsqd processed every command sent before it.
+    SYNCED = "synced"
 
 
-#: No whole frame is buffered: read more bytes.
-NEED_DATA: Final = NeedData.NEED_DATA
-#: The heartbeat event (one instance).
-HEARTBEAT: Final = Heartbeat()
-#: The CLOSE_WAIT event (one instance).
-CLOSE_WAIT: Final = CloseWait()
-#: The sync event (one instance).
-SYNCED: Final = Synced()
+NEED_DATA: Final = Signal.NEED_DATA
+HEARTBEAT: Final = Signal.HEARTBEAT
+CLOSE_WAIT: Final = Signal.CLOSE_WAIT
+SYNCED: Final = Signal.SYNCED
 
 #: Everything :meth:`ClientSession.next_event` returns.
-Event = Answer | Failed | Delivered | Heartbeat | CloseWait | Synced | Literal[NeedData.NEED_DATA]
+Event = Answer | Failed | Delivered | Signal
