@@ -18,12 +18,24 @@ from nsq_ha.testing.servers import V1_ACCEPT
 K = TypeVar("K", bound=Hashable)
 
 
-class Subscriber(NsqdConnection):
-    """An NsqdConnection whose messages wait in a queue for :meth:`messages`."""
+class Subscriber:
+    """An :class:`NsqdConnection` whose messages wait in a queue for :meth:`messages`; every
+    other attribute is the connection's. A wrapper, not a subclass: under the compiled build
+    ``NsqdConnection`` is a native class, which an interpreted class cannot inherit from."""
 
     def __init__(self, address: str | tuple[str, int], **options: Any) -> None:
         self.inbox: asyncio.Queue[DecodedMessage] = asyncio.Queue()
-        super().__init__(address, on_message=self.inbox.put_nowait, **options)
+        self.conn = NsqdConnection(address, on_message=self.inbox.put_nowait, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+    async def __aenter__(self) -> Subscriber:
+        await self.conn.__aenter__()  # connects unless connected
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.conn.close()
 
     async def messages(self) -> AsyncIterator[DecodedMessage]:
         """Yield the messages as they come; end once the connection closed and all came out."""
