@@ -54,6 +54,10 @@ NOT_RUN = {
     "operating_against_a_real_cluster_sh1": "needs a Docker engine, which this project's machines "
     "do not have (the page says so); tests/unit/test_docker_files.py checks the compose files",
     "development_run_the_tests_sh1": "make test is the suite this test belongs to",
+    "development_the_compiled_build_sh1": "builds the compiled modules into the test's own "
+    "virtualenv (minutes, a C compiler) under the pure run's NSQ_HA_PURE=1; make test's 3.12 run "
+    "builds them and tests them live (tests/unit/test_compiled.py), and "
+    "tests/harness/test_compiled_build.py checks the message without a C compiler",
     "spark_on_a_spark_cluster_sh1": "needs a Spark standalone cluster at spark-master:7077 and "
     "an install from PyPI; tests/integration/test_spark_standalone.py runs a stream read and a "
     "keyed write through spark:// on a master and two workers it starts",
@@ -163,6 +167,7 @@ def test_every_block_is_run_or_says_why_not() -> None:
         "operating_adding_partitions_sh1",
         "operating_against_a_real_cluster_sh1",
         "development_run_the_tests_sh1",
+        "development_the_compiled_build_sh1",
     ]
 
 
