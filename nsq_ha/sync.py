@@ -23,7 +23,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Self, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Self, TypedDict, Unpack
 
 from nsq_ha._sync_runtime import (
     CLOSE_BACKSTOP,
@@ -232,6 +232,54 @@ class Producer(_Closing):
         return runner.submit(producer.close(limit)), wait
 
 
+class _Answers:
+    """The answers (finish, requeue) given to one consumer's messages in blocking threads,
+    written on the loop together: each answer is queued, and the first of a burst posts one
+    :meth:`flush` to the loop (one wake-up of the loop thread for the burst)."""
+
+    __slots__ = ("_flushing", "queue", "runner")
+
+    def __init__(self, runner: LoopThread) -> None:
+        self.runner = runner
+        #: a message to finish, or a call (a requeue), in the order given
+        self.queue: collections.deque[AsyncMessage | Callable[[], object]] = collections.deque()
+        self._flushing = False
+
+    def handle(self, message: AsyncMessage) -> Message:
+        """The blocking handle of ``message``, answered through here (Consumer.__iter__
+        inlines this)."""
+        handed = Message()
+        handed._message = message
+        handed._answers = self
+        handed._answered = None
+        return handed
+
+    def add(self, answer: AsyncMessage | Callable[[], object]) -> None:
+        """Queue ``answer`` (:class:`Message.finish` inlines this)."""
+        self.queue.append(answer)
+        if not self._flushing:
+            self.wake()
+
+    def wake(self) -> None:
+        """Have the loop :meth:`flush` soon (the queue has answers)."""
+        self._flushing = True
+        self.runner.post(self.flush)
+
+    def flush(self) -> None:
+        """On the loop: write every queued answer, in order; what one raises is logged."""
+        self._flushing = False  # before taking any: an answer queued from now on wakes again
+        queue = self.queue
+        while queue:
+            answer = queue.popleft()
+            try:
+                if isinstance(answer, AsyncMessage):
+                    answer.finish_nowait()
+                else:
+                    answer()
+            except BaseException:  # the answers after it are still written
+                log.warning("an answer given in a blocking caller failed", exc_info=True)
+
+
 class Message:
     """Blocking view of a consumed :class:`nsq_ha.consumer.Message`: the same attributes.
 
@@ -240,19 +288,24 @@ class Message:
     raises MessageAlreadyRespondedError at once; :meth:`touch` blocks until written.
     """
 
-    __slots__ = ("_answered", "_message", "_runner")
+    # The asyncio message's other attributes are forwarded by properties made below the class,
+    # not by ``__getattr__``: a class with ``__getattr__`` has every attribute read of its
+    # instances (``self._message`` in :meth:`finish` too) take CPython's slow path.
+    __slots__ = ("_answered", "_answers", "_message")
 
-    def __init__(self, message: AsyncMessage, runner: LoopThread) -> None:
-        self._message = message
-        self._runner = runner
-        #: what this handle answered, before the loop has written it (None: not answered)
-        self._answered: str | None = None
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    # No ``__init__``: made by _Answers.handle (inlined in Consumer.__iter__), one per message;
+    # ``Message()`` then setting the three slots costs a Python call less.
+    _message: AsyncMessage
+    _answers: _Answers
+    #: what this handle answered, before the loop has written it (None: not answered)
+    _answered: str | None
 
     def __repr__(self) -> str:
         return repr(self._message)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._message, name)
 
     @property
     def aio(self) -> AsyncMessage:
@@ -265,38 +318,59 @@ class Message:
         return self._answered is not None or self._message.responded
 
     def _live(self) -> LoopThread:
-        if self._runner.stale:
+        runner = self._answers.runner
+        if runner.stale:
             raise MessageConnectionGoneError(
-                f"{self._message!r} cannot be answered here: {_gone(self._runner)}"
+                f"{self._message!r} cannot be answered here: {_gone(runner)}"
             )
-        return self._runner
+        return runner
 
-    def _answer(self, action: str) -> LoopThread:
-        runner = self._live()
+    def _answer(self, action: str) -> None:
+        self._live()
         if self._answered is not None:
             raise MessageAlreadyRespondedError(
                 f"cannot {action} {self._message!r}: it was already {self._answered}"
             )
         self._message.check_answerable(action)
-        return runner
 
     def finish(self) -> None:
         """Acknowledge the message (FIN on the connection that delivered it)."""
-        runner = self._answer("finish")
+        answers = self._answers
+        message = self._message
+        if self._answered is not None or message.outcome is not None or answers.runner.stale:
+            self._answer("finish")  # raises what applies (unless it changed meanwhile)
         self._answered = "finished"
-        runner.post(self._message.finish_nowait)
+        answers.queue.append(message)  # _Answers.add, inlined: this runs once per message
+        if not answers._flushing:
+            answers.wake()
 
     def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
         """Give the message back (see :meth:`nsq_ha.consumer.Message.requeue`)."""
         if delay is not None:
             delay = check_requeue_delay(delay, "requeue delay")
-        runner = self._answer("requeue")
+        self._answer("requeue")
         self._answered = "requeued"
-        runner.post(functools.partial(self._message.requeue_nowait, delay, backoff=backoff))
+        self._answers.add(functools.partial(self._message.requeue_nowait, delay, backoff=backoff))
 
     def touch(self) -> None:
         """Reset the message's timeout on nsqd."""
         self._live().run(self._message.touch())
+
+
+def _forwarder(name: str) -> property:
+    """A read-only property of :class:`Message` giving the asyncio message's ``name``."""
+
+    def read(self: Message) -> Any:
+        return getattr(self._message, name)
+
+    read.__name__ = read.__qualname__ = name
+    return property(read, doc=getattr(getattr(AsyncMessage, name, None), "__doc__", None))
+
+
+for _name in dir(AsyncMessage):
+    if not _name.startswith("__") and _name not in vars(Message):
+        setattr(Message, _name, _forwarder(_name))
+del _name
 
 
 class Consumer(_Closing):
@@ -328,7 +402,9 @@ class Consumer(_Closing):
 
         self._consumer = self._runner.run(create())
         #: fetched from the loop, not handed out yet
-        self._fetched: collections.deque[Message] = collections.deque()
+        self._fetched: collections.deque[AsyncMessage] = collections.deque()
+        #: the answers given to the messages handed out, on their way to the loop
+        self._answers = _Answers(self._runner)
         self._batch = max(1, min(settings.max_in_flight, _MAX_BATCH))
         self._closing = False
         register(self)
@@ -371,22 +447,42 @@ class Consumer(_Closing):
         interrupted while it waits (Ctrl-C: KeyboardInterrupt, or any exception raised in
         this thread) takes nothing with it: its fetch is cancelled, and what the fetch took
         anyway is handed out by the next call (or requeued by :meth:`close`)."""
-        limit = optional_seconds(timeout, "timeout")
+        limit = None if timeout is None else optional_seconds(timeout, "timeout")
         runner = self._live()
-        fetched = self._fetched
         while True:
-            try:
-                return fetched.popleft()
-            except IndexError:
-                pass
-            if self._closing:
+            message = self._take()
+            if message is not None:
+                return message
+            if not self._fetch(runner, limit):
                 return None
-            batch = runner.run_or_give_back(
-                self._consumer.get_many(self._batch, limit), self._give_back
-            )
-            if not batch:
-                return None
-            fetched.extend(Message(message, runner) for message in batch)
+
+    def _take(self) -> Message | None:
+        """The first fetched message, handed out (``None``: none fetched)."""
+        fetched = self._fetched
+        message = None
+        try:
+            message = fetched.popleft()
+            handed = self._answers.handle(message)
+        except IndexError:
+            return None
+        except BaseException:  # interrupted (Ctrl-C) before it was handed out: keep it
+            if message is not None:
+                fetched.appendleft(message)
+            raise
+        return handed
+
+    def _fetch(self, runner: LoopThread, limit: float | None) -> bool:
+        """Wait for the next batch and queue it to be handed out; False once closed (or after
+        ``limit`` seconds)."""
+        if self._closing:
+            return False
+        batch = runner.run_or_give_back(
+            self._consumer.get_many(self._batch, limit), self._give_back
+        )
+        if not batch:
+            return False
+        self._fetched.extend(batch)  # one call: an interrupt lands before it or after it
+        return True
 
     def _give_back(self, batch: list[AsyncMessage]) -> None:
         """On the loop: an interrupted :meth:`get` fetched ``batch``; the next one hands it out
@@ -395,7 +491,7 @@ class Consumer(_Closing):
             for message in batch:
                 _requeue_quietly(message)
         else:
-            self._fetched.extendleft(Message(m, self._runner) for m in reversed(batch))
+            self._fetched.extendleft(reversed(batch))
 
     def sync(self, timeout: float | None = None) -> None:
         """Block until nsqd has processed every answer given so far (:meth:`Message.finish`
@@ -405,11 +501,30 @@ class Consumer(_Closing):
         self._live().run(self._consumer.sync(limit))
 
     def __iter__(self) -> Iterator[Message]:
+        # get(), _take() and _Answers.handle() inlined, without get()'s per-call checks: this
+        # runs once per message
+        runner = self._live()
+        fetched = self._fetched
+        answers = self._answers
         while True:
-            message = self.get()
-            if message is None:
-                return
-            yield message
+            if runner.stale:
+                self._live()  # raises
+            message = None
+            try:
+                message = fetched.popleft()
+                handed = Message()
+                handed._message = message
+                handed._answers = answers
+                handed._answered = None
+            except IndexError:
+                if not self._fetch(runner, None):
+                    return
+                continue
+            except BaseException:  # interrupted (Ctrl-C) before it was handed out: keep it
+                if message is not None:
+                    fetched.appendleft(message)
+                raise
+            yield handed
 
     def run(self, handler: Callable[[Message], object]) -> None:
         """Call ``handler(message)`` in this thread for each message until :meth:`close`."""
@@ -458,7 +573,7 @@ class Consumer(_Closing):
                 message = fetched.popleft()
             except IndexError:
                 return
-            _requeue_quietly(message.aio)
+            _requeue_quietly(message)
 
 
 def _requeue_quietly(message: AsyncMessage) -> None:

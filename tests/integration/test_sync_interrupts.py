@@ -155,3 +155,53 @@ def test_messages_taken_just_before_the_interrupt_go_to_the_next_get(
         closed_in = time.monotonic() - started
     assert sorted(got) == sorted(bodies)
     assert closed_in < 5.0
+
+
+def _take_one(consumer: sync.Consumer, how: str) -> sync.Message | None:
+    return consumer.get(timeout=10) if how == "get" else next(iter(consumer))
+
+
+@pytest.mark.parametrize("how", ["get", "iterate"])
+def test_an_interrupt_while_a_message_is_handed_out_keeps_it(
+    devcluster: DevClusterThread, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Ctrl-C after a fetched message left the queue of fetched ones but before it reached the
+    program: the next get() (or iteration) hands it out at once, none is held unseen (nor
+    delivered twice after nsqd's msg_timeout)."""
+    _setup(devcluster)
+    bodies = [b"h%d" % i for i in range(5)]
+    with sync.Producer(lookupd=devcluster.lookupd_http) as producer:
+        producer.publish_many(TOPIC, bodies, timeout=30)
+    consumer = sync.Consumer(TOPIC, CHANNEL, lookupd=devcluster.lookupd_http)
+    made = sync.Message
+    interrupted: list[int] = []
+
+    def interrupts_once() -> sync.Message:
+        if not interrupted:
+            interrupted.append(1)
+            raise KeyboardInterrupt
+        return made()
+
+    got: list[tuple[bytes, int]] = []
+    try:
+        first = consumer.get(timeout=10)
+        assert first is not None
+        got.append((first.body, first.attempts))
+        first.finish()
+        monkeypatch.setattr(sync, "Message", interrupts_once)
+        with pytest.raises(KeyboardInterrupt):
+            _take_one(consumer, how)
+        assert interrupted
+        monkeypatch.undo()
+        while len(got) < len(bodies):
+            message = _take_one(consumer, how)  # get(): within 10 s; iterating: no limit
+            if message is None:
+                break
+            got.append((message.body, message.attempts))
+            message.finish()
+    finally:
+        started = time.monotonic()
+        consumer.close()
+        closed_in = time.monotonic() - started
+    assert sorted(got) == sorted((body, 1) for body in bodies)
+    assert closed_in < 5.0

@@ -1,0 +1,166 @@
+"""The blocking facade's messages without a server: every attribute of the asyncio message, and
+answers queued in the calling thread, then written on the shared loop in the order given, a
+burst in one loop turn, a failing one logged without dropping the ones after it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pytest
+
+from nsq_ha import sync
+from nsq_ha._sync_runtime import loop_thread
+from nsq_ha.consumer import Message as AsyncMessage
+from nsq_ha.consumer import Outcome
+from nsq_ha.errors import ConfigError, MessageAlreadyRespondedError
+from nsq_ha.protocol.message import DecodedMessage
+
+
+@dataclass
+class Owner:
+    """The consumer's side of a message: records each answer and the thread it came in."""
+
+    topic: str = "t"
+    channel: str = "c"
+    partition: int | None = 3
+    address: str = "127.0.0.1:4150"
+    ordered: bool = False
+    calls: list[str] = field(default_factory=list)
+    threads: set[str] = field(default_factory=set)
+    fails: bytes | None = None  # the body whose finish raises
+
+    def finish(self, message: AsyncMessage) -> None:
+        self.threads.add(threading.current_thread().name)
+        if message.body == self.fails:
+            raise RuntimeError("the connection refused it")
+        self.calls.append(f"fin {message.body.decode()}")
+        message.outcome = Outcome.FINISHED
+
+    def requeue(self, message: AsyncMessage, delay: float | None, backoff: bool) -> None:
+        self.threads.add(threading.current_thread().name)
+        self.calls.append(f"req {message.body.decode()} {delay} {backoff}")
+        message.outcome = Outcome.REQUEUED
+
+    def touch(self, message: AsyncMessage) -> None:
+        self.calls.append(f"touch {message.body.decode()}")
+
+
+def delivered(owner: Owner, body: bytes) -> AsyncMessage:
+    decoded = DecodedMessage(timestamp=1, attempts=2, id=b"0" * 16, body=body, offset=70)
+    return AsyncMessage(decoded, owner)
+
+
+@contextmanager
+def loop_held() -> Iterator[None]:
+    """The shared loop is busy in the block: nothing posted to it runs until the block ends."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        release.wait(10)
+
+    loop_thread().loop.call_soon_threadsafe(hold)
+    assert entered.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def settled() -> None:
+    """Return once the shared loop ran everything posted before this call."""
+    done = threading.Event()
+    loop_thread().post(done.set)
+    assert done.wait(10)
+
+
+def test_a_blocking_message_has_every_attribute_of_the_asyncio_one() -> None:
+    owner = Owner()
+    message = delivered(owner, b"hello")
+    handle = sync._Answers(loop_thread()).handle(message)
+    names = [name for name in dir(AsyncMessage) if not name.startswith("__")]
+    assert {"body", "offset", "partition", "ext", "outcome", "check_answerable"} <= set(names)
+    for name in names:
+        if name in ("finish", "requeue", "touch", "responded"):
+            continue  # the blocking ones, with the same meaning
+        assert getattr(handle, name) == getattr(message, name), name
+    assert (handle.body, handle.attempts, handle.offset, handle.topic) == (b"hello", 2, 70, "t")
+    assert handle.aio is message
+    assert repr(handle) == repr(message)
+    with pytest.raises(AttributeError, match="no_such_attribute"):
+        _ = handle.no_such_attribute
+    attribute = "body"
+    with pytest.raises(AttributeError):
+        setattr(handle, attribute, b"changed")  # read-only, as on the asyncio message
+
+
+def test_answers_given_together_are_written_in_order_on_the_loop() -> None:
+    owner = Owner()
+    answers = sync._Answers(loop_thread())
+    first, second, third = (answers.handle(delivered(owner, b)) for b in (b"a", b"b", b"c"))
+    with loop_held():
+        first.finish()
+        second.requeue(0.5, backoff=False)
+        third.finish()
+        assert owner.calls == []  # queued: the loop writes them
+        assert [h.responded for h in (first, second, third)] == [True, True, True]
+        with pytest.raises(MessageAlreadyRespondedError, match="already finished"):
+            first.requeue()  # refused at once, before the FIN was written
+        with pytest.raises(MessageAlreadyRespondedError, match="already requeued"):
+            second.finish()
+    settled()
+    assert owner.calls == ["fin a", "req b 0.5 False", "fin c"]
+    assert owner.threads == {loop_thread().thread.name}
+
+
+def test_a_bad_requeue_delay_changes_nothing() -> None:
+    owner = Owner()
+    handle = sync._Answers(loop_thread()).handle(delivered(owner, b"a"))
+    with pytest.raises(ConfigError):
+        handle.requeue(-1)
+    assert not handle.responded
+    handle.finish()
+    settled()
+    assert owner.calls == ["fin a"]
+
+
+def test_a_burst_of_answers_wakes_the_loop_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = loop_thread()
+    posted: list[object] = []
+    post = runner.post
+
+    def counted(call: object) -> None:
+        posted.append(call)
+        post(call)  # type: ignore[arg-type]
+
+    owner = Owner()
+    answers = sync._Answers(runner)
+    handles = [answers.handle(delivered(owner, b"m%d" % i)) for i in range(100)]
+    monkeypatch.setattr(runner, "post", counted)
+    with loop_held():
+        for handle in handles:
+            handle.finish()
+    settled()
+    assert owner.calls == [f"fin m{i}" for i in range(100)]
+    assert len(posted) == 2  # one flush for the 100 answers, and settled()'s own call
+    handles[0].aio.outcome = None
+    with pytest.raises(MessageAlreadyRespondedError):
+        handles[0].finish()  # answered here already, whatever the loop did since
+
+
+def test_an_answer_that_fails_on_the_loop_is_logged_and_the_next_ones_are_written(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    owner = Owner(fails=b"b")
+    answers = sync._Answers(loop_thread())
+    handles = [answers.handle(delivered(owner, b)) for b in (b"a", b"b", b"c")]
+    with caplog.at_level(logging.WARNING, logger="nsq_ha.sync"), loop_held():
+        for handle in handles:
+            handle.finish()
+    settled()
+    assert owner.calls == ["fin a", "fin c"]
+    assert "the connection refused it" in caplog.text
