@@ -39,16 +39,16 @@ if TYPE_CHECKING:
 # interpreter, so hashlib and json load only when a hot module is first imported, and typing's
 # NamedTuple and dataclasses not at all.
 
-# The hot path of a message: the sans-IO protocol, the transport, the connection's core. Left
-# out, each for a reason a compiled module would change what callers see (mypyc checks annotated
-# types at run time and its classes are native): consumer/core.py (the Consumer's bad arguments
-# would raise TypeError instead of ConfigError, its instances take no weak reference, which the
-# OpenTelemetry metrics need, and its signature reads (*args)); consumer/rdy.py (its own checks:
-# TypeError first); consumer/slots.py, consumer/handout.py and consumer/flow.py (their unit tests
-# hand in stand-ins for a connection and a slot); consumer/message.py (the OpenTelemetry
-# instrumentation wraps Message's methods, which a native class does not allow);
-# connection/reader.py (an async generator) and protocol/commands.py (a dataclass field order
-# mypyc refuses), until they change.
+# The hot path of a message: the sans-IO protocol, the transport, the connection's core, the
+# consumer's message. Left out, each for a reason a compiled module would change what callers
+# see (mypyc checks annotated types at run time and its classes are native): consumer/core.py
+# (the Consumer's bad arguments would raise TypeError instead of ConfigError, its instances take
+# no weak reference, which the OpenTelemetry metrics need, and its signature reads (*args));
+# consumer/rdy.py (its own checks: TypeError first); consumer/slots.py, consumer/handout.py and
+# consumer/flow.py (their unit tests hand in stand-ins for a connection and a slot);
+# connection/reader.py and protocol/commands.py, until they are added. consumer/message.py is
+# in: OpenTelemetry answers through its hook (set_answer_hook) instead of replacing Message's
+# methods, and a requeue delay is checked by the message (typed object), not by mypyc.
 MODULES: tuple[str, ...] = (
     "nsq_ha.protocol.error_frames",
     "nsq_ha.protocol.events",
@@ -57,6 +57,7 @@ MODULES: tuple[str, ...] = (
     "nsq_ha.protocol.session",
     "nsq_ha.transport",
     "nsq_ha.connection.core",
+    "nsq_ha.consumer.message",
 )
 # mypyc's shared library for the group: every module's extension imports it by this name
 GROUP = "nsq_ha._hot"

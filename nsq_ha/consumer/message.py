@@ -9,6 +9,7 @@ redelivers it after ``msg_timeout``.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nsq_ha.consumer.checks import check_requeue_delay
@@ -22,10 +23,34 @@ from nsq_ha.protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG, DecodedMe
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["Message", "Outcome"]
+__all__ = ["AnswerHook", "Message", "Outcome", "answer_hook", "set_answer_hook"]
 
 #: Key of the dispatch tag in an ext JSON header (PROTOCOL.md §4.3).
 TAG_KEY = "##client_dispatch_tag"
+
+#: Called instead of answering: ``hook(message, action, answer)``, ``action`` being
+#: ``"finish"`` or ``"requeue"``; the hook calls ``answer()`` (which does the whole answer,
+#: checks included, and raises what it raises) once, around what it adds (the OpenTelemetry
+#: settle span of :mod:`nsq_ha.otel.pulling`).
+AnswerHook = Callable[["Message", str, Callable[[], None]], None]
+
+# The one seam of the answers: a hook rather than the class's methods patched, which the
+# compiled build refuses (a native class), costing one look-up per answer while unset.
+_answer_hook: AnswerHook | None = None
+
+
+def set_answer_hook(hook: AnswerHook | None) -> AnswerHook | None:
+    """Put ``hook`` in force for every message's :meth:`Message.finish_nowait` and
+    :meth:`Message.requeue_nowait` (so also ``finish()`` and ``requeue()``); ``None`` removes
+    it. Returns the hook it replaces."""
+    global _answer_hook
+    previous, _answer_hook = _answer_hook, hook
+    return previous
+
+
+def answer_hook() -> AnswerHook | None:
+    """The hook in force (:func:`set_answer_hook`), if any."""
+    return _answer_hook
 
 
 class Outcome(enum.Enum):
@@ -201,11 +226,18 @@ class Message:
     def finish_nowait(self) -> None:
         """:meth:`finish` from plain code on the consumer's loop (a callback, the blocking
         facade): the FIN is written before it returns, as with :meth:`finish`."""
+        hook = _answer_hook
+        if hook is None:
+            self._finish()
+        else:
+            hook(self, "finish", self._finish)
+
+    def _finish(self) -> None:
         if self.outcome is not None:
             self.check_answerable("finish")
         self._owner.finish(self)
 
-    async def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
+    async def requeue(self, delay: object = None, *, backoff: bool = True) -> None:
         """Give the message back for redelivery after ``delay`` seconds.
 
         ``delay=None`` uses the consumer's ``requeue_delay``; ordered channels requeue with 0
@@ -219,12 +251,20 @@ class Message:
         """
         self.requeue_nowait(delay, backoff=backoff)
 
-    def requeue_nowait(self, delay: float | None = None, *, backoff: bool = True) -> None:
+    def requeue_nowait(self, delay: object = None, *, backoff: bool = True) -> None:
         """:meth:`requeue` from plain code on the consumer's loop (see :meth:`finish_nowait`)."""
-        if delay is not None:
-            delay = check_requeue_delay(delay)
+        hook = _answer_hook
+        if hook is None:
+            self._requeue(delay, backoff)
+        else:
+            hook(self, "requeue", lambda: self._requeue(delay, backoff))
+
+    def _requeue(self, delay: object, backoff: bool) -> None:
+        # ``delay`` is any object: a bad one raises ConfigError here, also compiled (where a
+        # ``float | None`` parameter would raise mypyc's TypeError first)
+        checked = None if delay is None else check_requeue_delay(delay)
         self.check_answerable("requeue")
-        self._owner.requeue(self, delay, backoff)
+        self._owner.requeue(self, checked, backoff)
 
     async def touch(self) -> None:
         """Reset the message's timeout on nsqd (keep it while a slow handler works)."""

@@ -10,12 +10,16 @@ What is wrapped (on the classes, so every instance, also the blocking ``nsq_ha.s
 
 * ``Producer.publish`` and ``Producer.publish_many`` (:mod:`nsq_ha.otel.publishing`);
 * ``Consumer.run`` and ``Consumer.run_batches`` (:mod:`nsq_ha.otel.consuming`);
-* ``Consumer.get`` and ``Consumer.get_many`` (so ``async for`` and the blocking ``get()``),
-  ``Message.finish_nowait`` and ``Message.requeue_nowait`` (what ``finish()`` and
-  ``requeue()`` call) (:mod:`nsq_ha.otel.pulling`);
+* ``Consumer.get`` and ``Consumer.get_many`` (so ``async for`` and the blocking ``get()``)
+  (:mod:`nsq_ha.otel.pulling`);
 * ``Producer.__init__``/``close`` and ``Consumer.start``/``close``: which clients' counters
   the observable metrics read, whether the consumer-lag thread (:mod:`nsq_ha.otel.lag`) runs,
   and the end of the process spans of what a closing consumer handed out.
+
+The answers of messages are not wrapped but hooked: :func:`nsq_ha.consumer.message.
+set_answer_hook` puts :func:`nsq_ha.otel.pulling.settle` around ``Message.finish_nowait`` and
+``Message.requeue_nowait`` (what ``finish()`` and ``requeue()`` call), since the compiled build's
+``Message`` is a native class, whose methods cannot be replaced.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from opentelemetry.trace import TracerProvider
 
 from nsq_ha import events
 from nsq_ha._version import __version__
-from nsq_ha.consumer import Consumer, Message, Outcome
+from nsq_ha.consumer import Consumer
+from nsq_ha.consumer.message import set_answer_hook
 from nsq_ha.otel import consuming, publishing, pulling
 from nsq_ha.otel.lag import LagPoller, check_interval
 from nsq_ha.otel.metrics import Metrics
@@ -137,9 +142,7 @@ def _install(
     _patch(state, Consumer, "run_batches", consuming.run_batches)
     _patch(state, Consumer, "get", pulling.get)
     _patch(state, Consumer, "get_many", pulling.get_many)
-    finished, requeued = Outcome.FINISHED.value, Outcome.REQUEUED.value
-    _patch(state, Message, "finish_nowait", _answer("finish", finished))
-    _patch(state, Message, "requeue_nowait", _answer("requeue", requeued))
+    set_answer_hook(pulling.settler(state))
     events.subscribe(metrics.on_event)
     replace(state)
 
@@ -148,6 +151,7 @@ def _remove() -> None:
     state = replace(None)
     if state is None:
         return
+    set_answer_hook(None)
     events.unsubscribe(state.metrics.on_event)
     state.metrics.active = False
     if state.lag is not None:
@@ -163,13 +167,6 @@ def _patch(state: State, cls: type, name: str, make: Callable[[State, Any], Any]
     functools.update_wrapper(wrapper, original)
     state.originals.append((cls, name, original))
     setattr(cls, name, wrapper)
-
-
-def _answer(action: str, outcome: str) -> Callable[[State, Any], Any]:
-    def make(state: State, original: Any) -> Any:
-        return pulling.settle(state, original, action, outcome)
-
-    return make
 
 
 # -- client registry ----------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -42,7 +42,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind
 
 from nsq_ha._version import __version__
-from nsq_ha.consumer import Consumer, Message
+from nsq_ha.consumer import Consumer, Message, Outcome
+from nsq_ha.consumer.message import AnswerHook
 from nsq_ha.otel import attributes as a
 from nsq_ha.otel.consuming import (
     consumer_client_id,
@@ -55,7 +56,7 @@ from nsq_ha.otel.consuming import (
 from nsq_ha.otel.held import Open, Popped
 from nsq_ha.otel.state import SCOPE, State, current
 
-__all__ = ["end_all", "end_consumer", "get", "get_many", "processing", "settle"]
+__all__ = ["end_all", "end_consumer", "get", "get_many", "processing", "settle", "settler"]
 
 
 def get(state: State, original: Any) -> Any:
@@ -87,37 +88,48 @@ def get_many(state: State, original: Any) -> Any:
     return get_many
 
 
-def settle(state: State, original: Any, action: str, outcome: str) -> Any:
-    """``Message.finish_nowait`` / ``requeue_nowait`` (which ``finish()``/``requeue()`` and the
-    blocking facade call): a settle span in the message's open process span, which it ends."""
+#: the outcome each answer gives the process span (``nsq.message.outcome``)
+_OUTCOMES = {"finish": Outcome.FINISHED.value, "requeue": Outcome.REQUEUED.value}
 
-    def answer(self: Message, *args: Any, **kwargs: Any) -> None:
-        entry = state.held.get(self)
-        if entry is None:
-            original(self, *args, **kwargs)
-            return
-        attrs = operation_attributes(self, "settle")
-        attrs[a.OPERATION_NAME] = action
-        if entry.client is not None:
-            attrs[a.CLIENT_ID] = entry.client
-        attrs.update(a.message_attributes(self))
-        span = state.tracer.start_span(
-            f"{action} {self.topic}",
-            context=trace.set_span_in_context(entry.span),
-            kind=SpanKind.CLIENT,
-            attributes=attrs,
-        )
-        try:
-            original(self, *args, **kwargs)
-        except Exception as exc:
-            failed(span, exc)
-            raise
-        finally:
-            span.end()
-        if state.held.pop(self) is entry:
-            _end(state, self, entry, outcome)
 
-    return answer
+def settler(state: State) -> AnswerHook:
+    """The answer hook of ``state`` (:func:`nsq_ha.consumer.message.set_answer_hook`) around
+    ``Message.finish_nowait`` / ``requeue_nowait`` (which ``finish()``/``requeue()`` and the
+    blocking facade call): :func:`settle`."""
+
+    def hook(message: Message, action: str, answer: Callable[[], None]) -> None:
+        settle(state, message, action, answer)
+
+    return hook
+
+
+def settle(state: State, message: Message, action: str, answer: Callable[[], None]) -> None:
+    """``answer()`` ``message`` (``action``: finish or requeue) in a settle span in the
+    message's open process span, which it ends; just ``answer()`` without one."""
+    entry = state.held.get(message)
+    if entry is None:
+        answer()
+        return
+    attrs = operation_attributes(message, "settle")
+    attrs[a.OPERATION_NAME] = action
+    if entry.client is not None:
+        attrs[a.CLIENT_ID] = entry.client
+    attrs.update(a.message_attributes(message))
+    span = state.tracer.start_span(
+        f"{action} {message.topic}",
+        context=trace.set_span_in_context(entry.span),
+        kind=SpanKind.CLIENT,
+        attributes=attrs,
+    )
+    try:
+        answer()
+    except Exception as exc:
+        failed(span, exc)
+        raise
+    finally:
+        span.end()
+    if state.held.pop(message) is entry:
+        _end(state, message, entry, _OUTCOMES[action])
 
 
 def end_consumer(state: State, consumer: Consumer) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
 from nsq_ha.consumer import Consumer, Exponential, Fixed, Message, Outcome
+from nsq_ha.consumer.message import answer_hook, set_answer_hook
 from nsq_ha.errors import ConfigError, InvalidNameError, MessageAlreadyRespondedError
 from nsq_ha.protocol.message import DecodedMessage
 
@@ -100,6 +102,46 @@ async def test_requeue_passes_delay_and_backoff_to_the_consumer() -> None:
     await message.requeue(2.5, backoff=False)
     assert owner.calls == ["req 2.5 False"]
     assert message.outcome is Outcome.REQUEUED
+
+
+@pytest.mark.parametrize("delay", [-1, float("nan"), True, "5"])
+async def test_a_bad_requeue_delay_raises_config_error_and_changes_nothing(delay: object) -> None:
+    """Also compiled: the delay is checked by the message, not by a parameter's type."""
+    owner = Owner()
+    message = Message(decoded(), owner)
+    with pytest.raises(ConfigError, match="requeue delay"):
+        await message.requeue(delay)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="requeue delay"):
+        message.requeue_nowait(delay)  # type: ignore[arg-type]
+    assert owner.calls == []
+    assert not message.responded
+
+
+async def test_the_answer_hook_runs_around_every_answer_and_can_be_removed() -> None:
+    """The seam OpenTelemetry uses (a compiled Message's methods cannot be replaced): the hook
+    gets the message, the action and the answer to run, also from finish() and requeue()."""
+    seen: list[tuple[Message, str]] = []
+
+    def hook(message: Message, action: str, answer: Callable[[], None]) -> None:
+        seen.append((message, action))
+        answer()
+
+    owner = Owner()
+    first, second, third = (Message(decoded(), owner) for _ in range(3))
+    assert set_answer_hook(hook) is None
+    try:
+        assert answer_hook() is hook
+        await first.finish()
+        second.requeue_nowait(1.5, backoff=False)
+        with pytest.raises(ConfigError):  # raised by the answer, inside the hook
+            await third.requeue(-1)
+    finally:
+        assert set_answer_hook(None) is hook
+    assert seen == [(first, "finish"), (second, "requeue"), (third, "requeue")]
+    assert owner.calls == ["fin", "req 1.5 False"]
+    await third.finish()  # no hook: answered directly
+    assert len(seen) == 3
+    assert owner.calls[-1] == "fin"
 
 
 def test_ext_header_and_tags() -> None:

@@ -21,7 +21,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import INVALID_SPAN
 
 from nsq_ha import events, otel
-from nsq_ha.consumer import Consumer, Message
+from nsq_ha.consumer import Consumer
+from nsq_ha.consumer.message import answer_hook
 from nsq_ha.otel.held import Held, Open
 from nsq_ha.producer import Producer
 
@@ -36,8 +37,6 @@ PATCHED = [
     (Consumer, "run_batches"),
     (Consumer, "get"),
     (Consumer, "get_many"),
-    (Message, "finish_nowait"),
-    (Message, "requeue_nowait"),
 ]
 
 
@@ -64,20 +63,25 @@ def test_instrumenting_twice_changes_nothing_and_uninstrument_restores_every_met
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     originals = methods()
+    assert answer_hook() is None
     otel.NsqHaInstrumentor().instrument(tracer_provider=TracerProvider(), lag_interval=None)
     assert otel.is_instrumented()
     patched = methods()
+    hook = answer_hook()  # the settle spans: a hook, as Message's methods are not replaced
+    assert hook is not None
     assert all(p is not o for p, o in zip(patched, originals, strict=True))
     assert Producer.publish.__doc__ == originals[2].__doc__
     with caplog.at_level(logging.WARNING):
         otel.instrument()  # the shortcut, as an app run by opentelemetry-instrument may call it
         otel.NsqHaInstrumentor().instrument()
     assert methods() == patched
+    assert answer_hook() is hook
     assert "already instrumented" in caplog.text
     otel.uninstrument()
     assert not otel.is_instrumented()
     assert not events._listeners  # and stops listening
     assert methods() == originals
+    assert answer_hook() is None
     otel.NsqHaInstrumentor().uninstrument()  # twice: nothing to undo
     otel.uninstrument()
     assert methods() == originals
