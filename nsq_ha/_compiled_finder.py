@@ -40,15 +40,18 @@ if TYPE_CHECKING:
 # NamedTuple and dataclasses not at all.
 
 # The hot path of a message: the sans-IO protocol, the transport, the connection's core, the
-# consumer's message. Left out, each for a reason a compiled module would change what callers
-# see (mypyc checks annotated types at run time and its classes are native): consumer/core.py
-# (the Consumer's bad arguments would raise TypeError instead of ConfigError, its instances take
-# no weak reference, which the OpenTelemetry metrics need, and its signature reads (*args));
-# consumer/rdy.py (its own checks: TypeError first); consumer/slots.py, consumer/handout.py and
-# consumer/flow.py (their unit tests hand in stand-ins for a connection and a slot);
-# connection/reader.py and protocol/commands.py, until they are added. consumer/message.py is
-# in: OpenTelemetry answers through its hook (set_answer_hook) instead of replacing Message's
-# methods, and a requeue delay is checked by the message (typed object), not by mypyc.
+# consumer's message, hand-out and RDY planner. Left out, each for a reason a compiled module
+# would change what callers see (mypyc checks annotated types at run time and its classes are
+# native): consumer/core.py (the Consumer's bad arguments would raise TypeError instead of
+# ConfigError, its instances take no weak reference, which the OpenTelemetry metrics need, and
+# its signature reads (*args)); consumer/slots.py and consumer/flow.py (their unit tests hand in
+# a stand-in for the connection, which a compiled Slot and Flow refuse: the tests need a real
+# NsqdConnection first); connection/reader.py (its unit tests hand in stand-ins for the
+# transport) and protocol/commands.py. consumer/message.py is in: OpenTelemetry answers through
+# its hook (set_answer_hook) instead of replacing Message's methods, and a requeue delay is
+# checked by the message (typed object), not by mypyc. consumer/rdy.py is in: its callers pass
+# checked values only (ConsumerConfig, Consumer.set_max_in_flight); handout.py too: the slot it
+# is handed is a Python class while slots.py is not compiled, so it is not type-checked.
 MODULES: tuple[str, ...] = (
     "nsq_ha.protocol.error_frames",
     "nsq_ha.protocol.events",
@@ -58,6 +61,8 @@ MODULES: tuple[str, ...] = (
     "nsq_ha.transport",
     "nsq_ha.connection.core",
     "nsq_ha.consumer.message",
+    "nsq_ha.consumer.handout",
+    "nsq_ha.consumer.rdy",
 )
 # mypyc's shared library for the group: every module's extension imports it by this name
 GROUP = "nsq_ha._hot"
