@@ -4,43 +4,50 @@ for what the consumer uses, without asking for the running loop on every wait.""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from nsq_ha.consumer import ConsumerConfig, Message
+from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.handout import Intake
+from nsq_ha.consumer.slots import Slot, SlotContext, Tally
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.protocol.message import DecodedMessage
 
+CONFIG = ConsumerConfig(topic="t", channel="c", nsqd="127.0.0.1:4150", max_attempts=0)
 
-@dataclass
-class Plain:
-    """Stands in for the slot that delivered: an unordered subscription."""
 
-    topic: str = "t"
-    channel: str = "c"
-    partition: int | None = None
-    address: str = "127.0.0.1:4150"
-    ordered: bool = False
+def plain() -> Slot:
+    """The slot that delivered: a real one (a compiled Intake refuses a stand-in), of an
+    unordered subscription, with no connection (nothing here answers)."""
+    flow = Flow(CONFIG)
+    context = SlotContext(
+        config=CONFIG,
+        flow=flow,
+        planner=flow.planner,
+        tally=Tally(),
+        held_changed=asyncio.Event(),
+        deliver=lambda slot, message: None,
+        settled=lambda message: None,
+    )
+    return Slot(context, ("127.0.0.1:4150", -1), False)
 
 
 def message(number: int) -> Message:
     decoded = DecodedMessage(
         timestamp=1, attempts=1, id=number.to_bytes(16, "big"), body=b"%d" % number
     )
-    return Message(decoded, Plain())  # type: ignore[arg-type]
+    return Message(decoded, plain())
 
 
 def deliver(intake: Intake, *messages: Message) -> None:
     for one in messages:
-        intake.deliver(Plain(), one)  # type: ignore[arg-type]
+        intake.deliver(plain(), one)
 
 
 def intake() -> Intake:
-    config = ConsumerConfig(topic="t", channel="c", nsqd="127.0.0.1:4150", max_attempts=0)
-    return Intake(config, Background())
+    return Intake(CONFIG, Background())
 
 
 async def test_items_come_out_in_order_and_readers_are_served_in_the_order_they_came() -> None:

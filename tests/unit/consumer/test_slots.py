@@ -4,47 +4,109 @@ with the slot's held messages as the one in-flight count that the RDY flow follo
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+import contextlib
+import json
 
 import pytest
 
+from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer import ConsumerConfig, Fixed, Message, Outcome
 from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.slots import Slot, SlotContext, Tally
 from nsq_ha.errors import MessageAlreadyRespondedError, MessageConnectionGoneError, NsqError
+from nsq_ha.protocol.commands import Sub
+from nsq_ha.protocol.events import Answer
+from nsq_ha.protocol.frames import FrameType, encode_frame
+from nsq_ha.protocol.identify import parse_identify_response
 from nsq_ha.protocol.message import DecodedMessage
+from nsq_ha.protocol.session import ClientSession
+from nsq_ha.transport import StreamTransport, _Pipe
 
 
-@dataclass
+class Wire:
+    """The socket under a real connection: keeps what the connection writes (an
+    ``asyncio.Transport``'s part that the StreamTransport uses)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def is_closing(self) -> bool:
+        return False
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
 class Recorder:
-    """Stands in for an NsqdConnection: records the commands a slot sends."""
+    """A real NsqdConnection, subscribed to vanilla nsqd (its session driven through IDENTIFY
+    and SUB by hand) over a :class:`Wire`: :attr:`sent` reads back the commands the slot sent.
+    A real one, as a compiled Slot and Flow refuse a stand-in."""
 
-    sent: list[str] = field(default_factory=list)
-    closed: bool = False
-    broken: bool = False
+    def __init__(self) -> None:
+        self.conn = NsqdConnection("127.0.0.1:4150")
+        self.wire = Wire()
+        session = ClientSession()
+        session.start()
+        session.identify({})
+        answer = json.dumps({"version": "1.3.0", "max_rdy_count": 2500}).encode()
+        session.receive_data(encode_frame(FrameType.RESPONSE, answer))
+        assert isinstance(session.next_event(), Answer)
+        session.identified(parse_identify_response(answer))
+        session.ready()
+        session.send(Sub("t", "c"))
+        session.receive_data(encode_frame(FrameType.RESPONSE, b"OK"))
+        assert isinstance(session.next_event(), Answer)
+        self.conn._session = session
+        loop = asyncio.get_running_loop()
+        self.conn._transport = StreamTransport(
+            self.wire,  # type: ignore[arg-type]
+            _Pipe(loop),
+            "127.0.0.1:4150",
+            65536,
+        )
 
-    def _send(self, text: str) -> None:
-        if self.broken:
-            raise NsqError("connection closing")
-        self.sent.append(text)
+    @property
+    def sent(self) -> list[str]:
+        """The commands written so far, short: ``FIN 01`` (the id's last two digits), ``REQ 01 4``
+        (the delay in seconds)."""
+        assert self.conn._transport is not None
+        self.conn._transport.flush()
+        lines = []
+        for line in bytes(self.wire.data).split(b"\n")[:-1]:
+            name, _, rest = line.partition(b" ")
+            if name == b"RDY":
+                lines.append(f"RDY {int(rest)}")
+            elif name == b"REQ":
+                message_id, _, delay = rest.rpartition(b" ")
+                lines.append(f"REQ {message_id[-2:].decode()} {int(delay) / 1000:g}")
+            elif name in (b"FIN", b"TOUCH"):
+                lines.append(f"{name.decode()} {rest[-2:].decode()}")
+        return lines
 
-    def rdy(self, count: int) -> None:
-        self._send(f"RDY {count}")
+    def break_down(self) -> None:
+        """nsqd sent a fatal error: every send now raises ConnectionClosedError (an NsqError)
+        while the connection has not closed yet."""
+        session = self.conn._session
+        session.receive_data(encode_frame(FrameType.ERROR, b"E_INVALID cannot do that"))
+        with contextlib.suppress(NsqError):
+            session.next_event()
+        assert session.fatal_error is not None
+        assert not self.conn.closed
 
-    def fin(self, message_id: bytes) -> None:
-        self._send(f"FIN {message_id.hex()[-2:]}")
-
-    def req(self, message_id: bytes, delay: float) -> None:
-        self._send(f"REQ {message_id.hex()[-2:]} {delay:g}")
-
-    def touch(self, message_id: bytes) -> None:
-        self._send(f"TOUCH {message_id.hex()[-2:]}")
+    def close(self) -> None:
+        """The connection closed."""
+        self.conn._session.close()
+        assert self.conn.closed
 
 
 def decoded(number: int, attempts: int = 1) -> DecodedMessage:
-    return DecodedMessage(
-        timestamp=1, attempts=attempts, id=number.to_bytes(16, "big"), body=b"%d" % number
-    )
+    return DecodedMessage(timestamp=1, attempts=attempts, id=b"%016x" % number, body=b"%d" % number)
 
 
 def make_slot(
@@ -74,8 +136,8 @@ def make_slot(
     )
     slot = Slot(context, ("127.0.0.1:4150", 0), ordered)
     conn = Recorder()
-    slot.conn = conn  # type: ignore[assignment]
-    flow.add(slot.key, conn, max_rdy=2500, ordered=ordered)  # type: ignore[arg-type]
+    slot.conn = conn.conn
+    flow.add(slot.key, conn.conn, max_rdy=2500, ordered=ordered)
     return slot, conn, delivered, settled, tally
 
 
@@ -144,12 +206,12 @@ async def test_an_answer_the_connection_refuses_abandons_the_message() -> None:
     slot, conn, delivered, _, tally = make_slot()
     slot.on_message(decoded(1))
     slot.on_message(decoded(2))
-    conn.broken = True
+    conn.break_down()
     with pytest.raises(MessageConnectionGoneError):
         await delivered[0].finish()
     assert delivered[0].outcome is Outcome.ABANDONED
     assert list(slot.held) == [delivered[1].id]
-    conn.closed = True
+    conn.close()
     with pytest.raises(MessageConnectionGoneError):
         await delivered[1].finish()
     slot.abandon_all()
@@ -162,7 +224,7 @@ async def test_a_message_abandoned_with_its_connection_says_so_when_answered() -
     # the answer fails because the connection is gone, not because someone answered already
     slot, conn, delivered, _, _ = make_slot()
     slot.on_message(decoded(1))
-    conn.closed = True
+    conn.close()
     slot.abandon_all()
     message = delivered[0]
     assert message.outcome is Outcome.ABANDONED
