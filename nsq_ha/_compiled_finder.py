@@ -39,18 +39,17 @@ if TYPE_CHECKING:
 # interpreter, so hashlib and json load only when a hot module is first imported, and typing's
 # NamedTuple and dataclasses not at all.
 
-# The hot path of a message: the sans-IO protocol, the transport, the connection's core, and
-# the consumer's per-message modules (message, hand-out, RDY planner, slots, flow). Left out,
-# each for a reason a compiled module would change what callers see (mypyc checks annotated
-# types at run time and its classes are native): consumer/core.py (the Consumer's bad arguments
-# would raise TypeError instead of ConfigError, its instances take no weak reference, which the
-# OpenTelemetry metrics need, and its signature reads (*args)); connection/reader.py (its unit
-# tests hand in stand-ins for the transport) and protocol/commands.py. consumer/message.py is
-# in since OpenTelemetry answers through its hook (set_answer_hook) instead of replacing
-# Message's methods, and a requeue delay is checked by the message (typed object), not by
-# mypyc; consumer/rdy.py since its callers pass checked values only (ConsumerConfig,
-# Consumer.set_max_in_flight); slots, flow and handout since their unit tests build real
-# connections and slots.
+# The hot path of a message: the sans-IO protocol, the transport, the connection's core and
+# reader, and the consumer's per-message modules (message, hand-out, RDY planner, slots, flow).
+# Left out, each for a reason a compiled module would change what callers see (mypyc checks
+# annotated types at run time and its classes are native): consumer/core.py (the Consumer's bad
+# arguments would raise TypeError instead of ConfigError, its instances take no weak reference,
+# which the OpenTelemetry metrics need, its signature reads (*args), and OpenTelemetry replaces
+# its methods) and protocol/commands.py. consumer/message.py is in since OpenTelemetry answers
+# through its hook (set_answer_hook) instead of replacing Message's methods, and a requeue delay
+# is checked by the message (typed object), not by mypyc; consumer/rdy.py since its callers
+# pass checked values only (ConsumerConfig, Consumer.set_max_in_flight); slots, flow, handout
+# and the reader since their unit tests build real connections, slots and transports.
 MODULES: tuple[str, ...] = (
     "nsq_ha.protocol.error_frames",
     "nsq_ha.protocol.events",
@@ -64,6 +63,7 @@ MODULES: tuple[str, ...] = (
     "nsq_ha.consumer.rdy",
     "nsq_ha.consumer.slots",
     "nsq_ha.consumer.flow",
+    "nsq_ha.connection.reader",
 )
 # mypyc's shared library for the group: every module's extension imports it by this name
 GROUP = "nsq_ha._hot"

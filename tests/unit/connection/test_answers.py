@@ -8,25 +8,11 @@ import pytest
 
 from nsq_ha.connection.reader import PendingAnswers
 from nsq_ha.errors import BadTopicError, NsqTimeoutError
-
-
-class Transport:
-    """Stands in for the StreamTransport: never backlogged."""
-
-    address = "127.0.0.1:4150"
-
-    def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()
-
-    def backlogged(self) -> bool:
-        return False
-
-    async def backpressure(self) -> None:
-        raise AssertionError("not backlogged: nothing to wait for")
+from tests.unit.connection.wire import Pushed
 
 
 async def _wait(answers: PendingAnswers, limit: float = 5.0) -> bytes:
-    return await answers.wait(Transport(), b"PUB", limit)  # type: ignore[arg-type]
+    return await answers.wait(Pushed().transport, b"PUB", limit)
 
 
 async def test_answers_complete_their_commands_in_order() -> None:

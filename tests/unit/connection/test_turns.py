@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from nsq_ha.connection.reader import EVENTS_PER_TURN, FrameReader, PendingAnswers
-from nsq_ha.errors import BrokerError, ConnectionClosedError, FinFailedError, NsqError
+from nsq_ha.errors import BrokerError, ConnectionClosedError, FinFailedError
 from nsq_ha.protocol.broker import encode_message
 from nsq_ha.protocol.commands import Rdy, Sub
 from nsq_ha.protocol.events import Answer
@@ -20,37 +20,9 @@ from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.protocol.identify import parse_identify_response
 from nsq_ha.protocol.message import DecodedMessage, MessageFormat
 from nsq_ha.protocol.session import ClientSession
+from tests.unit.connection.wire import Pushed
 
 FIN_FAILED = encode_frame(FrameType.ERROR, b"E_FIN_FAILED FIN 0000000000000000 failed")
-
-
-class HoldingTransport:
-    """Stands in for the StreamTransport: keeps the reader's callbacks and counts hold/release."""
-
-    address = "127.0.0.1:4150"
-
-    def __init__(self) -> None:
-        self.on_data: Callable[[bytes], None] | None = None
-        self.on_end: Callable[[NsqError | None], None] | None = None
-        self.held = False
-        self.holds = 0
-
-    def receive(
-        self, on_data: Callable[[bytes], None], on_end: Callable[[NsqError | None], None]
-    ) -> None:
-        self.on_data, self.on_end = on_data, on_end
-
-    def hold(self) -> None:
-        assert not self.held, "held twice"
-        self.held = True
-        self.holds += 1
-
-    def release(self) -> None:
-        assert self.held, "released without a hold"
-        self.held = False
-
-    def stop_receiving(self) -> None:
-        self.on_data = None
 
 
 def subscribed_session(rdy: int) -> ClientSession:
@@ -72,20 +44,21 @@ def subscribed_session(rdy: int) -> ClientSession:
 
 async def started(
     session: ClientSession, *, deliver: Callable[[DecodedMessage], object] = lambda m: None
-) -> tuple[HoldingTransport, list[BrokerError], asyncio.Task[None]]:
-    """Run a FrameReader over a HoldingTransport; return it, the reported errors, the task."""
-    transport = HoldingTransport()
+) -> tuple[Pushed, list[BrokerError], asyncio.Task[None]]:
+    """Run a FrameReader over a real transport whose reads are pushed by hand; return that,
+    the reported errors, the task."""
+    transport = Pushed()
     reported: list[BrokerError] = []
     frames = FrameReader(
         session,
-        transport,  # type: ignore[arg-type]
+        transport.transport,
         PendingAnswers(),
         deliver=deliver,
         on_error=reported.append,
     )
     task = asyncio.create_task(frames.run())
     await asyncio.sleep(0)
-    assert transport.on_data is not None
+    assert transport.receiving
     return transport, reported, task
 
 
@@ -100,11 +73,10 @@ async def test_error_frames_in_one_read_are_handled_a_bounded_share_per_turn() -
     following turn, in order; bytes that come while held wait their turn; then it is
     released."""
     transport, reported, task = await started(subscribed_session(10))
-    assert transport.on_data is not None
-    transport.on_data(FIN_FAILED * 1000)
+    transport.push(FIN_FAILED * 1000)
     assert len(reported) == EVENTS_PER_TURN
     assert transport.held
-    transport.on_data(FIN_FAILED * 5)  # already read when the transport was held
+    transport.push(FIN_FAILED * 5)  # already read when the transport was held
     assert len(reported) == EVENTS_PER_TURN
     shares = []
     for _ in range(20):  # 1005 / 128 turns, and then some
@@ -135,8 +107,7 @@ async def test_messages_in_one_read_are_not_held_back() -> None:
         )
         for i in range(1000)
     )
-    assert transport.on_data is not None
-    transport.on_data(stream)
+    transport.push(stream)
     assert len(delivered) == 1000
     assert transport.holds == 0
     await stopped(task)
@@ -146,10 +117,8 @@ async def test_frames_left_when_the_peer_closes_are_handled_before_the_end() -> 
     """nsqd closes while a backlog waits: every frame already read is handled, then the read
     ends with ConnectionClosedError."""
     transport, reported, task = await started(subscribed_session(10))
-    assert transport.on_data is not None
-    assert transport.on_end is not None
-    transport.on_data(FIN_FAILED * 1000)
-    transport.on_end(None)
+    transport.push(FIN_FAILED * 1000)
+    transport.end(None)
     with pytest.raises(ConnectionClosedError, match="closed the connection"):
         await task
     assert len(reported) == 1000
