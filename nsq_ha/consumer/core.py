@@ -158,7 +158,7 @@ class Consumer:
         totals["backoff_level"] = self._flow.planner.level
         totals["rdy"] = self._flow.planner.total_rdy
         per: dict[int, dict[str, int]] = {
-            partition: dict(counter)
+            partition: {name: value for name, value in counter.items() if value}
             for partition, counter in sorted(self._tally.partitions.items())
         }
         for slot in slots:

@@ -10,9 +10,9 @@ import json
 import pytest
 
 from nsq_ha.connection import NsqdConnection
-from nsq_ha.consumer import ConsumerConfig, Fixed, Message, Outcome
+from nsq_ha.consumer import Consumer, ConsumerConfig, Fixed, Message, Outcome
 from nsq_ha.consumer.flow import Flow
-from nsq_ha.consumer.slots import Slot, SlotContext, Tally
+from nsq_ha.consumer.slots import COUNTERS, Slot, SlotContext, Tally
 from nsq_ha.errors import MessageAlreadyRespondedError, MessageConnectionGoneError, NsqError
 from nsq_ha.protocol.commands import Sub
 from nsq_ha.protocol.events import Answer
@@ -235,3 +235,20 @@ async def test_a_message_abandoned_with_its_connection_says_so_when_answered() -
     with pytest.raises(MessageConnectionGoneError):
         await message.touch()
     assert message.responded  # nothing more can be sent for it
+
+
+def test_a_partitions_counters_start_at_0_and_stats_show_those_above() -> None:
+    """Plain dicts (a Counter reads and writes items through Python-level slots): every name
+    at 0 first, and Consumer.stats shows a partition's counters above 0 only, as before."""
+    tally = Tally()
+    counters = tally.of(3)
+    assert counters == dict.fromkeys(COUNTERS, 0)
+    assert tally.of(3) is counters
+    counters["received"] += 2
+    assert tally.total("received") == 2
+    assert tally.total("leader_changes") == 0
+    consumer = Consumer("t", "c", nsqd="127.0.0.1:4150")
+    consumer._tally.of(0)["finished"] += 1
+    consumer._tally.of(None)
+    assert consumer.stats["partitions"] == {-1: {}, 0: {"finished": 1}}
+    assert consumer.stats["finished"] == 1

@@ -196,7 +196,9 @@ def offset_points(reader: InMemoryMetricReader) -> dict[str, int]:
 
 def counted(consumer: Consumer, partition: int, **counts: int) -> None:
     """As if ``consumer`` had counted ``counts`` (received, finished, ...) on ``partition``."""
-    consumer._tally.of(partition).update(counts)
+    counters = consumer._tally.of(partition)
+    for name, count in counts.items():
+        counters[name] += count
 
 
 def consumed(reader: InMemoryMetricReader) -> dict[str, int]:
