@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from nsq_ha.consumer.checks import check_requeue_delay
 from nsq_ha.errors import (
+    ConfigError,
     MessageAlreadyRespondedError,
     MessageConnectionGoneError,
     RemoteProtocolError,
@@ -237,21 +238,21 @@ class Message:
             self.check_answerable("finish")
         self._owner.finish(self)
 
-    async def requeue(self, delay: object = None, *, backoff: bool = True) -> None:
+    async def requeue(self, delay: object = None, *, backoff: object = True) -> None:
         """Give the message back for redelivery after ``delay`` seconds.
 
         ``delay=None`` uses the consumer's ``requeue_delay``; ordered channels requeue with 0
         (see ``requeue_delay``). ``backoff=True`` counts as a failure for the consumer's
         backoff (every connection pauses); ``False`` requeues quietly.
 
-        A ``delay`` that is not a finite number of seconds in ``0 ..``
-        :data:`~nsq_ha.consumer.checks.MAX_REQUEUE_DELAY` raises
+        A ``backoff`` other than ``True``/``False``, or a ``delay`` that is not a finite number
+        of seconds in ``0 ..`` :data:`~nsq_ha.consumer.checks.MAX_REQUEUE_DELAY`, raises
         :class:`~nsq_ha.errors.ConfigError` before anything changes: the message is still held
         and can be finished or requeued afterwards.
         """
         self.requeue_nowait(delay, backoff=backoff)
 
-    def requeue_nowait(self, delay: object = None, *, backoff: bool = True) -> None:
+    def requeue_nowait(self, delay: object = None, *, backoff: object = True) -> None:
         """:meth:`requeue` from plain code on the consumer's loop (see :meth:`finish_nowait`)."""
         hook = _answer_hook
         if hook is None:
@@ -259,9 +260,11 @@ class Message:
         else:
             hook(self, "requeue", lambda: self._requeue(delay, backoff))
 
-    def _requeue(self, delay: object, backoff: bool) -> None:
-        # ``delay`` is any object: a bad one raises ConfigError here, also compiled (where a
-        # ``float | None`` parameter would raise mypyc's TypeError first)
+    def _requeue(self, delay: object, backoff: object) -> None:
+        # ``delay`` and ``backoff`` are any objects: a bad one raises ConfigError here, also
+        # compiled (where a ``float | None`` or ``bool`` parameter would raise mypyc's TypeError)
+        if not isinstance(backoff, bool):
+            raise ConfigError(f"requeue backoff must be True or False, not {backoff!r}")
         checked = None if delay is None else check_requeue_delay(delay)
         self.check_answerable("requeue")
         self._owner.requeue(self, checked, backoff)

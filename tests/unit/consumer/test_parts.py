@@ -117,6 +117,20 @@ async def test_a_bad_requeue_delay_raises_config_error_and_changes_nothing(delay
     assert not message.responded
 
 
+@pytest.mark.parametrize("backoff", [1, "no", None])
+async def test_a_requeue_backoff_that_is_not_a_bool_raises_config_error(backoff: object) -> None:
+    """The same typed error on both paths (compiled, a ``bool`` parameter would raise mypyc's
+    TypeError; pure Python would take any value's truth), before anything changes."""
+    owner = Owner()
+    message = Message(decoded(), owner)
+    with pytest.raises(ConfigError, match="backoff must be True or False"):
+        await message.requeue(1.0, backoff=backoff)
+    with pytest.raises(ConfigError, match="backoff must be True or False"):
+        message.requeue_nowait(backoff=backoff)
+    assert owner.calls == []
+    assert not message.responded
+
+
 async def test_the_answer_hook_runs_around_every_answer_and_can_be_removed() -> None:
     """The seam OpenTelemetry uses (a compiled Message's methods cannot be replaced): the hook
     gets the message, the action and the answer to run, also from finish() and requeue()."""
