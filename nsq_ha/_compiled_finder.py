@@ -64,6 +64,17 @@ MODULES: tuple[str, ...] = (
     "nsq_ha.consumer.slots",
     "nsq_ha.consumer.flow",
     "nsq_ha.connection.reader",
+    # the producer's publish path, from the call's queue to nsqd's answer; not producer/core.py
+    # (Producer: the OpenTelemetry instrumentation wraps its methods and its sweeper holds a
+    # weak reference to it) nor producer/config.py (read once per producer)
+    "nsq_ha.protocol.publish",
+    "nsq_ha.producer.batch",
+    "nsq_ha.producer.limits",
+    "nsq_ha.producer.message",
+    "nsq_ha.producer.pool",
+    "nsq_ha.producer.routes",
+    "nsq_ha.producer.sender",
+    "nsq_ha.producer.topic",
 )
 # mypyc's shared library for the group: every module's extension imports it by this name
 GROUP = "nsq_ha._hot"

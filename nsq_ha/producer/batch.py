@@ -33,7 +33,7 @@ from nsq_ha.producer.message import (
     prepare_message,
 )
 from nsq_ha.protocol.frames import OK
-from nsq_ha.protocol.publish import ExtHeader, PublishMessage
+from nsq_ha.protocol.publish import PublishMessage
 from nsq_ha.protocol.trace import parse_traced_response
 
 _NO_LIMIT = float("inf")
@@ -45,9 +45,8 @@ _new_message = functools.partial(tuple.__new__, PublishMessage)
 
 def prepare_one(
     body: object,
-    trace_id: int | None = None,
-    ext: ExtHeader | None = None,
-    *,
+    trace_id: object = None,
+    ext: object = None,
     max_msg_size: int | None = None,
 ) -> PublishMessage:
     """:func:`prepare_message` of one publish call's message: a plain body (non-empty
@@ -64,8 +63,8 @@ def prepare_one(
 
 def prepare_batch(
     bodies: Sequence[object],
-    trace_ids: Sequence[int | None] | None = None,
-    exts: Sequence[ExtHeader | None] | None = None,
+    trace_ids: Sequence[object] | None = None,
+    exts: Sequence[object] | None = None,
     *,
     max_msg_size: int | None = None,
 ) -> tuple[list[PublishMessage], int | None]:

@@ -158,8 +158,19 @@ class Producer:
         """
         if self._closing:
             raise ProducerClosedError("the producer is closed")
-        messages = [prepare_one(body, trace_id, ext, max_msg_size=self._max_msg_size)]
-        if defer is not None:
+        messages = [prepare_one(body, trace_id, ext, self._max_msg_size)]
+        if defer is None:
+            held = self._topics.get(topic)
+            if held is not None:  # routes cached: queued in this one call, no lookup, no turn
+                queued = self._sender.queue_ready(
+                    held, messages, sharding_key, partition, plain_size(messages)
+                )
+                if queued is not None:
+                    (outcome,) = await queued
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    return outcome
+        else:
             seconds_to_ms(defer, "defer")
             if sharding_key is not None or partition is not None:
                 raise ConfigError("defer= cannot be combined with sharding_key= or partition=")

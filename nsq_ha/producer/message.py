@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.protocol.commands import as_bytes, check_size, check_uint, compact_json
-from nsq_ha.protocol.publish import TRACE_ID_HEADER, ExtHeader, PublishMessage, encode_ext_header
+from nsq_ha.protocol.publish import TRACE_ID_HEADER, PublishMessage, encode_ext_header
 from nsq_ha.protocol.trace import TracedResponse
 
 log = logging.getLogger(__name__)
@@ -33,11 +33,13 @@ _RECORD_OVERHEAD = 4 + 26
 def prepare_message(
     body: object,
     *,
-    trace_id: int | None = None,
-    ext: ExtHeader | None = None,
+    trace_id: object = None,
+    ext: object = None,
     max_msg_size: int | None = None,
 ) -> PublishMessage:
-    """Validate one message before it is queued; every problem raises a typed error.
+    """Validate one message before it is queued; every problem raises a typed error (the
+    caller's values are typed ``object`` and checked here: a compiled build would otherwise
+    raise TypeError before these checks).
 
     ``body`` must be non-empty bytes; ``trace_id`` a u64; ``ext`` a JSON object (a mapping, or
     JSON bytes) that nsqd will accept. A trace id and an ext header together put the trace id
@@ -50,21 +52,22 @@ def prepare_message(
     data = as_bytes(body, "message body")
     if not data:
         raise InvalidArgumentError("message body must not be empty (nsqd refuses empty messages)")
+    traced: int | None = None
     if trace_id is not None:
-        check_uint(trace_id, "trace id", 64)
+        traced = check_uint(trace_id, "trace id", 64)
     header: bytes | None = None
     if ext is not None:
         header = encode_ext_header(ext)
-        if trace_id is not None:
-            header = _with_trace_id(header, trace_id)
+        if traced is not None:
+            header = _with_trace_id(header, traced)
         else:
-            trace_id = _header_trace_id(header)
+            traced = _header_trace_id(header)
         check_size("message body (with the ext header)", 2 + len(header) + len(data), max_msg_size)
-    elif trace_id is not None:
+    elif traced is not None:
         check_size("message body (with the 8-byte trace id)", 8 + len(data), max_msg_size)
     else:
         check_size("message body", len(data), max_msg_size)
-    return PublishMessage(data, trace_id, header)
+    return PublishMessage(data, traced, header)
 
 
 def _with_trace_id(header: bytes, trace_id: int) -> bytes:

@@ -62,7 +62,7 @@ def check_features(
     messages: Sequence[PublishMessage],
     *,
     defer: float | None,
-    partition: int | None,
+    partition: object,
     ext_topic: bool | None = None,
 ) -> None:
     """Refuse what the server kind (or the topic, as lookup described it) cannot take, before

@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+#: how a lane sends one batch: ``send_batch(topic, messages, slot)``, each message's outcome
+SendBatch = Callable[[Topic, list[PublishMessage], "int | None"], Awaitable[list[Outcome]]]
+
 
 class Sender:
     """Sends the batches of one producer. ``closing()`` says the producer is closing (no forced
@@ -60,6 +63,8 @@ class Sender:
     """
 
     __slots__ = (
+        "_cut",
+        "_transmit",
         "closing",
         "config",
         "limits",
@@ -79,7 +84,17 @@ class Sender:
         pool: ConnectionPool,
         stats: MutableMapping[str, int],
         closing: Callable[[], bool],
+        *,
+        send_batch: SendBatch | None = None,
+        builder: Callable[[Routes | None], BatchBuilder] | None = None,
     ) -> None:
+        """``send_batch`` and ``builder`` stand in for the methods of those names where the
+        lanes send and cut their batches (a test's seam: a compiled Sender cannot be
+        subclassed)."""
+        self._transmit: SendBatch = self.send_batch if send_batch is None else send_batch
+        self._cut: Callable[[Routes | None], BatchBuilder] = (
+            self.builder if builder is None else builder
+        )
         self.pool = pool
         self.config = config = settings.connection
         self.policy = settings.retry
@@ -130,6 +145,27 @@ class Sender:
             self._start(topic, lane)  # no task will take these with its next batch
         return future
 
+    def queue_ready(
+        self,
+        topic: Topic,
+        messages: list[PublishMessage],
+        key: object,
+        partition: object,
+        plain_bytes: int | None,
+    ) -> asyncio.Future[Outcomes] | None:
+        """:meth:`submit` a publish call at once when ``topic``'s cached routes serve it (the
+        common case, in one call from the producer); None when it must look up or, keyed, take
+        its turn behind an earlier keyed call (:meth:`Topic.turn`). ``key`` and ``partition``
+        as the caller gave them: :meth:`Topic.place` checks them."""
+        keyed = key is not None or partition is not None
+        if keyed and topic.waiting is not None:
+            return None
+        routes = topic.ready(keyed)
+        if routes is None:
+            return None
+        slot = topic.place(routes, messages, key, partition)
+        return self.submit(topic, slot, messages, plain_bytes)
+
     def _start(self, topic: Topic, lane: Lane) -> None:
         """Start a task for ``lane`` unless one is about to take the next batch anyway: a keyed
         lane has one; an unkeyed one more while the others wait for their answers, up to two
@@ -168,7 +204,7 @@ class Sender:
                     shares = writable if self.linger else max(2, writable)
                     free = max(1, shares - lane.sending)
                     share = -(-lane.waiting // free)
-                runs, taken = take(lane.queue, self.builder(routes), share)
+                runs, taken = take(lane.queue, self._cut(routes), share)
                 lane.waiting -= taken
                 runs = live(runs, self.splits)
                 if not runs:
@@ -178,7 +214,7 @@ class Sender:
                     self._start(topic, lane)  # the rest goes to other partitions meanwhile
                 batch = messages_of(runs)
                 try:
-                    results = await self.send_batch(topic, batch, lane.slot)
+                    results = await self._transmit(topic, batch, lane.slot)
                 except NsqError as exc:
                     results = [exc] * len(batch)
                 finally:
@@ -219,15 +255,16 @@ class Sender:
         try:
             return await topic.current(keyed=keyed, closing=self.closing)
         except NsqError as exc:
-            return await self._retry(
-                exc,
-                lambda _: topic.current(keyed=keyed, closing=self.closing),
-                what=f"lookup of {topic.name!r}",
-                topic=topic,
-                slot=None,
-                started=started,
-                operation="lookup",
-            )
+            first = exc  # retried outside the except block (see attempt())
+        return await self._retry(
+            first,
+            lambda _: topic.current(keyed=keyed, closing=self.closing),
+            what=f"lookup of {topic.name!r}",
+            topic=topic,
+            slot=None,
+            started=started,
+            operation="lookup",
+        )
 
     async def send(
         self,
@@ -243,15 +280,16 @@ class Sender:
         try:
             return await self.attempt(topic, messages, slot, defer, 1)
         except NsqError as exc:
-            return await self._retry(
-                exc,
-                lambda number: self.attempt(topic, messages, slot, defer, number),
-                what=f"publish to {topic.name!r}" + (f" slot {slot}" if slot is not None else ""),
-                topic=topic,
-                slot=slot,
-                started=started,
-                operation="publish",
-            )
+            first = exc  # retried outside the except block (see attempt())
+        return await self._retry(
+            first,
+            lambda number: self.attempt(topic, messages, slot, defer, number),
+            what=f"publish to {topic.name!r}" + (f" slot {slot}" if slot is not None else ""),
+            topic=topic,
+            slot=slot,
+            started=started,
+            operation="publish",
+        )
 
     async def _retry(
         self,
@@ -358,14 +396,18 @@ class Sender:
         )
         outcomes: list[Outcome] = []
         for part in parts:
+            failure: NsqError | None = None
             try:
                 outcomes += await self.send_batch(topic, part, slot)
             except NsqError as exc:
-                if len(part) == 1 and splits_batch(exc):
-                    outcomes.append(exc)  # this message's own refusal
-                    continue
-                outcomes += [exc] * (len(messages) - len(outcomes))
-                break
+                failure = exc
+            if failure is None:
+                continue
+            if len(part) == 1 and splits_batch(failure):
+                outcomes.append(failure)  # this message's own refusal
+                continue
+            outcomes += [failure] * (len(messages) - len(outcomes))
+            break
         return outcomes
 
     async def attempt(
@@ -440,11 +482,15 @@ class Sender:
                 where = (name, partition, address, attempts)
                 results = results_from_answer(answer, messages, command, where, routes.ext)
         except NsqError as exc:
-            self.limits.learn(address, exc)
-            await self._after_failure(topic, key, exc, attempts)
-            raise
-        self.stats["published"] += len(messages)
-        return results
+            # handled after the except block: compiled by mypyc, an await inside it and a
+            # bare raise after it freed the error once too often (a crash when it was read)
+            failure = exc
+        else:
+            self.stats["published"] += len(messages)
+            return results
+        self.limits.learn(address, failure)
+        await self._after_failure(topic, key, failure, attempts)
+        raise failure
 
     async def _after_failure(
         self, topic: Topic, key: ConnKey | None, exc: BaseException, attempts: int = 1

@@ -70,12 +70,15 @@ class SlotMemo:
         self._by_count: dict[int, dict[ShardingKey, int]] = {}
         self._size = 0
 
-    def slot(self, key: ShardingKey, count: int) -> int:
+    def slot(self, key: object, count: int) -> int:
+        """The slot of ``key`` among ``count``; a key of another type is the strategy's to
+        refuse (typed ``object``: a compiled build would raise TypeError before that check)."""
         if type(key) is str or type(key) is bytes:
             if len(key) > MEMO_KEY_LENGTH:
                 return self.strategy.partition(key, count)
         elif type(key) is not int:  # bool, float, subclasses: the strategy checks them
-            return self.strategy.partition(key, count)
+            unchecked: Any = key  # not a cast: a compiled build checks a cast's type
+            return self.strategy.partition(unchecked, count)
         memo = self._by_count.get(count)
         if memo is None:
             memo = self._by_count[count] = {}
@@ -297,9 +300,9 @@ class Topic:
         self.pool.follow(self.name, routes.addresses, self.conns)
         return routes
 
-    def slot_for(
-        self, routes: Routes, key: ShardingKey | None, partition: int | None
-    ) -> int | None:
+    def slot_for(self, routes: Routes, key: object, partition: object) -> int | None:
+        """The slot of a keyed call (None: unkeyed); ``key`` and ``partition`` as the caller
+        gave them (typed ``object``: checked here, not by a compiled build's TypeError)."""
         if key is not None and partition is not None:
             raise ConfigError("give sharding_key= or partition=, not both")
         if partition is not None:
@@ -326,8 +329,8 @@ class Topic:
         self,
         routes: Routes,
         messages: Sequence[PublishMessage],
-        key: ShardingKey | None,
-        partition: int | None,
+        key: object,
+        partition: object,
         defer: float | None = None,
     ) -> int | None:
         """Refuse what ``routes``' server kind cannot take, then the slot of ``messages``

@@ -151,8 +151,9 @@ class Dpub:
         return line + _U32.pack(len(self.body)) + self.body
 
 
-def encode_ext_header(header: ExtHeader) -> bytes:
-    """Return the JSON bytes of an ext header, checked as nsqd checks them.
+def encode_ext_header(header: ExtHeader | object) -> bytes:
+    """Return the JSON bytes of an ext header, checked as nsqd checks them (anything but an
+    :data:`ExtHeader` raises InvalidArgumentError, in a compiled build too).
 
     The header must be a JSON object of at most 65534 bytes; ``##trace_id``, when present,
     must be a string holding a decimal u64. Bytes are checked and returned verbatim.

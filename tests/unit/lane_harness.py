@@ -21,31 +21,32 @@ from nsq_ha.routing import get_strategy
 SendBatch = Callable[[str, list[PublishMessage], "int | None"], Awaitable[Sequence[Outcome]]]
 
 
-class _Sender(Sender):
-    """A Sender whose batches go to ``send`` and are cut by ``make_builder``."""
-
-    def __init__(
-        self,
-        send: SendBatch,
-        make_builder: Callable[[Routes | None], BatchBuilder],
-        *,
-        linger: float,
-        max_batch: int,
-    ) -> None:
-        settings = ProducerConfig(
-            nsqd=("127.0.0.1:1",), max_batch=max_batch, linger=linger, unkeyed_window=1
-        )
-        super().__init__(settings, ConnectionPool(ConnectionConfig(), {}), {}, lambda: False)
-        self.send = send  # type: ignore[method-assign, assignment]
-        self.make_builder = make_builder
+def _sender(
+    send: SendBatch,
+    make_builder: Callable[[Routes | None], BatchBuilder],
+    *,
+    linger: float,
+    max_batch: int,
+) -> Sender:
+    """A Sender whose batches go to ``send`` and are cut by ``make_builder`` (its seams: a
+    compiled Sender cannot be subclassed)."""
 
     async def send_batch(
-        self, topic: Topic, messages: list[PublishMessage], slot: int | None
+        topic: Topic, messages: list[PublishMessage], slot: int | None
     ) -> list[Outcome]:
-        return list(await self.send(topic.name, messages, slot))  # type: ignore[call-arg, arg-type, operator]
+        return list(await send(topic.name, messages, slot))
 
-    def builder(self, routes: Routes | None) -> BatchBuilder:
-        return self.make_builder(routes)
+    settings = ProducerConfig(
+        nsqd=("127.0.0.1:1",), max_batch=max_batch, linger=linger, unkeyed_window=1
+    )
+    return Sender(
+        settings,
+        ConnectionPool(ConnectionConfig(), {}),
+        {},
+        lambda: False,
+        send_batch=send_batch,
+        builder=make_builder,
+    )
 
 
 class Lanes:
@@ -60,7 +61,7 @@ class Lanes:
         linger: float = 0.0,
         max_batch: int,
     ) -> None:
-        self.sender = _Sender(send, builder, linger=linger, max_batch=max_batch)
+        self.sender = _sender(send, builder, linger=linger, max_batch=max_batch)
         self.topic = Topic(
             "t",
             lookup=None,

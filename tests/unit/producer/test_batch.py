@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import struct
 from collections import deque
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import given
@@ -24,6 +23,7 @@ from nsq_ha.producer.batch import (
 from nsq_ha.producer.message import (
     BatchBuilder,
     PublishResult,
+    Queued,
     batch_body_size,
     prepare_message,
     record_size,
@@ -34,13 +34,8 @@ from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder
 from nsq_ha.protocol.publish import Publish, PublishMessage
 
 
-@dataclass
-class Item:
-    message: PublishMessage
-
-
-def queue_of(*messages: PublishMessage) -> deque[Item]:
-    return deque(Item(m) for m in messages)
+def queue_of(*messages: PublishMessage) -> deque[Queued]:
+    return deque(Queued(m) for m in messages)
 
 
 def msg(
@@ -362,7 +357,7 @@ def test_mpub_trace_sizes_that_add_up_to_nothing_known_keep_only_the_first(
 # -- the plain fast paths agree with the general rules ----------------------------------------
 
 
-def _general_take(builder: BatchBuilder, queue: deque[Item]) -> list[Item]:
+def _general_take(builder: BatchBuilder, queue: deque[Queued]) -> list[Queued]:
     """The general rule, one message at a time: the batch grows while its encoded body fits."""
     batch = [queue.popleft()]
     while queue and len(batch) < builder.max_count:

@@ -222,7 +222,7 @@ def test_keys_equal_to_a_routed_key_but_not_valid_are_still_refused() -> None:
     table.slot_for(routes, 1, None)
     for bad in (True, 1.0, "\ud800", "\ud800"):  # True == 1 == 1.0; a lone surrogate twice
         with pytest.raises(InvalidArgumentError):
-            table.slot_for(routes, bad, None)  # type: ignore[arg-type]
+            table.slot_for(routes, bad, None)
 
 
 def test_the_keys_remembered_are_bounded() -> None:
