@@ -21,7 +21,7 @@ import operator
 import sys
 from collections import deque
 from collections.abc import Sequence
-from typing import Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias, cast
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.producer.message import (
@@ -36,11 +36,10 @@ from nsq_ha.protocol.frames import OK
 from nsq_ha.protocol.publish import PublishMessage
 from nsq_ha.protocol.trace import parse_traced_response
 
-_NO_LIMIT = float("inf")
-
-
 #: an PublishMessage from (body, trace_id, ext), without a Python-level call per message
 _new_message = functools.partial(tuple.__new__, PublishMessage)
+#: ``tuple.__new__``: one message made without the partial's own call
+_NEW_TUPLE: Final[Any] = tuple.__new__
 
 
 def prepare_one(
@@ -55,9 +54,9 @@ def prepare_one(
         trace_id is None
         and ext is None
         and type(body) is bytes
-        and 0 < len(body) <= (_NO_LIMIT if max_msg_size is None else max_msg_size)
+        and 0 < len(body) <= (sys.maxsize if max_msg_size is None else max_msg_size)
     ):
-        return _new_message((body, None, None))
+        return _NEW_TUPLE(PublishMessage, (body, None, None))  # type: ignore[no-any-return]
     return prepare_message(body, trace_id=trace_id, ext=ext, max_msg_size=max_msg_size)
 
 
@@ -72,12 +71,16 @@ def prepare_batch(
     messages add to an ``MPUB`` body (see :func:`plain_size`). Plain bytes bodies are checked
     all at once (the common case, in C-level passes), anything else one by one."""
     count = len(bodies)
-    if trace_ids is None and exts is None and count and set(map(type, bodies)) == _ONLY_BYTES:
-        limit = max_msg_size if max_msg_size is not None else _NO_LIMIT
-        lengths = list(map(len, cast("Sequence[bytes]", bodies)))
-        if min(lengths) > 0 and max(lengths) <= limit:
+    if trace_ids is None and exts is None and count:
+        limit = max_msg_size if max_msg_size is not None else sys.maxsize  # no limit
+        total = 4 * count
+        for body in bodies:  # one pass (compiled, a C loop; pure, cheaper than four)
+            if type(body) is not bytes or not 0 < len(body) <= limit:
+                break
+            total += len(body)
+        else:
             plain = zip(bodies, itertools.repeat(None), itertools.repeat(None))
-            return list(map(_new_message, plain)), 4 * count + sum(lengths)
+            return list(map(_new_message, plain)), total
     messages = [
         prepare_message(b, trace_id=t, ext=h, max_msg_size=max_msg_size)
         for b, t, h in zip(bodies, trace_ids or [None] * count, exts or [None] * count, strict=True)
@@ -98,7 +101,6 @@ def plain_size(messages: Sequence[PublishMessage]) -> int | None:
     return None
 
 
-_ONLY_BYTES: Final = {bytes}
 _BODY_OF = operator.itemgetter(0)
 _TRACE_ID_OF = operator.itemgetter(1)
 _EXT_OF = operator.itemgetter(2)

@@ -230,7 +230,16 @@ class Producer:
             if sharding_key is not None or partition is not None:
                 raise ConfigError("give sharding_keys= alone, without sharding_key= or partition=")
             return await self._publish_by_key(topic, messages, sharding_keys)
-        outcomes = await self._queue(topic, messages, sharding_key, partition, plain_bytes)
+        held = self._topics.get(topic)
+        queued = (
+            None
+            if held is None
+            else self._sender.queue_ready(held, messages, sharding_key, partition, plain_bytes)
+        )
+        if queued is not None:  # routes cached: queued in this one call, as publish() does
+            outcomes = await queued
+        else:
+            outcomes = await self._queue(topic, messages, sharding_key, partition, plain_bytes)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise _failure(topic, outcomes)

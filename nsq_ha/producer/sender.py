@@ -138,7 +138,10 @@ class Sender:
         gets their outcomes (a PublishResult, or the exception that stopped that message), in
         order, once all are settled."""
         lane = topic.lanes.get(slot) or topic.lane(slot)
-        future: asyncio.Future[Outcomes] = lane.loop.create_future()
+        loop = lane.loop
+        future: asyncio.Future[Outcomes] = (
+            asyncio.Future(loop=loop) if lane.direct_futures else loop.create_future()
+        )
         lane.queue.append(Call(messages, future, plain_bytes))
         lane.waiting += len(messages)
         if not lane.senders or (slot is None and lane.sending >= len(lane.senders)):
