@@ -42,6 +42,12 @@ _new_message = functools.partial(tuple.__new__, PublishMessage)
 _NEW_TUPLE: Final[Any] = tuple.__new__
 
 
+def plain_message(body: bytes) -> PublishMessage:
+    """The message of a body already checked (non-empty bytes within the limit), made with
+    ``tuple.__new__`` directly: no Python-level call of the named tuple's own ``__new__``."""
+    return _NEW_TUPLE(PublishMessage, (body, None, None))  # type: ignore[no-any-return]
+
+
 def prepare_one(
     body: object,
     trace_id: object = None,
@@ -56,7 +62,7 @@ def prepare_one(
         and type(body) is bytes
         and 0 < len(body) <= (sys.maxsize if max_msg_size is None else max_msg_size)
     ):
-        return _NEW_TUPLE(PublishMessage, (body, None, None))  # type: ignore[no-any-return]
+        return plain_message(body)
     return prepare_message(body, trace_id=trace_id, ext=ext, max_msg_size=max_msg_size)
 
 

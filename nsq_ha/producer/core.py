@@ -158,6 +158,15 @@ class Producer:
         """
         if self._closing:
             raise ProducerClosedError("the producer is closed")
+        if trace_id is None and ext is None and defer is None:
+            # a plain body to a topic whose routes are cached: checked, made and queued in one
+            # call; anything else (or a body that does not pass) takes the path below
+            queued = self._sender.queue_plain(self._topics, topic, body, sharding_key, partition)
+            if queued is not None:
+                (outcome,) = await queued
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                return outcome
         messages = [prepare_one(body, trace_id, ext, self._max_msg_size)]
         if defer is None:
             held = self._topics.get(topic)

@@ -30,6 +30,7 @@ from nsq_ha.producer.batch import (
     fail,
     live,
     messages_of,
+    plain_message,
     results_from_answer,
     settle,
     take,
@@ -168,6 +169,37 @@ class Sender:
             return None
         slot = topic.place(routes, messages, key, partition)
         return self.submit(topic, slot, messages, plain_bytes)
+
+    def queue_plain(
+        self,
+        topics: dict[Any, Topic],
+        name: object,
+        body: object,
+        key: object,
+        partition: object,
+    ) -> asyncio.Future[Outcomes] | None:
+        """:meth:`queue_ready` of one plain message (non-empty ``bytes`` within
+        ``max_msg_size``, no trace id, no ext header) to the topic ``topics`` holds for
+        ``name``, made here; None when ``body`` is not one (the caller then checks it, as
+        :func:`~nsq_ha.producer.batch.prepare_one` does), when there is no such topic yet, or
+        as :meth:`queue_ready` says."""
+        if type(body) is not bytes:
+            return None
+        size = len(body)
+        if not 0 < size <= self.config.max_msg_size:
+            return None
+        topic = topics.get(name)
+        if topic is None:
+            return None
+        keyed = key is not None or partition is not None
+        if keyed and topic.waiting is not None:
+            return None
+        routes = topic.ready(keyed)
+        if routes is None:
+            return None
+        messages = [plain_message(body)]
+        slot = topic.place(routes, messages, key, partition)
+        return self.submit(topic, slot, messages, 4 + size)
 
     def _start(self, topic: Topic, lane: Lane) -> None:
         """Start a task for ``lane`` unless one is about to take the next batch anyway: a keyed
