@@ -64,6 +64,7 @@ class Sender:
     """
 
     __slots__ = (
+        "_builders",
         "_cut",
         "_transmit",
         "closing",
@@ -112,21 +113,37 @@ class Sender:
         )
         #: calls whose messages went in several batches, while some of them are still out
         self.splits: set[Call] = set()
+        #: (tracing, ext topic) -> the builder of batches under the configured limits
+        self._builders: dict[tuple[bool, bool], BatchBuilder] = {}
 
     def builder(self, routes: Routes | None) -> BatchBuilder:
         """How batches for ``routes``' topic are cut: under the configured size limits, or
         the lowest that one of the topic's nsqd named in a refusal."""
-        max_msg, max_body, checks_each = self.config.max_msg_size, self.config.max_body_size, False
+        tracing = self.trace and routes is not None and routes.fork is True
+        ext_topic = routes is not None and routes.ext is True
         if self.limits.learned and routes is not None:
             max_msg, max_body, checks_each = self.limits.lowest(routes.addresses.values())
-        return BatchBuilder(
-            max_msg_size=max_msg,
-            max_body_size=max_body,
-            max_count=self.max_batch,
-            tracing=self.trace and routes is not None and routes.fork is True,
-            ext_topic=routes is not None and routes.ext is True,
-            checks_each=checks_each,
-        )
+            return BatchBuilder(
+                max_msg_size=max_msg,
+                max_body_size=max_body,
+                max_count=self.max_batch,
+                tracing=tracing,
+                ext_topic=ext_topic,
+                checks_each=checks_each,
+            )
+        # under the configured limits: one of four builders (immutable), made once each rather
+        # than for every batch
+        kind = (tracing, ext_topic)
+        builder = self._builders.get(kind)
+        if builder is None:
+            builder = self._builders[kind] = BatchBuilder(
+                max_msg_size=self.config.max_msg_size,
+                max_body_size=self.config.max_body_size,
+                max_count=self.max_batch,
+                tracing=tracing,
+                ext_topic=ext_topic,
+            )
+        return builder
 
     def submit(
         self,

@@ -338,6 +338,12 @@ class Topic:
     ) -> int | None:
         """Refuse what ``routes``' server kind cannot take, then the slot of ``messages``
         (None: round-robin)."""
+        if key is not None and partition is None and defer is None and routes.unrestricted:
+            # a key on routes that take everything (nothing to refuse) with a known count:
+            # what slot_for() gives, without its checks of a partition
+            count = routes.count
+            if count > 0:
+                return self.memo.slot(key, count)
         if defer is not None or (
             not routes.unrestricted
             and (partition is not None or not all(m[1] is None and m[2] is None for m in messages))
