@@ -199,14 +199,20 @@ class NsqdConnection:
                 )
                 auth = await Handshake(self.host, config, transport, self._session).run()
         except BaseException as exc:
-            reason: BaseException = exc
-            if isinstance(exc, TimeoutError) and not isinstance(exc, NsqError):
+            failed: BaseException | None = exc
+        else:
+            failed = None
+        # Handled after the except block: compiled by mypyc, a coroutine that awaits inside an
+        # except block and then re-raises frees the exception once too often (a crash).
+        if failed is not None:
+            reason: BaseException = failed
+            if isinstance(failed, TimeoutError) and not isinstance(failed, NsqError):
                 reason = NsqTimeoutError(
                     f"handshake with {self.address} took over {config.connect_timeout} s "
                     f"(stuck in {self.state.name})"
                 )
-                reason.__cause__ = exc
-            if isinstance(exc, asyncio.CancelledError):
+                reason.__cause__ = failed
+            if isinstance(failed, asyncio.CancelledError):
                 log.info(
                     "connection to %s cancelled during the handshake (in state %s)",
                     self.address,
@@ -217,9 +223,9 @@ class NsqdConnection:
                     "connection to %s failed during handshake: %s", self.address, _describe(reason)
                 )
             await self._shutdown(reason, ConnectionClosedError(_describe(reason)))
-            if reason is exc:
-                raise
-            raise reason from exc
+            if reason is failed:
+                raise failed
+            raise reason from failed
         self._auth = auth
         self._session.ready(msg_timeout=config.msg_timeout)
         reader = FrameReader(
