@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import sys
 from collections.abc import AsyncIterator, Hashable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 import httpx
 
+from nsq_ha._compiled_finder import is_compiled
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer import Consumer, Message
 from nsq_ha.producer import Producer
@@ -250,3 +252,14 @@ async def publish_keyed(
             await asyncio.sleep(0.01)  # spread the run over seconds so faults land mid-stream
 
     await asyncio.gather(*(one_key(k) for k in keys))
+
+
+def running_as_python(paths: Iterable[str]) -> set[str]:
+    """The ``nsq_ha`` files among ``paths`` (relative to the package, ``"protocol/session.py"``)
+    whose module runs as Python: a module compiled by mypyc has no frame for ``sys.setprofile``
+    to see. Each module must be imported already."""
+    return {
+        path
+        for path in paths
+        if not is_compiled(sys.modules["nsq_ha." + path.removesuffix(".py").replace("/", ".")])
+    }

@@ -22,7 +22,7 @@ from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.routing import get_strategy
 from nsq_ha.testing.servers import VanillaCluster
 
-from .helpers import Subscriber, drain, take
+from .helpers import Subscriber, drain, running_as_python, take
 
 pytestmark = pytest.mark.vanilla
 PACKAGE = Path(nsq_ha.__file__).resolve().parent
@@ -215,4 +215,4 @@ async def test_a_warm_publish_passes_through_the_producer_the_session_and_the_wi
     producer_modules = {f"producer/{m}.py" for m in ("core", "topic", "sender", "batch")}
     protocol_modules = {"protocol/publish.py", "protocol/session.py"}
     wire = {"connection/core.py", "connection/reader.py", "transport.py"}
-    assert entered == producer_modules | protocol_modules | wire
+    assert entered == running_as_python(producer_modules | protocol_modules | wire)
