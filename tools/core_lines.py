@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,8 @@ def loaded_modules(statement: str = CORE_IMPORT, *, timeout: float = 60.0) -> di
     out = subprocess.run(
         [sys.executable, "-c", f"{statement}\n{_REPORT_MODULES}"],
         cwd=ROOT,
+        # the sources' lines: a compiled build's modules are extension modules (.so files)
+        env={**os.environ, "NSQ_HA_PURE": "1"},
         capture_output=True,
         text=True,
         timeout=timeout,
