@@ -10,7 +10,9 @@ Against a vanilla nsqd started here (the built 1.3.0 binaries, ``make servers``)
   not profiled).
 
 Every Python function called in that span is recorded by the file it lives in; files under
-``nsq_ha/`` count, the embedded broker's excluded. ``--calls`` prints the functions too.
+``nsq_ha/`` count, the embedded broker's excluded. ``--calls`` prints the functions too. Under
+the compiled build the tool runs itself again with ``NSQ_HA_PURE=1``: mypyc's modules have no
+Python frames, and the modules a message passes through are the same sources either way.
 
     .venv/bin/python tools/journey.py [--calls]
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import threading
 from collections import Counter
@@ -31,6 +34,7 @@ import httpx
 
 import nsq_ha
 from nsq_ha import Consumer, Producer
+from nsq_ha._compiled_finder import PURE_ENV, active
 from nsq_ha.testing.build import find_built
 from nsq_ha.testing.recipes import VANILLA
 from nsq_ha.testing.servers import VanillaCluster
@@ -119,6 +123,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", action="store_true", help="print the functions too")
     args = parser.parse_args()
+    if active():  # compiled modules have no frames to profile: count the same sources as Python
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, PURE_ENV: "1"})  # noqa: S606 (this interpreter, again)
     binaries = find_built(VANILLA)
     if binaries is None:
         sys.exit("vanilla nsqd is not built: run `make servers`")
