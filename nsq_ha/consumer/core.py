@@ -7,7 +7,6 @@ what it needs and none calls back into the consumer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -463,10 +462,15 @@ async def _call_handler(
             repr(messages[0]) if len(messages) == 1 else f"{len(messages)} messages",
             exc,
         )
-    for message in messages:
+    for message in messages:  # once per message: the _nowait answers, no coroutine each
         if not message.responded:
-            with contextlib.suppress(MessageResponseError):
-                await (message.requeue() if failed else message.finish())
+            try:
+                if failed:
+                    message.requeue_nowait()
+                else:
+                    message.finish_nowait()
+            except MessageResponseError:
+                pass
 
 
 def _give_back(messages: list[Message]) -> None:
