@@ -44,7 +44,8 @@ demo: $(DEMO_STAMP) $(VENV)/.compiled-or-pure
 # NSQ_HA_PURE=1 selects pure Python anyway; `python -m nsq_ha.compiled` says which path is live.
 # Rebuilt here when a source under those packages changes (about 2 minutes on 2 cores).
 # `make pure` removes it. Needs a C compiler, Python's headers and the `compiled` group.
-HOT_SOURCES := nsq_ha/_compiled_finder.py nsq_ha/transport.py tools/build_compiled.py \
+HOT_SOURCES := nsq_ha/_compiled_finder.py nsq_ha/transport.py nsq_ha/_sync_handout.py \
+	tools/build_compiled.py \
 	$(wildcard nsq_ha/protocol/*.py nsq_ha/connection/*.py nsq_ha/consumer/*.py) \
 	$(wildcard nsq_ha/producer/*.py)
 

@@ -75,6 +75,8 @@ MODULES: tuple[str, ...] = (
     "nsq_ha.producer.routes",
     "nsq_ha.producer.sender",
     "nsq_ha.producer.topic",
+    # the blocking consumer's per-message hand-out and answers (nsq_ha.sync stays Python)
+    "nsq_ha._sync_handout",
 )
 # mypyc's shared library for the group: every module's extension imports it by this name
 GROUP = "nsq_ha._hot"

@@ -17,14 +17,16 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import functools
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypedDict, Unpack
+from typing import Any, Self, TypedDict, Unpack
 
+from nsq_ha._sync_handout import Answers as _Answers
+from nsq_ha._sync_handout import Message, hand_out
+from nsq_ha._sync_handout import gone as _gone
 from nsq_ha._sync_runtime import (
     CLOSE_BACKSTOP,
     LoopThread,
@@ -35,13 +37,10 @@ from nsq_ha._sync_runtime import (
 from nsq_ha.consumer import Consumer as AsyncConsumer
 from nsq_ha.consumer import ConsumerConfig
 from nsq_ha.consumer import Message as AsyncMessage
-from nsq_ha.consumer.checks import check_requeue_delay
 from nsq_ha.consumer.config import ConsumerOptions, consumer_config
 from nsq_ha.durations import optional_seconds
 from nsq_ha.errors import (
     ConsumerClosedError,
-    MessageAlreadyRespondedError,
-    MessageConnectionGoneError,
     MessageResponseError,
     ProducerClosedError,
 )
@@ -232,147 +231,6 @@ class Producer(_Closing):
         return runner.submit(producer.close(limit)), wait
 
 
-class _Answers:
-    """The answers (finish, requeue) given to one consumer's messages in blocking threads,
-    written on the loop together: each answer is queued, and the first of a burst posts one
-    :meth:`flush` to the loop (one wake-up of the loop thread for the burst)."""
-
-    __slots__ = ("_flushing", "queue", "runner")
-
-    def __init__(self, runner: LoopThread) -> None:
-        self.runner = runner
-        #: a message to finish, or a call (a requeue), in the order given
-        self.queue: collections.deque[AsyncMessage | Callable[[], object]] = collections.deque()
-        self._flushing = False
-
-    def handle(self, message: AsyncMessage) -> Message:
-        """The blocking handle of ``message``, answered through here (Consumer.__iter__
-        inlines this)."""
-        handed = Message()
-        handed._message = message
-        handed._answers = self
-        handed._answered = None
-        return handed
-
-    def add(self, answer: AsyncMessage | Callable[[], object]) -> None:
-        """Queue ``answer`` (:class:`Message.finish` inlines this)."""
-        self.queue.append(answer)
-        if not self._flushing:
-            self.wake()
-
-    def wake(self) -> None:
-        """Have the loop :meth:`flush` soon (the queue has answers)."""
-        self._flushing = True
-        self.runner.post(self.flush)
-
-    def flush(self) -> None:
-        """On the loop: write every queued answer, in order; what one raises is logged."""
-        self._flushing = False  # before taking any: an answer queued from now on wakes again
-        queue = self.queue
-        while queue:
-            answer = queue.popleft()
-            try:
-                if isinstance(answer, AsyncMessage):
-                    answer.finish_nowait()
-                else:
-                    answer()
-            except BaseException:  # the answers after it are still written
-                log.warning("an answer given in a blocking caller failed", exc_info=True)
-
-
-class Message:
-    """Blocking view of a consumed :class:`nsq_ha.consumer.Message`: the same attributes.
-
-    :meth:`finish` and :meth:`requeue` hand the answer to the consumer's loop and return
-    without waiting for it (answers given together leave in one loop turn). Answering twice
-    raises MessageAlreadyRespondedError at once; :meth:`touch` blocks until written.
-    """
-
-    # The asyncio message's other attributes are forwarded by properties made below the class,
-    # not by ``__getattr__``: a class with ``__getattr__`` has every attribute read of its
-    # instances (``self._message`` in :meth:`finish` too) take CPython's slow path.
-    __slots__ = ("_answered", "_answers", "_message")
-
-    if TYPE_CHECKING:
-
-        def __getattr__(self, name: str) -> Any: ...
-
-    # No ``__init__``: made by _Answers.handle (inlined in Consumer.__iter__), one per message;
-    # ``Message()`` then setting the three slots costs a Python call less.
-    _message: AsyncMessage
-    _answers: _Answers
-    #: what this handle answered, before the loop has written it (None: not answered)
-    _answered: str | None
-
-    def __repr__(self) -> str:
-        return repr(self._message)
-
-    @property
-    def aio(self) -> AsyncMessage:
-        """The asyncio message underneath."""
-        return self._message
-
-    @property
-    def responded(self) -> bool:
-        """True once finished or requeued here (or answered otherwise: abandoned)."""
-        return self._answered is not None or self._message.responded
-
-    def _live(self) -> LoopThread:
-        runner = self._answers.runner
-        if runner.stale:
-            raise MessageConnectionGoneError(
-                f"{self._message!r} cannot be answered here: {_gone(runner)}"
-            )
-        return runner
-
-    def _answer(self, action: str) -> None:
-        self._live()
-        if self._answered is not None:
-            raise MessageAlreadyRespondedError(
-                f"cannot {action} {self._message!r}: it was already {self._answered}"
-            )
-        self._message.check_answerable(action)
-
-    def finish(self) -> None:
-        """Acknowledge the message (FIN on the connection that delivered it)."""
-        answers = self._answers
-        message = self._message
-        if self._answered is not None or message.outcome is not None or answers.runner.stale:
-            self._answer("finish")  # raises what applies (unless it changed meanwhile)
-        self._answered = "finished"
-        answers.queue.append(message)  # _Answers.add, inlined: this runs once per message
-        if not answers._flushing:
-            answers.wake()
-
-    def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
-        """Give the message back (see :meth:`nsq_ha.consumer.Message.requeue`)."""
-        if delay is not None:
-            delay = check_requeue_delay(delay, "requeue delay")
-        self._answer("requeue")
-        self._answered = "requeued"
-        self._answers.add(functools.partial(self._message.requeue_nowait, delay, backoff=backoff))
-
-    def touch(self) -> None:
-        """Reset the message's timeout on nsqd."""
-        self._live().run(self._message.touch())
-
-
-def _forwarder(name: str) -> property:
-    """A read-only property of :class:`Message` giving the asyncio message's ``name``."""
-
-    def read(self: Message) -> Any:
-        return getattr(self._message, name)
-
-    read.__name__ = read.__qualname__ = name
-    return property(read, doc=getattr(getattr(AsyncMessage, name, None), "__doc__", None))
-
-
-for _name in dir(AsyncMessage):
-    if not _name.startswith("__") and _name not in vars(Message):
-        setattr(Message, _name, _forwarder(_name))
-del _name
-
-
 class Consumer(_Closing):
     """Blocking :class:`nsq_ha.consumer.Consumer`: same arguments; iterate it.
 
@@ -462,7 +320,10 @@ class Consumer(_Closing):
         message = None
         try:
             message = fetched.popleft()
-            handed = self._answers.handle(message)
+            handed = Message()  # Answers.handle, inlined
+            handed._message = message
+            handed._answers = self._answers
+            handed._answered = None
         except IndexError:
             return None
         except BaseException:  # interrupted (Ctrl-C) before it was handed out: keep it
@@ -501,30 +362,8 @@ class Consumer(_Closing):
         self._live().run(self._consumer.sync(limit))
 
     def __iter__(self) -> Iterator[Message]:
-        # get(), _take() and _Answers.handle() inlined, without get()'s per-call checks: this
-        # runs once per message
-        runner = self._live()
-        fetched = self._fetched
-        answers = self._answers
-        while True:
-            if runner.stale:
-                self._live()  # raises
-            message = None
-            try:
-                message = fetched.popleft()
-                handed = Message()
-                handed._message = message
-                handed._answers = answers
-                handed._answered = None
-            except IndexError:
-                if not self._fetch(runner, None):
-                    return
-                continue
-            except BaseException:  # interrupted (Ctrl-C) before it was handed out: keep it
-                if message is not None:
-                    fetched.appendleft(message)
-                raise
-            yield handed
+        # get() without its per-call checks, compiled (nsq_ha._sync_handout): once per message
+        return hand_out(self, self._live(), self._fetched, self._answers)
 
     def run(self, handler: Callable[[Message], object]) -> None:
         """Call ``handler(message)`` in this thread for each message until :meth:`close`."""
@@ -585,10 +424,3 @@ def _requeue_quietly(message: AsyncMessage) -> None:
 
 #: the most messages one hand-over from the loop fetches
 _MAX_BATCH = 1024
-
-
-def _gone(runner: LoopThread) -> str:
-    """Why objects bound to ``runner`` cannot work in this process."""
-    if runner.pid != os.getpid():
-        return f"its connections belong to process {runner.pid} and this is a child forked from it"
-    return "its event loop thread has ended"

@@ -4,6 +4,7 @@ messages all reach the program, and ``close()`` does not wait for messages nobod
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
@@ -12,7 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from nsq_ha import sync
+from nsq_ha import _sync_handout, sync
 from nsq_ha.devcluster import DevClusterThread
 
 TOPIC = "interrupted"
@@ -188,7 +189,10 @@ def test_an_interrupt_while_a_message_is_handed_out_keeps_it(
         assert first is not None
         got.append((first.body, first.attempts))
         first.finish()
+        # the hand-out of get() and of iterating (compiled, it takes its stand-in as make=)
         monkeypatch.setattr(sync, "Message", interrupts_once)
+        stand_in = functools.partial(_sync_handout.hand_out, make=interrupts_once)
+        monkeypatch.setattr(sync, "hand_out", stand_in)
         with pytest.raises(KeyboardInterrupt):
             _take_one(consumer, how)
         assert interrupted

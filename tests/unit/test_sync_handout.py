@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from nsq_ha import sync
+from nsq_ha import _sync_handout, sync
 from nsq_ha._sync_runtime import loop_thread
 from nsq_ha.consumer import Message as AsyncMessage
 from nsq_ha.consumer import Outcome
@@ -81,7 +81,7 @@ def settled() -> None:
 def test_a_blocking_message_has_every_attribute_of_the_asyncio_one() -> None:
     owner = Owner()
     message = delivered(owner, b"hello")
-    handle = sync._Answers(loop_thread()).handle(message)
+    handle = _sync_handout.Answers(loop_thread()).handle(message)
     names = [name for name in dir(AsyncMessage) if not name.startswith("__")]
     assert {"body", "offset", "partition", "ext", "outcome", "check_answerable"} <= set(names)
     for name in names:
@@ -90,17 +90,18 @@ def test_a_blocking_message_has_every_attribute_of_the_asyncio_one() -> None:
         assert getattr(handle, name) == getattr(message, name), name
     assert (handle.body, handle.attempts, handle.offset, handle.topic) == (b"hello", 2, 70, "t")
     assert handle.aio is message
+    assert type(handle) is sync.Message  # the public class is the (compiled) one handed out
     assert repr(handle) == repr(message)
+    missing, attribute = "no_such_attribute", "body"
     with pytest.raises(AttributeError, match="no_such_attribute"):
-        _ = handle.no_such_attribute
-    attribute = "body"
+        getattr(handle, missing)
     with pytest.raises(AttributeError):
         setattr(handle, attribute, b"changed")  # read-only, as on the asyncio message
 
 
 def test_answers_given_together_are_written_in_order_on_the_loop() -> None:
     owner = Owner()
-    answers = sync._Answers(loop_thread())
+    answers = _sync_handout.Answers(loop_thread())
     first, second, third = (answers.handle(delivered(owner, b)) for b in (b"a", b"b", b"c"))
     with loop_held():
         first.finish()
@@ -119,9 +120,12 @@ def test_answers_given_together_are_written_in_order_on_the_loop() -> None:
 
 def test_a_bad_requeue_delay_changes_nothing() -> None:
     owner = Owner()
-    handle = sync._Answers(loop_thread()).handle(delivered(owner, b"a"))
+    handle = _sync_handout.Answers(loop_thread()).handle(delivered(owner, b"a"))
     with pytest.raises(ConfigError):
         handle.requeue(-1)
+    bad: object = "5"  # ConfigError compiled too, not mypyc's TypeError
+    with pytest.raises(ConfigError):
+        handle.requeue(bad)
     assert not handle.responded
     handle.finish()
     settled()
@@ -138,7 +142,7 @@ def test_a_burst_of_answers_wakes_the_loop_once(monkeypatch: pytest.MonkeyPatch)
         post(call)  # type: ignore[arg-type]
 
     owner = Owner()
-    answers = sync._Answers(runner)
+    answers = _sync_handout.Answers(runner)
     handles = [answers.handle(delivered(owner, b"m%d" % i)) for i in range(100)]
     monkeypatch.setattr(runner, "post", counted)
     with loop_held():
@@ -156,7 +160,7 @@ def test_an_answer_that_fails_on_the_loop_is_logged_and_the_next_ones_are_writte
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     owner = Owner(fails=b"b")
-    answers = sync._Answers(loop_thread())
+    answers = _sync_handout.Answers(loop_thread())
     handles = [answers.handle(delivered(owner, b)) for b in (b"a", b"b", b"c")]
     with caplog.at_level(logging.WARNING, logger="nsq_ha.sync"), loop_held():
         for handle in handles:

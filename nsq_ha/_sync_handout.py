@@ -1,0 +1,310 @@
+"""The blocking consumer's per-message work: handing each message out in the calling thread,
+and queuing its answer for the loop. Compiled with the hot modules (``nsq_ha.compiled``):
+:mod:`nsq_ha.sync` re-exports :class:`Message`, and its Consumer iterates with
+:func:`hand_out`.
+
+mypyc makes both classes native: :class:`Message` (final) has one
+read-only property per attribute of the asyncio message, written out rather than made after
+import (a native class takes no attribute set on it later); ``tests/unit/test_sync_handout.py``
+checks that none is missing.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, final
+
+from nsq_ha.consumer import Message as AsyncMessage
+from nsq_ha.consumer.checks import check_requeue_delay
+from nsq_ha.errors import MessageAlreadyRespondedError, MessageConnectionGoneError
+
+if TYPE_CHECKING:
+    from nsq_ha._sync_runtime import LoopThread
+    from nsq_ha.consumer import Outcome
+    from nsq_ha.protocol.message import DecodedMessage
+
+log = logging.getLogger("nsq_ha.sync")
+
+
+class _Source(Protocol):
+    """What :func:`hand_out` needs of the blocking consumer."""
+
+    def _live(self) -> LoopThread: ...
+
+    def _fetch(self, runner: LoopThread, limit: float | None) -> bool: ...
+
+
+@final
+class Answers:
+    """The answers (finish, requeue) given to one consumer's messages in blocking threads,
+    written on the loop together: each answer is queued, and the first of a burst posts one
+    :meth:`flush` to the loop (one wake-up of the loop thread for the burst)."""
+
+    __slots__ = ("_flushing", "queue", "runner")
+
+    def __init__(self, runner: LoopThread) -> None:
+        self.runner = runner
+        #: a message to finish, or a call (a requeue), in the order given
+        self.queue: collections.deque[AsyncMessage | Callable[[], object]] = collections.deque()
+        self._flushing = False
+
+    def handle(self, message: AsyncMessage) -> Message:
+        """The blocking handle of ``message``, answered through here."""
+        handed = Message()
+        handed._message = message
+        handed._answers = self
+        handed._answered = None
+        return handed
+
+    def add(self, answer: AsyncMessage | Callable[[], object]) -> None:
+        """Queue ``answer``."""
+        self.queue.append(answer)
+        if not self._flushing:
+            self.wake()
+
+    def wake(self) -> None:
+        """Have the loop :meth:`flush` soon (the queue has answers)."""
+        self._flushing = True
+        self.runner.post(self.flush)
+
+    def flush(self) -> None:
+        """On the loop: write every queued answer, in order; what one raises is logged."""
+        self._flushing = False  # before taking any: an answer queued from now on wakes again
+        queue = self.queue
+        while queue:
+            answer = queue.popleft()
+            try:
+                if isinstance(answer, AsyncMessage):
+                    answer.finish_nowait()
+                else:
+                    answer()
+            except BaseException:  # the answers after it are still written
+                log.warning("an answer given in a blocking caller failed", exc_info=True)
+
+
+def hand_out(
+    source: _Source,
+    runner: LoopThread,
+    fetched: collections.deque[AsyncMessage],
+    answers: Answers,
+    make: Callable[[], Message] | None = None,
+) -> Iterator[Message]:
+    """The blocking consumer's iteration: each fetched message, handed out, until closed.
+
+    ``make`` replaces :class:`Message` (the interrupt tests' stand-in raises once)."""
+    while True:
+        if runner.stale:
+            source._live()  # raises
+        message = None
+        try:
+            message = fetched.popleft()
+            handed = Message() if make is None else make()
+            handed._message = message
+            handed._answers = answers
+            handed._answered = None
+        except IndexError:
+            if not source._fetch(runner, None):
+                return
+            continue
+        except BaseException:  # interrupted (Ctrl-C) before it was handed out: keep it
+            if message is not None:
+                fetched.appendleft(message)
+            raise
+        yield handed
+
+
+def gone(runner: LoopThread) -> str:
+    """Why objects bound to ``runner`` cannot work in this process."""
+    if runner.pid != os.getpid():
+        return f"its connections belong to process {runner.pid} and this is a child forked from it"
+    return "its event loop thread has ended"
+
+
+@final
+class Message:
+    """Blocking view of a consumed :class:`nsq_ha.consumer.Message`: the same attributes.
+
+    :meth:`finish` and :meth:`requeue` hand the answer to the consumer's loop and return
+    without waiting for it (answers given together leave in one loop turn). Answering twice
+    raises MessageAlreadyRespondedError at once; :meth:`touch` blocks until written.
+    """
+
+    __slots__ = ("_answered", "_answers", "_message")
+
+    # No ``__init__``: made by Answers.handle (inlined in hand_out), one per message;
+    # ``Message()`` then setting the three attributes costs a Python call less (pure Python)
+    _message: AsyncMessage
+    _answers: Answers
+    #: what this handle answered, before the loop has written it (None: not answered)
+    _answered: str | None
+
+    def __repr__(self) -> str:
+        return repr(self._message)
+
+    @property
+    def aio(self) -> AsyncMessage:
+        """The asyncio message underneath."""
+        return self._message
+
+    @property
+    def responded(self) -> bool:
+        """True once finished or requeued here (or answered otherwise: abandoned)."""
+        return self._answered is not None or self._message.responded
+
+    def _live(self) -> LoopThread:
+        runner = self._answers.runner
+        if runner.stale:
+            raise MessageConnectionGoneError(
+                f"{self._message!r} cannot be answered here: {gone(runner)}"
+            )
+        return runner
+
+    def _answer(self, action: str) -> None:
+        self._live()
+        if self._answered is not None:
+            raise MessageAlreadyRespondedError(
+                f"cannot {action} {self._message!r}: it was already {self._answered}"
+            )
+        self._message.check_answerable(action)
+
+    def finish(self) -> None:
+        """Acknowledge the message (FIN on the connection that delivered it)."""
+        answers = self._answers
+        message = self._message
+        if self._answered is not None or message.outcome is not None or answers.runner.stale:
+            self._answer("finish")  # raises what applies (unless it changed meanwhile)
+        self._answered = "finished"
+        answers.queue.append(message)  # Answers.add, inlined: this runs once per message
+        if not answers._flushing:
+            answers.wake()
+
+    def requeue(self, delay: object = None, *, backoff: object = True) -> None:
+        """Give the message back (see :meth:`nsq_ha.consumer.Message.requeue`)."""
+        # ``delay`` and ``backoff`` are any object: a bad delay raises ConfigError here, also
+        # compiled (mypyc would raise its TypeError first for a ``float | None`` parameter)
+        if delay is not None:
+            delay = check_requeue_delay(delay, "requeue delay")
+        self._answer("requeue")
+        self._answered = "requeued"
+        requeue: Callable[..., None] = self._message.requeue_nowait
+        self._answers.add(functools.partial(requeue, delay, backoff=backoff))
+
+    def touch(self) -> None:
+        """Reset the message's timeout on nsqd."""
+        self._live().run(self._message.touch())
+
+    # The asyncio message's other attributes, read-only (the same names as dir() lists)
+
+    @property
+    def body(self) -> bytes:
+        return self._message.body
+
+    @property
+    def id(self) -> bytes:
+        return self._message.id
+
+    @property
+    def internal_id(self) -> int | None:
+        return self._message.internal_id
+
+    @property
+    def trace_id(self) -> int | None:
+        return self._message.trace_id
+
+    @property
+    def attempts(self) -> int:
+        return self._message.attempts
+
+    @property
+    def timestamp(self) -> int:
+        return self._message.timestamp
+
+    @property
+    def offset(self) -> int | None:
+        return self._message.offset
+
+    @property
+    def raw_size(self) -> int | None:
+        return self._message.raw_size
+
+    @property
+    def ext_version(self) -> int | None:
+        return self._message.ext_version
+
+    @property
+    def ext_data(self) -> bytes | None:
+        return self._message.ext_data
+
+    @property
+    def ext(self) -> Mapping[str, Any]:
+        return self._message.ext
+
+    @property
+    def tag(self) -> str | None:
+        return self._message.tag
+
+    @property
+    def decoded(self) -> DecodedMessage:
+        return self._message.decoded
+
+    @property
+    def topic(self) -> str:
+        return self._message.topic
+
+    @property
+    def channel(self) -> str:
+        return self._message.channel
+
+    @property
+    def partition(self) -> int | None:
+        return self._message.partition
+
+    @property
+    def address(self) -> str:
+        return self._message.address
+
+    @property
+    def ordered(self) -> bool:
+        return self._message.ordered
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return self._message.outcome
+
+    @property
+    def check_answerable(self) -> Callable[[str], None]:
+        return self._message.check_answerable
+
+    @property
+    def finish_nowait(self) -> Callable[[], None]:
+        return self._message.finish_nowait
+
+    @property
+    def requeue_nowait(self) -> Callable[..., None]:
+        return self._message.requeue_nowait
+
+    # ... and its private ones, as the asyncio message's own dir() lists them
+
+    @property
+    def _decoded(self) -> DecodedMessage:
+        return self._message._decoded
+
+    @property
+    def _ext(self) -> Mapping[str, Any] | None:
+        return self._message._ext
+
+    @property
+    def _owner(self) -> object:
+        return self._message._owner
+
+    @property
+    def _finish(self) -> Callable[[], None]:
+        return self._message._finish
+
+    @property
+    def _requeue(self) -> Callable[[object, bool], None]:
+        return self._message._requeue
