@@ -201,110 +201,137 @@ class Message:
 
     @property
     def body(self) -> bytes:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.body`."""
         return self._message.body
 
     @property
     def id(self) -> bytes:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.id`."""
         return self._message.id
 
     @property
     def internal_id(self) -> int | None:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.internal_id`."""
         return self._message.internal_id
 
     @property
     def trace_id(self) -> int | None:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.trace_id`."""
         return self._message.trace_id
 
     @property
     def attempts(self) -> int:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.attempts`."""
         return self._message.attempts
 
     @property
     def timestamp(self) -> int:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.timestamp`."""
         return self._message.timestamp
 
     @property
     def offset(self) -> int | None:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.offset`."""
         return self._message.offset
 
     @property
     def raw_size(self) -> int | None:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.raw_size`."""
         return self._message.raw_size
 
     @property
     def ext_version(self) -> int | None:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.ext_version`."""
         return self._message.ext_version
 
     @property
     def ext_data(self) -> bytes | None:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.ext_data`."""
         return self._message.ext_data
 
     @property
     def ext(self) -> Mapping[str, Any]:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.ext`."""
         return self._message.ext
 
     @property
     def tag(self) -> str | None:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.tag`."""
         return self._message.tag
 
     @property
     def decoded(self) -> DecodedMessage:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.decoded`."""
         return self._message.decoded
 
     @property
     def topic(self) -> str:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.topic`."""
         return self._message.topic
 
     @property
     def channel(self) -> str:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.channel`."""
         return self._message.channel
 
     @property
     def partition(self) -> int | None:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.partition`."""
         return self._message.partition
 
     @property
     def address(self) -> str:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.address`."""
         return self._message.address
 
     @property
     def ordered(self) -> bool:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.ordered`."""
         return self._message.ordered
 
     @property
     def outcome(self) -> Outcome | None:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message.outcome`."""
         return self._message.outcome
 
     @property
     def check_answerable(self) -> Callable[[str], None]:
+        """The asyncio message's :meth:`~nsq_ha.consumer.Message.check_answerable`."""
         return self._message.check_answerable
 
     @property
     def finish_nowait(self) -> Callable[[], None]:
+        """The asyncio message's :meth:`~nsq_ha.consumer.Message.finish_nowait`."""
         return self._message.finish_nowait
 
     @property
     def requeue_nowait(self) -> Callable[..., None]:
+        """The asyncio message's :meth:`~nsq_ha.consumer.Message.requeue_nowait`."""
         return self._message.requeue_nowait
 
     # ... and its private ones, as the asyncio message's own dir() lists them
 
     @property
     def _decoded(self) -> DecodedMessage:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message._decoded`."""
         return self._message._decoded
 
     @property
     def _ext(self) -> Mapping[str, Any] | None:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message._ext`."""
         return self._message._ext
 
     @property
     def _owner(self) -> object:
+        """The asyncio message's :attr:`~nsq_ha.consumer.Message._owner`."""
         return self._message._owner
 
     @property
     def _finish(self) -> Callable[[], None]:
+        """The asyncio message's :meth:`~nsq_ha.consumer.Message._finish`."""
         return self._message._finish
 
     @property
     def _requeue(self) -> Callable[[object, bool], None]:
+        """The asyncio message's :meth:`~nsq_ha.consumer.Message._requeue`."""
         return self._message._requeue
