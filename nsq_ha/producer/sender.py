@@ -208,15 +208,7 @@ class Sender:
         topic = topics.get(name)
         if topic is None:
             return None
-        keyed = key is not None or partition is not None
-        if keyed and topic.waiting is not None:
-            return None
-        routes = topic.ready(keyed)
-        if routes is None:
-            return None
-        messages = [plain_message(body)]
-        slot = topic.place(routes, messages, key, partition)
-        return self.submit(topic, slot, messages, 4 + size)
+        return self.queue_ready(topic, [plain_message(body)], key, partition, 4 + size)
 
     def _start(self, topic: Topic, lane: Lane) -> None:
         """Start a task for ``lane`` unless one is about to take the next batch anyway: a keyed
