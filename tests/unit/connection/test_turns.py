@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Callable
 
 import pytest
@@ -14,32 +13,12 @@ import pytest
 from nsq_ha.connection.reader import EVENTS_PER_TURN, FrameReader, PendingAnswers
 from nsq_ha.errors import BrokerError, ConnectionClosedError, FinFailedError
 from nsq_ha.protocol.broker import encode_message
-from nsq_ha.protocol.commands import Rdy, Sub
-from nsq_ha.protocol.events import Answer
 from nsq_ha.protocol.frames import FrameType, encode_frame
-from nsq_ha.protocol.identify import parse_identify_response
 from nsq_ha.protocol.message import DecodedMessage, MessageFormat
 from nsq_ha.protocol.session import ClientSession
-from tests.unit.connection.wire import Pushed
+from tests.unit.connection.wire import Pushed, subscribed_session
 
 FIN_FAILED = encode_frame(FrameType.ERROR, b"E_FIN_FAILED FIN 0000000000000000 failed")
-
-
-def subscribed_session(rdy: int) -> ClientSession:
-    """A session past IDENTIFY with vanilla nsqd, subscribed, with RDY ``rdy``."""
-    session = ClientSession()
-    session.start()
-    session.identify({})
-    answer = json.dumps({"version": "1.3.0", "max_rdy_count": 2500}).encode()
-    session.receive_data(encode_frame(FrameType.RESPONSE, answer))
-    assert isinstance(session.next_event(), Answer)
-    session.identified(parse_identify_response(answer))
-    session.ready()
-    session.send(Sub("t", "c"))
-    session.receive_data(encode_frame(FrameType.RESPONSE, b"OK"))
-    assert isinstance(session.next_event(), Answer)
-    session.send_nowait(Rdy(rdy))
-    return session
 
 
 async def started(

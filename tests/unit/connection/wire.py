@@ -6,11 +6,35 @@ StreamTransport."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 from nsq_ha.errors import NsqError
+from nsq_ha.protocol.commands import Rdy, Sub
+from nsq_ha.protocol.events import Answer
+from nsq_ha.protocol.frames import FrameType, encode_frame
+from nsq_ha.protocol.identify import parse_identify_response
+from nsq_ha.protocol.session import ClientSession
 from nsq_ha.transport import StreamTransport, _Pipe
 
 ADDRESS = "127.0.0.1:4150"
+
+
+def subscribed_session(rdy: int | None = None) -> ClientSession:
+    """A session past IDENTIFY with vanilla nsqd and subscribed, with RDY ``rdy`` if given."""
+    session = ClientSession()
+    session.start()
+    session.identify({})
+    answer = json.dumps({"version": "1.3.0", "max_rdy_count": 2500}).encode()
+    session.receive_data(encode_frame(FrameType.RESPONSE, answer))
+    assert isinstance(session.next_event(), Answer)
+    session.identified(parse_identify_response(answer))
+    session.ready()
+    session.send(Sub("t", "c"))
+    session.receive_data(encode_frame(FrameType.RESPONSE, b"OK"))
+    assert isinstance(session.next_event(), Answer)
+    if rdy is not None:
+        session.send_nowait(Rdy(rdy))
+    return session
 
 
 class Wire:

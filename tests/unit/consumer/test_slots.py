@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 
 import pytest
 
@@ -14,33 +13,10 @@ from nsq_ha.consumer import Consumer, ConsumerConfig, Fixed, Message, Outcome
 from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.slots import COUNTERS, Slot, SlotContext, Tally
 from nsq_ha.errors import MessageAlreadyRespondedError, MessageConnectionGoneError, NsqError
-from nsq_ha.protocol.commands import Sub
-from nsq_ha.protocol.events import Answer
 from nsq_ha.protocol.frames import FrameType, encode_frame
-from nsq_ha.protocol.identify import parse_identify_response
 from nsq_ha.protocol.message import DecodedMessage
-from nsq_ha.protocol.session import ClientSession
 from nsq_ha.transport import StreamTransport, _Pipe
-
-
-class Wire:
-    """The socket under a real connection: keeps what the connection writes (an
-    ``asyncio.Transport``'s part that the StreamTransport uses)."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def is_closing(self) -> bool:
-        return False
-
-    def set_write_buffer_limits(self, high: int) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
+from tests.unit.connection.wire import Wire, subscribed_session
 
 
 class Recorder:
@@ -51,17 +27,7 @@ class Recorder:
     def __init__(self) -> None:
         self.conn = NsqdConnection("127.0.0.1:4150")
         self.wire = Wire()
-        session = ClientSession()
-        session.start()
-        session.identify({})
-        answer = json.dumps({"version": "1.3.0", "max_rdy_count": 2500}).encode()
-        session.receive_data(encode_frame(FrameType.RESPONSE, answer))
-        assert isinstance(session.next_event(), Answer)
-        session.identified(parse_identify_response(answer))
-        session.ready()
-        session.send(Sub("t", "c"))
-        session.receive_data(encode_frame(FrameType.RESPONSE, b"OK"))
-        assert isinstance(session.next_event(), Answer)
+        session = subscribed_session()
         self.conn._session = session
         loop = asyncio.get_running_loop()
         self.conn._transport = StreamTransport(
