@@ -82,7 +82,7 @@ class Answers:
                     answer.finish_nowait()
                 else:
                     answer()
-            except BaseException:  # the answers after it are still written
+            except Exception:  # the answers after it are still written
                 log.warning("an answer given in a blocking caller failed", exc_info=True)
 
 
