@@ -34,6 +34,7 @@ __all__ = [
     "Extent",
     "apply_byte_limit",
     "check_ending",
+    "check_planned_end",
     "check_retained",
     "fetch_extents",
     "fetch_topic_extents",
@@ -283,6 +284,40 @@ def check_ending(
             raise DataLossError(f"{text}; set failOnDataLoss=false to {advice}")
         log.warning("%s; %s (failOnDataLoss=false)", text, doing)
     return result
+
+
+def check_planned_end(
+    stop: Mapping[int, int], extents: Mapping[int, Extent], *, fail: bool, topic: str
+) -> list[int]:
+    """The partitions of a planned stream batch run again (planned before a restart, never
+    committed) whose end lies past the partition's end now: the topic was deleted and
+    re-created shorter, so the range is of a queue that is gone and can never be read whole.
+    :class:`DataLossError` when ``fail``; otherwise logged, and those partitions are returned
+    to be skipped: the next batch starts at that end, past the
+    partition's, and so reads the partition from its first retained offset, once."""
+    skipped: list[int] = []
+    for p, offset in sorted(stop.items()):
+        extent = extents.get(p)
+        if extent is None or offset <= extent.end:
+            continue
+        text = (
+            f"{topic}/{p}: the batch planned up to {offset} before the restart ends past the "
+            f"partition's end {extent.end}: the topic was deleted and re-created, so its "
+            "messages are not those the batch planned"
+        )
+        if fail:
+            raise DataLossError(
+                f"{text}; set failOnDataLoss=false to skip the batch and read the partition "
+                f"from its first retained offset {extent.start} in the next one"
+            )
+        log.warning(
+            "%s; skipping the batch's range, the next batch reads the partition from its first "
+            "retained offset %d (failOnDataLoss=false)",
+            text,
+            extent.start,
+        )
+        skipped.append(p)
+    return skipped
 
 
 def new_channel_name() -> str:

@@ -23,7 +23,7 @@ from ...redact import redacted_repr
 from ..options import Endpoint
 from ..rows import RowFormat, message_row
 from .channels import range_channel
-from .extents import Extent, _leaders_and_extents, _run
+from .extents import DataLossError, Extent, _leaders_and_extents, _run
 
 if TYPE_CHECKING:
     from ...sync import Consumer
@@ -48,6 +48,9 @@ class RangeTask:
     security: Security = field(default_factory=Security)
     #: where a row's ``key`` comes from
     row_format: RowFormat = field(default_factory=RowFormat)
+    #: ``failOnDataLoss``: a range that ends past the partition's end (the topic re-created
+    #: since the batch was planned) fails the task, or is logged and read as empty
+    fail_on_data_loss: bool = True
 
     def __repr__(self) -> str:
         """Every field, with a password in a ``lookupd`` URL shown as ``***`` (Spark shows
@@ -185,8 +188,11 @@ def read_chunks(task: RangeTask) -> Iterator[list[AsyncMessage]]:
     ``end`` ends the range if it lies before ``W``, or comes a second time, or continues the
     chain of what was read; otherwise it was read ahead and is skipped.
 
-    Raises :class:`NsqTimeoutError` when no message arrives for ``read_timeout`` seconds
-    before the range is complete (nsqd lost the range, or the end was never written).
+    Raises :class:`DataLossError` at once when the range ends past the partition's write end
+    (the topic was deleted and re-created since the batch was planned; with
+    ``fail_on_data_loss`` false: logged, and nothing is read), and :class:`NsqTimeoutError`
+    when no message arrives for ``read_timeout`` seconds before the range is complete (nsqd
+    lost the range).
     """
     if task.start >= task.end:
         return
@@ -196,6 +202,19 @@ def read_chunks(task: RangeTask) -> Iterator[list[AsyncMessage]]:
     count = 0
     read_ahead: set[int] = set()
     try:
+        if task.end > write_end:
+            text = (
+                f"{task.topic}/{task.partition}: the range {task.start}..{task.end} ends past "
+                f"the partition's end {write_end}: the topic was deleted and re-created since "
+                "the batch was planned"
+            )
+            if task.fail_on_data_loss:
+                raise DataLossError(
+                    f"{text}; restart the query to plan again (set failOnDataLoss=false to "
+                    "skip the range)"
+                )
+            log.warning("%s; skipping the range (failOnDataLoss=false)", text)
+            return
         consumer: AsyncConsumer = _run(_open_range(fresh), 60.0)
         try:
             deadline = time.monotonic() + task.read_timeout

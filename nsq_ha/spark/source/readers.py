@@ -26,6 +26,7 @@ from .extents import (
     Extent,
     apply_byte_limit,
     check_ending,
+    check_planned_end,
     check_retained,
     fetch_topic_extents,
     is_fork,
@@ -157,6 +158,7 @@ def _task(opts: ReadOptions, channel: str, tp: TopicPartition, start: int, end: 
             read_timeout=opts.read_timeout,
             security=opts.endpoint.security,
             row_format=opts.row_format,
+            fail_on_data_loss=opts.fail_on_data_loss,
         )
     )
 
@@ -240,11 +242,14 @@ class NsqReplayableReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         todo = [tp for tp in todo if tp[0] in found]
         for tp in todo:
             begin.setdefault(tp, extents[tp].start if tp in extents else stop[tp])
-            if tp in extents and begin[tp] > extents[tp].end:
-                # re-created (read from its start below, or an error): the planned end is an
-                # offset of the topic that is gone
-                stop[tp] = min(stop[tp], extents[tp].end)
-        begin = _retained({tp: begin[tp] for tp in todo}, extents, fail=self.opts.fail_on_data_loss)
+        fail = self.opts.fail_on_data_loss
+        # a start past the partition's end: the checkpoint's error names it (when failing)
+        begin = _retained({tp: begin[tp] for tp in todo}, extents, fail=fail)
+        # an end past it: a batch planned before the topic was re-created, run again
+        for topic, ends in nest({tp: stop[tp] for tp in todo}).items():
+            held = {p: extents[(topic, p)] for p in ends if (topic, p) in extents}
+            for p in check_planned_end(ends, held, fail=fail, topic=topic):
+                begin[(topic, p)] = stop[(topic, p)]  # skipped
         return [
             _task(self.opts, channel, tp, begin[tp], stop[tp])
             for tp in todo
