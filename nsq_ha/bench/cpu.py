@@ -60,6 +60,10 @@ __all__ = [
     "run_cpu",
 ]
 
+#: a folder to keep each run's callgrind output in (``<workload>.<client>.<n>.out``), to see
+#: with ``callgrind_annotate`` where the instructions went (the difference of the two counts)
+KEEP_ENV = "NSQ_HA_BENCH_KEEP_CALLGRIND"
+
 #: a callgrind run of a few thousand messages takes a minute or two (more on a loaded
 #: machine); this bounds a stuck one
 RUN_TIMEOUT = 1800.0
@@ -321,6 +325,10 @@ class CpuBench:
                     raise BenchError(
                         f"exit {proc.returncode}, no result: {' | '.join(tail)[-400:]}"
                     )
+                keep = os.environ.get(KEEP_ENV)
+                if keep:  # for callgrind_annotate: where the instructions went
+                    Path(keep).mkdir(parents=True, exist_ok=True)
+                    shutil.copy(out_file, Path(keep) / f"{cpu.id}.{client}.{n}.out")
                 return read_ir(out_file.read_text(errors="replace"))
         finally:
             stage.cleanup(workload, spec)
