@@ -15,13 +15,12 @@ some with an ext header   ``PUB_EXT``                  ``MPUB_EXT`` (others: non
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import operator
 import sys
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Final, TypeAlias, cast
+from typing import TypeAlias, cast
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.producer.message import (
@@ -36,16 +35,10 @@ from nsq_ha.protocol.frames import OK
 from nsq_ha.protocol.publish import PublishMessage
 from nsq_ha.protocol.trace import parse_traced_response
 
-#: an PublishMessage from (body, trace_id, ext), without a Python-level call per message
-_new_message = functools.partial(tuple.__new__, PublishMessage)
-#: ``tuple.__new__``: one message made without the partial's own call
-_NEW_TUPLE: Final[Any] = tuple.__new__
-
 
 def plain_message(body: bytes) -> PublishMessage:
-    """The message of a body already checked (non-empty bytes within the limit), made with
-    ``tuple.__new__`` directly: no Python-level call of the named tuple's own ``__new__``."""
-    return _NEW_TUPLE(PublishMessage, (body, None, None))  # type: ignore[no-any-return]
+    """The message of a body already checked (non-empty bytes within the limit)."""
+    return PublishMessage(body)
 
 
 def prepare_one(
@@ -85,8 +78,7 @@ def prepare_batch(
                 break
             total += len(body)
         else:
-            plain = zip(bodies, itertools.repeat(None), itertools.repeat(None))
-            return list(map(_new_message, plain)), total
+            return [PublishMessage(body) for body in bodies], total  # type: ignore[arg-type]
     messages = [
         prepare_message(b, trace_id=t, ext=h, max_msg_size=max_msg_size)
         for b, t, h in zip(bodies, trace_ids or [None] * count, exts or [None] * count, strict=True)
@@ -97,20 +89,12 @@ def prepare_batch(
 def plain_size(messages: Sequence[PublishMessage]) -> int | None:
     """What ``messages`` add to an ``MPUB`` body (a length and the body each), or ``None``
     when one of them has a trace id or an ext header."""
-    if len(messages) == 1:  # the same sums, without four iterator objects
-        body, trace_id, ext = messages[0]
-        return 4 + len(body) if trace_id is None and ext is None else None
-    if all(map(_IS_NONE, map(_TRACE_ID_OF, messages))) and all(
-        map(_IS_NONE, map(_EXT_OF, messages))
-    ):
-        return 4 * len(messages) + sum(map(len, map(_BODY_OF, messages)))
-    return None
-
-
-_BODY_OF = operator.itemgetter(0)
-_TRACE_ID_OF = operator.itemgetter(1)
-_EXT_OF = operator.itemgetter(2)
-_IS_NONE = functools.partial(operator.is_, None)
+    total = 4 * len(messages)
+    for m in messages:
+        if m.trace_id is not None or m.ext is not None:
+            return None
+        total += len(m.body)
+    return total
 
 
 def batch_command(messages: Sequence[PublishMessage], *, tracing: bool = False) -> bytes:

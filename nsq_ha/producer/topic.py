@@ -346,7 +346,10 @@ class Topic:
                 return self.memo.slot(key, count)
         if defer is not None or (
             not routes.unrestricted
-            and (partition is not None or not all(m[1] is None and m[2] is None for m in messages))
+            and (
+                partition is not None
+                or not all(m.trace_id is None and m.ext is None for m in messages)
+            )
         ):
             check_features(
                 routes.fork,
