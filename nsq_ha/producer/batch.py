@@ -36,11 +36,6 @@ from nsq_ha.protocol.publish import PublishMessage
 from nsq_ha.protocol.trace import parse_traced_response
 
 
-def plain_message(body: bytes) -> PublishMessage:
-    """The message of a body already checked (non-empty bytes within the limit)."""
-    return PublishMessage(body)
-
-
 def prepare_one(
     body: object,
     trace_id: object = None,
@@ -55,7 +50,7 @@ def prepare_one(
         and type(body) is bytes
         and 0 < len(body) <= (sys.maxsize if max_msg_size is None else max_msg_size)
     ):
-        return plain_message(body)
+        return PublishMessage(body)
     return prepare_message(body, trace_id=trace_id, ext=ext, max_msg_size=max_msg_size)
 
 

@@ -30,7 +30,6 @@ from nsq_ha.producer.batch import (
     fail,
     live,
     messages_of,
-    plain_message,
     results_from_answer,
     settle,
     take,
@@ -208,7 +207,7 @@ class Sender:
         topic = topics.get(name)
         if topic is None:
             return None
-        return self.queue_ready(topic, [plain_message(body)], key, partition, 4 + size)
+        return self.queue_ready(topic, [PublishMessage(body)], key, partition, 4 + size)
 
     def _start(self, topic: Topic, lane: Lane) -> None:
         """Start a task for ``lane`` unless one is about to take the next batch anyway: a keyed
