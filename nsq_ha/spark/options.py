@@ -63,9 +63,9 @@ import copy
 import dataclasses
 import json
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ..connection.security import Security
 from ..errors import ConfigError
@@ -76,7 +76,7 @@ from ..routing import get_strategy
 from .locations import redact_location
 from .option_names import OptionKind, spell, unknown_option
 from .routing_columns import routing_columns
-from .rows import KEY_HEADER, RowFormat
+from .rows import RowFormat
 from .topic_set import TOPIC_OPTIONS, TopicOffsets, TopicSet, parse_json_offsets, parse_topic_set
 
 __all__ = [
@@ -89,6 +89,7 @@ __all__ = [
 ]
 
 ReadMode = Literal["auto", "replayable", "driver"]
+_T = TypeVar("_T")
 
 
 class OptionError(ConfigError):
@@ -203,10 +204,10 @@ class _Options:
         value = value.strip()
         return value or None
 
-    def integer(self, low: str, default: int, minimum: int) -> int:
+    def integer(self, low: str, minimum: int) -> int | None:
         raw = self.text(low)
         if raw is None:
-            return default
+            return None
         try:
             value = int(raw)
         except ValueError:
@@ -217,10 +218,10 @@ class _Options:
             )
         return value
 
-    def seconds(self, low: str, default: float) -> float:
+    def seconds(self, low: str) -> float | None:
         raw = self.text(low)
         if raw is None:
-            return default
+            return None
         try:
             value = float(raw)
         except ValueError:
@@ -231,10 +232,10 @@ class _Options:
             )
         return value
 
-    def boolean(self, low: str, default: bool) -> bool:
+    def boolean(self, low: str) -> bool | None:
         raw = self.text(low)
         if raw is None:
-            return default
+            return None
         if raw.lower() in ("true", "1", "yes"):
             return True
         if raw.lower() in ("false", "0", "no"):
@@ -277,41 +278,55 @@ class _Options:
 
     def security(self) -> Security:
         """TLS, AUTH and compression (see :class:`~nsq_ha.connection.Security`)."""
-        compression = (self.text("compression") or "none").lower()
-        if compression not in ("none", "snappy", "deflate"):
+        compression = self.text("compression")
+        if compression is not None:
+            compression = compression.lower()
+        if compression not in (None, "none", "snappy", "deflate"):
             raise OptionError(
                 f"option {self.name('compression')!r} must be none, snappy or deflate, "
                 f"got {compression!r}"
             )
-        level = self.integer("deflatelevel", 6, 1)
-        if level > 9:
+        level = self.integer("deflatelevel", 1)
+        if level is not None and level > 9:
             raise OptionError(
                 f"option {self.name('deflatelevel')!r} must be from 1 to 9, got {level}"
             )
-        if self.text("deflatelevel") is not None and compression != "deflate":
+        if level is not None and compression != "deflate":
             raise OptionError("option 'deflateLevel' needs compression=deflate")
         files = ("tlscafile", "tlscertfile", "tlskeyfile", "tlsserverhostname")
         given = [self.name(k) for k in files if self.text(k) is not None]
-        tls = self.boolean("tls", bool(given))
-        if given and not tls:
+        tls = self.boolean("tls")
+        if given and tls is False:
             raise OptionError(f"option(s) {', '.join(given)} need tls=true")
         try:
-            return Security(
-                tls=tls,
+            return _given(
+                Security,
+                tls=tls or bool(given) or None,
                 tls_ca_file=self.text("tlscafile"),
                 tls_cert_file=self.text("tlscertfile"),
                 tls_key_file=self.text("tlskeyfile"),
                 tls_server_hostname=self.text("tlsserverhostname"),
                 auth_secret=self.values.get("authsecret") or None,
                 auth_secret_file=self.text("authsecretfile"),
-                allow_plaintext_auth=self.boolean("allowplaintextauth", False),
-                compression=compression,  # type: ignore[arg-type]  # checked above
+                allow_plaintext_auth=self.boolean("allowplaintextauth"),
+                compression=compression,  # checked above
                 deflate_level=level,
             )
         except ConfigError as exc:  # the pairs: certificate and key, secret or its file
             raise OptionError(
                 f"{exc} (options tlsCertFile/tlsKeyFile, authSecret/authSecretFile)"
             ) from None
+
+
+def _given(cls: Callable[..., _T], **values: Any) -> _T:
+    """``cls(**values)`` without the options not given (``None``), which take the dataclass
+    field's default: each option's default is written once, on its dataclass."""
+    return cls(**{name: value for name, value in values.items() if value is not None})
+
+
+def _default(cls: type[Any], name: str) -> Any:
+    """The default of the dataclass field ``name``, for a check that needs the value."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
 def _split(value: str | None) -> tuple[str, ...]:
@@ -342,13 +357,14 @@ def parse_write_options(
         endpoint = Endpoint(
             topic="", lookupd=found.lookupd, nsqd=found.nsqd, security=found.security
         )
-    strategy = opts.text("strategy") or "murmur3"
-    try:
-        get_strategy(strategy)
-    except ConfigError as exc:
-        raise OptionError(f"option 'strategy': {exc}") from None
+    strategy = opts.text("strategy")
+    if strategy is not None:
+        try:
+            get_strategy(strategy)
+        except ConfigError as exc:
+            raise OptionError(f"option 'strategy': {exc}") from None
     ext_columns = _split(opts.text("extcolumns"))
-    body = opts.column("bodycolumn", "body") or "body"
+    body = opts.column("bodycolumn", _default(WriteOptions, "body_column"))
     key = opts.column("keycolumn")
     trace_col = opts.column("tracecolumn")
     named = [c for c in (body, key, trace_col) if c is not None]
@@ -357,7 +373,8 @@ def parse_write_options(
             raise OptionError(f"option 'extColumns': {column!r} is already the body/key/trace")
     if len(set(named)) != len(named):
         raise OptionError("options 'bodyColumn', 'keyColumn' and 'traceColumn' must differ")
-    if endpoint.nsqd and (trace_col or ext_columns or opts.boolean("trace", False)):
+    trace = opts.boolean("trace")
+    if endpoint.nsqd and (trace_col or ext_columns or trace):
         raise OptionError(
             "trace ids and ext headers exist only on the fork: use 'lookupd', not 'nsqd'"
         )
@@ -367,7 +384,8 @@ def parse_write_options(
         )
     except ConfigError as exc:
         raise OptionError(str(exc)) from None
-    return WriteOptions(
+    return _given(
+        WriteOptions,
         topic_column=routing["topiccolumn"],
         partition_column=routing["partitioncolumn"],
         headers_column=routing["headerscolumn"],
@@ -377,11 +395,11 @@ def parse_write_options(
         key_column=key,
         trace_column=trace_col,
         ext_columns=ext_columns,
-        trace=opts.boolean("trace", False),
-        max_batch=opts.integer("maxbatch", 500, 1),
-        max_pending=opts.integer("maxpending", 10_000, 1),
-        publish_timeout=opts.seconds("publishtimeout", 60.0),
-        stamp_batch=opts.boolean("stampbatch", True),
+        trace=trace,
+        max_batch=opts.integer("maxbatch", 1),
+        max_pending=opts.integer("maxpending", 1),
+        publish_timeout=opts.seconds("publishtimeout"),
+        stamp_batch=opts.boolean("stampbatch"),
     )
 
 
@@ -412,7 +430,7 @@ def _parse_read(raw: Mapping[str, Any], *, batch: bool | None) -> ReadOptions:
     given = {k: v for k in TOPIC_OPTIONS if (v := opts.text(k)) is not None}
     # the endpoint's checks want a topic; the topic options are checked below
     endpoint = (opts if "topic" in given else _with_topic(opts, "_")).endpoint()
-    mode = (opts.text("mode") or "auto").lower()
+    mode = (opts.text("mode") or _default(ReadOptions, "mode")).lower()
     if mode not in ("auto", "replayable", "driver"):
         raise OptionError(f"option 'mode' must be auto, replayable or driver, got {mode!r}")
     try:
@@ -430,9 +448,11 @@ def _parse_read(raw: Mapping[str, Any], *, batch: bool | None) -> ReadOptions:
             validate_channel(channel)
         except ConfigError as exc:
             raise OptionError(f"option 'channel': {exc}") from None
-    starting = _offsets(opts, "startingoffsets", "earliest" if batch else "latest")
+    # a batch read starts at the earliest offset unless told (Kafka's default too); a stream
+    # at the dataclass's
+    starting = _offsets(opts, "startingoffsets", "earliest" if batch else None)
     timestamp_ms = _timestamp(opts, "startingtimestamp", "startingoffsets")
-    ending = _offsets(opts, "endingoffsets", "latest")
+    ending = _offsets(opts, "endingoffsets")
     ending_ms = _timestamp(opts, "endingtimestamp", "endingoffsets")
     _check_topic_offsets(opts, "startingoffsets", starting, topic_set)
     _check_topic_offsets(opts, "endingoffsets", ending, topic_set)
@@ -445,27 +465,25 @@ def _parse_read(raw: Mapping[str, Any], *, batch: bool | None) -> ReadOptions:
                 )
     if batch and mode == "driver":
         raise OptionError("a batch read needs offsets: mode must be auto or replayable")
-    max_bytes_raw = opts.text("maxbytespertrigger")
-    max_bytes = None if max_bytes_raw is None else opts.integer("maxbytespertrigger", 0, 1)
-    return ReadOptions(
+    return _given(
+        ReadOptions,
         endpoint=endpoint,
-        mode=mode,  # type: ignore[arg-type]  # checked above
+        mode=mode,  # checked above
         channel=channel,
         starting=starting,
         starting_timestamp_ms=timestamp_ms,
         ending=ending,
         ending_timestamp_ms=ending_ms,
-        max_bytes_per_trigger=max_bytes,
-        max_messages_per_trigger=opts.integer("maxmessagespertrigger", 10_000, 1),
-        fail_on_data_loss=opts.boolean("failondataloss", True),
-        read_timeout=opts.seconds("readtimeout", 60.0),
+        max_bytes_per_trigger=opts.integer("maxbytespertrigger", 1),
+        max_messages_per_trigger=opts.integer("maxmessagespertrigger", 1),
+        fail_on_data_loss=opts.boolean("failondataloss"),
+        read_timeout=opts.seconds("readtimeout"),
         wal_path=opts.text("walpath"),
-        msg_timeout=opts.seconds("msgtimeout", 60.0),
-        poll_timeout=opts.seconds("polltimeout", 1.0),
-        stale_channel_timeout=opts.seconds("stalechanneltimeout", 600.0),
-        row_format=RowFormat(
-            key_header=opts.text("keyheader") or KEY_HEADER,
-            key_body_field=opts.text("keybodyfield"),
+        msg_timeout=opts.seconds("msgtimeout"),
+        poll_timeout=opts.seconds("polltimeout"),
+        stale_channel_timeout=opts.seconds("stalechanneltimeout"),
+        row_format=_given(
+            RowFormat, key_header=opts.text("keyheader"), key_body_field=opts.text("keybodyfield")
         ),
         topic_set=topic_set,
     )
@@ -478,7 +496,7 @@ def _with_topic(opts: _Options, topic: str) -> _Options:
 
 
 def _check_topic_offsets(
-    opts: _Options, key: str, spec: str | dict[int, int] | TopicOffsets, topics: TopicSet
+    opts: _Options, key: str, spec: str | dict[int, int] | TopicOffsets | None, topics: TopicSet
 ) -> None:
     """The partition form of an offsets option is for one named topic; the per-topic form
     names only topics (and assigned partitions) that are read."""
@@ -506,10 +524,12 @@ def _timestamp(opts: _Options, key: str, offsets_key: str) -> int | None:
         return None
     if opts.text(offsets_key) is not None:
         raise OptionError(f"give {opts.name(offsets_key)!r} or {opts.name(key)!r}, not both")
-    return opts.integer(key, 0, 0)
+    return opts.integer(key, 0)
 
 
-def _offsets(opts: _Options, key: str, default: str) -> str | dict[int, int] | TopicOffsets:
+def _offsets(
+    opts: _Options, key: str, default: str | None = None
+) -> str | dict[int, int] | TopicOffsets | None:
     raw = opts.text(key)
     if raw is None:
         return default

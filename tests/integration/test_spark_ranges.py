@@ -58,7 +58,9 @@ def test_a_range_read_gives_exactly_the_ranges_messages_in_offset_order(
         first, last = start[partition].end, end[partition].end
         lo, hi = rows[len(rows) // 4][0], rows[3 * len(rows) // 4][0]
         for begin, stop in ((first, last), (lo, hi)):
-            task = RangeTask((lookupd,), topic, "sr_check", partition, begin, stop, 30.0)
+            task = RangeTask(
+                (lookupd,), topic, "sr_check", partition, begin, stop, 30.0, fail_on_data_loss=True
+            )
             chunks = list(read_chunks(task))
             got = [(message.offset, bytes(message.body)) for chunk in chunks for message in chunk]
             want = [(o, b) for o, b in rows if begin <= o < stop]
@@ -67,6 +69,8 @@ def test_a_range_read_gives_exactly_the_ranges_messages_in_offset_order(
             # time) must still hand over many messages at once, not one batch per message
             assert len(chunks) <= len(want) // 5, f"{len(want)} messages in {len(chunks)} chunks"
         # the row form reads the same
-        task = RangeTask((lookupd,), topic, "sr_check", partition, lo, hi, 30.0)
+        task = RangeTask(
+            (lookupd,), topic, "sr_check", partition, lo, hi, 30.0, fail_on_data_loss=True
+        )
         bodies = [row[10] for row in read_range(task)]
         assert bodies == [b for o, b in rows if lo <= o < hi]

@@ -76,7 +76,9 @@ def _objects_holding_a_lookupd_url() -> dict[str, object]:
         "ReadOptions": read,
         "WriteOptions": write,
         "spark Endpoint": read.endpoint,
-        "RangeTask": RangeTask(read.endpoint.lookupd, "t", "c", 0, 0, 10, 5.0),
+        "RangeTask": RangeTask(
+            read.endpoint.lookupd, "t", "c", 0, 0, 10, 5.0, fail_on_data_loss=True
+        ),
     }
     try:  # the planned read task Spark shows is a pyspark InputPartition
         from nsq_ha.spark.source.readers import _task

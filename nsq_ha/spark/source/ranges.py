@@ -49,8 +49,9 @@ class RangeTask:
     #: where a row's ``key`` comes from
     row_format: RowFormat = field(default_factory=RowFormat)
     #: ``failOnDataLoss``: a range that ends past the partition's end (the topic re-created
-    #: since the batch was planned) fails the task, or is logged and read as empty
-    fail_on_data_loss: bool = True
+    #: since the batch was planned) fails the task, or is logged and read as empty (no default:
+    #: the option's is :class:`~nsq_ha.spark.options.ReadOptions`')
+    fail_on_data_loss: bool = field(kw_only=True)
 
     def __repr__(self) -> str:
         """Every field, with a password in a ``lookupd`` URL shown as ``***`` (Spark shows
@@ -301,6 +302,7 @@ def resolve_timestamp(
         0,
         wait,
         endpoint.security,
+        fail_on_data_loss=True,  # unused: this task only moves a channel, it reads no range
     )
     node, write_end = _run(_position(task, seek_position(timestamp=seconds)), 60.0)
     write_end = int(write_end)

@@ -8,9 +8,12 @@ from typing import Any
 
 import pytest
 
+from nsq_ha.connection.security import Security
 from nsq_ha.errors import ConfigError
 from nsq_ha.spark.options import (
     OptionError,
+    ReadOptions,
+    WriteOptions,
     check_read_options,
     parse_read_options,
     parse_write_options,
@@ -323,3 +326,23 @@ def test_read_checks_before_the_kind_of_read_is_known() -> None:
         check_read_options({"lookupd": L, "topic": "t", "startingoffsets": "bogus"})
     with pytest.raises(OptionError, match="did you mean 'topic'"):
         check_read_options({"lookupd": L, "topc": "t"})
+
+
+def test_an_option_not_given_takes_its_dataclass_default() -> None:
+    """The dataclasses hold the defaults; the parsers add none of their own (a batch read's
+    start, ``earliest``, is the one documented exception)."""
+    read = parse_read_options({"lookupd": L, "topic": "t"})
+    assert read == ReadOptions(endpoint=read.endpoint, topic_set=read.topic_set)
+    batch = parse_read_options({"lookupd": L, "topic": "t"}, batch=True)
+    assert batch == ReadOptions(
+        endpoint=batch.endpoint, topic_set=batch.topic_set, starting="earliest"
+    )
+    write = parse_write_options({"lookupd": L, "topic": "t"})
+    assert write == WriteOptions(endpoint=write.endpoint)
+    assert write.endpoint.security == Security()
+    tls = parse_read_options({"lookupd": L, "topic": "t", "tlsCaFile": __file__})
+    assert tls.endpoint.security.tls  # a tls* file turns TLS on unless tls=false
+    with pytest.raises(OptionError, match="need tls=true"):
+        parse_read_options({"lookupd": L, "topic": "t", "tlsCaFile": __file__, "tls": "false"})
+    with pytest.raises(OptionError, match="needs compression=deflate"):
+        parse_read_options({"lookupd": L, "topic": "t", "deflateLevel": "3"})
