@@ -105,7 +105,11 @@ class PartitionGate:
 
 class Claims:
     """Ordered messages handed out by ``get()`` / ``get_many()`` / ``async for``, by the task
-    that got them; ``release(message)`` is called when their handling ends."""
+    that got them; ``release(message)`` is called when their handling ends.
+
+    A task that got one stays known, with its done callback, until it ends, even while it holds
+    nothing: an ``async for`` loop over an ordered partition claims a message per turn, and
+    adding and removing the callback each time cost more than the rest of the claim."""
 
     __slots__ = ("_by_task", "_release")
 
@@ -117,7 +121,7 @@ class Claims:
         return bool(self._by_task)
 
     def add(self, task: asyncio.Task[Any], message: Message) -> None:
-        """``task`` got ``message`` (after :meth:`drop` of what it had)."""
+        """``task`` got ``message`` (after :meth:`done_with` what it had)."""
         held = self._by_task.get(task)
         if held is None:
             self._by_task[task] = [message]
@@ -125,22 +129,27 @@ class Claims:
         else:
             held.append(message)
 
+    def done_with(self, task: asyncio.Task[Any]) -> None:
+        """``task`` asked again: it is done with the messages it got last."""
+        held = self._by_task.get(task)
+        if held:
+            messages = held[:]
+            held.clear()
+            for message in messages:
+                self._release(message)
+
     def drop(self, task: asyncio.Task[Any]) -> None:
-        """``task`` asked again, or ended: it is done with the messages it got last."""
+        """``task`` ended: it is done with the messages it got last."""
         held = self._by_task.pop(task, None)
         if held is not None:
-            task.remove_done_callback(self.drop)
             for message in held:
                 self._release(message)
 
     def answered(self, message: Message) -> None:
         """``message`` was finished or requeued: whoever got it is done with it."""
-        for task, held in self._by_task.items():
+        for held in self._by_task.values():
             if message in held:
                 held.remove(message)
-                if not held:
-                    del self._by_task[task]
-                    task.remove_done_callback(self.drop)
                 self._release(message)
                 return
 
@@ -345,8 +354,10 @@ class Intake:
         claims = self._claims
         task = self._current_task() if claims else None
         if task is not None:
-            claims.drop(task)  # this task is done with what it got before
-        message = await self.take(timeout)
+            claims.done_with(task)  # what it got before
+        message = self.take_nowait()
+        if message is None:  # one coroutine fewer to pass through when waiting without a limit
+            message = await (self._wait() if timeout is None else self.take(timeout))
         if message is not None and message.ordered and self._gate.holds(message):
             if task is None:
                 task = self._current_task()

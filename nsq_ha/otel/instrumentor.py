@@ -141,6 +141,7 @@ def _install(
     _patch(state, Consumer, "run", consuming.run)
     _patch(state, Consumer, "run_batches", consuming.run_batches)
     _patch(state, Consumer, "get", pulling.get)
+    _patch(state, Consumer, "__anext__", pulling.next_message)
     _patch(state, Consumer, "get_many", pulling.get_many)
     set_answer_hook(pulling.settler(state))
     events.subscribe(metrics.on_event)

@@ -56,7 +56,16 @@ from nsq_ha.otel.consuming import (
 from nsq_ha.otel.held import Open, Popped
 from nsq_ha.otel.state import SCOPE, State, current
 
-__all__ = ["end_all", "end_consumer", "get", "get_many", "processing", "settle", "settler"]
+__all__ = [
+    "end_all",
+    "end_consumer",
+    "get",
+    "get_many",
+    "next_message",
+    "processing",
+    "settle",
+    "settler",
+]
 
 
 def get(state: State, original: Any) -> Any:
@@ -72,6 +81,19 @@ def get(state: State, original: Any) -> Any:
         return message
 
     return get
+
+
+def next_message(state: State, original: Any) -> Any:
+    """``Consumer.__anext__`` through the instrumented :func:`get` (the original skips
+    ``get()`` to save a coroutine per message)."""
+
+    async def __anext__(self: Consumer) -> Message:
+        message: Message | None = await self.get()
+        if message is None:
+            raise StopAsyncIteration
+        return message
+
+    return __anext__
 
 
 def get_many(state: State, original: Any) -> Any:

@@ -33,6 +33,7 @@ EXT_VERSION_JSON = 4
 
 _HEADER = struct.Struct(">qH16s")
 _FORK_ID = struct.Struct(">QQ")
+_HEADER_FORK = struct.Struct(">qHQQ")  # _HEADER with the id as _FORK_ID
 _EXT_LEN = struct.Struct(">H")
 _DETAIL = struct.Struct(">QI")
 _new_tuple = tuple.__new__
@@ -106,15 +107,17 @@ def decode_message(data: bytes, fmt: MessageFormat) -> DecodedMessage:
         raise RemoteProtocolError(
             f"message frame has {len(data)} bytes, fewer than the {MESSAGE_HEADER_SIZE}-byte header"
         )
-    timestamp, attempts, message_id = _HEADER.unpack_from(data)
     internal_id: int | None = None
     trace_id: int | None = None
     ext_version: int | None = None
     ext_data: bytes | None = None
     offset: int | None = None
     raw_size: int | None = None
-    if fmt.fork_ids:
-        internal_id, trace_id = _FORK_ID.unpack(message_id)
+    if fmt.fork_ids:  # the id's two numbers in the same unpack: one call fewer per message
+        timestamp, attempts, internal_id, trace_id = _HEADER_FORK.unpack_from(data)
+        message_id = data[10:MESSAGE_HEADER_SIZE]
+    else:
+        timestamp, attempts, message_id = _HEADER.unpack_from(data)
     position = MESSAGE_HEADER_SIZE
     if fmt.ext:
         if len(data) < position + 1:
