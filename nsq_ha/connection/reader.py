@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Final, NoReturn
 
 from nsq_ha.errors import (
     BrokerError,
@@ -37,7 +37,7 @@ DEAD_PEER_INTERVALS = 2
 #: turn. Messages are bounded by the RDY given and answers by the commands sent, but one read
 #: (a decompressed slice above all) may hold thousands of error frames nothing asked for: the
 #: rest waits for the next turn, and the socket is not read meanwhile.
-EVENTS_PER_TURN = 128
+EVENTS_PER_TURN: Final = 128
 _NOP = Nop()
 
 

@@ -22,9 +22,10 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import sys
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from nsq_ha import events
 from nsq_ha.consumer.config import ConsumerConfig
@@ -34,6 +35,12 @@ from nsq_ha.consumer.tasks import Background
 from nsq_ha.errors import MessageResponseError
 
 __all__ = ["Claims", "Intake", "PartitionGate"]
+
+#: The running task of each loop, which Python 3.11's ``asyncio.current_task()`` reads in Python
+#: code (a frame per ordered message); from 3.12 that function is C, and this is ``None``.
+_CURRENT_TASKS: Final[dict[Any, asyncio.Task[Any]] | None] = (
+    getattr(asyncio.tasks, "_current_tasks", None) if sys.version_info < (3, 12) else None
+)
 
 log = logging.getLogger(__name__)
 
@@ -371,6 +378,8 @@ class Intake:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
+        if _CURRENT_TASKS is not None:
+            return _CURRENT_TASKS.get(loop)
         return asyncio.current_task(loop)
 
     async def get_many(

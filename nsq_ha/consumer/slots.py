@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn, cast
+from typing import Final, NoReturn, cast
 
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer.config import ConsumerConfig
@@ -43,13 +43,13 @@ log = logging.getLogger(__name__)
 #: A connection's identity: nsqd address and partition (-1 for none).
 ConnKey = tuple[str, int]
 
-_COUNTER = {
+_COUNTER: Final = {
     Outcome.FINISHED: "finished",
     Outcome.REQUEUED: "requeued",
     Outcome.ABANDONED: "abandoned",
     Outcome.TIMED_OUT: "timed_out",
 }
-_ACTION = {Outcome.FINISHED: "finish", Outcome.REQUEUED: "requeue"}
+_ACTION: Final = {Outcome.FINISHED: "finish", Outcome.REQUEUED: "requeue"}
 
 
 #: every counter of a partition (``Consumer.stats`` shows those above 0)

@@ -20,7 +20,7 @@ import operator
 import sys
 from collections import deque
 from collections.abc import Sequence
-from typing import TypeAlias, cast
+from typing import Final, TypeAlias, cast
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.producer.message import (
@@ -254,7 +254,7 @@ def take(queue: deque[Call], builder: BatchBuilder, share: int | None) -> tuple[
     return runs, len(batch)
 
 
-_CALL = operator.attrgetter("call")
+_CALL: Final = operator.attrgetter("call")
 
 
 def live(runs: list[Run], splits: set[Call]) -> list[Run]:

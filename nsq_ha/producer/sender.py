@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Final, Literal, TypeVar, cast
 
 from nsq_ha import events
 from nsq_ha.errors import (
@@ -558,9 +558,9 @@ class Sender:
                 await topic.lookup.refresh(topic.name, "w")
 
 
-_NO_WINDOW: contextlib.nullcontext[None] = contextlib.nullcontext()
+_NO_WINDOW: Final[contextlib.nullcontext[None]] = contextlib.nullcontext()
 #: the commands of messages with no trace id and no ext header
-_PLAIN = (b"PUB", b"MPUB")
+_PLAIN: Final = (b"PUB", b"MPUB")
 
 
 class _StreakLog(logging.LoggerAdapter):  # type: ignore[type-arg]

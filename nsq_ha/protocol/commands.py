@@ -20,7 +20,7 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Final, Protocol, TypeAlias
 
 from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError
 from nsq_ha.protocol.names import (
@@ -36,7 +36,7 @@ MAGIC_V2 = b"  V2"
 
 _U32 = struct.Struct(">I")
 #: nsqd reads body lengths as a signed 32-bit integer.
-MAX_WIRE_LENGTH = 0x7FFF_FFFF
+MAX_WIRE_LENGTH: Final = 0x7FFF_FFFF
 
 
 class Command(Protocol):

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import Final
 
 from nsq_ha.errors import InvalidArgumentError
 
 #: Response data of a heartbeat; answer with ``NOP``.
-HEARTBEAT = b"_heartbeat_"
+HEARTBEAT: Final = b"_heartbeat_"
 #: Response data for most successful commands.
-OK = b"OK"
+OK: Final = b"OK"
 #: Response data answering ``CLS``.
-CLOSE_WAIT = b"CLOSE_WAIT"
+CLOSE_WAIT: Final = b"CLOSE_WAIT"
 
 #: Bytes before a frame's data: u32 size + i32 type.
-FRAME_HEADER_SIZE = 8
+FRAME_HEADER_SIZE: Final = 8
 _HEADER = struct.Struct(">Ii")
 # A message frame holds the 26-byte header, at most 1 + 2 + 65535 ext bytes and 12 detail bytes
 # around a body bounded by max_msg_size; the 4 type bytes count in the size too.

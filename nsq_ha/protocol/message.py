@@ -18,25 +18,25 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 
 #: timestamp (8) + attempts (2) + id (16).
-MESSAGE_HEADER_SIZE = 26
+MESSAGE_HEADER_SIZE: Final = 26
 #: Ext version of a message without ext data.
-EXT_VERSION_NONE = 0
+EXT_VERSION_NONE: Final = 0
 #: Legacy ext version: the ext bytes are a tag string.
-EXT_VERSION_TAG = 2
+EXT_VERSION_TAG: Final = 2
 #: Ext version of a JSON header (what every current publisher writes).
-EXT_VERSION_JSON = 4
+EXT_VERSION_JSON: Final = 4
 
-_HEADER = struct.Struct(">qH16s")
-_FORK_ID = struct.Struct(">QQ")
-_HEADER_FORK = struct.Struct(">qHQQ")  # _HEADER with the id as _FORK_ID
-_EXT_LEN = struct.Struct(">H")
-_DETAIL = struct.Struct(">QI")
-_new_tuple = tuple.__new__
+_HEADER: Final = struct.Struct(">qH16s")
+_FORK_ID: Final = struct.Struct(">QQ")
+_HEADER_FORK: Final = struct.Struct(">qHQQ")  # _HEADER with the id as _FORK_ID
+_EXT_LEN: Final = struct.Struct(">H")
+_DETAIL: Final = struct.Struct(">QI")
+_new_tuple: Final = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)

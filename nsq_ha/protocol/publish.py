@@ -17,7 +17,7 @@ import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from nsq_ha.errors import InvalidArgumentError
 from nsq_ha.protocol.commands import (
@@ -34,14 +34,14 @@ ExtHeader: TypeAlias = Mapping[str, object] | bytes
 #: Header key carrying the trace id as a decimal string.
 TRACE_ID_HEADER = "##trace_id"
 #: Longest JSON header nsqd delivers (the ext length is a u16 below 65535).
-MAX_EXT_HEADER_LENGTH = 65534
+MAX_EXT_HEADER_LENGTH: Final = 65534
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_DECIMAL_U64 = re.compile(r"[0-9]{1,20}")
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_U64: Final = struct.Struct(">Q")
+_DECIMAL_U64: Final = re.compile(r"[0-9]{1,20}")
 #: what a single message's size is called in a refusal
-_SINGLE = {
+_SINGLE: Final = {
     b"PUB": "PUB body",
     b"PUB_TRACE": "PUB_TRACE body (with the 8-byte trace id)",
     b"PUB_EXT": "PUB_EXT body (with the JSON header)",

@@ -31,7 +31,7 @@ import enum
 import struct
 from collections import deque
 from collections.abc import Mapping
-from typing import NoReturn
+from typing import Final, NoReturn
 
 from nsq_ha.errors import (
     BrokerError,
@@ -167,17 +167,18 @@ _SYNC_IDS = (SYNC_ID_FORK, SYNC_ID_VANILLA)
 #: the upgrades answer OK through the new layer: an error there belongs to IDENTIFY
 _UPGRADE_ANSWERS = b"IDENTIFY"
 #: builds the named-tuple events without their constructor's overhead (see events.py)
-_new = tuple.__new__
-_MESSAGE = FrameType.MESSAGE
-_RESPONSE = FrameType.RESPONSE
-_SUBSCRIBED = ConnState.SUBSCRIBED
-_SUBSCRIBING = ConnState.SUBSCRIBING
-_CLOSED = ConnState.CLOSED
-_SIZE = struct.Struct(">I")
-_HEADER = struct.Struct(">Ii")
-_FRAME_TYPES = {int(t): t for t in FrameType}  # a dict lookup is far cheaper than FrameType(n)
+_new: Final = tuple.__new__
+_MESSAGE: Final = FrameType.MESSAGE
+_RESPONSE: Final = FrameType.RESPONSE
+_SUBSCRIBED: Final = ConnState.SUBSCRIBED
+_SUBSCRIBING: Final = ConnState.SUBSCRIBING
+_CLOSED: Final = ConnState.CLOSED
+_SIZE: Final = struct.Struct(">I")
+_HEADER: Final = struct.Struct(">Ii")
+# a dict lookup is far cheaper than FrameType(n)
+_FRAME_TYPES: Final = {int(t): t for t in FrameType}
 #: consumed bytes kept before the buffer is compacted
-_COMPACT_AFTER = 64 * 1024
+_COMPACT_AFTER: Final = 64 * 1024
 
 
 class FrameDecoder:
@@ -225,16 +226,13 @@ class FrameDecoder:
             raise self._error
         buffer, pos = self._buffer, self._pos
         available = len(buffer) - pos
-        if available < _SIZE.size:
-            return None
-        (size,) = _SIZE.unpack_from(buffer, pos)
-        if size < 4:
-            self._fail(f"frame size {size} is below 4: no room for the frame type")
-        if size > self.max_frame_size:
-            self._fail(f"frame size {size} exceeds the limit of {self.max_frame_size} bytes")
         if available < FRAME_HEADER_SIZE:
+            if available >= _SIZE.size:  # a bad size fails as soon as it is here
+                self._check_size(_SIZE.unpack_from(buffer, pos)[0])
             return None
-        (_, raw_type) = _HEADER.unpack_from(buffer, pos)
+        size, raw_type = _HEADER.unpack_from(buffer, pos)  # one unpack for both
+        if size < 4 or size > self.max_frame_size:
+            self._check_size(size)
         frame_type = _FRAME_TYPES.get(raw_type)
         if frame_type is None:
             self._fail(f"unknown frame type {raw_type}")
@@ -251,6 +249,12 @@ class FrameDecoder:
         else:
             self._pos = end
         return frame_type, data
+
+    def _check_size(self, size: int) -> None:
+        if size < 4:
+            self._fail(f"frame size {size} is below 4: no room for the frame type")
+        if size > self.max_frame_size:
+            self._fail(f"frame size {size} exceeds the limit of {self.max_frame_size} bytes")
 
     def take_buffered(self) -> bytes:
         """Remove and return the bytes not yet returned as a frame (the stream changed layer

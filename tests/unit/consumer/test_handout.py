@@ -10,7 +10,7 @@ import pytest
 
 from nsq_ha.consumer import ConsumerConfig, Message
 from nsq_ha.consumer.flow import Flow
-from nsq_ha.consumer.handout import Intake
+from nsq_ha.consumer.handout import Claims, Intake
 from nsq_ha.consumer.slots import Slot, SlotContext, Tally
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.protocol.message import DecodedMessage
@@ -92,3 +92,43 @@ async def test_a_cancelled_waiting_reader_leaves_no_trace() -> None:
     kept = message(1)
     deliver(queue, kept)
     assert queue.take_nowait() is kept
+
+
+async def test_the_calling_task_is_the_running_task() -> None:
+    intake = Intake(CONFIG, Background())
+
+    async def ask() -> Any:
+        return intake._current_task()
+
+    task = asyncio.create_task(ask())
+    assert await task is task
+
+
+async def test_a_claim_ends_when_its_task_asks_again_is_answered_for_or_ends() -> None:
+    released: list[Message] = []
+    claims = Claims(released.append)
+    first, second, third = message(1), message(2), message(3)
+    done = asyncio.Event()
+
+    async def loop() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        claims.add(task, first)
+        claims.done_with(task)  # asked again: done with the first
+        assert released == [first]
+        claims.add(task, second)
+        claims.answered(second)  # answered: released, the task still known
+        assert released == [first, second]
+        assert claims
+        claims.done_with(task)  # holding nothing: releases nothing
+        assert released == [first, second]
+        claims.add(task, third)
+        await done.wait()
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0)
+    done.set()
+    await task
+    await asyncio.sleep(0)  # the task's done callback
+    assert released == [first, second, third]
+    assert not claims  # a task that ended is forgotten

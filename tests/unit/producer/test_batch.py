@@ -97,6 +97,14 @@ def test_a_str_body_is_refused_with_the_fix() -> None:
         prepare_batch([b"ok", "text"])
 
 
+def test_prepare_takes_bytes_like_bodies_as_bytes_and_refuses_the_rest() -> None:
+    for body in (b"ab", bytearray(b"ab"), memoryview(b"ab")):
+        prepared = prepare_message(body)
+        assert type(prepared.body) is bytes and prepared.body == b"ab"
+    with pytest.raises(InvalidArgumentError, match="must be bytes, not int"):
+        prepare_message(12)
+
+
 def test_prepare_checks_the_size_nsqd_compares() -> None:
     assert prepare_message(b"x" * 10, max_msg_size=10).body == b"x" * 10
     with pytest.raises(BodyTooLargeError, match="11 bytes"):
