@@ -100,7 +100,8 @@ def test_a_str_body_is_refused_with_the_fix() -> None:
 def test_prepare_takes_bytes_like_bodies_as_bytes_and_refuses_the_rest() -> None:
     for body in (b"ab", bytearray(b"ab"), memoryview(b"ab")):
         prepared = prepare_message(body)
-        assert type(prepared.body) is bytes and prepared.body == b"ab"
+        assert type(prepared.body) is bytes
+        assert prepared.body == b"ab"
     with pytest.raises(InvalidArgumentError, match="must be bytes, not int"):
         prepare_message(12)
 
