@@ -36,7 +36,7 @@ from nsq_ha.errors import (
 )
 from nsq_ha.lookup import LookupClient
 from nsq_ha.lookup.client import DEFAULT_MAX_ANSWER_BYTES
-from nsq_ha.lookup.http import Endpoint, normalize_lookupd, tls_context
+from nsq_ha.lookup.http import ADMIN_TIMEOUT, Endpoint, normalize_lookupd, tls_context
 from nsq_ha.lookup.wire import (
     V1_ACCEPT,
     LookupdError,
@@ -53,10 +53,24 @@ from .expansion import expand_topic
 from .nsqd import AdminError, NsqdAdmin, PartitionEmptyError, seek_position
 from .spec import TopicSpec
 
-__all__ = ["LookupdAdmin"]
+__all__ = [
+    "CREATE_TOPIC_TIMEOUT",
+    "EXPAND_TOPIC_TIMEOUT",
+    "MOVE_LEADER_TIMEOUT",
+    "WAIT_STABLE_TIMEOUT",
+    "LookupdAdmin",
+]
 
 log = logging.getLogger(__name__)
 
+#: :meth:`LookupdAdmin.create_topic`'s ``timeout`` (seconds), the wait until writable included
+CREATE_TOPIC_TIMEOUT = 120.0
+#: :meth:`LookupdAdmin.expand_topic`'s ``timeout`` (seconds), the wait until writable included
+EXPAND_TOPIC_TIMEOUT = 120.0
+#: :meth:`LookupdAdmin.wait_stable`'s ``timeout`` (seconds)
+WAIT_STABLE_TIMEOUT = 240.0
+#: :meth:`LookupdAdmin.move_leader`'s ``timeout`` (seconds), the wait for the new leader included
+MOVE_LEADER_TIMEOUT = 240.0
 #: how long to wait between identical ``/topic/create`` requests that nudge the topic check
 _REPOST_INTERVAL = 6.0
 #: how long "No node is available" counts as start-up (nodes not yet registered)
@@ -80,7 +94,7 @@ class LookupdAdmin:
         self,
         lookupd: str | Sequence[str],
         *,
-        timeout: float = 10.0,
+        timeout: float = ADMIN_TIMEOUT,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         import httpx
@@ -211,25 +225,26 @@ class LookupdAdmin:
     async def create_topic(
         self,
         name: str,
-        partitions: int = 1,
-        replicas: int = 1,
+        partitions: int | None = None,
+        replicas: int | None = None,
         *,
-        ordered: bool = False,
-        ext: bool = False,
-        multi_part: bool = False,
+        ordered: bool | None = None,
+        ext: bool | None = None,
+        multi_part: bool | None = None,
         sync_every: int | None = None,
         durable: bool = False,
         retention_days: int | None = None,
-        channel_auto_create: bool = True,
+        channel_auto_create: bool | None = None,
         wait: bool = True,
-        timeout: float = 120.0,  # noqa: ASYNC109 - a deadline for the whole wait
+        timeout: float = CREATE_TOPIC_TIMEOUT,  # noqa: ASYNC109 - a deadline for the whole wait
     ) -> PartitionMap | None:
         """Create a topic; with ``wait`` return its ``access=w`` map once every partition has a
         leader. Without ``ordered`` or ``multi_part`` the fork needs nodes >= partitions x
-        replicas. ``durable`` is ``sync_every=1`` (see :class:`TopicSpec`). Re-creating with the
-        same parameters succeeds; different ones raise :class:`TopicExistsError` (an
-        :class:`AdminError` naming the existing topic's partitions, replicas and flags).
-        ``timeout`` bounds the whole call, from its start."""
+        replicas. ``durable`` is ``sync_every=1`` (see :class:`TopicSpec`, whose defaults an
+        option left at ``None`` takes). Re-creating with the same parameters succeeds; different
+        ones raise :class:`TopicExistsError` (an :class:`AdminError` naming the existing
+        topic's partitions, replicas and flags). ``timeout`` bounds the whole call, from its
+        start."""
         timeout = seconds(timeout, "timeout")
         deadline = time.monotonic() + timeout
         spec = TopicSpec.with_durability(
@@ -265,7 +280,7 @@ class LookupdAdmin:
         partitions: int,
         *,
         wait: bool = True,
-        timeout: float = 120.0,  # noqa: ASYNC109 - a deadline for the whole wait
+        timeout: float = EXPAND_TOPIC_TIMEOUT,  # noqa: ASYNC109 - a deadline for the whole wait
     ) -> PartitionMap | None:
         """Grow fork topic ``name`` to ``partitions`` partitions; with ``wait`` return its
         ``access=w`` map once every partition has a leader (see :mod:`nsq_ha.admin.expansion`
@@ -346,7 +361,7 @@ class LookupdAdmin:
                 last_post = now
             await asyncio.sleep(0.2)
 
-    async def wait_stable(self, timeout: float = 240.0) -> None:  # noqa: ASYNC109
+    async def wait_stable(self, timeout: float = WAIT_STABLE_TIMEOUT) -> None:  # noqa: ASYNC109
         """Wait until ``/cluster/stats`` says ``stable`` (lookupd refuses moves otherwise), at
         most ``timeout`` seconds."""
         timeout = seconds(timeout, "timeout")
@@ -375,7 +390,7 @@ class LookupdAdmin:
         partition: int,
         *,
         to: str | None = None,
-        timeout: float = 240.0,  # noqa: ASYNC109 - a deadline for the whole move
+        timeout: float = MOVE_LEADER_TIMEOUT,  # noqa: ASYNC109 - a deadline for the whole move
     ) -> NodeInfo:
         """Move ``topic``/``partition``'s leadership to another in-sync replica and return the
         new leader once ``access=w`` names it. ``to`` asks for a node (its TCP ``host:port``,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, DiscoveryError, RemoteProtocolError
-from nsq_ha.lookup.http import tls_context
+from nsq_ha.lookup.http import ADMIN_TIMEOUT, tls_context
 from nsq_ha.lookup.wire import V1_ACCEPT
 
 from .answers import fetch, parse_json, within
@@ -99,7 +99,11 @@ class NsqdAdmin:
     """
 
     def __init__(
-        self, http_url: str, *, http: httpx.AsyncClient | None = None, timeout: float = 10.0
+        self,
+        http_url: str,
+        *,
+        http: httpx.AsyncClient | None = None,
+        timeout: float = ADMIN_TIMEOUT,
     ) -> None:
         """Admin calls to the nsqd at ``http_url``, each within ``timeout`` seconds (also with
         a shared ``http`` client); a bad ``timeout`` is a :class:`ConfigError`."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from nsq_ha.errors import ConfigError
 from nsq_ha.protocol.names import validate_topic
@@ -69,33 +70,37 @@ class TopicSpec:
     def with_durability(
         cls,
         name: str,
-        partitions: int = 1,
-        replicas: int = 1,
-        ordered: bool = False,
-        ext: bool = False,
-        multi_part: bool = False,
+        partitions: int | None = None,
+        replicas: int | None = None,
+        ordered: bool | None = None,
+        ext: bool | None = None,
+        multi_part: bool | None = None,
         *,
         durable: bool = False,
         sync_every: int | None = None,
         retention_days: int | None = None,
-        channel_auto_create: bool = True,
+        channel_auto_create: bool | None = None,
     ) -> TopicSpec:
         """The spec, where ``durable=True`` means ``sync_every=1`` (any other ``sync_every``
-        with it is a :class:`ConfigError`)."""
+        with it is a :class:`ConfigError`); an option left at ``None`` takes the field's
+        default."""
         if durable:
             if sync_every not in (None, 1):
                 raise ConfigError(f"durable means sync_every=1; got sync_every={sync_every}")
             sync_every = 1
+        given: dict[str, Any] = {
+            "partitions": partitions,
+            "replicas": replicas,
+            "ordered": ordered,
+            "ext": ext,
+            "multi_part": multi_part,
+            "channel_auto_create": channel_auto_create,
+        }
         return cls(
             name,
-            partitions,
-            replicas,
-            ordered,
-            ext,
-            multi_part,
             sync_every=sync_every,
             retention_days=retention_days,
-            channel_auto_create=channel_auto_create,
+            **{option: value for option, value in given.items() if value is not None},
         )
 
     def query(self) -> dict[str, str]:

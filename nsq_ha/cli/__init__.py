@@ -24,7 +24,6 @@ from typing import Any
 
 from nsq_ha._version import __version__
 
-from .arguments import duration
 from .deadline import add_timeout_option
 from .parser import CliParser, add_topic_argument
 from .where import add_where_options
@@ -36,7 +35,12 @@ Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``nsq-ha`` (every subcommand)."""
+    from nsq_ha.admin import TopicSpec
+    from nsq_ha.admin.lookupd import CREATE_TOPIC_TIMEOUT
+
     from . import admin_commands, stats
+    from .arguments import field_default
+    from .demo import DEMO_KEYS, DEMO_MESSAGES, DEMO_PRODUCERS
     from .pub import add_pub_options
     from .tail import add_tail_options
 
@@ -75,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
         "until every partition has a leader.",
     )
     add_topic_argument(create, what="the topic to create")
-    create.add_argument("--partitions", type=_positive, default=1, help="partition count (1)")
-    create.add_argument("--replicas", type=_positive, default=1, help="replicas per partition")
+    partitions, replicas = (field_default(TopicSpec, name) for name in ("partitions", "replicas"))
+    create.add_argument("--partitions", type=_positive, help=f"partition count ({partitions})")
+    create.add_argument("--replicas", type=_positive, help=f"replicas per partition ({replicas})")
     create.add_argument("--ordered", action="store_true", help="an ordered topic (SUB_ORDERED)")
     create.add_argument("--ext", action="store_true", help="an ext topic (JSON headers, tags)")
     sync = create.add_mutually_exclusive_group()
@@ -102,12 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="SUB to a channel that /channel/create did not make fails",
     )
     create.add_argument("--no-wait", action="store_true", help="return once lookupd accepted")
-    create.add_argument(
-        "--timeout",
-        type=duration,
-        default=120.0,
-        metavar="SECONDS",
-        help="seconds the whole command may take, waiting until writable included (120)",
+    add_timeout_option(
+        create, CREATE_TOPIC_TIMEOUT, "the whole command", included="waiting until writable"
     )
     create.add_argument("--json", action="store_true", help="print the map as JSON")
     admin_commands.add_topic_parsers(topic_sub, where)
@@ -132,12 +133,22 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo",
         help="the main story on the embedded cluster, verified",
-        description="Start the embedded 3-node cluster, publish 10k keyed traced messages "
-        "while a leader moves, consume them ordered and plain, verify order and no loss.",
+        description=f"Start the embedded 3-node cluster, publish {DEMO_MESSAGES:,} keyed traced "
+        "messages while a leader moves, consume them ordered and plain, verify order and no "
+        "loss.",
     )
-    demo.add_argument("--messages", type=_positive, default=10_000, help="how many (10000)")
-    demo.add_argument("--producers", type=_positive, default=4, help="producer tasks (4)")
-    demo.add_argument("--keys", type=_positive, default=64, help="distinct sharding keys (64)")
+    demo.add_argument(
+        "--messages", type=_positive, default=DEMO_MESSAGES, help=f"how many ({DEMO_MESSAGES})"
+    )
+    demo.add_argument(
+        "--producers",
+        type=_positive,
+        default=DEMO_PRODUCERS,
+        help=f"producer tasks ({DEMO_PRODUCERS})",
+    )
+    demo.add_argument(
+        "--keys", type=_positive, default=DEMO_KEYS, help=f"distinct sharding keys ({DEMO_KEYS})"
+    )
     demo.add_argument("--plain", action="store_true", help="plain-text tables, no colours")
 
     servers = sub.add_parser(

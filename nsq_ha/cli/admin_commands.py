@@ -23,12 +23,12 @@ from datetime import datetime
 from typing import Any
 
 from nsq_ha.admin import AdminError, LookupdAdmin, NsqdAdmin, seek_position
+from nsq_ha.admin.lookupd import EXPAND_TOPIC_TIMEOUT, MOVE_LEADER_TIMEOUT
 from nsq_ha.admin.nsqd import PartitionEmptyError
 from nsq_ha.errors import ConfigError, NsqTimeoutError
 from nsq_ha.lookup.wire import NodeInfo
 from nsq_ha.protocol.names import validate_channel, validate_topic
 
-from .arguments import duration
 from .channel_report import DONE, ChannelReport
 from .commands import CliError
 from .deadline import add_timeout_option, command_deadline
@@ -36,6 +36,7 @@ from .parser import add_topic_argument
 
 __all__ = [
     "Addresses",
+    "add_nsqd_http_option",
     "add_parsers",
     "add_topic_parsers",
     "addresses",
@@ -101,15 +102,20 @@ def _name(check: Any, value: str) -> str:
 # -- parsers ---------------------------------------------------------------------------------
 
 
-def _http_parent() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(
+def add_nsqd_http_option(parser: argparse.ArgumentParser) -> None:
+    """``--nsqd-http URL`` (repeatable), what :func:`addresses` reads besides ``--lookupd``."""
+    parser.add_argument(
         "--nsqd-http",
         action="append",
         default=[],
         metavar="URL",
         help="vanilla nsqd's HTTP address, instead of --lookupd (repeatable)",
     )
+
+
+def _http_parent() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    add_nsqd_http_option(parent)
     return parent
 
 
@@ -154,7 +160,7 @@ def add_topic_parsers(topic_sub: Any, where: argparse.ArgumentParser) -> None:
     expand.add_argument(
         "--no-wait", action="store_true", help="return once lookupd accepted the new count"
     )
-    add_timeout_option(expand, default=120.0, what="the expansion and the wait")
+    add_timeout_option(expand, EXPAND_TOPIC_TIMEOUT, "the expansion and the wait")
     expand.set_defaults(run=cmd_topic_expand, cli_name="topic expand")
 
 
@@ -205,12 +211,8 @@ def add_parsers(sub: Any, where: argparse.ArgumentParser) -> None:
     move.add_argument(
         "--to", metavar="NODE", help="the node wanted: TCP host:port, HTTP URL or distributed id"
     )
-    move.add_argument(
-        "--timeout",
-        type=duration,
-        default=240.0,
-        metavar="SECONDS",
-        help="seconds the whole command may take, the wait for the new leader included (240)",
+    add_timeout_option(
+        move, MOVE_LEADER_TIMEOUT, "the whole command", included="the wait for the new leader"
     )
     move.add_argument("--json", action="store_true", help="print a JSON summary")
     move.set_defaults(run=cmd_leader_move, cli_name="leader move")

@@ -147,11 +147,12 @@ async def cmd_topic_create(args: argparse.Namespace) -> int:
             topic,
             args.partitions,
             args.replicas,
-            ordered=args.ordered,
-            ext=args.ext,
+            # an option not given is None: TopicSpec's default
+            ordered=True if args.ordered else None,
+            ext=True if args.ext else None,
             sync_every=1 if args.durable else args.sync_every,
             retention_days=args.retention_days,
-            channel_auto_create=not args.no_channel_auto_create,
+            channel_auto_create=False if args.no_channel_auto_create else None,
             wait=not args.no_wait,
             timeout=args.timeout,
         )

@@ -23,15 +23,21 @@ DEFAULT_TIMEOUT = 30.0
 
 
 def add_timeout_option(
-    parser: argparse.ArgumentParser, default: float = DEFAULT_TIMEOUT, what: str = "the command"
+    parser: argparse.ArgumentParser,
+    default: float = DEFAULT_TIMEOUT,
+    what: str = "the command",
+    *,
+    included: str = "every request",
 ) -> None:
-    """``--timeout SECONDS`` (finite, above 0: refused by argparse otherwise, exit 2)."""
+    """``--timeout SECONDS`` (finite, above 0: refused by argparse otherwise, exit 2), the one
+    place the option is written: ``default`` is the library call's own where the command makes
+    one that waits on purpose; the help says ``what`` it bounds, ``included`` what it covers."""
     parser.add_argument(
         "--timeout",
         type=duration,
         default=default,
         metavar="SECONDS",
-        help=f"seconds {what} may take, every request included ({default:g})",
+        help=f"seconds {what} may take, {included} included ({default:g})",
     )
 
 

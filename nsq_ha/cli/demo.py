@@ -28,9 +28,15 @@ from nsq_ha.producer import Producer, PublishResult
 
 from .output import Progress, print_table
 
-__all__ = ["Ledger", "cmd_demo", "run_demo"]
+__all__ = ["DEMO_KEYS", "DEMO_MESSAGES", "DEMO_PRODUCERS", "Ledger", "cmd_demo", "run_demo"]
 
 ORDERS, EVENTS, CHANNEL = "demo_orders", "demo_events", "demo"
+#: the messages published (``--messages``)
+DEMO_MESSAGES = 10_000
+#: the producer tasks publishing them (``--producers``)
+DEMO_PRODUCERS = 4
+#: the distinct sharding keys (``--keys``)
+DEMO_KEYS = 64
 
 
 @dataclass
@@ -138,9 +144,9 @@ def _plans(messages: int, producers: int, keys: int) -> list[list[tuple[str, int
 async def run_demo(
     lookupd: str,
     *,
-    messages: int = 10_000,
-    producers: int = 4,
-    keys: int = 64,
+    messages: int = DEMO_MESSAGES,
+    producers: int = DEMO_PRODUCERS,
+    keys: int = DEMO_KEYS,
     plain: bool = False,
     out: Any = None,
 ) -> bool:

@@ -32,10 +32,10 @@ from nsq_ha.admin import LookupdAdmin, NsqdAdmin, channel_lag
 from nsq_ha.admin.lag import is_fork_entry, stat_int
 from nsq_ha.protocol.names import validate_topic
 
-from .admin_commands import Addresses, addresses
+from .admin_commands import Addresses, add_nsqd_http_option, addresses
 from .arguments import duration
 from .commands import CliError
-from .deadline import add_timeout_option, command_deadline
+from .deadline import DEFAULT_TIMEOUT, add_timeout_option, command_deadline
 from .output import print_table
 from .parser import add_topic_argument
 from .stats_watch import Rates, display_for
@@ -107,13 +107,7 @@ def add_parsers(sub: Any, where: argparse.ArgumentParser) -> None:
     add_topic_argument(
         stats, required=False, what="only this topic (default: all topics nsqlookupd lists)"
     )
-    stats.add_argument(
-        "--nsqd-http",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="vanilla nsqd's HTTP address, instead of --lookupd (repeatable)",
-    )
+    add_nsqd_http_option(stats)
     stats.add_argument(
         "--watch",
         type=_interval,
@@ -218,7 +212,10 @@ async def _nodes(admin: LookupdAdmin | None, where: Addresses) -> list[_Node]:
 
 
 async def collect(
-    admin: LookupdAdmin | None, where: Addresses, topic: str | None, limit: float = 30.0
+    admin: LookupdAdmin | None,
+    where: Addresses,
+    topic: str | None,
+    limit: float = DEFAULT_TIMEOUT,
 ) -> list[StatsRow]:
     """Every row of one refresh, sorted by topic, partition and channel; every nsqd is asked
     within ``limit`` seconds."""

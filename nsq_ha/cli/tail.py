@@ -42,18 +42,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from nsq_ha.admin import AdminError, LookupdAdmin, NsqdAdmin, seek_position
-from nsq_ha.consumer import Consumer, Message
+from nsq_ha.consumer import Consumer, ConsumerConfig, Message
 from nsq_ha.errors import (
     ConfigError,
     MessageAlreadyRespondedError,
     MessageConnectionGoneError,
     NsqError,
 )
-from nsq_ha.lookup.http import tls_context
+from nsq_ha.lookup.http import ADMIN_TIMEOUT, tls_context
 from nsq_ha.lookup.wire import NodeInfo, PartitionMap
 from nsq_ha.protocol.names import validate_channel
 
-from .arguments import duration
+from .arguments import duration, field_default
 from .stdout import Stdout
 from .tail_format import FIELDS, check_template, format_message, message_fields, message_json
 from .where import CliError, existing_map, json_object, topic_of, where_of
@@ -63,6 +63,7 @@ __all__ = [
     "Start",
     "add_tail_options",
     "check_template",
+    "max_in_flight",
     "message_fields",
     "message_json",
     "parse_start",
@@ -346,10 +347,17 @@ def wants_offsets(pmap: PartitionMap | None, *, ordered: bool) -> bool:
     return pmap is not None and pmap.fork and not ordered
 
 
+def max_in_flight(count: int | None) -> int:
+    """The consumer's ``max_in_flight``: its default, lowered to ``-n N`` (no more messages
+    out at once than tail prints)."""
+    default: int = field_default(ConsumerConfig, "max_in_flight")
+    return min(count, default) if count else default
+
+
 def _http_client() -> httpx.AsyncClient:
     import httpx
 
-    return httpx.AsyncClient(timeout=10.0, verify=tls_context())
+    return httpx.AsyncClient(timeout=ADMIN_TIMEOUT, verify=tls_context())
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -395,7 +403,7 @@ async def run_tail(args: argparse.Namespace) -> int:
             ordered=True if args.ordered else None,
             with_offsets=wants_offsets(pmap, ordered=args.ordered),
             partitions=partitions,
-            max_in_flight=min(args.count, 100) if args.count else 100,
+            max_in_flight=max_in_flight(args.count),
             desired_tag=args.desired_tag,
             ext_filter=ext_filter,  # type: ignore[arg-type]
         )

@@ -20,6 +20,9 @@ from nsq_ha.protocol.identify import MAX_DURATION_MS, ExtFilter, IdentifyRequest
 DEFAULT_MAX_MSG_SIZE = 1024 * 1024
 #: nsqd's default ``--max-body-size``.
 DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
+#: The deflate level asked for when none is given: go-nsq's default, and the most nsqd allows
+#: unless started with a higher ``--max-deflate-level``.
+DEFAULT_DEFLATE_LEVEL = 6
 #: Longest duration option accepted, in seconds (2**31 - 1 ms, about 24.8 days): anything
 #: longer is no deadline at all, and nsqd could not read it as milliseconds.
 MAX_DURATION = MAX_DURATION_MS / 1000
@@ -110,7 +113,7 @@ class ConnectionConfig:
     tls_server_hostname: str | None = None
     snappy: bool = False
     deflate: bool = False
-    deflate_level: int = 6
+    deflate_level: int = DEFAULT_DEFLATE_LEVEL
     auth_secret: str | bytes | None = None
     allow_plaintext_auth: bool = False
     max_msg_size: int = DEFAULT_MAX_MSG_SIZE

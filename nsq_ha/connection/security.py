@@ -16,7 +16,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Literal
 
-from nsq_ha.connection.config import ConnectionConfig
+from nsq_ha.connection.config import DEFAULT_DEFLATE_LEVEL, ConnectionConfig
 from nsq_ha.errors import ConfigError
 
 __all__ = ["Compression", "Security"]
@@ -48,7 +48,7 @@ class Security:
     auth_secret_file: str | None = None
     allow_plaintext_auth: bool = False
     compression: Compression = "none"
-    deflate_level: int = 6
+    deflate_level: int = DEFAULT_DEFLATE_LEVEL
 
     def __post_init__(self) -> None:
         """Refuse combinations that cannot be meant (each error names the fields)."""

@@ -26,11 +26,13 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, NotLeaderError, NsqError, UnsupportedByServerError
 from nsq_ha.lookup import NodeInfo, PartitionMap
+from nsq_ha.lookup.http import ADMIN_TIMEOUT
 
 if TYPE_CHECKING:
     from nsq_ha.admin import NsqdAdmin
 
 __all__ = [
+    "ADMIN_TIMEOUT",
     "StartPosition",
     "channel_exists",
     "check_start",
@@ -51,8 +53,6 @@ StartPosition: TypeAlias = Literal["earliest", "latest"] | float | datetime | Ma
 Start: TypeAlias = str | float | dict[int, int]
 
 _WORDS = ("earliest", "latest")
-#: the deadline of each HTTP call a start or a seek makes to a partition's leader (s)
-ADMIN_TIMEOUT = 10.0
 #: the largest queue offset nsqd can hold (int64)
 _MAX_OFFSET = 2**63 - 1
 #: what the fork answers a seek into a partition that never had a message

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients ne
     import httpx
 
 __all__ = [
+    "ADMIN_TIMEOUT",
     "Answer",
     "Endpoint",
     "get_answer",
@@ -28,6 +29,11 @@ __all__ = [
     "read_capped",
     "tls_context",
 ]
+
+#: The deadline of an admin call to nsqlookupd or nsqd over HTTP by default, in seconds:
+#: :class:`~nsq_ha.admin.LookupdAdmin`'s and :class:`~nsq_ha.admin.NsqdAdmin`'s ``timeout``,
+#: each call a consumer's start position or seek makes, ``nsq-ha tail``'s HTTP client.
+ADMIN_TIMEOUT = 10.0
 
 _HEADERS = {**V1_ACCEPT, "Accept-Encoding": "identity"}
 

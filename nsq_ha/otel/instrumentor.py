@@ -49,6 +49,13 @@ from nsq_ha.producer import Producer
 
 __all__ = ["NsqHaInstrumentor", "instrument", "is_instrumented", "uninstrument"]
 
+#: :func:`instrument`'s ``propagate``, also what ``opentelemetry-instrument`` gets
+DEFAULT_PROPAGATE = True
+#: :func:`instrument`'s ``fork_trace_ids``, also what ``opentelemetry-instrument`` gets
+DEFAULT_FORK_TRACE_IDS = True
+#: :func:`instrument`'s ``lag_interval`` (seconds), also what ``opentelemetry-instrument`` gets
+DEFAULT_LAG_INTERVAL = 15.0
+
 
 class NsqHaInstrumentor(BaseInstrumentor):  # type: ignore[misc] # BaseInstrumentor is Any
     """OpenTelemetry's instrumentor of nsq_ha (one per process, as every instrumentor).
@@ -74,9 +81,9 @@ def instrument(
     *,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
-    propagate: bool = True,
-    fork_trace_ids: bool = True,
-    lag_interval: float | None = 15.0,
+    propagate: bool = DEFAULT_PROPAGATE,
+    fork_trace_ids: bool = DEFAULT_FORK_TRACE_IDS,
+    lag_interval: float | None = DEFAULT_LAG_INTERVAL,
 ) -> None:
     """Trace and measure every :class:`~nsq_ha.producer.Producer` and
     :class:`~nsq_ha.consumer.Consumer` of the process (the global providers unless given):
@@ -122,9 +129,9 @@ def _install(
     *,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
-    propagate: bool = True,
-    fork_trace_ids: bool = True,
-    lag_interval: float | None = 15.0,
+    propagate: bool = DEFAULT_PROPAGATE,
+    fork_trace_ids: bool = DEFAULT_FORK_TRACE_IDS,
+    lag_interval: float | None = DEFAULT_LAG_INTERVAL,
 ) -> None:
     interval = check_interval(lag_interval)
     tracer = trace.get_tracer(SCOPE, __version__, tracer_provider)

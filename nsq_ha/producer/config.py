@@ -19,8 +19,8 @@ from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, InvalidArgumentError
 from nsq_ha.lookup import LookupClient, NodeInfo
 from nsq_ha.redact import redacted_repr
-from nsq_ha.retry import Backoff
-from nsq_ha.routing import ShardingStrategy, get_strategy
+from nsq_ha.retry import PUBLISH, Backoff
+from nsq_ha.routing import DEFAULT_STRATEGY, ShardingStrategy, get_strategy
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,9 +39,9 @@ class RetryPolicy:
 
     attempts: int = 60
     deadline: float | None = 60.0
-    initial_backoff: float = 0.05
-    max_backoff: float = 1.0
-    jitter: float = 0.1
+    initial_backoff: float = PUBLISH.initial
+    max_backoff: float = PUBLISH.cap
+    jitter: float = PUBLISH.jitter
     attempt_timeout: float = 10.0
 
     def __post_init__(self) -> None:
@@ -157,7 +157,7 @@ class ProducerConfig:
     lookupd: tuple[str, ...] | None = None
     lookup: LookupClient | None = None
     nsqd: tuple[str, ...] | None = None
-    strategy: ShardingStrategy = field(default_factory=lambda: get_strategy("murmur3"))
+    strategy: ShardingStrategy = DEFAULT_STRATEGY
     connection: ConnectionConfig = field(default_factory=ConnectionConfig)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     trace: bool = False

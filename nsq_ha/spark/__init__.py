@@ -78,7 +78,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from .._sync_runtime import loop_thread
-from ..routing import get_strategy
+from ..routing import DEFAULT_STRATEGY, get_strategy
 from .options import OptionError, ReadOptions, WriteOptions, parse_read_options, parse_write_options
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def with_nsq_partition(
     lookupd: str | list[str],
     topic: str,
     *,
-    strategy: str = "murmur3",
+    strategy: str = DEFAULT_STRATEGY.name,
     column: str = "nsq_partition",
     partitions: int | None = None,
 ) -> DataFrame:
@@ -164,7 +164,7 @@ def co_partition(
     topic: str,
     order_by: str | list[str],
     *,
-    strategy: str = "murmur3",
+    strategy: str = DEFAULT_STRATEGY.name,
     column: str = "nsq_partition",
 ) -> DataFrame:
     """:func:`with_nsq_partition`, then one Spark partition per NSQ partition, each sorted by

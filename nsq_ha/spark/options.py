@@ -72,7 +72,7 @@ from ..errors import ConfigError
 from ..lookup.http import normalize_lookupd
 from ..protocol import validate_channel, validate_topic
 from ..redact import redact_url, redacted_repr
-from ..routing import get_strategy
+from ..routing import DEFAULT_STRATEGY, get_strategy
 from .locations import redact_location
 from .option_names import OptionKind, spell, unknown_option
 from .routing_columns import routing_columns
@@ -122,7 +122,7 @@ class WriteOptions:
     columns in use (``None``: not used), as :func:`parse_write_options` resolved them."""
 
     endpoint: Endpoint
-    strategy: str = "murmur3"
+    strategy: str = DEFAULT_STRATEGY.name
     body_column: str = "body"
     key_column: str | None = None
     trace_column: str | None = None

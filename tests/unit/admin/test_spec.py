@@ -37,3 +37,13 @@ def test_a_durable_spec_asks_for_syncdisk_1() -> None:
 def test_bad_durability_options(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         TopicSpec.with_durability("t", **kwargs)  # type: ignore[arg-type]
+
+
+def test_an_option_not_given_takes_the_fields_default() -> None:
+    assert TopicSpec.with_durability("t") == TopicSpec("t")
+    nothing = dict.fromkeys(
+        ("partitions", "replicas", "ordered", "ext", "multi_part", "channel_auto_create")
+    )
+    assert TopicSpec.with_durability("t", **nothing) == TopicSpec("t")
+    given = TopicSpec.with_durability("t", 3, 2, True, channel_auto_create=False)
+    assert given == TopicSpec("t", 3, 2, True, channel_auto_create=False)

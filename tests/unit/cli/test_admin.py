@@ -4,12 +4,14 @@ parsing, positions, addresses, and how ``/stats`` entries become rows (no server
 from __future__ import annotations
 
 import argparse
+import inspect
 import io
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from nsq_ha.admin import LookupdAdmin
 from nsq_ha.cli import build_parser, main
 from nsq_ha.cli.admin_commands import (
     addresses,
@@ -20,8 +22,9 @@ from nsq_ha.cli.admin_commands import (
     parse_position,
 )
 from nsq_ha.cli.commands import CliError
+from nsq_ha.cli.deadline import DEFAULT_TIMEOUT
 from nsq_ha.cli.output import print_table
-from nsq_ha.cli.stats import COLUMNS, StatsRow, cmd_stats, rows_from_stats, table_rows
+from nsq_ha.cli.stats import COLUMNS, StatsRow, cmd_stats, collect, rows_from_stats, table_rows
 
 
 @pytest.fixture(autouse=True)
@@ -364,3 +367,41 @@ def test_table_cells_mark_paused_unknown_and_channel_less_rows() -> None:
         "2",
         "72",
     ]
+
+
+# -- defaults are the library's ----------------------------------------------------------------
+
+
+def _default(function: Any, name: str) -> Any:
+    return inspect.signature(function).parameters[name].default
+
+
+@pytest.mark.parametrize(
+    ("argv", "call"),
+    [
+        (["topic", "create", "t"], LookupdAdmin.create_topic),
+        (["topic", "expand", "t", "--partitions", "2"], LookupdAdmin.expand_topic),
+        (["leader", "move", "t", "--partition", "0"], LookupdAdmin.move_leader),
+    ],
+)
+def test_a_waiting_command_defaults_to_its_library_calls_timeout(
+    argv: list[str], call: Any
+) -> None:
+    assert parse(*argv).timeout == _default(call, "timeout")
+
+
+def test_every_refresh_of_stats_has_the_commands_deadline() -> None:
+    assert _default(collect, "limit") == DEFAULT_TIMEOUT == parse("stats").timeout
+
+
+def test_nsqd_http_is_the_same_option_everywhere() -> None:
+    def option(*argv: str) -> tuple[object, ...]:
+        parser = build_parser()
+        for word in argv:  # down to the subcommand's own parser
+            (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            parser = sub.choices[word]
+        (found,) = (a for a in parser._actions if "--nsqd-http" in a.option_strings)
+        return (found.dest, found.default, found.metavar, found.help, type(found))
+
+    assert option("stats") == option("topic", "list") == option("leader", "move")
+    assert parse("stats", "--nsqd-http", "n:4151").nsqd_http == ["n:4151"]

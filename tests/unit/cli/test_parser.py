@@ -5,10 +5,15 @@ positional argument (no server)."""
 from __future__ import annotations
 
 import argparse
+import inspect
+from typing import Any
 
 import pytest
 
+from nsq_ha.admin import LookupdAdmin, TopicSpec
+from nsq_ha.admin.lookupd import CREATE_TOPIC_TIMEOUT
 from nsq_ha.cli import build_parser, main
+from nsq_ha.cli.demo import run_demo
 
 
 @pytest.fixture(autouse=True)
@@ -182,3 +187,39 @@ def test_no_topic_is_refused_where_one_is_needed(
 ) -> None:
     err = refused(argv, capsys)
     assert "the following arguments are required: TOPIC (or --topic T)" in err
+
+
+# -- defaults are the library's ------------------------------------------------------------------
+
+
+def _default(function: Any, name: str) -> Any:
+    return inspect.signature(function).parameters[name].default
+
+
+def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_topic_create_leaves_partitions_and_replicas_to_topic_spec(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = parse("topic", "create", "t")
+    assert (args.partitions, args.replicas) == (None, None)
+    assert args.timeout == _default(LookupdAdmin.create_topic, "timeout")
+    spec = TopicSpec("t")
+    text = _help(["topic", "create"], capsys)
+    assert f"partition count ({spec.partitions})" in text
+    assert f"replicas per partition ({spec.replicas})" in text
+    assert f"waiting until writable included ({CREATE_TOPIC_TIMEOUT:g})" in text
+
+
+def test_demo_defaults_are_run_demos(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse("demo")
+    for name in ("messages", "producers", "keys"):
+        assert getattr(args, name) == _default(run_demo, name)
+    text = _help(["demo"], capsys)
+    assert f"how many ({_default(run_demo, 'messages')})" in text
+    assert f"producer tasks ({_default(run_demo, 'producers')})" in text
+    assert f"distinct sharding keys ({_default(run_demo, 'keys')})" in text

@@ -4,12 +4,22 @@ reading is in ``test_cli_pub_records.py``."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from nsq_ha.cli import build_parser
 from nsq_ha.cli.pub import TokenBucket, parse_delimiter, parse_rate
-from nsq_ha.cli.tail import FIELDS, Start, check_template, parse_start, wants_offsets
+from nsq_ha.cli.tail import (
+    FIELDS,
+    Start,
+    check_template,
+    max_in_flight,
+    parse_start,
+    wants_offsets,
+)
 from nsq_ha.cli.where import CliError
+from nsq_ha.consumer import ConsumerConfig
 from nsq_ha.lookup.wire import PartitionMap
 from nsq_ha.routing import DEFAULT_STRATEGY, STRATEGIES
 
@@ -262,3 +272,12 @@ def test_pub_without_a_topic_is_a_usage_error(capsys: pytest.CaptureFixture[str]
         build_parser().parse_args(["pub"])
     assert info.value.code == 2
     assert "TOPIC (or --topic T)" in capsys.readouterr().err
+
+
+def test_tail_keeps_the_consumers_max_in_flight_unless_n_is_lower() -> None:
+    default = next(
+        f.default for f in dataclasses.fields(ConsumerConfig) if f.name == "max_in_flight"
+    )
+    assert max_in_flight(None) == default
+    assert max_in_flight(1) == 1
+    assert max_in_flight(default + 1) == default

@@ -12,6 +12,7 @@ import pytest
 import trustme
 
 from nsq_ha.connection import ConnectionConfig, Security
+from nsq_ha.connection.config import DEFAULT_DEFLATE_LEVEL
 from nsq_ha.errors import ConfigError
 from nsq_ha.spark.options import OptionError, parse_read_options, parse_write_options
 
@@ -159,3 +160,9 @@ def test_bad_spark_security_options(extra: dict[str, str], match: str) -> None:
     for parse in (parse_read_options, parse_write_options):
         with pytest.raises(OptionError, match=match):
             parse(raw)
+
+
+def test_the_deflate_level_default_is_the_connection_configs() -> None:
+    assert Security().deflate_level == DEFAULT_DEFLATE_LEVEL
+    assert ConnectionConfig().deflate_level == DEFAULT_DEFLATE_LEVEL
+    assert Security(compression="deflate").apply().deflate_level == DEFAULT_DEFLATE_LEVEL

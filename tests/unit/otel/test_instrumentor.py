@@ -4,6 +4,7 @@ a bad option instruments nothing; and the table of open process spans stays boun
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Iterator
 from importlib.metadata import entry_points
@@ -148,3 +149,21 @@ def test_a_tasks_next_get_pops_only_what_it_got_from_that_consumer() -> None:
     assert [m for m, _ in held.pop_consumer(one)] == [second, fourth]
     assert [m for m, _ in held.pop_all()] == [third]
     assert len(held) == 0
+
+
+def test_opentelemetry_instrument_gets_the_defaults_of_instrument() -> None:
+    """``opentelemetry-instrument`` calls the instrumentor with no option: what it installs
+    has :func:`~nsq_ha.otel.instrument`'s defaults, the module's constants."""
+    from nsq_ha.otel import instrumentor
+
+    def defaults(function: Any) -> dict[str, Any]:
+        return {p.name: p.default for p in inspect.signature(function).parameters.values()}
+
+    assert defaults(instrumentor._install) == defaults(otel.instrument)
+    assert defaults(otel.instrument) == {
+        "tracer_provider": None,
+        "meter_provider": None,
+        "propagate": instrumentor.DEFAULT_PROPAGATE,
+        "fork_trace_ids": instrumentor.DEFAULT_FORK_TRACE_IDS,
+        "lag_interval": instrumentor.DEFAULT_LAG_INTERVAL,
+    }

@@ -17,7 +17,8 @@ from nsq_ha.connection import ConnectionConfig
 from nsq_ha.errors import ConfigError, InvalidArgumentError
 from nsq_ha.producer import Producer, ProducerConfig, RetryPolicy
 from nsq_ha.producer.config import ProducerOptions
-from nsq_ha.routing import ShardingStrategy, get_strategy
+from nsq_ha.retry import PUBLISH
+from nsq_ha.routing import DEFAULT_STRATEGY, ShardingStrategy, get_strategy
 
 WHERE = {"nsqd": "127.0.0.1:1"}
 
@@ -126,3 +127,10 @@ def test_an_unknown_option_is_a_config_error_naming_the_nearest(
         Producer(nsqd="127.0.0.1:1", **options)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=match):
         ProducerConfig.from_options(None, {"nsqd": "127.0.0.1:1", **options})  # type: ignore[typeddict-item]
+
+
+def test_the_default_strategy_and_waits_are_the_librarys_own() -> None:
+    """The routing module's default strategy and the retry module's PUBLISH waits, read, not
+    written again."""
+    assert ProducerConfig(nsqd="127.0.0.1:4150").strategy is DEFAULT_STRATEGY
+    assert RetryPolicy().waits == PUBLISH

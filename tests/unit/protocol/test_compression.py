@@ -267,3 +267,13 @@ def test_slices_keep_the_stream_whatever_the_interleaving(
     out.extend(_drain(receiver, b""))
     assert all(len(o) <= MAX_DECOMPRESSED_SLICE for o in out)
     assert b"".join(out) == plain
+
+
+def test_the_deflate_codecs_default_level_is_the_connections() -> None:
+    """The codec cannot read the connection's settings (the layer above it), nor they the
+    codec's (the client loads this module, and python-snappy, only once nsqd agreed to
+    compress): the codec's own default is held equal to
+    :data:`~nsq_ha.connection.config.DEFAULT_DEFLATE_LEVEL` here."""
+    from nsq_ha.connection.config import DEFAULT_DEFLATE_LEVEL
+
+    assert DeflateCodec().level == DEFAULT_DEFLATE_LEVEL

@@ -346,3 +346,15 @@ def test_an_option_not_given_takes_its_dataclass_default() -> None:
         parse_read_options({"lookupd": L, "topic": "t", "tlsCaFile": __file__, "tls": "false"})
     with pytest.raises(OptionError, match="needs compression=deflate"):
         parse_read_options({"lookupd": L, "topic": "t", "deflateLevel": "3"})
+
+
+def test_the_default_strategy_is_the_routing_modules() -> None:
+    import inspect
+
+    from nsq_ha import spark
+    from nsq_ha.routing import DEFAULT_STRATEGY
+
+    write = parse_write_options({"lookupd": L, "topic": "t"})
+    assert write.strategy == DEFAULT_STRATEGY.name
+    for function in (spark.with_nsq_partition, spark.co_partition):
+        assert inspect.signature(function).parameters["strategy"].default == DEFAULT_STRATEGY.name
