@@ -37,7 +37,7 @@ import httpx
 
 from ...admin import NsqdAdmin
 from ...errors import NsqError
-from ...lookup.http import tls_context
+from ...lookup.http import ADMIN_TIMEOUT, tls_context
 from .extents import _leaders, _run
 
 __all__ = ["CONFIRM_AFTER", "ChannelSweeper", "range_channel", "range_channel_created"]
@@ -162,7 +162,7 @@ class ChannelSweeper:
         for partition, node in leaders.items():
             by_node.setdefault(node.http_url, []).append(partition)
         idle: dict[tuple[int, str], str] = {}
-        async with httpx.AsyncClient(timeout=10.0, verify=tls_context()) as http:
+        async with httpx.AsyncClient(timeout=ADMIN_TIMEOUT, verify=tls_context()) as http:
             for url, partitions in by_node.items():
                 for entry in await NsqdAdmin(url, http=http).topic_stats(topic):
                     partition = _partition(entry)

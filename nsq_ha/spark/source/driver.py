@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (
 from ...admin import NsqdAdmin
 from ...errors import ConfigError, NsqError
 from ...lookup import LookupClient
-from ...lookup.http import tls_context
+from ...lookup.http import ADMIN_TIMEOUT, tls_context
 from ..compat import ReadAllAvailable, ReadLimit, SupportsTriggerAvailableNow
 from ..options import ReadOptions
 from .driver_reader import DriverReader
@@ -221,7 +221,7 @@ async def _backlog(opts: ReadOptions, channel: str, topic: str) -> int:
     total = 0
     async with (
         LookupClient(list(opts.endpoint.lookupd)) as lookup,
-        httpx.AsyncClient(timeout=10.0, verify=tls_context()) as http,
+        httpx.AsyncClient(timeout=ADMIN_TIMEOUT, verify=tls_context()) as http,
     ):
         pmap = await lookup.lookup(topic, "r", force=True)
         targets = (

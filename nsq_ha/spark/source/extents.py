@@ -23,7 +23,7 @@ from ...errors import (
     UnsupportedByServerError,
 )
 from ...lookup import LookupClient
-from ...lookup.http import tls_context
+from ...lookup.http import ADMIN_TIMEOUT, tls_context
 from ...lookup.wire import NodeInfo
 from ..options import Endpoint
 from ..topic_set import TopicSet
@@ -113,7 +113,7 @@ async def _leaders_and_extents(
         if only in leaders
         else []
     )
-    async with httpx.AsyncClient(timeout=10.0, verify=tls_context()) as http:
+    async with httpx.AsyncClient(timeout=ADMIN_TIMEOUT, verify=tls_context()) as http:
         for partition, node in wanted:
             entries = await NsqdAdmin(node.http_url, http=http).topic_stats(topic, partition)
             for entry in entries:

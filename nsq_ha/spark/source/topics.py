@@ -15,7 +15,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import LookupdUnavailableError, NsqError, RemoteProtocolError
-from ...lookup.http import Endpoint, get_answer, normalize_lookupd, tls_context
+from ...lookup.http import (
+    ADMIN_TIMEOUT,
+    Endpoint,
+    get_answer,
+    normalize_lookupd,
+    tls_context,
+)
 from ...lookup.wire import unwrap
 
 __all__ = [
@@ -73,7 +79,10 @@ def nest(flat: Mapping[TopicPartition, int]) -> dict[str, dict[int, int]]:
 # -- listing topics ---------------------------------------------------------------------------
 
 
-async def list_topics(lookupd: Sequence[str], timeout: float = 10.0) -> list[str]:  # noqa: ASYNC109
+async def list_topics(
+    lookupd: Sequence[str],
+    timeout: float = ADMIN_TIMEOUT,  # noqa: ASYNC109
+) -> list[str]:
     """Every topic the nsqlookupds list (``GET /topics``, all of them asked at once, the
     answers merged: a vanilla nsqlookupd knows only its own nsqds' topics), sorted. Raises
     :class:`~nsq_ha.errors.LookupdUnavailableError` when none answers within ``timeout``."""

@@ -4,14 +4,22 @@ JSON (with the single-topic form older checkpoints hold). Pure: no server, no Sp
 
 from __future__ import annotations
 
+import inspect
 import json
 import pickle
 
 import pytest
 
+from nsq_ha.lookup.http import ADMIN_TIMEOUT
 from nsq_ha.spark.options import OptionError, parse_read_options
 from nsq_ha.spark.source.extents import apply_byte_limit
-from nsq_ha.spark.source.topics import decode_offset, encode_offset, flatten, nest
+from nsq_ha.spark.source.topics import (
+    decode_offset,
+    encode_offset,
+    flatten,
+    list_topics,
+    nest,
+)
 from nsq_ha.spark.topic_set import TopicOffsets, TopicSet, wanted_offsets
 
 L = "http://127.0.0.1:4161"
@@ -142,3 +150,8 @@ def test_the_byte_limit_is_shared_across_every_partition_of_every_topic() -> Non
     assert abs(limited[("a", 0)] - limited[("b", 0)]) <= 1
     assert sum(limited[tp] - start[tp] for tp in start) == 310
     assert apply_byte_limit(start, ends, None) == ends
+
+
+def test_listing_topics_waits_as_long_as_every_admin_call() -> None:
+    timeout = inspect.signature(list_topics).parameters["timeout"].default
+    assert timeout == ADMIN_TIMEOUT
