@@ -115,7 +115,7 @@ def decode_message(data: bytes, fmt: MessageFormat) -> DecodedMessage:
     raw_size: int | None = None
     if fmt.fork_ids:  # the id's two numbers in the same unpack: one call fewer per message
         timestamp, attempts, internal_id, trace_id = _HEADER_FORK.unpack_from(data)
-        message_id = data[10:MESSAGE_HEADER_SIZE]
+        message_id = bytes(data[10:MESSAGE_HEADER_SIZE])  # bytes, whatever bytes-like came in
     else:
         timestamp, attempts, message_id = _HEADER.unpack_from(data)
     position = MESSAGE_HEADER_SIZE

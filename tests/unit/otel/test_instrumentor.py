@@ -38,6 +38,7 @@ PATCHED = [
     (Consumer, "run_batches"),
     (Consumer, "get"),
     (Consumer, "get_many"),
+    (Consumer, "__anext__"),
 ]
 
 

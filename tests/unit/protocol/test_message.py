@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nsq_ha._compiled_finder import is_compiled
 from nsq_ha.errors import InvalidArgumentError, NsqError, RemoteProtocolError
 from nsq_ha.protocol import DecodedMessage, MessageFormat, decode_message
 from nsq_ha.protocol.broker import encode_message, join_fork_id
@@ -187,3 +190,19 @@ def test_encode_refuses_inconsistent_messages(
 ) -> None:
     with pytest.raises(InvalidArgumentError, match=match):
         encode_message(message, fmt)
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_a_bytes_like_frame_decodes_to_bytes_or_is_refused(kind: type) -> None:
+    """The frame decoder hands ``bytes``; other bytes-like data decodes to ``bytes`` fields
+    in pure Python, and the compiled build refuses it at the call (its annotation)."""
+    native = is_compiled(sys.modules[decode_message.__module__])
+    for fmt in (MessageFormat(), MessageFormat(ext=True, detail=True)):
+        data = HEADER + (b"\x00" + b"\x00" * 12 if fmt.ext else b"") + b"body"
+        if native and kind is not bytes:
+            with pytest.raises(TypeError):
+                decode_message(kind(data), fmt)
+            continue
+        decoded = decode_message(kind(data), fmt)
+        assert type(decoded.id) is bytes
+        assert type(decoded.body) is bytes
