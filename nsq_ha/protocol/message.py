@@ -115,7 +115,9 @@ def decode_message(data: bytes, fmt: MessageFormat) -> DecodedMessage:
     raw_size: int | None = None
     if fmt.fork_ids:  # the id's two numbers in the same unpack: one call fewer per message
         timestamp, attempts, internal_id, trace_id = _HEADER_FORK.unpack_from(data)
-        message_id = bytes(data[10:MESSAGE_HEADER_SIZE])  # bytes, whatever bytes-like came in
+        message_id = data[10:MESSAGE_HEADER_SIZE]
+        if type(message_id) is not bytes:  # a bytes-like frame (pure Python): no call otherwise
+            message_id = bytes(message_id)
     else:
         timestamp, attempts, message_id = _HEADER.unpack_from(data)
     position = MESSAGE_HEADER_SIZE
