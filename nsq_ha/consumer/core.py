@@ -364,6 +364,9 @@ class Consumer:
         one more); on ordered channels that is one message.
         """
         position = seek_body(offset=offset, timestamp=timestamp, count=count, end=end)
+        for slot in self._discovery.slots.values():  # what was finished last may come again
+            if partition is None or slot.partition == partition:
+                slot.forget_finished()
         if partition is None:
             if offset:
                 raise ConfigError(

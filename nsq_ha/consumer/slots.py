@@ -118,6 +118,7 @@ class Slot:
         "conn",
         "counts",
         "ctx",
+        "finished",
         "held",
         "key",
         "ordered",
@@ -138,6 +139,8 @@ class Slot:
         self.conn: NsqdConnection | None = None
         #: delivered and not yet answered, by message id: the one in-flight count
         self.held: dict[bytes, Message] = {}
+        #: ordered: the id of the message finished last, whose read-ahead copy may come again
+        self.finished = b""
         self.retired = False
         #: the partition's counters (shared by its slots over time)
         self.counts = ctx.tally.of(self.partition)
@@ -147,7 +150,15 @@ class Slot:
         return f"<slot {self.topic}/{part}@{self.address} held={len(self.held)}>"
 
     def on_message(self, decoded: DecodedMessage) -> None:
-        """A message arrived: hold it and hand it on."""
+        """A message arrived: hold it and hand it on.
+
+        On an ordered channel, a copy of the message finished last is finished again, not
+        handed out: right after a move (``setoffset``) the fork may deliver what its pump had
+        read ahead, then the same message again from the new position once the first FIN is
+        in (:meth:`forget_finished` lets the message come again after a seek of our own)."""
+        if self.ordered and decoded.id == self.finished:
+            self._repeat(decoded)
+            return
         message = Message(decoded, self)
         previous = self.held.get(decoded.id)
         if previous is not None:  # nsqd timed it out and delivered it again
@@ -222,7 +233,25 @@ class Slot:
             ) from exc
         self._settle(message, outcome)
         if self.ordered:
+            self.finished = message_id if outcome is Outcome.FINISHED else b""
             self.ctx.settled(message)
+
+    def forget_finished(self) -> None:
+        """A seek of this consumer's: the message finished last may come again, and is read."""
+        self.finished = b""
+
+    def _repeat(self, decoded: DecodedMessage) -> None:
+        """nsqd holds the copy in flight (the next ordered message waits for its answer)."""
+        log.info(
+            "%s: nsqd delivered message %s again right after it was finished (the copy its "
+            "pump read ahead before a move): finished again, not handed out",
+            self,
+            decoded.id.hex(),
+        )
+        conn = self.conn
+        if conn is not None and not conn.closed:
+            with contextlib.suppress(NsqError):  # a closed connection forgets it anyway
+                conn.fin(decoded.id)
 
     def _gone(self, message: Message, action: str) -> NoReturn:
         if message.outcome is None:

@@ -285,6 +285,18 @@ async def test_seek_to_the_start_of_an_ordered_partition_redelivers_from_there(
     assert [m.body for m in replay] == [b"seek1", b"seek2", b"seek3", b"seek4"]
 
 
+async def test_seek_to_the_message_just_finished_reads_it_again(cluster: Backend) -> None:
+    channel = _channel()
+    async with Consumer(ORDERED, channel, lookupd=cluster.lookupd_http, partitions=[3]) as consumer:
+        async with Producer(lookupd=cluster.lookupd_http) as producer:
+            await producer.publish(ORDERED, b"last", partition=3)
+        (last,) = await collect(consumer, 1)
+        assert last.offset is not None
+        await consumer.seek(3, offset=last.offset)
+        (again,) = await collect(consumer, 1)
+    assert (again.id, again.body) == (last.id, b"last")
+
+
 async def test_ext_topic_consumer_identifies_with_extend_support_and_reads_headers(
     cluster: Backend,
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 import pytest
 
@@ -166,6 +167,48 @@ async def test_a_copy_delivered_again_replaces_the_held_one() -> None:
         await first.finish()
     await copy.finish()
     assert not slot.held
+
+
+async def test_an_ordered_copy_of_the_message_just_finished_is_finished_again_not_handed_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # right after a move the fork may deliver what its pump had read ahead, then the same
+    # message again from the new position (same id), once the first copy's FIN is in
+    slot, conn, delivered, settled, tally = make_slot(ordered=True)
+    slot.on_message(decoded(1))
+    await delivered[0].finish()
+    with caplog.at_level(logging.INFO, logger="nsq_ha.consumer.slots"):
+        slot.on_message(decoded(1))
+    assert len(delivered) == 1
+    assert conn.sent[-2:] == ["FIN 01", "FIN 01"]  # nsqd holds the copy in flight: answered
+    assert not slot.held
+    assert "again right after it was finished" in caplog.text
+    assert settled == delivered  # the copy ends no handler's turn
+    slot.on_message(decoded(2))
+    assert [m.id for m in delivered] == [decoded(1).id, decoded(2).id]
+    assert tally.total("received") == 2
+
+
+async def test_an_ordered_copy_of_a_requeued_or_unordered_message_is_handed_out() -> None:
+    slot, _, delivered, _, _ = make_slot(ordered=True)
+    slot.on_message(decoded(1))
+    await delivered[0].requeue(0, backoff=False)
+    slot.on_message(decoded(1, attempts=2))
+    assert len(delivered) == 2  # a requeued message comes again by design
+    plain, _, plain_delivered, _, _ = make_slot()
+    plain.on_message(decoded(1))
+    await plain_delivered[0].finish()
+    plain.on_message(decoded(1))
+    assert len(plain_delivered) == 2  # nsqd's at-least-once, not a read-ahead copy
+
+
+async def test_a_seek_lets_the_message_just_finished_come_again() -> None:
+    slot, _, delivered, _, _ = make_slot(ordered=True)
+    slot.on_message(decoded(1))
+    await delivered[0].finish()
+    slot.forget_finished()
+    slot.on_message(decoded(1))
+    assert len(delivered) == 2
 
 
 async def test_an_answer_the_connection_refuses_abandons_the_message() -> None:
