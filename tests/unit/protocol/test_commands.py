@@ -130,6 +130,12 @@ def test_a_command_in_the_wrong_method_or_state_is_refused_before_any_byte() -> 
             [PublishMessage(b"a"), PublishMessage(b"bc")],
             b"MPUB t 1\n\x00\x00\x00\x0f\x00\x00\x00\x02\x00\x00\x00\x01a\x00\x00\x00\x02bc",
         ),
+        (  # a length packed once for a run of equal lengths, again when it changes
+            b"MPUB",
+            [PublishMessage(b) for b in (b"ab", b"cd", b"e", b"fg", b"hi")],
+            b"MPUB t 1\n\x00\x00\x00\x21\x00\x00\x00\x05"
+            + b"".join(len(b).to_bytes(4, "big") + b for b in (b"ab", b"cd", b"e", b"fg", b"hi")),
+        ),
         (
             b"PUB_TRACE",
             [PublishMessage(b"a", 5)],
