@@ -133,7 +133,10 @@ class Producer:
             raise ProducerClosedError("the producer is closed")
         held = self._topics.get(topic)
         routes = held.ready(False) if held is not None else None
-        return routes or (await self._look_up(topic, None, None))[1]
+        if held is not None and routes is not None:
+            held.last_used = time.monotonic()
+            return routes
+        return (await self._look_up(topic, None, None))[1]
 
     async def publish(
         self,

@@ -281,6 +281,7 @@ class Sender:
             # now, not in a done callback: a submit before that callback ran would count
             # this task as busy and leave its messages with no task at all
             lane.senders.discard(cast("asyncio.Task[None]", asyncio.current_task(lane.loop)))
+            topic.last_used = time.monotonic()  # idle from the end of its work on
 
     def abort(self, topics: Iterable[Topic], error: BaseException) -> None:
         """Cancel every lane's tasks and fail every queued message with ``error``."""

@@ -63,12 +63,15 @@ class SlotMemo:
     starts over when full. The strategy must be a function of the key and the count.
     """
 
-    __slots__ = ("_by_count", "_size", "strategy")
+    __slots__ = ("_by_count", "_count", "_memo", "_size", "strategy")
 
     def __init__(self, strategy: ShardingStrategy) -> None:
         self.strategy = strategy
         self._by_count: dict[int, dict[ShardingKey, int]] = {}
         self._size = 0
+        #: the count asked last and its memo (most producers route among one count)
+        self._count = -1
+        self._memo: dict[ShardingKey, int] = {}
 
     def slot(self, key: object, count: int) -> int:
         """The slot of ``key`` among ``count``; a key of another type is the strategy's to
@@ -79,9 +82,12 @@ class SlotMemo:
         elif type(key) is not int:  # bool, float, subclasses: the strategy checks them
             unchecked: Any = key  # not a cast: a compiled build checks a cast's type
             return self.strategy.partition(unchecked, count)
-        memo = self._by_count.get(count)
-        if memo is None:
-            memo = self._by_count[count] = {}
+        if count == self._count:
+            memo = self._memo
+        else:
+            found = self._by_count.get(count)
+            memo = self._by_count[count] = {} if found is None else found
+            self._count, self._memo = count, memo
         slot = memo.get(key)
         if slot is None:
             slot = self.strategy.partition(key, count)
@@ -89,9 +95,18 @@ class SlotMemo:
                 self._by_count.clear()
                 self._size = 0
                 memo = self._by_count[count] = {}
+                self._count, self._memo = count, memo
             memo[key] = slot
             self._size += 1
         return slot
+
+
+def _plain(messages: Sequence[PublishMessage]) -> bool:
+    """Whether no message has a trace id or ext headers (what every route takes)."""
+    for message in messages:
+        if message.trace_id is not None or message.ext is not None:
+            return False
+    return True
 
 
 @dataclass(slots=True)
@@ -222,7 +237,8 @@ class Topic:
 
     def ready(self, keyed: bool) -> Routes | None:
         """The routes if they serve a publish now without asking lookupd (when ``keyed``, with
-        a partition count). Marks the topic used."""
+        a partition count). A lane marks the topic used when its work ends (the sweeper counts
+        a busy topic as used), not each call here: a clock read per message."""
         if not self.checked:
             return None
         routes = self.cached()
@@ -230,7 +246,6 @@ class Topic:
             return None
         if keyed and routes.count < 1:
             return None
-        self.last_used = time.monotonic()
         return routes
 
     def cached(self) -> Routes | None:
@@ -338,18 +353,15 @@ class Topic:
     ) -> int | None:
         """Refuse what ``routes``' server kind cannot take, then the slot of ``messages``
         (None: round-robin)."""
-        if key is not None and partition is None and defer is None and routes.unrestricted:
-            # a key on routes that take everything (nothing to refuse) with a known count:
-            # what slot_for() gives, without its checks of a partition
+        unrestricted = routes.unrestricted
+        if key is not None and partition is None and defer is None:
+            # a key with a known count, on routes that take everything or for messages that
+            # any route takes (nothing to refuse): what slot_for() gives, without its checks
             count = routes.count
-            if count > 0:
+            if count > 0 and (unrestricted or _plain(messages)):
                 return self.memo.slot(key, count)
         if defer is not None or (
-            not routes.unrestricted
-            and (
-                partition is not None
-                or not all(m.trace_id is None and m.ext is None for m in messages)
-            )
+            not unrestricted and (partition is not None or not _plain(messages))
         ):
             check_features(
                 routes.fork,

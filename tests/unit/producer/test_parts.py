@@ -241,6 +241,15 @@ def test_the_keys_remembered_are_bounded() -> None:
     assert counting.hashed == [0]
 
 
+def test_a_keyed_message_with_a_feature_the_topic_lacks_is_refused() -> None:
+    table = _topic(get_strategy("murmur3"))
+    routes = Routes.from_map(fork_map({0: 1, 1: 2}, 2))  # not an ext topic
+    plain = table.place(routes, [PublishMessage(b"x")], "k", None)
+    assert plain == get_strategy("murmur3").partition("k", 2)
+    with pytest.raises(UnsupportedByServer, match="not an ext topic"):
+        table.place(routes, [PublishMessage(b"x"), PublishMessage(b"y", None, b"{}")], "k", None)
+
+
 def test_features_each_server_lacks_are_refused_before_sending() -> None:
     plain, traced, ext = (
         PublishMessage(b"x"),
