@@ -264,6 +264,11 @@ class Sender:
                     lane.sending -= 1
                 settle(runs, results, self.splits)
                 runs = []
+                if lane.slot is not None and lane.queue:
+                    # a keyed lane has this one task: the callers just settled publish again
+                    # in the next turn, and ride the next batch with the calls queued meanwhile
+                    # (without it, two halves alternate, each a command per round trip)
+                    await asyncio.sleep(0)
         except asyncio.CancelledError:
             closed = PublishError(
                 f"publish to {topic.name!r} partition {lane.slot}: the producer closed before "

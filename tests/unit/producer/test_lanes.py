@@ -62,6 +62,44 @@ async def test_a_call_split_over_batches_gets_every_outcome_in_order() -> None:
     ]  # fmt: skip
 
 
+async def test_a_keyed_caller_answered_by_a_batch_rides_the_next_with_those_queued() -> None:
+    sent: list[list[bytes]] = []
+    out = asyncio.Event()
+
+    async def send(
+        topic: str, messages: list[PublishMessage], slot: int | None
+    ) -> list[PublishResult]:
+        sent.append([m.body for m in messages])
+        out.set()
+        await asyncio.sleep(0)
+        return [PublishResult(topic, slot, "node", 1, internal_id=len(sent)) for _ in messages]
+
+    def builder(routes: Routes | None) -> BatchBuilder:
+        return BatchBuilder(max_msg_size=1 << 20, max_body_size=5 << 20, max_count=10)
+
+    lanes = Lanes(send=send, builder=builder, max_batch=10)
+
+    async def again() -> None:  # publishes, and publishes again once answered
+        await lanes.submit("t", 0, _bodies("a", 1))
+        await lanes.submit("t", 0, _bodies("again", 1))
+
+    caller = asyncio.create_task(again())
+    await out.wait()  # a0 is out
+    other = lanes.submit("t", 0, _bodies("b", 1))
+    await asyncio.gather(caller, other)
+    assert sent == [[b"a0"], [b"b0", b"again0"]]  # not [b"b0"], then [b"again0"]
+
+
+async def test_a_topic_is_used_until_its_lane_has_sent_everything() -> None:
+    sent: list[list[bytes]] = []
+    lanes = _lanes(sent, max_batch=3)
+    lanes.topic.last_used = 0.0
+    await lanes.submit("t", None, _bodies("u", 1))
+    while lanes.topic.busy:
+        await asyncio.sleep(0)
+    assert lanes.topic.last_used > 0.0  # the sweeper counts it idle from here
+
+
 async def test_a_failed_batch_fails_only_its_messages_of_a_split_call() -> None:
     sent: list[list[bytes]] = []
     lanes = _lanes(sent, max_batch=2, fail={1})
