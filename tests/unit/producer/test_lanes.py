@@ -95,8 +95,8 @@ async def test_a_topic_is_used_until_its_lane_has_sent_everything() -> None:
     lanes = _lanes(sent, max_batch=3)
     lanes.topic.last_used = 0.0
     await lanes.submit("t", None, _bodies("u", 1))
-    while lanes.topic.busy:
-        await asyncio.sleep(0)
+    await asyncio.gather(*(task for lane in lanes.topic.lanes.values() for task in lane.senders))
+    assert not lanes.topic.busy
     assert lanes.topic.last_used > 0.0  # the sweeper counts it idle from here
 
 
