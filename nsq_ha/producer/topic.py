@@ -35,7 +35,7 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import LookupClient, PartitionMap
-from nsq_ha.producer.batch import Call
+from nsq_ha.producer.batch import Call, plain_size
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import Routes, check_features
 from nsq_ha.protocol.publish import PublishMessage
@@ -99,14 +99,6 @@ class SlotMemo:
             memo[key] = slot
             self._size += 1
         return slot
-
-
-def _plain(messages: Sequence[PublishMessage]) -> bool:
-    """Whether no message has a trace id or ext headers (what every route takes)."""
-    for message in messages:
-        if message.trace_id is not None or message.ext is not None:
-            return False
-    return True
 
 
 @dataclass(slots=True)
@@ -358,10 +350,10 @@ class Topic:
             # a key with a known count, on routes that take everything or for messages that
             # any route takes (nothing to refuse): what slot_for() gives, without its checks
             count = routes.count
-            if count > 0 and (unrestricted or _plain(messages)):
+            if count > 0 and (unrestricted or plain_size(messages) is not None):
                 return self.memo.slot(key, count)
         if defer is not None or (
-            not unrestricted and (partition is not None or not _plain(messages))
+            not unrestricted and (partition is not None or plain_size(messages) is None)
         ):
             check_features(
                 routes.fork,
