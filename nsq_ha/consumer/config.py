@@ -1,7 +1,6 @@
 """Every option of a :class:`~nsq_ha.consumer.Consumer`, checked once: :class:`ConsumerConfig`.
 
-Both Consumers (through :func:`consumer_config`), the CLI and the Spark source build one, so
-they accept the same options with the same defaults and refuse the same bad values.
+Both Consumers (through :func:`consumer_config`), the CLI and the Spark source build one.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ from nsq_ha.consumer.backoff import BackoffStrategy, Exponential
 from nsq_ha.consumer.checks import check_count, check_requeue_delay
 from nsq_ha.consumer.message import Message
 from nsq_ha.consumer.positions import StartPosition, check_start
-from nsq_ha.consumer.rdy import HOLD_TIMEOUT, IDLE_TIMEOUT
-from nsq_ha.durations import seconds
+from nsq_ha.durations import optional_seconds, seconds
 from nsq_ha.errors import ConfigError
 from nsq_ha.lookup import LookupClient
 from nsq_ha.protocol.identify import ExtFilter
@@ -68,19 +66,16 @@ class ConsumerConfig:
         member: ``(i, n)``: only partitions ``p % n == i``.
         start: where a **new** channel starts: ``"earliest"`` (the first retained message),
             ``"latest"`` (the end: what the fork does anyway), a time (Unix seconds, or an
-            aware :class:`~datetime.datetime`; a naive one is refused; applied to the second,
-            rounded down) or ``{partition: offset}`` (queue offsets, e.g. a message's
-            ``offset``; partitions not named start at the end). Applied before the partition's
-            first SUB when its leader does not have the channel yet; an existing channel keeps
-            its position (a restarted consumer does not rewind its group). Two consumers of one
-            channel starting at the same moment may both find it new: the second then moves
-            what the first may have begun to consume. Needs ``lookupd=`` or ``lookup=``.
-            Vanilla nsqd has no start position: ``"earliest"`` holds on a topic's first
-            channel, ``"latest"`` on a later one, and ``Consumer.start`` raises
-            :class:`~nsq_ha.errors.UnsupportedByServerError` for anything else (a time,
-            offsets, ``"earliest"`` on a topic that has other channels, ``"latest"`` on one
-            that has none) before subscribing. A partition that never had a message is at any
-            position already.
+            aware :class:`~datetime.datetime`; to the second, rounded down) or
+            ``{partition: offset}`` (queue offsets, e.g. a message's ``offset``; partitions not
+            named start at the end). Applied before the partition's first SUB when its leader
+            does not have the channel yet; an existing channel keeps its position (a restarted
+            consumer does not rewind its group; two consumers creating the channel at the same
+            moment may both move it). Needs ``lookupd=`` or ``lookup=``. Vanilla nsqd has no
+            start position: ``"earliest"`` holds on a topic's first channel, ``"latest"`` on a
+            later one, and ``Consumer.start`` raises
+            :class:`~nsq_ha.errors.UnsupportedByServerError` for anything else before
+            subscribing. A partition that never had a message is at any position already.
         desired_tag: sent in IDENTIFY; overrides ``connection``'s (:meth:`connection_config`).
         ext_filter: sent in IDENTIFY; overrides ``connection``'s.
         max_attempts: (0 = unlimited) a message delivered more often goes to ``on_give_up``
@@ -140,8 +135,8 @@ class ConsumerConfig:
     lookup_interval: float = 15.0
     drain_timeout: float = 30.0
     rdy_redistribute_interval: float = 5.0
-    low_rdy_idle_timeout: float = IDLE_TIMEOUT
-    low_rdy_timeout: float = HOLD_TIMEOUT
+    low_rdy_idle_timeout: float = 10.0
+    low_rdy_timeout: float = 30.0
     reconnect_interval: float = RECONNECT.initial
     max_reconnect_interval: float = RECONNECT.cap
 
@@ -150,8 +145,7 @@ class ConsumerConfig:
         put = object.__setattr__
         validate_topic(self.topic)
         validate_channel(self.channel)
-        given = [x is not None for x in (self.lookupd, self.lookup, self.nsqd)]
-        if sum(given) != 1:
+        if sum(x is not None for x in (self.lookupd, self.lookup, self.nsqd)) != 1:
             raise ConfigError("give exactly one of lookupd=, lookup= or nsqd=")
         if self.ordered and self.sample_rate:
             raise ConfigError("ordered consumption needs sample_rate 0 (nsqd refuses otherwise)")
@@ -174,8 +168,7 @@ class ConsumerConfig:
                 f"max_reconnect_interval ({self.max_reconnect_interval:g} s) is below "
                 f"reconnect_interval ({self.reconnect_interval:g} s)"
             )
-        if self.msg_timeout is not None:
-            put(self, "msg_timeout", seconds(self.msg_timeout, "msg_timeout"))
+        put(self, "msg_timeout", optional_seconds(self.msg_timeout, "msg_timeout", zero=False))
         if self.lookup is not None and not isinstance(self.lookup, LookupClient):
             raise ConfigError(f"lookup must be a LookupClient, got {self.lookup!r}")
         for name in ("lookupd", "nsqd"):
@@ -185,11 +178,32 @@ class ConsumerConfig:
                 if not addresses:
                     raise ConfigError(f"{name}= needs at least one address")
                 put(self, name, tuple(dict.fromkeys(addresses)))
-        put(self, "partitions", _partitions(self.partitions))
-        put(self, "member", _member(self.member))
-        if self.member is not None and self.nsqd is not None:
-            raise ConfigError("member= needs the partition map: use lookupd= or lookup=")
-        put(self, "start", check_start(self.start, partitions=self.partitions, member=self.member))
+        if (chosen := self.partitions) is not None:
+            if isinstance(chosen, str | bytes) or not isinstance(chosen, Iterable):
+                raise ConfigError(f"partitions must be a collection of ints, got {chosen!r}")
+            chosen = list(chosen)
+            if any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in chosen):
+                raise ConfigError(f"partitions must be ints >= 0, got {chosen!r}")
+            put(self, "partitions", frozenset(chosen))
+        if (member := self.member) is not None:  # (i, n): the partitions p % n == i
+            try:
+                index, count = member
+            except (TypeError, ValueError):
+                raise ConfigError(f"member must be (index, count), got {member!r}") from None
+            if any(isinstance(x, bool) or not isinstance(x, int) for x in (index, count)):
+                raise ConfigError(f"member must be two ints, got {member!r}")
+            if count < 1 or not 0 <= index < count:
+                raise ConfigError(f"member=(i, n) needs n >= 1 and 0 <= i < n, got {member!r}")
+            if self.nsqd is not None:
+                raise ConfigError("member= needs the partition map: use lookupd= or lookup=")
+            put(self, "member", (index, count))
+        put(self, "start", start := check_start(self.start))
+        others = sorted(p for p in start if not self.wants(p)) if isinstance(start, dict) else []
+        if others:
+            raise ConfigError(
+                f"start names partitions {others}, which this consumer does not read "
+                "(partitions=/member=): leave them out"
+            )
         if self.start is not None and self.nsqd is not None:
             raise ConfigError(
                 "start= needs nsqlookupd (lookupd= or lookup=): it is applied on each "
@@ -262,10 +276,7 @@ _OPTION_NAMES = tuple(
 
 
 def consumer_config(
-    topic: str | None,
-    channel: str | None,
-    config: object,
-    options: ConsumerOptions,
+    topic: str | None, channel: str | None, config: object, options: ConsumerOptions
 ) -> ConsumerConfig:
     """The ConsumerConfig of a Consumer's arguments (async or blocking, the same way): the
     options made into one, or ``config`` whole (then no option may be given, and
@@ -301,30 +312,3 @@ def consumer_config(
                 f"{name}={value!r} differs from the ConsumerConfig's {getattr(config, name)!r}"
             )
     return config
-
-
-def _member(value: tuple[int, int] | None) -> tuple[int, int] | None:
-    """``member=(index, count)``: this consumer takes the partitions ``p % count == index``."""
-    if value is None:
-        return None
-    try:
-        index, count = value
-    except (TypeError, ValueError):
-        raise ConfigError(f"member must be (index, count), got {value!r}") from None
-    if any(isinstance(x, bool) or not isinstance(x, int) for x in (index, count)):
-        raise ConfigError(f"member must be two ints, got {value!r}")
-    if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"member=(i, n) needs n >= 1 and 0 <= i < n, got {value!r}")
-    return index, count
-
-
-def _partitions(value: Iterable[int] | None) -> frozenset[int] | None:
-    """``partitions=``: ints >= 0 (``None``: every partition)."""
-    if value is None:
-        return None
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise ConfigError(f"partitions must be a collection of ints, got {value!r}")
-    chosen = list(value)
-    if any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in chosen):
-        raise ConfigError(f"partitions must be ints >= 0, got {chosen!r}")
-    return frozenset(chosen)

@@ -1,7 +1,6 @@
 """The asyncio consumer: one connection per (nsqd, partition), ordered when the topic says so.
 
-:class:`Consumer` is the public face over the parts ``ARCHITECTURE.md`` lists; each is given
-what it needs and none calls back into the consumer.
+:class:`Consumer` is the face over the parts ``ARCHITECTURE.md`` lists; none calls back into it.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.handout import Intake
 from nsq_ha.consumer.message import Message
 from nsq_ha.consumer.positions import move, move_all, nsqd_admin, seek_body
-from nsq_ha.consumer.slots import ConnKey, Slot, SlotContext, Tally, slot_of, wait_answered
+from nsq_ha.consumer.slots import TOTALS, ConnKey, SlotContext, Tally, slot_of, wait_answered
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.durations import optional_seconds, seconds
 from nsq_ha.errors import ConfigError, ConsumerClosedError, MessageResponseError
@@ -66,31 +65,23 @@ class Consumer:
         config: ConsumerConfig | None = None,
         **options: Unpack[ConsumerOptions],
     ) -> None:
-        self._config = consumer_config(topic, channel, config, options)
-        cfg = self._config
-        self._tally = Tally()
-        self._flow = Flow(cfg)
-        self._background = Background()
-        self._intake = Intake(cfg, self._background)
-        self._held_changed = asyncio.Event()
+        self._config = cfg = consumer_config(topic, channel, config, options)
+        self._tally = tally = Tally()
+        self._flow = flow = Flow(cfg)
+        self._background = background = Background()
+        self._intake = intake = Intake(cfg, background)
+        self._held_changed = changed = asyncio.Event()
         context = SlotContext(
-            config=cfg,
-            flow=self._flow,
-            planner=self._flow.planner,
-            tally=self._tally,
-            held_changed=self._held_changed,
-            deliver=self._intake.deliver,
-            settled=self._intake.answered,
+            cfg, flow, flow.planner, tally, changed, intake.deliver, intake.answered
         )
         # last: every check above may refuse the options before a lookup client is made
-        self._discovery = Discovery(context, self._background)
+        self._discovery = Discovery(context, background)
         self._started = False
-        self._closing = False
-        self._close_task: asyncio.Task[None] | None = None
+        self._close_task: asyncio.Task[None] | None = None  # set by close()
 
     def __repr__(self) -> str:
         mode = "ordered" if self.is_ordered else "plain"
-        state = "closed" if self._closing else "started" if self._started else "new"
+        state = "closed" if self._close_task else "started" if self._started else "new"
         return (
             f"<Consumer {self.topic}/{self.channel} {mode} {state} "
             f"connections={len(self._discovery.slots)} in_flight={self._in_flight()} "
@@ -143,13 +134,10 @@ class Consumer:
     @property
     def stats(self) -> dict[str, Any]:
         """Counters: received, finished, requeued, timed_out, given_up, abandoned (connection
-        lost while held), in_flight, connections, backoff_level, rdy (the RDY given, summed),
-        and the same per partition (``partitions``; key -1 on vanilla), with
+        lost while held), in_flight, queued, connections, backoff_level, rdy (the RDY given,
+        summed), and the same per partition (``partitions``; key -1 on vanilla), with
         ``leader_changes`` there."""
-        totals: dict[str, Any] = {
-            name: self._tally.total(name)
-            for name in ("received", "finished", "requeued", "timed_out", "given_up", "abandoned")
-        }
+        totals: dict[str, Any] = {name: self._tally.total(name) for name in TOTALS}
         slots = self._discovery.slots.values()
         totals["in_flight"] = self._in_flight()
         totals["queued"] = self._intake.queued
@@ -182,7 +170,7 @@ class Consumer:
         ``partitions``/``member`` on vanilla. Connections that fail for a passing reason
         (a node down, a leader moving) are retried in the background.
         """
-        if self._closing:
+        if self._close_task is not None:
             raise ConsumerClosedError(f"{self!r} is closed")
         if self._started:
             return
@@ -225,13 +213,13 @@ class Consumer:
     async def sync(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a limit
         """Return once nsqd has processed every answer (FIN, REQ, TOUCH) given so far, on
         every connection: a message finished before the call stays finished even if this
-        process dies right after it returns (nsqd answers none of these, so a process that
-        ends at once may otherwise lose them unsent and get the messages again).
+        process dies right after (nsqd acknowledges none of these: a process that ends at once
+        may lose them unsent, and get the messages again).
 
-        One round trip per connection, concurrently. ``timeout`` bounds each (default: the
+        One round trip per connection, concurrently, each bounded by ``timeout`` (default: the
         connection's ``command_timeout``); the first failure (an
-        :class:`~nsq_ha.errors.NsqTimeoutError`, or the connection gone, in which case nsqd
-        redelivers what it had in flight there) is raised once every connection answered.
+        :class:`~nsq_ha.errors.NsqTimeoutError`, or the connection gone: nsqd redelivers what it
+        had in flight there) is raised once every connection answered.
         """
         limit = optional_seconds(timeout, "timeout")
         live = [conn for conn in self.connections.values() if not conn.closed]
@@ -264,10 +252,9 @@ class Consumer:
         """Call ``handler(message)`` for every message until :meth:`close`.
 
         A return finishes the message (unless the handler answered it), an exception requeues
-        it (with backoff), cancelling ``run()`` requeues it at once (no backoff).
-        ``concurrency`` handlers run at once (default ``max_in_flight``, at
-        most 256). On an ordered subscription different partitions are handled concurrently,
-        each one message at a time (see the class).
+        it (with backoff), cancelling ``run()`` requeues it at once (no backoff). ``concurrency``
+        handlers run at once (default ``max_in_flight``, at most 256); on an ordered
+        subscription each partition is handled one message at a time (see the class).
         """
         if concurrency is None:
             concurrency = min(max(1, self.max_in_flight), 256)
@@ -366,7 +353,7 @@ class Consumer:
         position = seek_body(offset=offset, timestamp=timestamp, count=count, end=end)
         for slot in self._discovery.slots.values():  # what was finished last may come again
             if partition is None or slot.partition == partition:
-                slot.forget_finished()
+                slot.finished = b""
         if partition is None:
             if offset:
                 raise ConfigError(
@@ -394,12 +381,9 @@ class Consumer:
         the sockets close.
         """
         if self._close_task is None:
-            timeout = (
-                self._config.drain_timeout
-                if drain_timeout is None
-                else seconds(drain_timeout, "drain_timeout", zero=True)
-            )
-            self._closing = True
+            timeout = self._config.drain_timeout
+            if drain_timeout is not None:
+                timeout = seconds(drain_timeout, "drain_timeout", zero=True)
             self._close_task = asyncio.get_running_loop().create_task(self._drain(timeout))
             self._close_task.add_done_callback(lambda _: log.info("closed %r", self))
         await asyncio.shield(self._close_task)
@@ -428,16 +412,7 @@ class Consumer:
             for message in list(slot.held.values()):
                 log.warning("closing: %r still held after %.1f s: requeueing it", message, timeout)
                 slot.requeue_now(message)
-        await self._sync_answers(slots)
-        await asyncio.gather(
-            *(s.conn.close() for s in slots if s.conn is not None), return_exceptions=True
-        )
-        # watchers end with their sockets; a stuck on_give_up is cut off
-        await self._background.finish(max(timeout, 1.0))
-        await discovery.close()
-
-    async def _sync_answers(self, slots: list[Slot]) -> None:
-        """Round trips until no message raced in: then nsqd has processed every answer."""
+        # round trips until no message raced in: then nsqd has processed every answer
         for _ in range(SYNC_ROUNDS):
             before = self._tally.total("received")
             live = [s.conn for s in slots if s.conn is not None and not s.conn.closed]
@@ -446,14 +421,19 @@ class Consumer:
                 if isinstance(result, BaseException):
                     log.warning("closing: sync with %s failed: %s", conn.address, result)
             if self._tally.total("received") == before:
-                return
-        log.warning("closing: messages kept arriving after CLS; some may stay in flight")
+                break
+        else:
+            log.warning("closing: messages kept arriving after CLS; some may stay in flight")
+        await asyncio.gather(
+            *(s.conn.close() for s in slots if s.conn is not None), return_exceptions=True
+        )
+        # watchers end with their sockets; a stuck on_give_up is cut off
+        await self._background.finish(max(timeout, 1.0))
+        await discovery.close()
 
 
 async def _call_handler(
-    handler: Callable[[Any], Awaitable[object] | object],
-    argument: object,
-    messages: list[Message],
+    handler: Callable[[Any], Awaitable[object] | object], argument: object, messages: list[Message]
 ) -> None:
     """Run ``handler(argument)``; then finish the messages it left unanswered, or requeue them
     (with backoff) if it raised."""

@@ -1,19 +1,15 @@
 """Handing delivered messages out to the application: :class:`Intake`.
 
-Every delivered message comes through :meth:`Intake.deliver` and leaves through the queue, to
-``get()``/``async for``, ``run()`` or ``run_batches()``, or to ``on_give_up`` after too
-many attempts.
+Every delivered message comes through :meth:`Intake.deliver` and leaves through the queue (to
+``get()``/``async for``, ``run()`` or ``run_batches()``) or to ``on_give_up``.
 
 Why a gate on ordered subscriptions: nsqd has one message of a partition out at a time, but it
 sends that message again while the first delivery may still be in a handler (after
-``msg_timeout``, a requeue, or a leader move, then on the new leader's connection). Handing the
-copy out at once would let a second handler finish it, nsqd would send the next messages, and
-their handlers could complete before the first one. So :class:`PartitionGate` keeps, per
-partition, the one message whose handling is under way and parks what arrives for that
-partition meanwhile. That handling ends (:meth:`Intake.release`) when ``run()``'s or
-``run_batches()``' handler call holding it returns, when ``on_give_up`` returns, or, for a
-message from :meth:`Intake.get`, when it is answered, the task that got it asks again, or that
-task ends (:class:`Claims`).
+``msg_timeout``, a requeue, or a leader move). Handing the copy out would let a second handler
+finish it, and the next messages' handlers complete before the first. So :class:`PartitionGate`
+keeps, per partition, the message whose handling is under way and parks what arrives meanwhile.
+That handling ends (:meth:`Intake.release`) when the ``run()``/``run_batches()`` handler call
+or ``on_give_up`` holding it returns, or, for :meth:`Intake.get`, as :class:`Claims` says.
 """
 
 from __future__ import annotations
@@ -112,11 +108,11 @@ class PartitionGate:
 
 class Claims:
     """Ordered messages handed out by ``get()`` / ``get_many()`` / ``async for``, by the task
-    that got them; ``release(message)`` is called when their handling ends.
+    that got them: each is released once answered, or when the task asks again or ends.
 
-    A task that got one stays known, with its done callback, until it ends, even while it holds
-    nothing: an ``async for`` loop over an ordered partition claims a message per turn, and
-    adding and removing the callback each time cost more than the rest of the claim."""
+    A task stays known (with its done callback) until it ends, even while it holds nothing: an
+    ``async for`` loop claims a message per turn, and adding and removing the callback each
+    time cost more than the rest of the claim."""
 
     __slots__ = ("_by_task", "_release")
 
@@ -197,9 +193,8 @@ class Intake:
         self._getters: deque[asyncio.Future[None]] = deque()
         self._gate = PartitionGate()
         self._claims = Claims(self.release)
-        #: the loop the readers run on (set by the first wait or claim)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        #: set when the consumer starts closing: what arrives from then on is requeued
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by the first wait or claim
+        #: the consumer is closing: what arrives from now on is requeued
         self.closing = False
         self._stopped = False
 
@@ -272,9 +267,20 @@ class Intake:
                     await result
         except BaseException as exc:  # sys.exit() in on_give_up must not hold the message
             failed = True
-            _report_give_up(message, exc)
             if isinstance(exc, asyncio.CancelledError):
-                raise
+                raise  # close() cut it off; Background.finish logged that
+            if isinstance(exc, SystemExit | KeyboardInterrupt):
+                log.error(
+                    "on_give_up raised %s on %r: on_give_up must not call sys.exit() or raise "
+                    "KeyboardInterrupt (it runs on the client's event loop, which would stop "
+                    "every client on it); the message is requeued and the consumer keeps "
+                    "running. To stop the program, close the consumer or signal the main thread",
+                    type(exc).__name__,
+                    message,
+                    exc_info=exc,
+                )
+            else:
+                log.error("on_give_up failed for %r: requeueing it instead", message, exc_info=exc)
         finally:
             if not message.responded:
                 with contextlib.suppress(MessageResponseError):
@@ -424,20 +430,3 @@ class Intake:
                 requeued += 1
         self._put(None)  # readers stop (each puts it back for the next)
         return requeued
-
-
-def _report_give_up(message: Message, exc: BaseException) -> None:
-    if isinstance(exc, asyncio.CancelledError):
-        return  # close() cut it off; Background.finish logged that
-    if isinstance(exc, SystemExit | KeyboardInterrupt):
-        log.error(
-            "on_give_up raised %s on %r: on_give_up must not call sys.exit() or raise "
-            "KeyboardInterrupt (it runs on the client's event loop, which would stop every client "
-            "on it); the message is requeued and the consumer keeps running. To stop the program, "
-            "close the consumer or signal the main thread",
-            type(exc).__name__,
-            message,
-            exc_info=exc,
-        )
-    else:
-        log.error("on_give_up failed for %r: requeueing it instead", message, exc_info=exc)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
@@ -60,10 +60,9 @@ _EMPTY_LOG = "commit log end of file"
 _NOT_LEADER = "E_FAILED_ON_NOT_LEADER"
 
 
-def check_start(
-    value: object, *, partitions: Iterable[int] | None, member: tuple[int, int] | None
-) -> Start | None:
-    """``start=`` checked and normalized, or :class:`ConfigError` saying what is accepted."""
+def check_start(value: object) -> Start | None:
+    """``start=`` checked and normalized, or :class:`ConfigError` saying what is accepted
+    (whether the consumer reads the partitions named is :class:`ConsumerConfig`'s check)."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -82,20 +81,11 @@ def check_start(
         return seconds(value.timestamp(), "start (a time)", zero=True)
     if isinstance(value, numbers.Real):  # seconds() refuses bools, NaN, infinities, < 0
         return seconds(value, "start (Unix seconds)", zero=True)
-    if isinstance(value, Mapping):
-        chosen = None if partitions is None else frozenset(partitions)
-        return _check_offsets(value, chosen, member)
-    raise ConfigError(
-        "start must be 'earliest', 'latest', Unix seconds, an aware datetime or "
-        f"{{partition: offset}}, got {type(value).__name__} {value!r:.60}"
-    )
-
-
-def _check_offsets(
-    value: Mapping[object, object],
-    partitions: frozenset[int] | None,
-    member: tuple[int, int] | None,
-) -> dict[int, int]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            "start must be 'earliest', 'latest', Unix seconds, an aware datetime or "
+            f"{{partition: offset}}, got {type(value).__name__} {value!r:.60}"
+        )
     offsets: dict[int, int] = {}
     for partition, offset in value.items():
         if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
@@ -111,17 +101,6 @@ def _check_offsets(
         offsets[partition] = offset
     if not offsets:
         raise ConfigError("start={} names no partition: give {partition: offset, ...} or None")
-    others = sorted(
-        p
-        for p in offsets
-        if (partitions is not None and p not in partitions)
-        or (member is not None and p % member[1] != member[0])
-    )
-    if others:
-        raise ConfigError(
-            f"start names partitions {others}, which this consumer does not read "
-            "(partitions=/member=): leave them out"
-        )
     return offsets
 
 
@@ -216,15 +195,13 @@ def retriable(exc: NsqError) -> NsqError:
 
 async def channel_exists(admin: NsqdAdmin, topic: str, channel: str, partition: int) -> bool:
     """True when the leader's ``/stats`` lists ``channel`` in ``partition``."""
-    entries = await admin.stats(topic, partition, channel=channel, clients=False)
-    return any(_lists(entry, channel) for entry in entries)
-
-
-def _lists(entry: Mapping[str, object], channel: str) -> bool:
-    channels = entry.get("channels")
-    if not isinstance(channels, list):
-        return False
-    return any(isinstance(c, dict) and c.get("channel_name") == channel for c in channels)
+    for entry in await admin.stats(topic, partition, channel=channel, clients=False):
+        channels = entry.get("channels")
+        if isinstance(channels, list) and any(
+            isinstance(c, dict) and c.get("channel_name") == channel for c in channels
+        ):
+            return True
+    return False
 
 
 async def move_all(

@@ -18,21 +18,19 @@ Rules (PROTOCOL.md §6.5 describes what the fork's SDKs and pynsq do; these are 
 * **More connections than budget** (``max_in_flight < connections``): each connection gets at
   most 1; :meth:`RdyPlanner.redistribute` (called periodically) takes RDY from connections idle
   for ``idle_timeout`` or holding it for ``hold_timeout`` while others wait, and gives the
-  budget to the connections that have waited longest. Every partition gets its turn.
+  budget to the connections that have waited longest (ties: the one added first), so every
+  partition gets its turn, deterministically.
 * **Backoff.** A failed message raises the backoff level and sets every connection to RDY 0
   (one delivered before, failing meanwhile, changes nothing); when the consumer's timer fires
   (:meth:`RdyPlanner.backoff_elapsed`) one connection gets RDY 1 to test the waters, once
   nothing else is in flight. A success lowers the level (at level 0 every connection is back to
   its share); a failure raises it again.
 * ``max_in_flight == 0`` pauses everything; raising it again re-probes every connection.
-
-Ties between waiting connections go to the one that has waited longest (then the one added
-first): deterministic, and no connection waits forever.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from nsq_ha.errors import ConfigError
@@ -43,11 +41,6 @@ __all__ = ["ConnRdy", "RdyPlanner"]
 DEFAULT_MAX_RDY = 2500
 #: A connection counts as starved when its in-flight count reaches this share of its RDY.
 STARVED_RATIO = 0.85
-#: With more connections than budget: RDY is taken from a connection idle this long (s) ...
-IDLE_TIMEOUT = 10.0
-#: ... or holding it this long while others wait (s). The consumer's ``low_rdy_idle_timeout``
-#: and ``low_rdy_timeout`` default to these.
-HOLD_TIMEOUT = 30.0
 #: The highest backoff level (the default backoff's pause reaches its 2 minutes at 8).
 MAX_LEVEL = 8
 
@@ -73,23 +66,22 @@ class ConnRdy:
 class RdyPlanner:
     """Decides each connection's RDY. Every method returns ``{key: new_rdy}`` for the changes.
 
-    The values come checked (``ConsumerConfig``, ``Consumer.set_max_in_flight``). ``clock``
-    returns seconds (monotonic); tests pass a fake one.
+    The values come checked (``ConsumerConfig``: ``idle_timeout`` and ``hold_timeout`` are its
+    ``low_rdy_idle_timeout`` and ``low_rdy_timeout``). ``clock`` returns monotonic seconds.
     """
 
     def __init__(
         self,
         max_in_flight: int,
         *,
-        idle_timeout: float = IDLE_TIMEOUT,
-        hold_timeout: float = HOLD_TIMEOUT,
+        idle_timeout: float,
+        hold_timeout: float,
         clock: Callable[[], float],
     ) -> None:
         self.max_in_flight = max_in_flight
         self.idle_timeout = idle_timeout
         self.hold_timeout = hold_timeout
         self._clock = clock
-        #: what it knows of each connection, by key
         self.conns: dict[Hashable, ConnRdy] = {}
         #: backoff level (0 = not backing off)
         self.level = 0
@@ -218,16 +210,8 @@ class RdyPlanner:
 
     def stop(self) -> dict[Hashable, int]:
         """Closing: every connection to RDY 0 for good."""
-        changes: dict[Hashable, int] = {}
         self.max_in_flight = 0
-        self._at_goals = False
-        for c in self.conns.values():
-            self._set(c, 0, changes)
-        return changes
-
-    def _longest_waiting(self, candidates: Iterable[ConnRdy]) -> list[ConnRdy]:
-        # sorted() is stable and candidates come in the order added: ties go to the oldest
-        return sorted(candidates, key=lambda c: c.waiting_since)
+        return self._plan({})
 
     def _set(self, conn: ConnRdy, value: int, changes: dict[Hashable, int]) -> None:
         if conn.rdy == value:
@@ -243,9 +227,7 @@ class RdyPlanner:
 
     def _block(self, changes: dict[Hashable, int]) -> None:
         self.blocked = True
-        self._at_goals = False
-        for c in self.conns.values():
-            self._set(c, 0, changes)
+        self._plan(changes)  # every connection to 0
 
     def _goal(self, conn: ConnRdy, share: int) -> int:
         if not conn.got_message:
@@ -277,8 +259,8 @@ class RdyPlanner:
                 before = max(c.rdy, c.in_flight)
                 self._set(c, 0, changes)
                 used -= before - c.in_flight
-        # then raise, longest-waiting first, while the budget allows
-        for c in self._longest_waiting(conns):
+        # then raise, longest-waiting first (sorted() is stable: ties go to the one added first)
+        for c in sorted(conns, key=lambda c: c.waiting_since):
             goal = 1 if many else self._goal(c, share)
             if c.rdy >= goal or (many and c.rdy == 0 and c.in_flight > 0):
                 continue
@@ -297,7 +279,6 @@ class RdyPlanner:
             self._set(extra, 0, changes)
         if testers or any(c.in_flight for c in conns):
             return changes
-        candidates = self._longest_waiting(conns)
-        if candidates:
-            self._set(candidates[0], 1, changes)
+        if conns:
+            self._set(min(conns, key=lambda c: c.waiting_since), 1, changes)
         return changes

@@ -29,14 +29,7 @@ from nsq_ha.errors import (
 )
 from nsq_ha.protocol.message import DecodedMessage
 
-__all__ = [
-    "ConnKey",
-    "Slot",
-    "SlotContext",
-    "Tally",
-    "slot_of",
-    "wait_answered",
-]
+__all__ = ["ConnKey", "Slot", "SlotContext", "Tally", "slot_of", "wait_answered"]
 
 log = logging.getLogger(__name__)
 
@@ -51,17 +44,10 @@ _COUNTER: Final = {
 }
 _ACTION: Final = {Outcome.FINISHED: "finish", Outcome.REQUEUED: "requeue"}
 
-
+#: the counters ``Consumer.stats`` sums over the partitions
+TOTALS = ("received", "finished", "requeued", "timed_out", "given_up", "abandoned")
 #: every counter of a partition (``Consumer.stats`` shows those above 0)
-COUNTERS = (
-    "received",
-    "finished",
-    "requeued",
-    "timed_out",
-    "given_up",
-    "abandoned",
-    "leader_changes",
-)
+COUNTERS = (*TOTALS, "leader_changes")
 
 
 class Tally:
@@ -79,6 +65,7 @@ class Tally:
         self.partitions: dict[int, dict[str, int]] = {}
 
     def total(self, name: str) -> int:
+        """``name``'s count, summed over the partitions."""
         return sum(counter.get(name, 0) for counter in self.partitions.values())
 
     def of(self, partition: int | None) -> dict[str, int]:
@@ -152,12 +139,21 @@ class Slot:
     def on_message(self, decoded: DecodedMessage) -> None:
         """A message arrived: hold it and hand it on.
 
-        On an ordered channel, a copy of the message finished last is finished again, not
-        handed out: right after a move (``setoffset``) the fork may deliver what its pump had
-        read ahead, then the same message again from the new position once the first FIN is
-        in (:meth:`forget_finished` lets the message come again after a seek of our own)."""
+        On an ordered channel a copy of the message finished last is finished again, not handed
+        out: right after a move (``setoffset``) the fork may deliver what its pump read ahead,
+        then the same message from the new position once the first FIN is in (nsqd holds the
+        copy in flight; the next message waits for its answer). Our own seek clears it."""
         if self.ordered and decoded.id == self.finished:
-            self._repeat(decoded)
+            log.info(
+                "%s: nsqd delivered message %s again right after it was finished (the copy its "
+                "pump read ahead before a move): finished again, not handed out",
+                self,
+                decoded.id.hex(),
+            )
+            conn = self.conn
+            if conn is not None and not conn.closed:
+                with contextlib.suppress(NsqError):  # a closed connection forgets it anyway
+                    conn.fin(decoded.id)
             return
         message = Message(decoded, self)
         previous = self.held.get(decoded.id)
@@ -235,23 +231,6 @@ class Slot:
         if self.ordered:
             self.finished = message_id if outcome is Outcome.FINISHED else b""
             self.ctx.settled(message)
-
-    def forget_finished(self) -> None:
-        """A seek of this consumer's: the message finished last may come again, and is read."""
-        self.finished = b""
-
-    def _repeat(self, decoded: DecodedMessage) -> None:
-        """nsqd holds the copy in flight (the next ordered message waits for its answer)."""
-        log.info(
-            "%s: nsqd delivered message %s again right after it was finished (the copy its "
-            "pump read ahead before a move): finished again, not handed out",
-            self,
-            decoded.id.hex(),
-        )
-        conn = self.conn
-        if conn is not None and not conn.closed:
-            with contextlib.suppress(NsqError):  # a closed connection forgets it anyway
-                conn.fin(decoded.id)
 
     def _gone(self, message: Message, action: str) -> NoReturn:
         if message.outcome is None:

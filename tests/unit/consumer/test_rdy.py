@@ -27,6 +27,7 @@ from nsq_ha.consumer.rdy import MAX_LEVEL, RdyPlanner
 from nsq_ha.errors import ConfigError
 
 IDLE = 10.0
+HOLD = 30.0
 Step = tuple[Any, ...]
 
 
@@ -40,6 +41,7 @@ class Clock:
 
 def run(max_in_flight: int, steps: list[Step], **kwargs: Any) -> RdyPlanner:
     clock = Clock()
+    kwargs.setdefault("hold_timeout", HOLD)
     planner = RdyPlanner(max_in_flight, clock=clock, idle_timeout=IDLE, **kwargs)
     sent: dict[Hashable, int] = {}
 
@@ -384,7 +386,7 @@ def test_is_starved_when_a_connection_holds_nearly_all_its_rdy() -> None:
 
 
 def test_adding_a_connection_twice_is_refused() -> None:
-    planner = RdyPlanner(5, clock=Clock())
+    planner = RdyPlanner(5, clock=Clock(), idle_timeout=IDLE, hold_timeout=HOLD)
     planner.add("a")
     with pytest.raises(ConfigError):
         planner.add("a")
