@@ -40,18 +40,16 @@ class Consumer:
     """Consume ``topic`` on ``channel`` from every partition (or a share of them).
 
     The options are :class:`~nsq_ha.consumer.config.ConsumerConfig`'s fields, as keywords
-    (``Consumer("orders", "billing", lookupd=..., max_in_flight=50)``; connection settings as
-    ``connection=ConnectionConfig(...)``), or a whole ``config=ConsumerConfig(...)`` (then give
-    no option; topic and channel may be left out). :attr:`config` holds them. Every bad value,
-    or an option name it does not have, raises :class:`~nsq_ha.errors.ConfigError` here,
-    before a connection is made. A partition in ``partitions`` that the topic does not have
-    (lookup's partition count) makes :meth:`start` raise :class:`~nsq_ha.errors.ConfigError`.
+    (``Consumer("orders", "billing", lookupd=..., max_in_flight=50)``), or a whole
+    ``config=ConsumerConfig(...)`` (then no option; topic and channel may be left out), kept
+    in :attr:`config`. A bad value or unknown option raises :class:`~nsq_ha.errors.ConfigError`
+    here, before a connection is made; so does :meth:`start` for a partition in ``partitions``
+    that the topic does not have.
 
     Order: on an ordered subscription each partition is handled one message at a time, in
-    offset order, whichever way messages are consumed (:meth:`run`, :meth:`run_batches`,
-    ``async for``): a message nsqd delivers again (after ``msg_timeout``, a requeue or a leader
-    move) while an earlier handler of its partition still runs waits for that handler, and so
-    does everything after it in that partition.
+    offset order, however messages are consumed: a message nsqd delivers again (after
+    ``msg_timeout``, a requeue or a leader move) while an earlier handler of its partition
+    still runs waits for that handler, and so does everything after it in that partition.
 
     Use ``async with Consumer(...) as consumer`` (or :meth:`start` / :meth:`close`), then
     ``async for message in consumer``, :meth:`run` or :meth:`run_batches`.
@@ -167,9 +165,8 @@ class Consumer:
         """Look the topic up and connect to every wanted partition.
 
         Raises what a user must fix: an unknown fork topic, bad names, refused credentials,
-        ``partitions``/``member`` on vanilla. Connections that fail for a passing reason
-        (a node down, a leader moving) are retried in the background.
-        """
+        ``partitions``/``member`` on vanilla. Connections that fail for a passing reason (a node
+        down, a leader moving) are retried in the background."""
         if self._close_task is not None:
             raise ConsumerClosedError(f"{self!r} is closed")
         if self._started:
@@ -230,17 +227,11 @@ class Consumer:
             if isinstance(result, BaseException):
                 raise result
 
-    async def get_many(
-        self,
-        max_count: int = 100,
-        timeout: float | None = None,  # noqa: ASYNC109
-    ) -> list[Message]:
+    async def get_many(self, max_count: int = 100, timeout: float | None = None) -> list[Message]:  # noqa: ASYNC109
         """Up to ``max_count`` messages: waits for the first (an empty list once the consumer
         is closing, or after ``timeout``), then adds what else has arrived, without waiting.
-
-        Each message is answered on its own (finish/requeue). On an ordered subscription a
-        batch holds at most one message per partition, each claimed as :meth:`get` says.
-        """
+        Each is answered on its own; on an ordered subscription a batch holds at most one
+        message per partition, each claimed as :meth:`get` says."""
         check_count(max_count, "max_count", 1)
         if timeout is not None:
             timeout = optional_seconds(timeout, "timeout")
@@ -290,11 +281,8 @@ class Consumer:
 
         A return finishes every message the handler did not answer; an exception requeues them
         (with backoff); cancelling ``run_batches()`` requeues at once (no backoff) what its
-        workers took and did not answer, whether a batch was still being gathered or in the
-        handler.
-
-        On an ordered subscription a batch holds at most one message per partition and, with
-        any ``concurrency``, each partition is handled one message at a time (see the class).
+        workers took and did not answer. On an ordered subscription a batch holds at most one
+        message per partition, and each partition is handled one message at a time.
         """
         check_count(max_size, "max_size", 1)
         check_count(concurrency, "concurrency", 1)
@@ -343,12 +331,10 @@ class Consumer:
         Give one of ``offset`` (queue byte offset, e.g. a message's ``offset``; for every
         partition only ``0``, the start), ``timestamp`` (Unix seconds: the first message at or
         after it), ``count`` (the N-th message, from 1) or ``end=True`` (skip the backlog). Sent
-        to each partition's leader as ``POST /channel/setoffset``
-        (:class:`~nsq_ha.admin.NsqdAdmin`; a refusal is an :class:`~nsq_ha.admin.AdminError`;
-        without a partition, one that names the partitions moved and those that failed). A
-        partition that never had a message is at any position already: done, not an error.
-        nsqd first delivers what it had already read ahead (a message in flight, and possibly
-        one more); on ordered channels that is one message.
+        to each partition's leader as ``POST /channel/setoffset``; a refusal is an
+        :class:`~nsq_ha.admin.AdminError` (without a partition, naming the partitions moved and
+        those that failed). A partition that never had a message is at any position already.
+        nsqd first delivers what it had read ahead (on ordered channels, one message).
         """
         position = seek_body(offset=offset, timestamp=timestamp, count=count, end=end)
         for slot in self._discovery.slots.values():  # what was finished last may come again
@@ -377,8 +363,7 @@ class Consumer:
 
         RDY 0 and CLS on every connection; messages not yet handed out are requeued; handlers
         get ``drain_timeout`` (default: the consumer's) to answer what they hold, then the rest
-        is requeued; a round trip per connection makes sure nsqd processed every answer; then
-        the sockets close.
+        is requeued; round trips make sure nsqd processed every answer; the sockets close.
         """
         if self._close_task is None:
             timeout = self._config.drain_timeout
@@ -461,8 +446,8 @@ async def _call_handler(
 
 
 def _give_back(messages: list[Message]) -> None:
-    """A worker was cancelled: requeue at once (no backoff) what it took and nobody answered,
-    instead of leaving it held until the consumer's drain timeout or nsqd's msg_timeout."""
+    """A worker was cancelled: requeue at once (no backoff) what it took and nobody answered
+    (rather than leave it held until the drain timeout or nsqd's msg_timeout)."""
     for message in messages:
         if not message.responded:
             slot_of(message).requeue_now(message)

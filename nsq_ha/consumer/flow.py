@@ -37,7 +37,6 @@ class Flow:
     )
 
     def __init__(self, config: ConsumerConfig) -> None:
-        """Flow control of ``config``'s budget, backoff and redistribution."""
         self._name = f"{config.topic}/{config.channel}"
         #: told by the slots of every message in and out of flight
         self.planner = RdyPlanner(

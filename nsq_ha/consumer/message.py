@@ -1,10 +1,4 @@
-"""A delivered message, as consumers see it.
-
-A :class:`Message` remembers the connection that delivered it: nsqd accepts FIN, REQ and TOUCH
-only there (the fork looks the id up in that client's in-flight set). Once that connection is
-gone the message cannot be answered (:class:`~nsq_ha.errors.MessageConnectionGoneError`); nsqd
-redelivers it after ``msg_timeout``.
-"""
+"""A delivered message, as consumers see it: :class:`Message`."""
 
 from __future__ import annotations
 
@@ -29,21 +23,19 @@ __all__ = ["AnswerHook", "Message", "Outcome", "answer_hook", "set_answer_hook"]
 #: Key of the dispatch tag in an ext JSON header (PROTOCOL.md §4.3).
 TAG_KEY = "##client_dispatch_tag"
 
-#: Called instead of answering: ``hook(message, action, answer)``, ``action`` being
-#: ``"finish"`` or ``"requeue"``; the hook calls ``answer()`` (which does the whole answer,
-#: checks included, and raises what it raises) once, around what it adds (the OpenTelemetry
+#: Called instead of answering: ``hook(message, "finish" or "requeue", answer)``; the hook calls
+#: ``answer()`` (the whole answer, checks included) once, around what it adds (the OpenTelemetry
 #: settle span of :mod:`nsq_ha.otel.pulling`).
 AnswerHook = Callable[["Message", str, Callable[[], None]], None]
 
-# The one seam of the answers: a hook rather than the class's methods patched, which the
-# compiled build refuses (a native class), costing one look-up per answer while unset.
+# a hook rather than the class's methods patched, which the compiled build refuses (a native
+# class), costing one look-up per answer while unset
 _answer_hook: AnswerHook | None = None
 
 
 def set_answer_hook(hook: AnswerHook | None) -> AnswerHook | None:
-    """Put ``hook`` in force for every message's :meth:`Message.finish_nowait` and
-    :meth:`Message.requeue_nowait` (so also ``finish()`` and ``requeue()``); ``None`` removes
-    it. Returns the hook it replaces."""
+    """Put ``hook`` in force for every message's ``finish*`` and ``requeue*`` (``None``
+    removes it); return the hook it replaces."""
     global _answer_hook
     previous, _answer_hook = _answer_hook, hook
     return previous
@@ -66,7 +58,7 @@ class Outcome(enum.Enum):
 
 
 class _Owner(Protocol):
-    """What a message needs from its consumer (implemented by the consumer's connection slot)."""
+    """What a message needs from its consumer (the consumer's connection slot)."""
 
     topic: str
     channel: str
@@ -82,7 +74,10 @@ class _Owner(Protocol):
 
 
 class Message:
-    """One delivered message; answer it with :meth:`finish` or :meth:`requeue`."""
+    """One delivered message; answer it with :meth:`finish` or :meth:`requeue`.
+
+    nsqd accepts an answer only on the connection that delivered the message; once that is gone,
+    answering raises :class:`~nsq_ha.errors.MessageConnectionGoneError` (nsqd redelivers it)."""
 
     __slots__ = ("_decoded", "_ext", "_owner", "outcome")
 
@@ -210,7 +205,7 @@ class Message:
     def check_answerable(self, action: str) -> None:
         """Raise what ``action`` (finish, requeue, touch) would meet now: MessageConnectionGoneError
         once the delivering connection went away, MessageAlreadyRespondedError once answered."""
-        if self.outcome is Outcome.ABANDONED:  # nobody answered it: its connection went away
+        if self.outcome is Outcome.ABANDONED:
             raise MessageConnectionGoneError(
                 f"cannot {action} {self!r}: the connection to {self.address} that delivered "
                 "it is gone; nsqd redelivers the message after its msg_timeout"
@@ -247,8 +242,7 @@ class Message:
 
         A ``backoff`` other than ``True``/``False``, or a ``delay`` that is not a finite number
         of seconds in ``0 ..`` :data:`~nsq_ha.consumer.checks.MAX_REQUEUE_DELAY`, raises
-        :class:`~nsq_ha.errors.ConfigError` before anything changes: the message is still held
-        and can be finished or requeued afterwards.
+        :class:`~nsq_ha.errors.ConfigError` before anything changes (the message is still held).
         """
         self.requeue_nowait(delay, backoff=backoff)
 
@@ -261,8 +255,7 @@ class Message:
             hook(self, "requeue", lambda: self._requeue(delay, backoff))
 
     def _requeue(self, delay: object, backoff: object) -> None:
-        # ``delay`` and ``backoff`` are any objects: a bad one raises ConfigError here, also
-        # compiled (where a ``float | None`` or ``bool`` parameter would raise mypyc's TypeError)
+        # objects: compiled, a ``float | None`` or ``bool`` parameter would raise mypyc's TypeError
         if not isinstance(backoff, bool):
             raise ConfigError(f"requeue backoff must be True or False, not {backoff!r}")
         checked = None if delay is None else check_requeue_delay(delay)

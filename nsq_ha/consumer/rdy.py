@@ -1,30 +1,23 @@
 """RDY planning for a consumer with many connections: pure, no I/O, the clock passed in.
 
-nsqd sends a connection messages while its in-flight count is below the connection's RDY
-(PROTOCOL.md §2.4): RDY is a level, not a credit, so it is only sent when the wanted level
-changes, never once per message. :class:`RdyPlanner` decides those levels for every connection
-of one consumer and returns the changes to send; the consumer sends them.
+nsqd sends a connection messages while its in-flight count is below its RDY (PROTOCOL.md §2.4):
+a level, not a credit, so RDY is sent only when the wanted level changes. :class:`RdyPlanner`
+decides the levels of one consumer's connections and returns the changes to send. Its rules
+(§6.5 describes those of the fork's SDKs and pynsq):
 
-Rules (PROTOCOL.md §6.5 describes what the fork's SDKs and pynsq do; these are ours):
-
-* **Budget.** ``sum(max(rdy, in_flight))`` over the connections never exceeds
-  ``max_in_flight``: a message already delivered keeps its share of the budget until it is
-  finished or requeued, even after its connection's RDY was lowered. So nsqd can never have more
-  than ``max_in_flight`` messages out to this consumer.
-* **Probe, then full.** A new connection gets RDY 1; after its first message it gets its share
-  ``max(1, max_in_flight // connections)``, capped by the connection's ``max_rdy_count`` and by
-  its own cap (1 on ordered channels, where nsqd has at most one message in flight per
-  partition anyway). A new connection lowers the others to the new share at once.
-* **More connections than budget** (``max_in_flight < connections``): each connection gets at
-  most 1; :meth:`RdyPlanner.redistribute` (called periodically) takes RDY from connections idle
-  for ``idle_timeout`` or holding it for ``hold_timeout`` while others wait, and gives the
-  budget to the connections that have waited longest (ties: the one added first), so every
-  partition gets its turn, deterministically.
-* **Backoff.** A failed message raises the backoff level and sets every connection to RDY 0
-  (one delivered before, failing meanwhile, changes nothing); when the consumer's timer fires
-  (:meth:`RdyPlanner.backoff_elapsed`) one connection gets RDY 1 to test the waters, once
-  nothing else is in flight. A success lowers the level (at level 0 every connection is back to
-  its share); a failure raises it again.
+* **Budget.** ``sum(max(rdy, in_flight))`` never exceeds ``max_in_flight``: a delivered message
+  keeps its share until answered, even after its connection's RDY was lowered.
+* **Probe, then full.** A new connection gets RDY 1, after its first message its share
+  ``max(1, max_in_flight // connections)``, capped by its ``max_rdy_count`` and its own cap (1
+  on ordered channels); a new connection lowers the others to the new share at once.
+* **More connections than budget**: each gets at most 1; :meth:`RdyPlanner.redistribute`
+  (periodic) takes RDY from connections idle for ``idle_timeout`` or holding it for
+  ``hold_timeout`` while others wait, and gives it to those that waited longest (ties: the one
+  added first), so every partition gets its turn.
+* **Backoff.** A failed message raises the level and sets every connection to RDY 0 (one
+  delivered before, failing meanwhile, changes nothing); when the consumer's timer fires
+  (:meth:`RdyPlanner.backoff_elapsed`) one connection gets RDY 1 once nothing else is in flight.
+  A success lowers the level (at 0 every connection is back to its share), a failure raises it.
 * ``max_in_flight == 0`` pauses everything; raising it again re-probes every connection.
 """
 
@@ -55,11 +48,11 @@ class ConnRdy:
     rdy: int = 0
     in_flight: int = 0
     got_message: bool = False
-    #: when RDY last went from 0 to above 0 (or the last message came): idleness is measured here
+    #: when RDY last went from 0 to above 0, or the last message came (idle since)
     active_at: float = 0.0
-    #: when RDY last went from 0 to above 0 (how long it has been held)
+    #: when RDY last went from 0 to above 0 (held since)
     rdy_since: float = 0.0
-    #: when RDY last became 0 (how long it has waited)
+    #: when RDY last became 0 (waiting since)
     waiting_since: float = 0.0
 
 
@@ -92,10 +85,8 @@ class RdyPlanner:
 
     def __repr__(self) -> str:
         states = " ".join(f"{c.key}={c.rdy}/{c.in_flight}" for c in self.conns.values())
-        return (
-            f"<RdyPlanner max_in_flight={self.max_in_flight} level={self.level} "
-            f"blocked={self.blocked} {states}>"
-        )
+        mif, level, blocked = self.max_in_flight, self.level, self.blocked
+        return f"<RdyPlanner max_in_flight={mif} level={level} blocked={blocked} {states}>"
 
     @property
     def total_rdy(self) -> int:
@@ -128,10 +119,7 @@ class RdyPlanner:
 
     def remove(self, key: Hashable) -> dict[Hashable, int]:
         """A connection is gone (its in-flight messages with it); its budget is freed."""
-        changes: dict[Hashable, int] = {}
-        if self.conns.pop(key, None) is not None:
-            self._plan(changes)
-        return changes
+        return {} if self.conns.pop(key, None) is None else self._plan({})
 
     def message(self, key: Hashable) -> dict[Hashable, int]:
         conn = self.conns.get(key)
@@ -173,11 +161,10 @@ class RdyPlanner:
 
     def backoff_elapsed(self) -> dict[Hashable, int]:
         """The backoff wait is over: let one connection test the waters with RDY 1."""
-        changes: dict[Hashable, int] = {}
-        if self.blocked:
-            self.blocked = False
-            self._plan(changes)
-        return changes
+        if not self.blocked:
+            return {}
+        self.blocked = False
+        return self._plan({})
 
     def set_max_in_flight(self, max_in_flight: int) -> dict[Hashable, int]:
         """Change the budget; connections above their new share are lowered at once."""
@@ -230,9 +217,7 @@ class RdyPlanner:
         self._plan(changes)  # every connection to 0
 
     def _goal(self, conn: ConnRdy, share: int) -> int:
-        if not conn.got_message:
-            return 1
-        return max(1, min(share, conn.cap))
+        return max(1, min(share, conn.cap)) if conn.got_message else 1
 
     def _plan(self, changes: dict[Hashable, int]) -> dict[Hashable, int]:
         """Bring every connection toward its goal within the budget; record the changes."""
@@ -242,8 +227,13 @@ class RdyPlanner:
             for c in conns:
                 self._set(c, 0, changes)
             return changes
-        if self.level > 0:
-            return self._plan_test(conns, changes)
+        if self.level > 0:  # backoff, after the wait: one tester at RDY 1 once none is in flight
+            testers = [c for c in conns if c.rdy > 0]
+            for c in testers[1:]:
+                self._set(c, 0, changes)
+            if not testers and conns and not any(c.in_flight for c in conns):
+                self._set(min(conns, key=lambda c: c.waiting_since), 1, changes)
+            return changes
         share = max(1, self.max_in_flight // len(conns)) if conns else 0
         many = len(conns) > self.max_in_flight
         # lower first: a new connection or a smaller budget shrinks the others at once
@@ -270,15 +260,4 @@ class RdyPlanner:
             used += extra
             self._set(c, goal, changes)
         self._at_goals = not many and all(c.rdy == self._goal(c, share) for c in conns)
-        return changes
-
-    def _plan_test(self, conns: list[ConnRdy], changes: dict[Hashable, int]) -> dict[Hashable, int]:
-        """Backoff, after the wait: one connection at RDY 1 once nothing is in flight."""
-        testers = [c for c in conns if c.rdy > 0]
-        for extra in testers[1:]:
-            self._set(extra, 0, changes)
-        if testers or any(c.in_flight for c in conns):
-            return changes
-        if conns:
-            self._set(min(conns, key=lambda c: c.waiting_since), 1, changes)
         return changes

@@ -1,9 +1,8 @@
 """A consumer's subscriptions: one :class:`Slot` per (nsqd, partition) connection.
 
-A slot owns its connection and ``held``, the messages it delivered and not yet answered: the
-one count of what is in flight there, changed together with the planner's (in
-:meth:`Slot._hold` and :meth:`Slot._release` only). Answers take one path: :class:`Message` ->
-its slot -> the slot's connection. Delivered messages go on through :attr:`SlotContext.deliver`.
+A slot owns its connection and ``held`` (delivered, not yet answered: the one in-flight count,
+changed with the planner's in :meth:`Slot._hold` and :meth:`Slot._release` only). Answers take
+one path: :class:`Message` -> its slot -> the slot's connection.
 """
 
 from __future__ import annotations
@@ -53,11 +52,9 @@ COUNTERS = (*TOTALS, "leader_changes")
 class Tally:
     """The consumer's counters per partition (-1: vanilla); totals are summed when asked.
 
-    A message counts once, in its partition's counter: keeping a second, total counter too
-    cost as much as decoding the message's header. A partition's counters are a plain dict
-    with every name of :data:`COUNTERS` at 0 first, not a ``Counter``: a class that defines
-    ``__delitem__`` in Python reads and writes items through Python-level slots, about 750
-    instructions each, four per message."""
+    A message counts once, in its partition's plain dict (every name of :data:`COUNTERS` at 0
+    first): a second, total counter cost as much as decoding the header, and a ``Counter``
+    (``__delitem__`` defined in Python) about 750 instructions per item access, four a message."""
 
     __slots__ = ("partitions",)
 
@@ -82,15 +79,15 @@ class SlotContext:
     """What every slot of one consumer shares; each part is called one way."""
 
     config: ConsumerConfig
-    #: sends RDY; the planner (its ``planner``) is told of each message in and out of flight
+    #: sends RDY; its planner (also here) is told of each message in and out of flight
     flow: Flow
     planner: RdyPlanner
     tally: Tally
     #: set whenever a held message is answered or dropped
     held_changed: asyncio.Event
-    #: a message arrived and is held: hand it on (or requeue it when closing)
+    #: a message arrived and is held: hand it on
     deliver: Callable[[Slot, Message], None]
-    #: an ordered message was finished or requeued (its handling may have ended)
+    #: an ordered message was finished or requeued
     settled: Callable[[Message], None]
     #: the warning that ordered channels ignore requeue delays was logged
     warned_delay: bool = False
@@ -115,7 +112,6 @@ class Slot:
     )
 
     def __init__(self, ctx: SlotContext, key: ConnKey, ordered: bool) -> None:
-        """A slot for ``key``; its connection is set once made (:attr:`conn`)."""
         self.ctx = ctx
         self.key = key
         self.address = key[0]
@@ -123,13 +119,12 @@ class Slot:
         self.topic = ctx.config.topic
         self.channel = ctx.config.channel
         self.ordered = ordered
-        self.conn: NsqdConnection | None = None
+        self.conn: NsqdConnection | None = None  # set once made
         #: delivered and not yet answered, by message id: the one in-flight count
         self.held: dict[bytes, Message] = {}
         #: ordered: the id of the message finished last, whose read-ahead copy may come again
         self.finished = b""
         self.retired = False
-        #: the partition's counters (shared by its slots over time)
         self.counts = ctx.tally.of(self.partition)
 
     def __repr__(self) -> str:
@@ -187,10 +182,8 @@ class Slot:
                 "wait for msg_timeout); requeueing with delay 0",
                 self,
             )
-        failed = False if backoff and config.backoff is not None else None
-        self._answer(
-            message, Outcome.REQUEUED, success=failed, delay=0.0 if self.ordered else delay
-        )
+        ok = False if backoff and config.backoff is not None else None
+        self._answer(message, Outcome.REQUEUED, success=ok, delay=0.0 if self.ordered else delay)
 
     def touch(self, message: Message) -> None:
         conn = self.conn
