@@ -1,9 +1,5 @@
-"""Argument checks of the consumer: each bad value raises :class:`~nsq_ha.errors.ConfigError`
-naming it, before anything is sent or changed.
-
-Durations are float seconds: finite (NaN and infinities are refused: "wait for ever" is never a
-meaningful setting here, and ``None`` says "no limit" where one is allowed), never negative.
-"""
+"""Argument checks of the consumer (durations: :mod:`nsq_ha.durations`): each bad value raises
+:class:`~nsq_ha.errors.ConfigError` naming it, before anything is sent or changed."""
 
 from __future__ import annotations
 

@@ -58,10 +58,9 @@ class ConsumerConfig:
         ordered: ``None`` follows the topic (lookup ``meta.ordered`` / nsqd's answer), ``True``
             forces ``SUB_ORDERED`` (fork only; it marks the channel ordered on nsqd), ``False``
             never subscribes ordered (an ordered topic then refuses the subscription).
-        with_offsets: on plain topics of the fork, subscribe with ``SUB_ADVANCED`` so every
-            message carries its queue ``offset`` and ``raw_size`` (as ordered subscriptions'
-            do) while delivery stays unordered, at full ``max_in_flight``; vanilla nsqd refuses
-            it.
+        with_offsets: on plain topics of the fork, subscribe with ``SUB_ADVANCED``: every
+            message carries its queue ``offset`` and ``raw_size`` while delivery stays
+            unordered, at full ``max_in_flight`` (vanilla nsqd refuses it).
         partitions: consume only these.
         member: ``(i, n)``: only partitions ``p % n == i``.
         start: where a **new** channel starts: ``"earliest"`` (the first retained message),
@@ -80,9 +79,8 @@ class ConsumerConfig:
         ext_filter: sent in IDENTIFY; overrides ``connection``'s.
         max_attempts: (0 = unlimited) a message delivered more often goes to ``on_give_up``
             instead of the handler, then is finished (a failing ``on_give_up`` requeues it).
-            On ordered channels, skipping breaks order, so without an explicit ``on_give_up``
-            such messages keep going to the handler, logged as errors; pass ``on_give_up`` to
-            choose skipping.
+            On ordered channels, where skipping breaks order, it keeps going to the handler
+            (logged as an error) unless ``on_give_up`` is given.
         backoff: a :class:`~nsq_ha.consumer.backoff.BackoffStrategy` (default exponential
             1 s .. 120 s), or ``None`` to never pause on failures.
         requeue_delay: the delay of a requeue without one, per attempt (``attempts x
@@ -95,20 +93,20 @@ class ConsumerConfig:
         connection: the :class:`~nsq_ha.connection.ConnectionConfig` of every connection.
         lookup_interval: how often the partition map is looked up again.
         drain_timeout: how long ``Consumer.close`` lets handlers finish what they hold.
-        rdy_redistribute_interval: with more connections than ``max_in_flight``, how often RDY
-            moves.
-        low_rdy_idle_timeout: then, after how long idle a connection gives its RDY up.
-        low_rdy_timeout: then, after how long holding it a connection gives its RDY up.
+        rdy_redistribute_interval: with more connections than ``max_in_flight``: how often RDY
+            moves,
+        low_rdy_idle_timeout: after how long idle a connection gives its RDY up,
+        low_rdy_timeout: and after how long holding it.
         reconnect_interval: the first wait before re-making a lost connection, doubled after
             each failure of the same (node, partition) (plus the jitter of
             :data:`nsq_ha.retry.RECONNECT`, whose bounds are the defaults).
         max_reconnect_interval: the longest such wait.
 
-    Every duration is float seconds and must be finite and not negative (most must be above
-    0); anything else raises :class:`~nsq_ha.errors.ConfigError` naming the option. Values are
-    normalized: ``nsqd`` and ``lookupd`` become tuples of distinct addresses,
-    ``partitions`` a frozenset, ``member`` a pair of ints, ``start`` ``"earliest"``,
-    ``"latest"``, float Unix seconds or a dict, and every duration a float.
+    Every duration is float seconds, finite and not negative (most above 0); anything else
+    raises :class:`~nsq_ha.errors.ConfigError` naming the option. Values are normalized:
+    ``nsqd`` and ``lookupd`` become tuples of distinct addresses, ``partitions`` a frozenset,
+    ``member`` a pair of ints, ``start`` ``"earliest"``, ``"latest"``, float Unix seconds or a
+    dict, and every duration a float.
     """
 
     topic: str
@@ -270,9 +268,7 @@ class ConsumerOptions(TypedDict, total=False):
     max_reconnect_interval: float
 
 
-_OPTION_NAMES = tuple(
-    name for name in ConsumerConfig.__dataclass_fields__ if name not in ("topic", "channel")
-)
+_OPTIONS = tuple(ConsumerOptions.__annotations__)  # ConsumerConfig's fields (a unit test checks)
 
 
 def consumer_config(
@@ -282,12 +278,10 @@ def consumer_config(
     options made into one, or ``config`` whole (then no option may be given, and
     ``topic``/``channel``, if given, must be its own)."""
     for name in options:
-        if name not in _OPTION_NAMES:
-            near = difflib.get_close_matches(name, _OPTION_NAMES, n=1)
+        if name not in _OPTIONS:
+            near = difflib.get_close_matches(name, _OPTIONS, n=1)
             hint = (
-                f"; did you mean {near[0]!r}?"
-                if near
-                else f" (the options: {', '.join(_OPTION_NAMES)})"
+                f"; did you mean {near[0]!r}?" if near else f" (the options: {', '.join(_OPTIONS)})"
             )
             raise ConfigError(f"a Consumer has no option {name!r}{hint}")
     if config is None:

@@ -146,9 +146,8 @@ class Consumer:
             partition: {name: value for name, value in counter.items() if value}
             for partition, counter in sorted(self._tally.partitions.items())
         }
-        for slot in slots:
-            part = -1 if slot.partition is None else slot.partition
-            per.setdefault(part, {})["in_flight"] = len(slot.held)
+        for slot in slots:  # key: (address, partition or -1)
+            per.setdefault(slot.key[1], {})["in_flight"] = len(slot.held)
         totals["partitions"] = per
         return totals
 

@@ -41,19 +41,14 @@ _CURRENT_TASKS: Final[dict[Any, asyncio.Task[Any]] | None] = (
 log = logging.getLogger(__name__)
 
 
-def _key(message: Message) -> int:
-    partition = message.partition
-    return -1 if partition is None else partition
-
-
 class PartitionGate:
     """At most one message per partition handed out; the others wait in arrival order."""
 
     __slots__ = ("_current", "_waiting")
 
     def __init__(self) -> None:
-        self._current: dict[int, Message] = {}
-        self._waiting: dict[int, deque[Message]] = {}
+        self._current: dict[int | None, Message] = {}  # by partition (None: vanilla)
+        self._waiting: dict[int | None, deque[Message]] = {}
 
     @property
     def waiting(self) -> int:
@@ -63,7 +58,7 @@ class PartitionGate:
     def admit(self, message: Message) -> bool:
         """True: hand ``message`` out now (it becomes its partition's current message).
         False: it waits until the current one is released."""
-        key = _key(message)
+        key = message.partition
         if key not in self._current:
             self._current[key] = message
             return True
@@ -77,12 +72,12 @@ class PartitionGate:
 
     def holds(self, message: Message) -> bool:
         """True when ``message`` is its partition's current message."""
-        return self._current.get(_key(message)) is message
+        return self._current.get(message.partition) is message
 
     def release(self, message: Message) -> Message | None:
         """The handling of ``message`` ended: the partition's next message to hand out, if any
         (``None`` too unless ``message`` is its partition's current one: a second release)."""
-        key = _key(message)
+        key = message.partition
         if self._current.get(key) is not message:
             return None
         queue = self._waiting.get(key)
@@ -140,10 +135,8 @@ class Claims:
 
     def drop(self, task: asyncio.Task[Any]) -> None:
         """``task`` ended: it is done with the messages it got last."""
-        held = self._by_task.pop(task, None)
-        if held is not None:
-            for message in held:
-                self._release(message)
+        self.done_with(task)
+        self._by_task.pop(task, None)
 
     def answered(self, message: Message) -> None:
         """``message`` was finished or requeued: whoever got it is done with it."""

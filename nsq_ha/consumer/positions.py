@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
+from nsq_ha.consumer.checks import check_count
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, NotLeaderError, NsqError, UnsupportedByServerError
 from nsq_ha.lookup import NodeInfo, PartitionMap
@@ -52,7 +53,6 @@ StartPosition: TypeAlias = Literal["earliest", "latest"] | float | datetime | Ma
 #: a checked ``start``: ``"earliest"``, ``"latest"``, float Unix seconds, or a dict
 Start: TypeAlias = str | float | dict[int, int]
 
-_WORDS = ("earliest", "latest")
 #: the largest queue offset nsqd can hold (int64)
 _MAX_OFFSET = 2**63 - 1
 #: what the fork answers a seek into a partition that never had a message
@@ -65,12 +65,7 @@ def check_start(value: object) -> Start | None:
     (whether the consumer reads the partitions named is :class:`ConsumerConfig`'s check)."""
     if value is None:
         return None
-    if isinstance(value, str):
-        if value not in _WORDS:
-            raise ConfigError(
-                f"start must be 'earliest', 'latest', Unix seconds, an aware datetime or "
-                f"{{partition: offset}}, got {value!r}"
-            )
+    if isinstance(value, str) and value in ("earliest", "latest"):
         return value
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
@@ -88,15 +83,11 @@ def check_start(value: object) -> Start | None:
         )
     offsets: dict[int, int] = {}
     for partition, offset in value.items():
-        if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-            raise ConfigError(f"start: a partition must be an int >= 0, got {partition!r}")
-        if isinstance(offset, bool) or not isinstance(offset, int):
+        check_count(partition, "start: a partition", 0)
+        check_count(offset, f"start: partition {partition}'s offset", 0)
+        if offset > _MAX_OFFSET:
             raise ConfigError(
-                f"start: partition {partition}'s offset must be an int, not {offset!r}"
-            )
-        if not 0 <= offset <= _MAX_OFFSET:
-            raise ConfigError(
-                f"start: partition {partition}'s offset must be 0 .. 2**63-1, got {offset}"
+                f"start: partition {partition}'s offset must be at most 2**63-1, got {offset}"
             )
         offsets[partition] = offset
     if not offsets:
