@@ -29,17 +29,6 @@ __all__ = ["ConsumerConfig", "ConsumerOptions", "GiveUp", "consumer_config"]
 #: ``on_give_up``: called with a message delivered more than ``max_attempts`` times.
 GiveUp = Callable[[Message], Awaitable[object] | object]
 
-#: the durations that must be above 0 (the requeue delays may be 0)
-_POSITIVE = (
-    "lookup_interval",
-    "drain_timeout",
-    "rdy_redistribute_interval",
-    "low_rdy_idle_timeout",
-    "low_rdy_timeout",
-    "reconnect_interval",
-    "max_reconnect_interval",
-)
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ConsumerConfig:
@@ -157,10 +146,10 @@ class ConsumerConfig:
             raise ConfigError("backoff must have a delay(level) method, or be None")
         if self.on_give_up is not None and not callable(self.on_give_up):
             raise ConfigError(f"on_give_up must be callable, got {self.on_give_up!r}")
-        for name in ("requeue_delay", "max_requeue_delay"):
-            put(self, name, check_requeue_delay(getattr(self, name), name))
-        for name in _POSITIVE:
-            put(self, name, seconds(getattr(self, name), name))
+        for option in dataclasses.fields(self):  # every float: seconds > 0, requeue delays >= 0
+            if option.type == "float":
+                check = check_requeue_delay if "requeue_delay" in option.name else seconds
+                put(self, option.name, check(getattr(self, option.name), option.name))
         if self.max_reconnect_interval < self.reconnect_interval:
             raise ConfigError(
                 f"max_reconnect_interval ({self.max_reconnect_interval:g} s) is below "

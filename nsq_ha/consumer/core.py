@@ -16,11 +16,10 @@ from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer.checks import check_count
 from nsq_ha.consumer.config import ConsumerConfig, ConsumerOptions, consumer_config
 from nsq_ha.consumer.discovery import Discovery
-from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.handout import Intake
 from nsq_ha.consumer.message import Message
 from nsq_ha.consumer.positions import move, move_all, nsqd_admin, seek_body
-from nsq_ha.consumer.slots import TOTALS, ConnKey, SlotContext, Tally, slot_of, wait_answered
+from nsq_ha.consumer.slots import TOTALS, ConnKey, Flow, SlotContext, Tally, slot_of, wait_answered
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.durations import optional_seconds, seconds
 from nsq_ha.errors import ConfigError, ConsumerClosedError, MessageResponseError
@@ -378,11 +377,10 @@ class Consumer:
         await discovery.stop()
         await self._flow.stop()
         slots = list(discovery.slots.values())
+        conns = [s.conn for s in slots if s.conn is not None]
         requeued = intake.stop()
         # nothing new: CLS everywhere (what races in is requeued by the intake)
-        await asyncio.gather(
-            *(s.conn.stop_delivery() for s in slots if s.conn is not None), return_exceptions=True
-        )
+        await asyncio.gather(*(c.stop_delivery() for c in conns), return_exceptions=True)
         log.info(
             "closing %s/%s: %d queued messages requeued, waiting up to %.1f s for %d held",
             self.topic,
@@ -399,7 +397,7 @@ class Consumer:
         # round trips until no message raced in: then nsqd has processed every answer
         for _ in range(SYNC_ROUNDS):
             before = self._tally.total("received")
-            live = [s.conn for s in slots if s.conn is not None and not s.conn.closed]
+            live = [c for c in conns if not c.closed]
             results = await asyncio.gather(*(c.sync() for c in live), return_exceptions=True)
             for conn, result in zip(live, results, strict=True):
                 if isinstance(result, BaseException):
@@ -408,9 +406,7 @@ class Consumer:
                 break
         else:
             log.warning("closing: messages kept arriving after CLS; some may stay in flight")
-        await asyncio.gather(
-            *(s.conn.close() for s in slots if s.conn is not None), return_exceptions=True
-        )
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
         # watchers end with their sockets; a stuck on_give_up is cut off
         await self._background.finish(max(timeout, 1.0))
         await discovery.close()

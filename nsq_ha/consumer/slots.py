@@ -2,7 +2,8 @@
 
 A slot owns its connection and ``held`` (delivered, not yet answered: the one in-flight count,
 changed with the planner's in :meth:`Slot._hold` and :meth:`Slot._release` only). Answers take
-one path: :class:`Message` -> its slot -> the slot's connection.
+one path: :class:`Message` -> its slot -> the slot's connection. :class:`Flow` sends the RDY
+the :class:`~nsq_ha.consumer.rdy.RdyPlanner` decides.
 """
 
 from __future__ import annotations
@@ -10,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Final, NoReturn, cast
 
 from nsq_ha.connection import NsqdConnection
+from nsq_ha.consumer.backoff import Exponential
 from nsq_ha.consumer.config import ConsumerConfig
-from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.message import Message, Outcome
-from nsq_ha.consumer.rdy import RdyPlanner
+from nsq_ha.consumer.rdy import DEFAULT_MAX_RDY, RdyPlanner
 from nsq_ha.errors import (
     BrokerError,
     MessageCommandError,
@@ -28,7 +30,7 @@ from nsq_ha.errors import (
 )
 from nsq_ha.protocol.message import DecodedMessage
 
-__all__ = ["ConnKey", "Slot", "SlotContext", "Tally", "slot_of", "wait_answered"]
+__all__ = ["ConnKey", "Flow", "Slot", "SlotContext", "Tally", "slot_of", "wait_answered"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,107 @@ class Tally:
         if counters is None:
             counters = self.partitions[key] = dict.fromkeys(COUNTERS, 0)
         return counters
+
+
+class Flow:
+    """Send the planner's RDY changes to the subscribed connections; back off when it says so.
+
+    Slots tell :attr:`planner` of each message in and out of flight and call :meth:`apply` only
+    when the planner changed something, so a steady delivery does not enter this class."""
+
+    __slots__ = (
+        "_backoff",
+        "_backoff_handle",
+        "_name",
+        "_redistribute_interval",
+        "_redistributor",
+        "_sinks",
+        "_stopped",
+        "planner",
+    )
+
+    def __init__(self, config: ConsumerConfig) -> None:
+        self._name = f"{config.topic}/{config.channel}"
+        #: told by the slots of every message in and out of flight
+        self.planner = RdyPlanner(
+            config.max_in_flight,
+            idle_timeout=config.low_rdy_idle_timeout,
+            hold_timeout=config.low_rdy_timeout,
+            clock=time.monotonic,
+        )
+        self._backoff = config.backoff or Exponential()
+        self._redistribute_interval = config.rdy_redistribute_interval
+        self._sinks: dict[Hashable, NsqdConnection] = {}
+        self._backoff_handle: asyncio.TimerHandle | None = None
+        self._redistributor: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    def __repr__(self) -> str:
+        return f"<Flow {self._name} {self.planner!r}>"
+
+    def start(self) -> None:
+        """Start the periodic redistribution (once, before :meth:`stop`; on the running loop)."""
+        self._redistributor = asyncio.get_running_loop().create_task(
+            self._redistribute_loop(), name=f"nsq_ha-rdy-{self._name}"
+        )
+
+    def add(
+        self, key: Hashable, sink: NsqdConnection, *, max_rdy: int | None, ordered: bool
+    ) -> None:
+        """A new subscription (ordered ones get RDY 1 at most)."""
+        self._sinks[key] = sink
+        self.apply(
+            self.planner.add(key, max_rdy=max_rdy or DEFAULT_MAX_RDY, cap=1 if ordered else None)
+        )
+
+    def remove(self, key: Hashable) -> None:
+        """A subscription ended (or retires): its budget goes to the others."""
+        self._sinks.pop(key, None)
+        self.apply(self.planner.remove(key))
+
+    async def stop(self) -> None:
+        """RDY 0 everywhere, for good: no backoff timer, no redistribution."""
+        self._stopped = True
+        if self._backoff_handle is not None:
+            self._backoff_handle.cancel()
+            self._backoff_handle = None
+        task, self._redistributor = self._redistributor, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self.apply(self.planner.stop())
+
+    def apply(self, changes: dict[Hashable, int]) -> None:
+        """Send the RDY changes; start a backoff wait when the planner blocked."""
+        for key, value in changes.items():
+            sink = self._sinks.get(key)
+            if sink is None or sink.closed:
+                continue
+            try:
+                sink.rdy(value)
+            except NsqError as exc:  # closing or closed: its watcher reports it
+                log.debug("RDY %d to %s not sent: %s", value, key, exc)
+        if self.planner.blocked and self._backoff_handle is None and not self._stopped:
+            delay = self._backoff.delay(self.planner.level)
+            log.warning(
+                "%s: backing off (level %d): every connection paused for %.2f s",
+                self._name,
+                self.planner.level,
+                delay,
+            )
+            self._backoff_handle = asyncio.get_running_loop().call_later(
+                delay, self._backoff_elapsed
+            )
+
+    def _backoff_elapsed(self) -> None:
+        self._backoff_handle = None
+        if not self._stopped:
+            self.apply(self.planner.backoff_elapsed())
+
+    async def _redistribute_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._redistribute_interval)
+            self.apply(self.planner.redistribute())
 
 
 @dataclass(slots=True)

@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from nsq_ha.consumer import ConsumerConfig, Message
-from nsq_ha.consumer.flow import Flow
 from nsq_ha.consumer.handout import Claims, Intake
-from nsq_ha.consumer.slots import Slot, SlotContext, Tally
+from nsq_ha.consumer.slots import Flow, Slot, SlotContext, Tally
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.protocol.message import DecodedMessage
 

@@ -11,8 +11,7 @@ import pytest
 
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer import Consumer, ConsumerConfig, Fixed, Message, Outcome
-from nsq_ha.consumer.flow import Flow
-from nsq_ha.consumer.slots import COUNTERS, Slot, SlotContext, Tally
+from nsq_ha.consumer.slots import COUNTERS, Flow, Slot, SlotContext, Tally
 from nsq_ha.errors import MessageAlreadyRespondedError, MessageConnectionGoneError, NsqError
 from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.protocol.message import DecodedMessage
