@@ -194,10 +194,9 @@ class Consumer:
     async def get(self, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message, or ``None`` once the consumer is closing (or after ``timeout``).
 
-        On an ordered subscription a partition's next message (or a copy: see the class) is
-        handed out once the previous one is done with: answered, or the task that got it asked
-        for another message, or that task ended. So one ``async for`` loop handles each
-        partition in order, and concurrent loops never handle two of one partition at once.
+        On an ordered subscription a partition's next message (or a copy) is handed out once
+        the previous one is answered, or the task that got it asks again or ends: one ``async
+        for`` loop handles each partition in order, concurrent loops never two of one at once.
         """
         if timeout is not None:  # no limit (async for): nothing to check per message
             timeout = optional_seconds(timeout, "timeout")
@@ -207,9 +206,8 @@ class Consumer:
 
     async def sync(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a limit
         """Return once nsqd has processed every answer (FIN, REQ, TOUCH) given so far, on
-        every connection: a message finished before the call stays finished even if this
-        process dies right after (nsqd acknowledges none of these: a process that ends at once
-        may lose them unsent, and get the messages again).
+        every connection: nsqd acknowledges none, so a process that ends at once may lose them
+        unsent and get the messages again.
 
         One round trip per connection, concurrently, each bounded by ``timeout`` (default: the
         connection's ``command_timeout``); the first failure (an

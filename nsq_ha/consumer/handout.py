@@ -62,11 +62,8 @@ class PartitionGate:
         if key not in self._current:
             self._current[key] = message
             return True
-        queue = self._waiting.setdefault(key, deque())
-        live = [m for m in queue if m.outcome is None]  # answered or replaced copies go
-        if len(live) != len(queue):
-            queue.clear()
-            queue.extend(live)
+        waiting = self._waiting  # answered or replaced copies go
+        waiting[key] = queue = deque(m for m in waiting.get(key, ()) if m.outcome is None)
         queue.append(message)
         return False
 

@@ -236,9 +236,9 @@ class Message:
     async def requeue(self, delay: object = None, *, backoff: object = True) -> None:
         """Give the message back for redelivery after ``delay`` seconds.
 
-        ``delay=None`` uses the consumer's ``requeue_delay``; ordered channels requeue with 0
-        (see ``requeue_delay``). ``backoff=True`` counts as a failure for the consumer's
-        backoff (every connection pauses); ``False`` requeues quietly.
+        ``delay=None`` uses the consumer's ``requeue_delay`` (ordered channels requeue with 0).
+        ``backoff=True`` counts as a failure for the consumer's backoff (every connection
+        pauses); ``False`` requeues quietly.
 
         A ``backoff`` other than ``True``/``False``, or a ``delay`` that is not a finite number
         of seconds in ``0 ..`` :data:`~nsq_ha.consumer.checks.MAX_REQUEUE_DELAY`, raises

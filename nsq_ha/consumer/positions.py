@@ -2,16 +2,15 @@
 
 On the fork, before a partition's first SUB, the consumer asks the leader's ``/stats`` whether
 the channel exists; if not, it creates it (``/channel/create``) and moves it
-(``/channel/setoffset``), as ``nsq-ha tail --from`` does. An existing channel keeps its
-position, so a restarted consumer never rewinds its group.
+(``/channel/setoffset``), as ``nsq-ha tail --from`` does: an existing channel keeps its position.
 
 Why not SUB_ADVANCED's start token (PROTOCOL.md §2.3.1): nsqd applies it whenever the
 subscriber is the channel's only client, which a restarted consumer is (it would rewind its
 group); with a partition the line has 5 tokens, and nsqd then ignores the partition; an ordered
 topic refuses SUB_ADVANCED; and on a partition without a message it fails the SUB.
 
-:mod:`nsq_ha.admin` loads with the first position applied or seek (:func:`nsqd_admin`,
-:func:`seek_body`): a program that does neither never loads it.
+:mod:`nsq_ha.admin` loads only with the first position applied or seek (:func:`nsqd_admin`,
+:func:`seek_body`).
 """
 
 from __future__ import annotations
@@ -47,8 +46,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: what ``start=`` accepts: ``"earliest"``, ``"latest"``, a time (Unix seconds, or an aware
-#: datetime), or a queue offset per partition
+#: what ``start=`` accepts (:class:`~nsq_ha.consumer.ConsumerConfig` says what each means)
 StartPosition: TypeAlias = Literal["earliest", "latest"] | float | datetime | Mapping[int, int]
 #: a checked ``start``: ``"earliest"``, ``"latest"``, float Unix seconds, or a dict
 Start: TypeAlias = str | float | dict[int, int]
@@ -176,9 +174,8 @@ async def move(admin: NsqdAdmin, topic: str, channel: str, partition: int, body:
 
 
 def retriable(exc: NsqError) -> NsqError:
-    """An nsqd admin refusal with ``E_FAILED_ON_NOT_LEADER`` as the :class:`NotLeaderError` it
-    is (the partition has no leader there yet: a new partition of an expansion, a leader that
-    moved), which the reconnect loop waits out; anything else as it is."""
+    """An nsqd admin refusal with ``E_FAILED_ON_NOT_LEADER`` (no leader there yet: a new
+    partition, a moved leader) as the :class:`NotLeaderError` the reconnect loop waits out."""
     if _NOT_LEADER in str(exc) and not isinstance(exc, NotLeaderError):
         return NotLeaderError(_NOT_LEADER, f"({exc})")
     return exc

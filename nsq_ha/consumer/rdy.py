@@ -92,11 +92,6 @@ class RdyPlanner:
     def total_rdy(self) -> int:
         return sum(c.rdy for c in self.conns.values())
 
-    @property
-    def used(self) -> int:
-        """The budget in use: ``sum(max(rdy, in_flight))``."""
-        return sum(max(c.rdy, c.in_flight) for c in self.conns.values())
-
     def is_starved(self) -> bool:
         """True when some connection holds nearly its whole RDY in flight."""
         return any(
@@ -241,7 +236,7 @@ class RdyPlanner:
             goal = 1 if many else self._goal(c, share)
             if c.rdy > goal:
                 self._set(c, goal, changes)
-        used = self.used
+        used = sum(max(c.rdy, c.in_flight) for c in conns)  # the budget in use
         if used > self.max_in_flight:  # a smaller budget: take RDY from the longest holders
             for c in sorted((c for c in conns if c.rdy), key=lambda c: c.rdy_since):
                 if used <= self.max_in_flight:

@@ -109,9 +109,6 @@ class Flow:
         self._redistributor: asyncio.Task[None] | None = None
         self._stopped = False
 
-    def __repr__(self) -> str:
-        return f"<Flow {self._name} {self.planner!r}>"
-
     def start(self) -> None:
         """Start the periodic redistribution (once, before :meth:`stop`; on the running loop)."""
         self._redistributor = asyncio.get_running_loop().create_task(
