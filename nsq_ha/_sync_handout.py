@@ -52,14 +52,6 @@ class Answers:
         self.queue: collections.deque[AsyncMessage | Callable[[], object]] = collections.deque()
         self._flushing = False
 
-    def handle(self, message: AsyncMessage) -> Message:
-        """The blocking handle of ``message``, answered through here."""
-        handed = Message()
-        handed._message = message
-        handed._answers = self
-        handed._answered = None
-        return handed
-
     def add(self, answer: AsyncMessage | Callable[[], object]) -> None:
         """Queue ``answer``."""
         self.queue.append(answer)
@@ -135,8 +127,8 @@ class Message:
 
     __slots__ = ("_answered", "_answers", "_message")
 
-    # No ``__init__``: made by Answers.handle (inlined in hand_out), one per message;
-    # ``Message()`` then setting the three attributes costs a Python call less (pure Python)
+    # No ``__init__``: made by hand_out (and Consumer.get), one per message; ``Message()`` then
+    # setting the three attributes costs a Python call less (pure Python)
     _message: AsyncMessage
     _answers: Answers
     #: what this handle answered, before the loop has written it (None: not answered)
@@ -313,25 +305,20 @@ class Message:
 
     @property
     def _decoded(self) -> DecodedMessage:
-        """The asyncio message's :attr:`~nsq_ha.consumer.Message._decoded`."""
         return self._message._decoded
 
     @property
     def _ext(self) -> Mapping[str, Any] | None:
-        """The asyncio message's :attr:`~nsq_ha.consumer.Message._ext`."""
         return self._message._ext
 
     @property
     def _owner(self) -> object:
-        """The asyncio message's :attr:`~nsq_ha.consumer.Message._owner`."""
         return self._message._owner
 
     @property
     def _finish(self) -> Callable[[], None]:
-        """The asyncio message's :meth:`~nsq_ha.consumer.Message._finish`."""
         return self._message._finish
 
     @property
     def _requeue(self) -> Callable[[object, bool], None]:
-        """The asyncio message's :meth:`~nsq_ha.consumer.Message._requeue`."""
         return self._message._requeue

@@ -18,7 +18,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+from types import TracebackType
+from typing import Any, Generic, ParamSpec, Self, TypeVar
 
 from nsq_ha.errors import NsqTimeoutError
 
@@ -71,6 +72,7 @@ class LoopThread:
         while True:
             try:
                 self.loop.run_forever()
+                return  # stopped on purpose
             except (SystemExit, KeyboardInterrupt) as exc:  # asyncio lets only these out
                 # user code on the loop (a callback, on_give_up) raised it: stopping here
                 # would leave every blocking call of the process waiting for nothing
@@ -81,8 +83,6 @@ class LoopThread:
                     type(exc).__name__,
                     exc_info=exc,
                 )
-                continue
-            return  # stopped on purpose
 
     def post(self, call: Callable[[], object]) -> None:
         """Run ``call()`` on the loop soon, without waiting for it; calls posted together run
@@ -208,21 +208,43 @@ def loop_thread() -> LoopThread:
         return _shared
 
 
-# -- the exit flush ----------------------------------------------------------------------------
+# -- closing, and the exit flush ---------------------------------------------------------------
+
+#: what starting a close gives: its future and the most seconds to wait for it (None: nothing to
+#: close in this process)
+Begun = tuple[concurrent.futures.Future[None], float] | None
 
 
-class Closable(Protocol):
-    """What the exit hook closes."""
+class Closable:
+    """A blocking object: ``with`` closes it, and the exit hook does if the program did not."""
 
-    def _start_close(self) -> tuple[concurrent.futures.Future[None], float] | None:
-        """Start closing; the future of it and the most seconds to wait, or None if there is
-        nothing to close in this process."""
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _start_close(self, limit: float | None = None) -> Begun:
+        """Start closing, within ``limit`` seconds (None: the object's own limit)."""
+        raise NotImplementedError
+
+    def _close(self, limit: float | None) -> None:
+        begun = self._start_close(limit)
+        if begun is not None:
+            LoopThread.wait(*begun)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 _registry_lock = threading.Lock()
 #: every blocking object not closed yet, held strongly: one the program dropped without closing
 #: it is still flushed at exit (its asyncio twin stays reachable from the loop anyway)
 _open: dict[Closable, None] = {}
+#: guards re-creating an object's asyncio twin in a forked child
+rebind_lock = threading.Lock()
 
 
 def register(obj: Closable) -> None:
@@ -273,9 +295,10 @@ def _flush_at_multiprocessing_exit() -> None:
 
 def _after_fork_in_child() -> None:
     """In a forked child: the loop thread (and whatever lock a parent thread held) is not here."""
-    global _lock, _registry_lock
+    global _lock, _registry_lock, rebind_lock
     _lock = threading.Lock()
     _registry_lock = threading.Lock()
+    rebind_lock = threading.Lock()
     if _shared is not None:
         _shared.stale = True
 

@@ -21,29 +21,28 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from types import TracebackType
-from typing import Any, Self, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
+from nsq_ha import _sync_runtime
 from nsq_ha._sync_handout import Answers as _Answers
 from nsq_ha._sync_handout import Message, hand_out
 from nsq_ha._sync_handout import gone as _gone
 from nsq_ha._sync_runtime import (
     CLOSE_BACKSTOP,
+    Begun,
+    Closable,
     LoopThread,
     loop_thread,
     register,
     unregister,
 )
+from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import Consumer as AsyncConsumer
 from nsq_ha.consumer import ConsumerConfig
 from nsq_ha.consumer import Message as AsyncMessage
 from nsq_ha.consumer.config import ConsumerOptions, consumer_config
 from nsq_ha.durations import optional_seconds
-from nsq_ha.errors import (
-    ConsumerClosedError,
-    MessageResponseError,
-    ProducerClosedError,
-)
+from nsq_ha.errors import ConsumerClosedError, MessageResponseError, ProducerClosedError
 from nsq_ha.producer import Producer as AsyncProducer
 from nsq_ha.producer import ProducerConfig, PublishResult, RetryPolicy
 from nsq_ha.producer.config import ProducerOptions
@@ -54,29 +53,20 @@ __all__ = ["Consumer", "Message", "Producer", "PublishResult", "RetryPolicy", "s
 
 log = logging.getLogger(__name__)
 
+#: the most messages one hand-over from the loop fetches
+_MAX_BATCH = 1024
+
 
 def shared_loop() -> asyncio.AbstractEventLoop:
     """The event loop the blocking objects of this process run on (started if needed)."""
     return loop_thread().loop
 
 
-def _backstop(*limits: float) -> float:
-    """How long a blocking close waits for its asyncio close: the limits involved, twice,
-    plus :data:`CLOSE_BACKSTOP`."""
-    return min(2 * sum(limits) + CLOSE_BACKSTOP, threading.TIMEOUT_MAX)
-
-
-#: guards re-creating a producer in a forked child (replaced in the child: a parent thread
-#: may have held it at the fork)
-_rebind_lock = threading.Lock()
-
-
-def _new_rebind_lock() -> None:
-    global _rebind_lock
-    _rebind_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_rebind_lock)
+def _backstop(close: float, connection: ConnectionConfig) -> float:
+    """How long a blocking close waits for its asyncio close: its limits (``close``, the
+    connections' close and command timeouts), twice, plus :data:`CLOSE_BACKSTOP`."""
+    limits = close + connection.close_timeout + connection.command_timeout
+    return min(2 * limits + CLOSE_BACKSTOP, threading.TIMEOUT_MAX)
 
 
 class _PublishOptions(TypedDict, total=False):
@@ -96,22 +86,7 @@ class _PublishManyOptions(TypedDict, total=False):
     exts: Sequence[ExtHeader | None] | None
 
 
-class _Closing:
-    """``with`` closes it."""
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-class Producer(_Closing):
+class Producer(Closable):
     """Blocking :class:`nsq_ha.producer.Producer`: the same options and results. A ``lookup=``
     client is used on :func:`shared_loop`.
 
@@ -140,22 +115,17 @@ class Producer(_Closing):
         return AsyncProducer(config=self.producer_config)
 
     def _bound(self) -> tuple[LoopThread, AsyncProducer]:
-        runner = self._runner
-        if runner.stale:
-            return self._rebind()
-        return runner, self._producer
-
-    def _rebind(self) -> tuple[LoopThread, AsyncProducer]:
-        with _rebind_lock:
-            if not self._runner.stale:  # another thread of this child did it
-                return self._runner, self._producer
-            if self._closed_here or self._producer.closed:
-                raise ProducerClosedError("the producer is closed")
-            runner = loop_thread()
-            self._producer = runner.run(self._create())  # before the runner: see _bound
-            self._runner = runner
-            log.debug("producer made again in forked process %d", os.getpid())
-            return runner, self._producer
+        """The loop and the asyncio producer of this process (made again in a forked child)."""
+        if self._runner.stale:
+            with _sync_runtime.rebind_lock:
+                if self._runner.stale:  # not done by another thread of this child meanwhile
+                    if self.closed:
+                        raise ProducerClosedError("the producer is closed")
+                    runner = loop_thread()
+                    self._producer = runner.run(self._create())  # set first: read after the runner
+                    self._runner = runner
+                    log.debug("producer made again in forked process %d", os.getpid())
+        return self._runner, self._producer
 
     def __repr__(self) -> str:
         return f"<sync {self._producer!r}>"
@@ -209,29 +179,19 @@ class Producer(_Closing):
         """:meth:`nsq_ha.producer.Producer.close`, blocking; NsqTimeoutError if the asyncio
         close itself never ends. In a forked child that has not published with this producer,
         this only marks it closed: the connections belong to the parent."""
-        limit = optional_seconds(timeout, "timeout")
-        begun = self._start_close(limit)
-        if begun is not None:
-            LoopThread.wait(*begun)
+        self._close(optional_seconds(timeout, "timeout"))
 
-    def _start_close(
-        self, limit: float | None = None
-    ) -> tuple[concurrent.futures.Future[None], float] | None:
+    def _start_close(self, limit: float | None = None) -> Begun:
         unregister(self)
-        runner, producer = self._runner, self._producer
+        runner, settings = self._runner, self.producer_config
         if not runner.alive_here:
             self._closed_here = True
             return None
-        settings = self.producer_config
-        wait = _backstop(
-            settings.close_timeout if limit is None else limit,
-            settings.connection.close_timeout,
-            settings.connection.command_timeout,
-        )
-        return runner.submit(producer.close(limit)), wait
+        wait = _backstop(settings.close_timeout if limit is None else limit, settings.connection)
+        return runner.submit(self._producer.close(limit)), wait
 
 
-class Consumer(_Closing):
+class Consumer(Closable):
     """Blocking :class:`nsq_ha.consumer.Consumer`: same arguments; iterate it.
 
     ``for message in consumer: ...; message.finish()`` blocks for each message and ends when
@@ -307,30 +267,24 @@ class Consumer(_Closing):
         anyway is handed out by the next call (or requeued by :meth:`close`)."""
         limit = None if timeout is None else optional_seconds(timeout, "timeout")
         runner = self._live()
-        while True:
-            message = self._take()
-            if message is not None:
-                return message
-            if not self._fetch(runner, limit):
-                return None
-
-    def _take(self) -> Message | None:
-        """The first fetched message, handed out (``None``: none fetched)."""
         fetched = self._fetched
-        message = None
-        try:
-            message = fetched.popleft()
-            handed = Message()  # Answers.handle, inlined
-            handed._message = message
-            handed._answers = self._answers
-            handed._answered = None
-        except IndexError:
-            return None
-        except BaseException:  # interrupted (Ctrl-C) before it was handed out: keep it
-            if message is not None:
-                fetched.appendleft(message)
-            raise
-        return handed
+        while True:  # hand_out's step, with a limit
+            message = None
+            try:
+                message = fetched.popleft()
+                handed = Message()
+                handed._message = message
+                handed._answers = self._answers
+                handed._answered = None
+            except IndexError:
+                if not self._fetch(runner, limit):
+                    return None
+                continue
+            except BaseException:  # interrupted (Ctrl-C) before it was handed out: keep it
+                if message is not None:
+                    fetched.appendleft(message)
+                raise
+            return handed
 
     def _fetch(self, runner: LoopThread, limit: float | None) -> bool:
         """Wait for the next batch and queue it to be handed out; False once closed (or after
@@ -348,11 +302,9 @@ class Consumer(_Closing):
     def _give_back(self, batch: list[AsyncMessage]) -> None:
         """On the loop: an interrupted :meth:`get` fetched ``batch``; the next one hands it out
         first (closing: requeued, as what :meth:`close` found fetched)."""
+        self._fetched.extendleft(reversed(batch))
         if self._closing:
-            for message in batch:
-                _requeue_quietly(message)
-        else:
-            self._fetched.extendleft(reversed(batch))
+            self._requeue_fetched()
 
     def sync(self, timeout: float | None = None) -> None:
         """Block until nsqd has processed every answer given so far (:meth:`Message.finish`
@@ -383,44 +335,27 @@ class Consumer(_Closing):
     def close(self, drain_timeout: float | None = None) -> None:
         """Drain and close (see the async method); ends every iteration. Does nothing in a
         forked child, like :meth:`Producer.close`."""
-        limit = optional_seconds(drain_timeout, "drain_timeout")
-        begun = self._start_close(limit)
-        if begun is not None:
-            LoopThread.wait(*begun)
+        self._close(optional_seconds(drain_timeout, "drain_timeout"))
 
-    def _start_close(
-        self, limit: float | None = None
-    ) -> tuple[concurrent.futures.Future[None], float] | None:
+    def _start_close(self, limit: float | None = None) -> Begun:
         unregister(self)
         self._closing = True
         if not self._runner.alive_here:
             return None
         self._runner.post(self._requeue_fetched)  # on the loop, after any _give_back
-        config = self._settings.connection_config()
-        wait = _backstop(
-            self._settings.drain_timeout if limit is None else limit,
-            config.close_timeout,
-            config.command_timeout,
-        )
+        close = self._settings.drain_timeout if limit is None else limit
+        wait = _backstop(close, self._settings.connection_config())
         return self._runner.submit(self._consumer.close(drain_timeout=limit)), wait
 
     def _requeue_fetched(self) -> None:
-        """On the loop, closing: requeue what was fetched and not handed out."""
+        """On the loop, closing: requeue what was fetched and not handed out, now and without
+        backoff (unless answered meanwhile)."""
         fetched = self._fetched
         while True:
             try:
                 message = fetched.popleft()
-            except IndexError:
+            except IndexError:  # none left (another thread may have taken the last one)
                 return
-            _requeue_quietly(message)
-
-
-def _requeue_quietly(message: AsyncMessage) -> None:
-    """Requeue ``message`` now without backoff, unless it was answered meanwhile."""
-    if message.outcome is None:
-        with contextlib.suppress(MessageResponseError):
-            message.requeue_nowait(0.0, backoff=False)
-
-
-#: the most messages one hand-over from the loop fetches
-_MAX_BATCH = 1024
+            if message.outcome is None:
+                with contextlib.suppress(MessageResponseError):
+                    message.requeue_nowait(0.0, backoff=False)

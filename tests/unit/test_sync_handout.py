@@ -4,11 +4,13 @@ burst in one loop turn, a failing one logged without dropping the ones after it.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 
@@ -54,6 +56,13 @@ def delivered(owner: Owner, body: bytes) -> AsyncMessage:
     return AsyncMessage(decoded, owner)
 
 
+def handed(answers: _sync_handout.Answers, message: AsyncMessage) -> sync.Message:
+    """The blocking handle of ``message``, made by the consumer's hand-out."""
+    source = cast("sync.Consumer", None)  # not asked: a message is waiting
+    fetched = collections.deque([message])
+    return next(_sync_handout.hand_out(source, answers.runner, fetched, answers))
+
+
 @contextmanager
 def loop_held() -> Iterator[None]:
     """The shared loop is busy in the block: nothing posted to it runs until the block ends."""
@@ -81,7 +90,7 @@ def settled() -> None:
 def test_a_blocking_message_has_every_attribute_of_the_asyncio_one() -> None:
     owner = Owner()
     message = delivered(owner, b"hello")
-    handle = _sync_handout.Answers(loop_thread()).handle(message)
+    handle = handed(_sync_handout.Answers(loop_thread()), message)
     names = [name for name in dir(AsyncMessage) if not name.startswith("__")]
     assert {"body", "offset", "partition", "ext", "outcome", "check_answerable"} <= set(names)
     for name in names:
@@ -102,7 +111,7 @@ def test_a_blocking_message_has_every_attribute_of_the_asyncio_one() -> None:
 def test_answers_given_together_are_written_in_order_on_the_loop() -> None:
     owner = Owner()
     answers = _sync_handout.Answers(loop_thread())
-    first, second, third = (answers.handle(delivered(owner, b)) for b in (b"a", b"b", b"c"))
+    first, second, third = (handed(answers, delivered(owner, b)) for b in (b"a", b"b", b"c"))
     with loop_held():
         first.finish()
         second.requeue(0.5, backoff=False)
@@ -120,7 +129,7 @@ def test_answers_given_together_are_written_in_order_on_the_loop() -> None:
 
 def test_a_bad_requeue_delay_changes_nothing() -> None:
     owner = Owner()
-    handle = _sync_handout.Answers(loop_thread()).handle(delivered(owner, b"a"))
+    handle = handed(_sync_handout.Answers(loop_thread()), delivered(owner, b"a"))
     with pytest.raises(ConfigError):
         handle.requeue(-1)
     bad: object = "5"  # ConfigError compiled too, not mypyc's TypeError
@@ -143,7 +152,7 @@ def test_a_burst_of_answers_wakes_the_loop_once(monkeypatch: pytest.MonkeyPatch)
 
     owner = Owner()
     answers = _sync_handout.Answers(runner)
-    handles = [answers.handle(delivered(owner, b"m%d" % i)) for i in range(100)]
+    handles = [handed(answers, delivered(owner, b"m%d" % i)) for i in range(100)]
     monkeypatch.setattr(runner, "post", counted)
     with loop_held():
         for handle in handles:
@@ -161,7 +170,7 @@ def test_an_answer_that_fails_on_the_loop_is_logged_and_the_next_ones_are_writte
 ) -> None:
     owner = Owner(fails=b"b")
     answers = _sync_handout.Answers(loop_thread())
-    handles = [answers.handle(delivered(owner, b)) for b in (b"a", b"b", b"c")]
+    handles = [handed(answers, delivered(owner, b)) for b in (b"a", b"b", b"c")]
     with caplog.at_level(logging.WARNING, logger="nsq_ha.sync"), loop_held():
         for handle in handles:
             handle.finish()
