@@ -78,12 +78,22 @@ _PUBLISH = frozenset(
 
 
 class NsqError(Exception):
-    """Root of every nsq_ha exception."""
+    """Root of every nsq_ha exception. A subclass sets its flags as class keywords
+    (``class NsqTimeoutError(NsqError, TimeoutError, retriable=True)``)."""
 
     #: Trying the same operation again may succeed.
     retriable: ClassVar[bool] = False
     #: The cached partition map is stale: look the topic up again before retrying.
     refresh_lookup: ClassVar[bool] = False
+
+    def __init_subclass__(
+        cls, *, retriable: bool | None = None, refresh_lookup: bool | None = None, **kwargs: object
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if retriable is not None:
+            cls.retriable = retriable
+        if refresh_lookup is not None:
+            cls.refresh_lookup = refresh_lookup
 
 
 class ConfigError(NsqError, ValueError):
@@ -115,16 +125,12 @@ class UnsupportedByServerError(ConfigError):
 UnsupportedByServer = UnsupportedByServerError
 
 
-class NsqTimeoutError(NsqError, TimeoutError):
+class NsqTimeoutError(NsqError, TimeoutError, retriable=True):
     """An operation did not finish in time."""
 
-    retriable = True
 
-
-class NsqConnectionError(NsqError):
+class NsqConnectionError(NsqError, retriable=True):
     """The TCP connection could not be used."""
-
-    retriable = True
 
 
 class ConnectError(NsqConnectionError):
@@ -135,10 +141,8 @@ class ConnectionClosedError(NsqConnectionError):
     """The connection was closed, by the peer or after a fatal error."""
 
 
-class HandshakeError(NsqConnectionError):
+class HandshakeError(NsqConnectionError, retriable=False):
     """The magic, IDENTIFY, AUTH, TLS or compression negotiation failed."""
-
-    retriable = False
 
 
 class ProtocolError(NsqError):
@@ -149,27 +153,21 @@ class LocalProtocolError(ProtocolError):
     """We were about to do something the protocol forbids (a bug on our side)."""
 
 
-class RemoteProtocolError(ProtocolError):
+class RemoteProtocolError(ProtocolError, retriable=True):
     """The peer sent something we cannot decode; the connection must be dropped."""
-
-    retriable = True
 
 
 class DiscoveryError(NsqError):
     """Looking up where a topic lives failed."""
 
 
-class LookupdUnavailableError(DiscoveryError):
+class LookupdUnavailableError(DiscoveryError, retriable=True):
     """No nsqlookupd answered (retried: one that answered before may be restarting)."""
 
-    retriable = True
 
-
-class LookupdNeverAnsweredError(LookupdUnavailableError):
+class LookupdNeverAnsweredError(LookupdUnavailableError, retriable=False):
     """No nsqlookupd given has answered since the client started (refused, unknown host, or an
     answer that is not HTTP): a wrong address, not an outage, so it is not retried."""
-
-    retriable = False
 
 
 class TopicNotFoundError(DiscoveryError):
@@ -178,20 +176,14 @@ class TopicNotFoundError(DiscoveryError):
     the first publish to an nsqd). A consumer started on it keeps watching lookup instead."""
 
 
-class TopicNotWritableError(TopicNotFoundError):
+class TopicNotWritableError(TopicNotFoundError, retriable=True, refresh_lookup=True):
     """The topic exists but no partition is writable now (new topic, channel missing, failover);
     retriable with a fresh lookup: a new fork topic is writable within seconds, a failover ends."""
 
-    retriable = True
-    refresh_lookup = True
 
-
-class PartitionNotAvailableError(DiscoveryError):
+class PartitionNotAvailableError(DiscoveryError, retriable=True, refresh_lookup=True):
     """The partition a message must go to has no writable leader in the current lookup; keyed
     messages are never sent elsewhere, so this is retried (with a lookup refresh)."""
-
-    retriable = True
-    refresh_lookup = True
 
 
 _REGISTRY: dict[str, type[BrokerError]] = {}
@@ -218,11 +210,13 @@ class BrokerError(NsqError):
         if fatal is not None:
             self.fatal = fatal
 
-    def __init_subclass__(cls, *, code: str = "", **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
+    def __init_subclass__(cls, *, code: str = "", fatal: bool | None = None, **flags: bool) -> None:
+        super().__init_subclass__(**flags)
         if code:
             cls.wire_code = code
             _REGISTRY[code] = cls
+        if fatal is not None:
+            cls.fatal = fatal
 
     @classmethod
     def class_for(cls, code: str) -> type[BrokerError]:
@@ -286,11 +280,10 @@ class AuthFirstError(AuthError, code="E_AUTH_FIRST"):
     """E_AUTH_FIRST: the command needs a successful AUTH first."""
 
 
-class TopicNotExistError(BrokerError, code="E_TOPIC_NOT_EXIST"):
+class TopicNotExistError(
+    BrokerError, code="E_TOPIC_NOT_EXIST", retriable=True, refresh_lookup=True
+):
     """E_TOPIC_NOT_EXIST: the topic/partition is not on this nsqd (never auto-created)."""
-
-    retriable = True
-    refresh_lookup = True
 
 
 class SubOrderRequiredError(BrokerError, code="E_SUB_ORDER_IS_MUST"):
@@ -315,10 +308,8 @@ class ChannelNotRegisteredError(BrokerError, code="E_SUB_CHANNEL_NOT_REGISTERED"
     """E_SUB_CHANNEL_NOT_REGISTERED: the topic does not auto-create channels."""
 
 
-class PubTooMuchWaitingError(BrokerError, code="E_PUB_TOO_MUCH_WAITING"):
+class PubTooMuchWaitingError(BrokerError, code="E_PUB_TOO_MUCH_WAITING", retriable=True):
     """E_PUB_TOO_MUCH_WAITING: back-pressure, too many bytes queued on the partition."""
-
-    retriable = True
 
 
 class NotLeaderError(BrokerError, code="E_FAILED_ON_NOT_LEADER"):
@@ -339,49 +330,34 @@ class NotWritableError(BrokerError, code="E_FAILED_ON_NOT_WRITABLE"):
     nonfatal_after = _PUBLISH
 
 
-class PubFailedError(BrokerError, code="E_PUB_FAILED"):
+class PubFailedError(BrokerError, code="E_PUB_FAILED", retriable=True, fatal=False):
     """E_PUB_FAILED: the write failed (non-fatal on the fork, fatal on vanilla)."""
 
-    retriable = True
-    fatal = False
 
-
-class MpubFailedError(BrokerError, code="E_MPUB_FAILED"):
+class MpubFailedError(BrokerError, code="E_MPUB_FAILED", retriable=True, fatal=False):
     """E_MPUB_FAILED: the batch write failed (non-fatal on the fork, fatal on vanilla)."""
 
-    retriable = True
-    fatal = False
 
-
-class DpubFailedError(BrokerError, code="E_DPUB_FAILED"):
+class DpubFailedError(BrokerError, code="E_DPUB_FAILED", retriable=True):
     """E_DPUB_FAILED: vanilla's deferred publish failed."""
 
-    retriable = True
 
-
-class ExtNotSupportedError(BrokerError, code="E_EXT_NOT_SUPPORT"):
+class ExtNotSupportedError(BrokerError, code="E_EXT_NOT_SUPPORT", fatal=False):
     """E_EXT_NOT_SUPPORT: JSON headers sent to a non-ext topic."""
 
-    fatal = False
 
-
-class InvalidJsonHeaderError(BrokerError, code="E_INVALID_JSON_HEADER"):
+class InvalidJsonHeaderError(BrokerError, code="E_INVALID_JSON_HEADER", fatal=False):
     """E_INVALID_JSON_HEADER: the ext header is not valid JSON."""
 
-    fatal = False
 
-
-class InvalidTraceIdError(BrokerError, code="INVALID_TRACE_ID"):
+class InvalidTraceIdError(BrokerError, code="INVALID_TRACE_ID", fatal=False):
     """INVALID_TRACE_ID: ``##trace_id`` is not a string holding a decimal u64."""
 
-    fatal = False
 
-
-class MessageCommandError(BrokerError):
+class MessageCommandError(BrokerError, fatal=False):
     """Base of the non-fatal FIN/REQ/TOUCH failures; ``message_id`` says which message (the
     16-byte id the description names, set by the error frame reader; ``None``: none named)."""
 
-    fatal = False
     vanilla_fatal = False
     message_id: bytes | None = None
 
@@ -398,11 +374,9 @@ class TouchFailedError(MessageCommandError, code="E_TOUCH_FAILED"):
     """E_TOUCH_FAILED: the message is not in flight."""
 
 
-class TooManyConnectionsError(BrokerError, code="too much client connections"):
+class TooManyConnectionsError(BrokerError, code="too much client connections", retriable=True):
     """``too much client connections``: nsqd's connection limit (plain text, no code: the
     whole text stands for it)."""
-
-    retriable = True
 
 
 class PublishError(NsqError):
@@ -435,9 +409,7 @@ class MessageAlreadyRespondedError(MessageResponseError):
     """The message was already finished or requeued (by the handler, a give-up, or a drain)."""
 
 
-class MessageConnectionGoneError(MessageResponseError, NsqConnectionError):
+class MessageConnectionGoneError(MessageResponseError, NsqConnectionError, retriable=False):
     """The connection that delivered the message is gone (FIN/REQ/TOUCH must go there): nsqd
     redelivers it after ``msg_timeout`` (at once to another consumer after a leader move).
     Not retriable: answering again cannot reach a connection that is gone."""
-
-    retriable = False
