@@ -19,8 +19,8 @@ even when nsqd keeps it open: connections are per (node, partition), and that no
 leads the partition. Whether the caller may still retry (a producer that is closing does not)
 is the caller's business; what the error means is decided here.
 
-**Retry loops** (:func:`retry_after`, :func:`retrying`) are tenacity's, built in one place so
-that every loop of the project stops, waits, logs and gives up the same way:
+**Retry loops** (:func:`retry_after`) are tenacity's, built in one place so that every loop
+of the project stops, waits, logs and gives up the same way:
 
 * the first attempt is made by the caller, outside tenacity: an operation that succeeds (a
   warm publish, a lookup) never builds a retry object; :func:`retry_after` takes its error and
@@ -67,7 +67,6 @@ __all__ = [
     "decide",
     "log_failure",
     "retry_after",
-    "retrying",
 ]
 
 log = logging.getLogger(__name__)
@@ -100,12 +99,8 @@ def decide(exc: BaseException) -> Decision:
     if isinstance(exc, _BROKEN_STREAM):
         return Decision(retry=exc.retriable, refresh_lookup=True, reconnect=True)
     if isinstance(exc, BrokerError):
-        reconnect = exc.fatal or exc.refresh_lookup
-        return Decision(
-            retry=exc.retriable,
-            refresh_lookup=exc.refresh_lookup or reconnect,
-            reconnect=reconnect,
-        )
+        reconnect = exc.fatal or exc.refresh_lookup  # a stale map or a lost connection: ask again
+        return Decision(retry=exc.retriable, refresh_lookup=reconnect, reconnect=reconnect)
     return Decision(retry=exc.retriable, refresh_lookup=exc.refresh_lookup, reconnect=False)
 
 
@@ -193,7 +188,9 @@ def _text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def retrying(
+async def retry_after(
+    first_error: BaseException,
+    attempt: Callable[[int], Awaitable[T]],
     *,
     what: str,
     backoff: Backoff,
@@ -205,8 +202,17 @@ def retrying(
     give_up: Callable[[Failure], BaseException] | None = None,
     describe: Callable[[BaseException], str] = _text,
     logger: logging.Logger = log,
-) -> AsyncRetrying:
-    """A fresh tenacity controller for one operation (see the module's docstring).
+) -> T:
+    """``await attempt(n)`` for n = 2, 3, ... under a fresh tenacity controller (see the
+    module's docstring), after attempt 1, made by the caller outside tenacity, failed with
+    ``first_error``::
+
+        started = time.monotonic()
+        try:
+            return await send(1)
+        except NsqError as exc:
+            first_error = exc
+        return await retry_after(first_error, send, what=..., backoff=PUBLISH, started=started)
 
     ``started``: ``time.monotonic()`` when the first attempt began (now by default), which
     ``deadline`` counts from. ``describe`` turns an error into the text logged (the caller
@@ -245,52 +251,6 @@ def retrying(
         exc = state.outcome.exception()
         return isinstance(exc, Exception) and should_retry(exc)
 
-    return AsyncRetrying(
-        stop=stop,
-        wait=backoff.wait(),
-        retry=worth_it,
-        before_sleep=before_sleep,
-        retry_error_callback=exhausted,
-    )
-
-
-async def retry_after(
-    first_error: BaseException,
-    attempt: Callable[[int], Awaitable[T]],
-    *,
-    what: str,
-    backoff: Backoff,
-    should_retry: Callable[[BaseException], bool],
-    attempts: int | None = None,
-    deadline: float | None = None,
-    started: float | None = None,
-    on_retry: Callable[[Failure], None] | None = None,
-    give_up: Callable[[Failure], BaseException] | None = None,
-    describe: Callable[[BaseException], str] = _text,
-    logger: logging.Logger = log,
-) -> T:
-    """``await attempt(n)`` for n = 2, 3, ... after attempt 1, made by the caller outside
-    tenacity, failed with ``first_error`` (options as :func:`retrying`'s)::
-
-        started = time.monotonic()
-        try:
-            return await send(1)
-        except NsqError as exc:
-            first_error = exc
-        return await retry_after(first_error, send, what=..., backoff=PUBLISH, started=started)
-    """
-    controller = retrying(
-        what=what,
-        backoff=backoff,
-        attempts=attempts,
-        deadline=deadline,
-        started=started,
-        should_retry=should_retry,
-        on_retry=on_retry,
-        give_up=give_up,
-        describe=describe,
-        logger=logger,
-    )
     number = 0
 
     async def next_attempt() -> T:
@@ -300,4 +260,11 @@ async def retry_after(
             raise first_error
         return await attempt(number)
 
+    controller = AsyncRetrying(
+        stop=stop,
+        wait=backoff.wait(),
+        retry=worth_it,
+        before_sleep=before_sleep,
+        retry_error_callback=exhausted,
+    )
     return cast("T", await controller(next_attempt))
