@@ -19,16 +19,12 @@ if TYPE_CHECKING:
     from nsq_ha.producer import Producer, ProducerConfig, PublishResult, RetryPolicy
 
 _EXPORTS = {
-    "ConnectionConfig": "nsq_ha.connection",
-    "Consumer": "nsq_ha.consumer",
-    "ConsumerConfig": "nsq_ha.consumer",
-    "Message": "nsq_ha.consumer",
-    "NsqdConnection": "nsq_ha.connection",
+    **dict.fromkeys(["ConnectionConfig", "NsqdConnection"], "nsq_ha.connection"),
+    **dict.fromkeys(["Consumer", "ConsumerConfig", "Message"], "nsq_ha.consumer"),
     "LookupClient": "nsq_ha.lookup",
-    "Producer": "nsq_ha.producer",
-    "ProducerConfig": "nsq_ha.producer",
-    "PublishResult": "nsq_ha.producer",
-    "RetryPolicy": "nsq_ha.producer",
+    **dict.fromkeys(
+        ["Producer", "ProducerConfig", "PublishResult", "RetryPolicy"], "nsq_ha.producer"
+    ),
 }
 
 __all__ = [

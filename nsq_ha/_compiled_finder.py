@@ -193,12 +193,7 @@ class CompiledFinder:
         self.directory = directory or artifact_dir()
         self.decision: Decision | None = None
 
-    def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None = None,
-        target: ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, fullname: str) -> importlib.machinery.ModuleSpec | None:
         if fullname != LIBRARY and fullname not in self.modules:
             return None
         if self.decision is None:
@@ -250,12 +245,8 @@ class HotDirectory:
         return f"HotDirectory({self.path!r}, {self.compiled!r})"
 
 
+#: the finder ``install()`` added, if the environment enables the compiled build
 _installed: CompiledFinder | None = None
-
-
-def hot_directories(modules: Sequence[str] = MODULES) -> frozenset[str]:
-    """The directories that hold ``modules`` (and mypyc's library, in the package's own)."""
-    return frozenset({PACKAGE_DIR} | {os.path.dirname(source_path(m)) for m in modules})
 
 
 def install() -> CompiledFinder:
@@ -264,7 +255,8 @@ def install() -> CompiledFinder:
     if _installed is not None:
         return _installed
     finder = CompiledFinder()
-    directories = hot_directories()
+    # the hot modules' directories, and the package's own (mypyc's library)
+    directories = {PACKAGE_DIR} | {os.path.dirname(source_path(m)) for m in MODULES}
 
     def path_hook(path: str) -> HotDirectory:
         if os.path.abspath(path) not in directories:
@@ -279,11 +271,6 @@ def install() -> CompiledFinder:
     return finder
 
 
-def installed() -> CompiledFinder | None:
-    """The finder ``install()`` added, if the environment enables the compiled build."""
-    return _installed
-
-
 def is_compiled(module: ModuleType) -> bool:
     """Whether a loaded module is an extension module (mypyc's) rather than its ``.py``."""
     return isinstance(getattr(module, "__loader__", None), importlib.machinery.ExtensionFileLoader)
@@ -296,7 +283,7 @@ def active() -> bool:
 
 def status() -> str:
     """One line: the live path and why."""
-    finder = installed()
+    finder = _installed
     if finder is None:
         return f"pure Python: no compiled build in this environment (no {PTH_NAME}; make compiled)"
     importlib.import_module(MODULES[0])

@@ -179,8 +179,14 @@ def emit(event: Event) -> None:
 
 
 def _report(listener: Listener, event: Event, exc: BaseException) -> None:
-    """One error record for a listener that raised (the clients carry on)."""
-    name = _name_of(listener)
+    """One error record for a listener that raised (the clients carry on), naming it by
+    ``module.qualname`` (a function or method) or else its repr."""
+    qualname = getattr(listener, "__qualname__", None)
+    module = getattr(listener, "__module__", None)
+    if not isinstance(qualname, str):
+        name = repr(listener)
+    else:
+        name = f"{module}.{qualname}" if isinstance(module, str) else qualname
     if isinstance(exc, SystemExit | KeyboardInterrupt):
         log.error(
             "event listener %s raised %s on %r: a listener must not call sys.exit() or raise "
@@ -194,12 +200,3 @@ def _report(listener: Listener, event: Event, exc: BaseException) -> None:
         )
     else:
         log.error("event listener %s failed on %r", name, event, exc_info=exc)
-
-
-def _name_of(listener: Listener) -> str:
-    """``module.qualname`` of a function or method, else its repr."""
-    qualname = getattr(listener, "__qualname__", None)
-    if not isinstance(qualname, str):
-        return repr(listener)
-    module = getattr(listener, "__module__", None)
-    return f"{module}.{qualname}" if isinstance(module, str) else qualname

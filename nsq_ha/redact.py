@@ -41,10 +41,8 @@ def redact_url(url: str) -> str:
     at = url.rfind("@")
     if at < start:
         return url
-    userinfo = url[start:at]
-    user, colon, _password = userinfo.partition(":")
-    shown = f"{user}:***" if colon else "***"
-    return url[:start] + shown + url[at:]
+    user, colon, _password = url[start:at].partition(":")
+    return url[:start] + (f"{user}:{REDACTED}" if colon else REDACTED) + url[at:]
 
 
 def _redact_value(value: Any, redact: Callable[[str], str]) -> Any:

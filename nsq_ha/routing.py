@@ -126,20 +126,6 @@ def jump_hash(key64: int, buckets: int) -> int:
     return b
 
 
-def _murmur3_partition(key: ShardingKey, n: int) -> int:
-    return mmh3.hash(key_bytes(key), 0, signed=False) % n
-
-
-def _java_partition(key: ShardingKey, n: int) -> int:
-    # Java's truncating remainder keeps the hash's sign; abs() of it equals abs(hash) mod n.
-    return abs(java_hash_code(key)) % n
-
-
-def _jump_partition(key: ShardingKey, n: int) -> int:
-    key64 = mmh3.hash64(key_bytes(key), 0, signed=False)[0]
-    return jump_hash(key64, n)
-
-
 @dataclass(frozen=True, slots=True)
 class ShardingStrategy:
     """A named key -> partition function."""
@@ -167,11 +153,20 @@ STRATEGIES: Final[dict[str, ShardingStrategy]] = {
     s.name: s
     for s in (
         ShardingStrategy(
-            "murmur3", "fork Go SDK with murmur3.New32(): mmh3_32(bytes) mod n", _murmur3_partition
+            "murmur3",
+            "fork Go SDK with murmur3.New32(): mmh3_32(bytes) mod n",
+            lambda key, n: mmh3.hash(key_bytes(key), 0, signed=False) % n,
         ),
-        ShardingStrategy("java", "fork Java SDK: abs(hashCode() % n)", _java_partition),
+        # Java's truncating remainder keeps the hash's sign; abs() of it equals abs(hash) mod n
         ShardingStrategy(
-            "jump", "jump consistent hash over mmh3_x64 (nsq_ha only)", _jump_partition
+            "java",
+            "fork Java SDK: abs(hashCode() % n)",
+            lambda key, n: abs(java_hash_code(key)) % n,
+        ),
+        ShardingStrategy(
+            "jump",
+            "jump consistent hash over mmh3_x64 (nsq_ha only)",
+            lambda key, n: jump_hash(mmh3.hash64(key_bytes(key), 0, signed=False)[0], n),
         ),
     )
 }
