@@ -1,12 +1,12 @@
 """The client's commands without a message body (§1.2, §2), typed: the session takes these.
 
 Each command is a frozen dataclass whose ``name`` is its wire name and whose ``encode()``
-returns its exact bytes. ``name`` is a property, not a ``ClassVar``: mypyc makes every value in
-a dataclass's body a field (mypyc/mypyc#1122), which the compiled build would then take as a
-constructor argument. A command is checked once, when it is made (a subscribe's names and
+returns its exact bytes. A command is checked once, when it is made (a subscribe's names and
 partition, a RDY count, a FIN/REQ/TOUCH id, a REQ delay: an
 :class:`~nsq_ha.errors.InvalidArgumentError` subclass when nsqd would refuse it), and encoding
-checks nothing again. The publish commands live in :mod:`nsq_ha.protocol.publish`.
+checks nothing again (the publish commands: :mod:`nsq_ha.protocol.publish`). ``name`` is a
+property that reads the class's name from a table, not a ``ClassVar``: mypyc makes every value
+in a dataclass's body a field (mypyc/mypyc#1122), a constructor argument in a compiled build.
 
 Durations in the API are float seconds; this module is the one place that converts them to the
 milliseconds on the wire (:func:`seconds_to_ms`, :func:`ms_to_seconds`).
@@ -20,7 +20,7 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeAlias
+from typing import Final, Protocol
 
 from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError
 from nsq_ha.protocol.names import (
@@ -71,11 +71,6 @@ def ms_to_seconds(milliseconds: int) -> float:
     return milliseconds / 1000
 
 
-def _line(name: bytes, *params: bytes) -> bytes:
-    """``NAME p1 p2\\n`` with single spaces and no trailing space."""
-    return b" ".join((name, *params)) + b"\n"
-
-
 def check_size(what: str, size: int, limit: int | None) -> None:
     """Raise BodyTooLargeError if ``size`` exceeds ``limit`` (or what a u32/i32 length holds)."""
     if limit is not None and size > limit:
@@ -111,16 +106,27 @@ def check_uint(value: object, what: str, bits: int, minimum: int = 0) -> int:
     return value
 
 
+class _Named:
+    """A command whose wire name is its class's entry in :data:`_NAMES`."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> bytes:
+        """The command's name on the wire."""
+        return _NAMES[type(self)]
+
+    def encode(self) -> bytes:
+        """``NAME\\n``, for the commands without parameters."""
+        return self.name + b"\n"
+
+
 @dataclass(frozen=True, slots=True)
-class Identify:
+class Identify(_Named):
     """``IDENTIFY\\n[len][JSON]`` (compact, keys in order); answered. Make it with
     :meth:`of` (build the body with :func:`nsq_ha.protocol.identify.build_identify`)."""
 
     body: bytes
-
-    @property
-    def name(self) -> bytes:
-        return b"IDENTIFY"
 
     @classmethod
     def of(cls, body: Mapping[str, object], *, max_body_size: int | None = None) -> Identify:
@@ -138,15 +144,11 @@ class Identify:
 
 
 @dataclass(frozen=True, slots=True)
-class Auth:
+class Auth(_Named):
     """``AUTH\\n[len][secret]``; answered. Make it with :meth:`of`. The repr hides the
     secret."""
 
     secret: bytes
-
-    @property
-    def name(self) -> bytes:
-        return b"AUTH"
 
     def __repr__(self) -> str:
         return "Auth(secret=<hidden>)"
@@ -223,16 +225,12 @@ class StartPosition:
 
 
 @dataclass(frozen=True, slots=True)
-class _Subscription:
+class _Subscription(_Named):
     """What the three subscribe commands share; answered, checked when made."""
 
     topic: str
     channel: str
     partition: int | None = None
-
-    @property
-    def name(self) -> bytes:
-        return b"SUB"
 
     def __post_init__(self) -> None:
         validate_topic(self.topic)
@@ -240,10 +238,8 @@ class _Subscription:
         validate_partition(self.partition)
 
     def encode(self) -> bytes:
-        params = [self.topic.encode("ascii"), self.channel.encode("ascii")]
-        if self.partition is not None:
-            params.append(b"%d" % self.partition)
-        return _line(self.name, *params)
+        line = b"%s %s %s" % (self.name, self.topic.encode("ascii"), self.channel.encode("ascii"))
+        return line + b"\n" if self.partition is None else line + b" %d\n" % self.partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,10 +255,6 @@ class SubOrdered(_Subscription):
     sends a partition's next message only after this one's FIN.
     """
 
-    @property
-    def name(self) -> bytes:
-        return b"SUB_ORDERED"
-
 
 @dataclass(frozen=True, slots=True)
 class SubAdvanced(_Subscription):
@@ -276,10 +268,6 @@ class SubAdvanced(_Subscription):
 
     start: StartPosition | None = None
 
-    @property
-    def name(self) -> bytes:
-        return b"SUB_ADVANCED"
-
     def __post_init__(self) -> None:
         _Subscription.__post_init__(self)
         if self.start is not None and not isinstance(self.start, StartPosition):
@@ -290,31 +278,18 @@ class SubAdvanced(_Subscription):
     def encode(self) -> bytes:
         if self.start is None:
             return _Subscription.encode(self)
-        placeholder = DEFAULT_PARTITION if self.partition is None else self.partition
-        return _line(
-            b"SUB_ADVANCED",
-            self.topic.encode("ascii"),
-            self.channel.encode("ascii"),
-            b"%d" % placeholder,
-            self.start.token,
-        )
-
-
-#: Any of the three subscribe commands.
-Subscribe: TypeAlias = Sub | SubOrdered | SubAdvanced
+        partition = DEFAULT_PARTITION if self.partition is None else self.partition
+        topic, channel = self.topic.encode("ascii"), self.channel.encode("ascii")
+        return b"SUB_ADVANCED %s %s %d %s\n" % (topic, channel, partition, self.start.token)
 
 
 @dataclass(frozen=True, slots=True)
-class Rdy:
+class Rdy(_Named):
     """``RDY <count>``: how many messages nsqd may have in flight here; never answered.
     ``count`` is an int in ``0..2**63-1``; the session checks it against the negotiated
     ``max_rdy_count`` too."""
 
     count: int
-
-    @property
-    def name(self) -> bytes:
-        return b"RDY"
 
     def __post_init__(self) -> None:
         check_uint(self.count, "RDY count", 63)
@@ -324,36 +299,32 @@ class Rdy:
 
 
 @dataclass(frozen=True, slots=True)
-class Fin:
-    """``FIN <16 raw id bytes>`` (21 bytes; the id may contain spaces or newlines)."""
+class _Answer(_Named):
+    """What FIN, REQ and TOUCH share: a message id, checked when made; never answered."""
 
     message_id: bytes
-
-    @property
-    def name(self) -> bytes:
-        return b"FIN"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "message_id", validate_message_id(self.message_id))
 
     def encode(self) -> bytes:
-        return b"FIN " + self.message_id + b"\n"
+        return self.name + b" " + self.message_id + b"\n"
 
 
 @dataclass(frozen=True, slots=True)
-class Req:
+class Fin(_Answer):
+    """``FIN <16 raw id bytes>`` (21 bytes; the id may contain spaces or newlines)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Req(_Answer):
     """``REQ <16 raw id bytes> <delay ms>``; ``delay`` in seconds. On ordered channels nsqd
     ignores a delay above 0: the message comes back only after ``msg_timeout``."""
 
-    message_id: bytes
     delay: float = 0.0
 
-    @property
-    def name(self) -> bytes:
-        return b"REQ"
-
     def __post_init__(self) -> None:
-        object.__setattr__(self, "message_id", validate_message_id(self.message_id))
+        _Answer.__post_init__(self)
         seconds_to_ms(self.delay, "REQ delay")
 
     def encode(self) -> bytes:
@@ -361,41 +332,30 @@ class Req:
 
 
 @dataclass(frozen=True, slots=True)
-class Touch:
+class Touch(_Answer):
     """``TOUCH <16 raw id bytes>`` (23 bytes): nsqd restarts the message's timeout."""
 
-    message_id: bytes
-
-    @property
-    def name(self) -> bytes:
-        return b"TOUCH"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "message_id", validate_message_id(self.message_id))
-
-    def encode(self) -> bytes:
-        return b"TOUCH " + self.message_id + b"\n"
-
 
 @dataclass(frozen=True, slots=True)
-class Cls:
+class Cls(_Named):
     """``CLS``: stop delivery; nsqd answers ``CLOSE_WAIT``."""
 
-    @property
-    def name(self) -> bytes:
-        return b"CLS"
-
-    def encode(self) -> bytes:
-        return b"CLS\n"
-
 
 @dataclass(frozen=True, slots=True)
-class Nop:
+class Nop(_Named):
     """``NOP``, the answer to a heartbeat; never answered."""
 
-    @property
-    def name(self) -> bytes:
-        return b"NOP"
 
-    def encode(self) -> bytes:
-        return b"NOP\n"
+_NAMES: dict[type[_Named], bytes] = {
+    Identify: b"IDENTIFY",
+    Auth: b"AUTH",
+    Sub: b"SUB",
+    SubOrdered: b"SUB_ORDERED",
+    SubAdvanced: b"SUB_ADVANCED",
+    Rdy: b"RDY",
+    Fin: b"FIN",
+    Req: b"REQ",
+    Touch: b"TOUCH",
+    Cls: b"CLS",
+    Nop: b"NOP",
+}

@@ -88,10 +88,12 @@ class AuthResponse(TypedDict):
     permission_count: int
 
 
-def _duration_ms(value: float, what: str, minimum_ms: int, *, allow_off: bool = True) -> int:
+def _duration_ms(
+    value: float | None, what: str, minimum_ms: int, *, allow_off: bool = True
+) -> int | None:
     """Convert seconds to ms, keep ``-1`` as nsqd's "off" value if allowed, check the bounds."""
-    if allow_off and value == -1:
-        return -1
+    if value is None or (allow_off and value == -1):
+        return None if value is None else -1
     milliseconds = seconds_to_ms(value, what)
     if milliseconds < minimum_ms:
         raise InvalidArgumentError(
@@ -105,10 +107,22 @@ def _duration_ms(value: float, what: str, minimum_ms: int, *, allow_off: bool = 
     return milliseconds
 
 
-def _bounded_int(value: int, what: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+def _bounded_int(value: int | None, what: str, low: int, high: int) -> int | None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
+    ):
         raise InvalidArgumentError(f"{what} must be an int in {low}..{high}, got {value!r}")
     return value
+
+
+def _string(value: str | None, what: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be a str, not {type(value).__name__}")
+    return value
+
+
+def _flag(value: bool | None) -> bool | None:
+    return None if value is None else bool(value)
 
 
 def build_identify(
@@ -139,57 +153,35 @@ def build_identify(
     nsqd turns 0 into level 0, not its default (§10). ``snappy`` and ``deflate`` exclude each
     other.
     """
-    body: IdentifyRequest = {}
-    if client_id is not None:
-        body["client_id"] = _string(client_id, "client_id")
-    if hostname is not None:
-        body["hostname"] = _string(hostname, "hostname")
-    body["feature_negotiation"] = bool(feature_negotiation)
-    if heartbeat_interval is not None:
-        body["heartbeat_interval"] = _duration_ms(heartbeat_interval, "heartbeat_interval", 1000)
-    if user_agent is not None:
-        body["user_agent"] = _string(user_agent, "user_agent")
-    if output_buffer_size is not None:
-        if output_buffer_size != -1:
-            _bounded_int(output_buffer_size, "output_buffer_size", 64, 2**31 - 1)
-        body["output_buffer_size"] = output_buffer_size
-    if output_buffer_timeout is not None:
-        body["output_buffer_timeout"] = _duration_ms(
-            output_buffer_timeout, "output_buffer_timeout", 1
-        )
-    if msg_timeout is not None:
-        body["msg_timeout"] = _duration_ms(msg_timeout, "msg_timeout", 1000, allow_off=False)
-    if sample_rate is not None:
-        body["sample_rate"] = _bounded_int(sample_rate, "sample_rate", 0, 99)
+    if output_buffer_size != -1:
+        _bounded_int(output_buffer_size, "output_buffer_size", 64, 2**31 - 1)
     if snappy and deflate:
         raise InvalidArgumentError("snappy and deflate cannot both be requested")
-    if tls_v1 is not None:
-        body["tls_v1"] = bool(tls_v1)
-    if snappy is not None:
-        body["snappy"] = bool(snappy)
-    if deflate is not None:
-        body["deflate"] = bool(deflate)
-    if deflate_level is not None:
-        body["deflate_level"] = _bounded_int(deflate_level, "deflate_level", 1, 9)
-    if desired_tag:
-        if _DESIRED_TAG.fullmatch(desired_tag) is None:
-            raise InvalidArgumentError(
-                f"desired_tag {desired_tag!r} must be 1..100 characters from [a-zA-Z0-9_-]"
-            )
-        body["desired_tag"] = desired_tag
-    if extend_support is not None:
-        body["extend_support"] = bool(extend_support)
-    if ext_filter is not None:
-        if not isinstance(ext_filter, Mapping):
-            raise InvalidArgumentError("ext_filter must be a mapping")
-        body["ext_filter"] = ext_filter
-    return body
-
-
-def _string(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidArgumentError(f"{what} must be a str, not {type(value).__name__}")
-    return value
+    if desired_tag and _DESIRED_TAG.fullmatch(desired_tag) is None:
+        raise InvalidArgumentError(
+            f"desired_tag {desired_tag!r} must be 1..100 characters from [a-zA-Z0-9_-]"
+        )
+    if ext_filter is not None and not isinstance(ext_filter, Mapping):
+        raise InvalidArgumentError("ext_filter must be a mapping")
+    body: dict[str, object] = {  # in this order on the wire, as the recordings have it
+        "client_id": _string(client_id, "client_id"),
+        "hostname": _string(hostname, "hostname"),
+        "feature_negotiation": bool(feature_negotiation),
+        "heartbeat_interval": _duration_ms(heartbeat_interval, "heartbeat_interval", 1000),
+        "user_agent": _string(user_agent, "user_agent"),
+        "output_buffer_size": output_buffer_size,
+        "output_buffer_timeout": _duration_ms(output_buffer_timeout, "output_buffer_timeout", 1),
+        "msg_timeout": _duration_ms(msg_timeout, "msg_timeout", 1000, allow_off=False),
+        "sample_rate": _bounded_int(sample_rate, "sample_rate", 0, 99),
+        "tls_v1": _flag(tls_v1),
+        "snappy": _flag(snappy),
+        "deflate": _flag(deflate),
+        "deflate_level": _bounded_int(deflate_level, "deflate_level", 1, 9),
+        "desired_tag": desired_tag or None,
+        "extend_support": _flag(extend_support),
+        "ext_filter": ext_filter,
+    }
+    return cast(IdentifyRequest, {key: value for key, value in body.items() if value is not None})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -309,14 +301,11 @@ def parse_identify_response(data: bytes, request: Mapping[str, object] | None = 
 def parse_auth_response(data: bytes) -> AuthResponse:
     """Parse the AUTH JSON answer; missing or mistyped keys raise RemoteProtocolError."""
     answer = _load_object(data, "AUTH response")
-    for key, kind in (("identity", str), ("identity_url", str), ("permission_count", int)):
+    keys = (("identity", str), ("identity_url", str), ("permission_count", int))
+    for key, kind in keys:
         value = answer.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
             raise RemoteProtocolError(
                 f"AUTH response key {key!r} is missing or not a {kind.__name__}"
             )
-    return AuthResponse(
-        identity=answer["identity"],
-        identity_url=answer["identity_url"],
-        permission_count=answer["permission_count"],
-    )
+    return cast(AuthResponse, {key: answer[key] for key, _ in keys})

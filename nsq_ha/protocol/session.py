@@ -15,14 +15,13 @@ caller writes those, feeds it the bytes it reads and acts on the events it hands
         ...                                       # Answer, Failed, Delivered, Heartbeat, ...
 
 It owns the connection state (every move checked against :data:`TRANSITIONS`, every command
-against :data:`COMMANDS_BY_STATE`), the FIFO of commands waiting for an answer
-(nsqd answers in order, §1.5, so it knows which command an error frame answers), the message
-format the subscribe command chose, the ids in flight, the RDY check on receipt
-(:class:`~nsq_ha.protocol.message.DeliveryLedger`), heartbeat detection (a flood of heartbeats is
-a protocol violation), and whether an error frame means the connection must be dropped
-(:mod:`nsq_ha.protocol.error_frames`). After a fatal error nothing more can be sent. Clocks
-stay outside: the caller passes the time with the bytes. The frames come out of its
-:class:`FrameDecoder`, which is incremental: any split of the same stream gives the same frames.
+against :data:`COMMANDS_BY_STATE`), the FIFO of commands waiting for an answer (nsqd answers in
+order, §1.5, so it knows which command an error frame answers), the message format the subscribe
+command chose, the ids in flight, the RDY check on receipt (:class:`~.message.DeliveryLedger`),
+heartbeat detection (a flood is a protocol violation), and whether an error frame means the
+connection must be dropped (:mod:`~.error_frames`). After a fatal error nothing more can be
+sent. The caller passes the time with the bytes. Any split of the same stream gives the same
+frames (:class:`FrameDecoder`).
 """
 
 from __future__ import annotations
@@ -40,31 +39,11 @@ from nsq_ha.errors import (
     MessageCommandError,
     RemoteProtocolError,
 )
-from nsq_ha.protocol.commands import (
-    MAGIC_V2,
-    Auth,
-    Command,
-    Fin,
-    Identify,
-    Rdy,
-    Req,
-    Touch,
-)
-from nsq_ha.protocol.error_frames import closes_connection, must_drop, parse_error_frame
-from nsq_ha.protocol.events import (
-    CLOSE_WAIT as CLOSE_WAIT_EVENT,
-)
-from nsq_ha.protocol.events import (
-    HEARTBEAT as HEARTBEAT_EVENT,
-)
-from nsq_ha.protocol.events import (
-    NEED_DATA,
-    SYNCED,
-    Answer,
-    Delivered,
-    Event,
-    Failed,
-)
+from nsq_ha.protocol.commands import MAGIC_V2, Auth, Command, Fin, Identify, Rdy, Req, Touch
+from nsq_ha.protocol.error_frames import must_drop, parse_error_frame
+from nsq_ha.protocol.events import CLOSE_WAIT as CLOSE_WAIT_EVENT
+from nsq_ha.protocol.events import HEARTBEAT as HEARTBEAT_EVENT
+from nsq_ha.protocol.events import NEED_DATA, SYNCED, Answer, Delivered, Event, Failed
 from nsq_ha.protocol.frames import (
     CLOSE_WAIT,
     DEFAULT_MAX_FRAME_SIZE,
@@ -182,13 +161,10 @@ _COMPACT_AFTER: Final = 64 * 1024
 
 
 class FrameDecoder:
-    """Incremental decoder of the server-to-client frame stream.
-
-    ``receive_data`` adds bytes, ``next_parts`` returns the frames they completed one by one.
-    A frame whose size is below 4
-    or above ``max_frame_size``, or whose type is unknown, raises :class:`RemoteProtocolError`;
-    after that the decoder stays broken and raises the same error again.
-    """
+    """Incremental decoder of the server-to-client frame stream: ``receive_data`` adds bytes,
+    ``next_parts`` returns the frames they completed one by one. A frame whose size is below 4
+    or above ``max_frame_size``, or whose type is unknown, raises :class:`RemoteProtocolError`,
+    and so does every call after it."""
 
     __slots__ = ("_buffer", "_error", "_pos", "max_frame_size")
 
@@ -220,8 +196,7 @@ class FrameDecoder:
         self._buffer += data
 
     def next_parts(self) -> tuple[FrameType, bytes] | None:
-        """Return the next whole frame as ``(type, data)``, or ``None`` if more bytes are
-        needed."""
+        """Return the next whole frame as ``(type, data)``, or ``None`` if more bytes are needed."""
         if self._error is not None:
             raise self._error
         buffer, pos = self._buffer, self._pos
@@ -257,8 +232,7 @@ class FrameDecoder:
             self._fail(f"frame size {size} exceeds the limit of {self.max_frame_size} bytes")
 
     def take_buffered(self) -> bytes:
-        """Remove and return the bytes not yet returned as a frame (the stream changed layer
-        under them)."""
+        """Remove and return the bytes not returned as a frame (the stream changed layer)."""
         data = bytes(self._buffer[self._pos :])
         self._buffer.clear()
         self._pos = 0
@@ -285,31 +259,35 @@ class ClientSession:
         "_beats",
         "_beats_since",
         "_decoder",
-        "_fatal",
-        "_fork",
-        "_format",
         "_in_flight",
         "_ledger",
-        "_negotiated",
         "_now",
         "_pending",
         "_syncs",
+        "fatal_error",
+        "is_fork",
+        "message_format",
+        "negotiated",
         "state",
     )
 
     def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         """Start in ``INIT``; frames above ``max_frame_size`` are a protocol violation."""
-        #: The connection state (an attribute: every command sent reads it).
+        #: The connection state.
         self.state = ConnState.INIT
+        #: What IDENTIFY settled (``None`` before the answer).
+        self.negotiated: Negotiated | None = None
+        #: True when nsqd identified as the fork (fork-only commands, fork message ids).
+        self.is_fork = False
+        #: The format of message frames (``None`` until a subscribe command was sent).
+        self.message_format: MessageFormat | None = None
+        #: The error frame after which the connection must be dropped, once one came.
+        self.fatal_error: BrokerError | None = None
         self._decoder = FrameDecoder(max_frame_size)
         self._pending: deque[bytes] = deque()
-        self._negotiated: Negotiated | None = None
-        self._fork = False
-        self._format: MessageFormat | None = None
         self._in_flight: set[bytes] = set()
         self._ledger = DeliveryLedger(expiry=DEFAULT_MSG_TIMEOUT)
         self._syncs = 0
-        self._fatal: BrokerError | None = None
         self._now = 0.0
         #: heartbeats received since ``_beats_since`` (the first of the current second)
         self._beats = 0
@@ -335,21 +313,6 @@ class ClientSession:
         return self.state is _CLOSED
 
     @property
-    def negotiated(self) -> Negotiated | None:
-        """What IDENTIFY settled (``None`` before the answer)."""
-        return self._negotiated
-
-    @property
-    def is_fork(self) -> bool:
-        """True when nsqd identified as the fork (fork-only commands, fork message ids)."""
-        return self._fork
-
-    @property
-    def message_format(self) -> MessageFormat | None:
-        """The format of message frames (``None`` until a subscribe command was sent)."""
-        return self._format
-
-    @property
     def pending(self) -> int:
         """Commands sent and not answered yet."""
         return len(self._pending)
@@ -358,11 +321,6 @@ class ClientSession:
     def in_flight(self) -> int:
         """Messages delivered and not yet answered with FIN or REQ."""
         return len(self._in_flight)
-
-    @property
-    def fatal_error(self) -> BrokerError | None:
-        """The error frame after which the connection must be dropped, once one came."""
-        return self._fatal
 
     def start(self) -> bytes:
         """Return the magic, the first bytes on a new connection."""
@@ -379,8 +337,8 @@ class ClientSession:
 
     def identified(self, negotiated: Negotiated) -> None:
         """Record what the IDENTIFY answer settled."""
-        self._negotiated = negotiated
-        self._fork = negotiated.is_fork is True
+        self.negotiated = negotiated
+        self.is_fork = negotiated.is_fork is True
 
     def start_tls(self) -> None:
         """Enter the TLS upgrade; nsqd's ``OK`` through TLS is the next answer. Bytes received
@@ -412,13 +370,13 @@ class ClientSession:
     def ready(self, *, msg_timeout: float | None = None) -> None:
         """End the handshake: enter ``READY``. Deliveries count as live for nsqd's announced
         msg_timeout, else ``msg_timeout``, else nsqd's default."""
-        announced = self._negotiated.msg_timeout if self._negotiated is not None else None
+        announced = self.negotiated.msg_timeout if self.negotiated is not None else None
         self._ledger = DeliveryLedger(expiry=announced or msg_timeout or DEFAULT_MSG_TIMEOUT)
         self._move(ConnState.READY)
 
     def _allowed(self, name: bytes) -> None:
-        if self._fatal is not None:
-            raise LocalProtocolError(f"cannot send after the fatal error {self._fatal}")
+        if self.fatal_error is not None:
+            raise LocalProtocolError(f"cannot send after the fatal error {self.fatal_error}")
         if name not in COMMANDS_BY_STATE[self.state]:
             raise LocalProtocolError(f"cannot send {name.decode()} in state {self.state.name}")
 
@@ -434,16 +392,16 @@ class ClientSession:
         self._allowed(name)
         if name in NO_RESPONSE_COMMANDS:
             raise LocalProtocolError(f"{name.decode()} has no response: use send_nowait()")
-        if name in FORK_ONLY_COMMANDS and not self._fork:
+        if name in FORK_ONLY_COMMANDS and not self.is_fork:
             raise LocalProtocolError(f"{name.decode()} exists only on the fork; nsqd is vanilla")
         data = command.encode()  # a publish checks its sizes here: refused, nothing is recorded
         if name in SUBSCRIBE_COMMANDS:
-            negotiated = self._negotiated
-            if self._fork:  # SUB_ORDERED and SUB_ADVANCED add the offset/raw-size part
+            negotiated = self.negotiated
+            if self.is_fork:  # SUB_ORDERED and SUB_ADVANCED add the offset/raw-size part
                 ext = negotiated is not None and negotiated.extend_support
-                self._format = MessageFormat(ext=ext, detail=name != b"SUB")
+                self.message_format = MessageFormat(ext=ext, detail=name != b"SUB")
             else:
-                self._format = MessageFormat.vanilla()
+                self.message_format = MessageFormat.vanilla()
             self._move(_SUBSCRIBING)
         elif name == b"CLS":
             self._move(ConnState.CLOSING)
@@ -465,7 +423,7 @@ class ClientSession:
         elif isinstance(command, Touch):
             self._ledger.touched(command.message_id, self._now if now is None else now)
         elif isinstance(command, Rdy):
-            negotiated = self._negotiated
+            negotiated = self.negotiated
             limit = negotiated.max_rdy_count if negotiated is not None else None
             if limit is not None and command.count > limit:
                 raise InvalidArgumentError(
@@ -479,7 +437,7 @@ class ClientSession:
         building the command for a message delivered here (the consumer's hot path; any other
         id is checked first)."""
         in_flight = self._in_flight
-        if message_id in in_flight and self.state is _SUBSCRIBED and self._fatal is None:
+        if message_id in in_flight and self.state is _SUBSCRIBED and self.fatal_error is None:
             in_flight.discard(message_id)
             self._ledger.settled(message_id)
             return b"FIN " + message_id + b"\n"
@@ -489,7 +447,7 @@ class ClientSession:
         """Return a TOUCH for an id never in flight: nsqd answers it with E_TOUCH_FAILED
         (non-fatal on both servers) once it processed every command sent before, which
         comes as :data:`~nsq_ha.protocol.events.SYNCED`."""
-        data = self.send_nowait(Touch(SYNC_ID_FORK if self._fork else SYNC_ID_VANILLA))
+        data = self.send_nowait(Touch(SYNC_ID_FORK if self.is_fork else SYNC_ID_VANILLA))
         self._syncs += 1
         return data
 
@@ -513,7 +471,7 @@ class ClientSession:
             return NEED_DATA
         kind, data = parts
         if kind is _MESSAGE:
-            fmt = self._format
+            fmt = self.message_format
             if fmt is None:
                 raise RemoteProtocolError("message frame on a connection that did not subscribe")
             message = decode_message(data, fmt)
@@ -560,21 +518,19 @@ class ClientSession:
         success answer to keep a place in the FIFO); anything else answers the oldest."""
         error = parse_error_frame(data)
         # the fork's rules, the stricter guess, unless nsqd identified as vanilla
-        fork = self._negotiated is None or self._negotiated.is_fork is not False
+        fork = self.negotiated is None or self.negotiated.is_fork is not False
+        head: bytes | None = None
         if isinstance(error, MessageCommandError):
             if self._syncs and error.message_id in _SYNC_IDS:
                 self._syncs -= 1
                 return SYNCED
-            fatal = error.fatal = closes_connection(type(error), None, fork=fork)
-            if fatal:
-                self._fatal = error
-            return _new(Failed, (error, fatal, None))
-        head = self._pending.popleft() if self._pending else None
+        else:
+            head = self._pending.popleft() if self._pending else None
+            if head in SUBSCRIBE_COMMANDS and self.state is ConnState.SUBSCRIBING:
+                self._move(ConnState.READY)
         fatal = error.fatal = must_drop(type(error), head, fork=fork)
-        if head in SUBSCRIBE_COMMANDS and self.state is ConnState.SUBSCRIBING:
-            self._move(ConnState.READY)
         if fatal:
-            self._fatal = error
+            self.fatal_error = error
         return _new(Failed, (error, fatal, head))
 
     def close(self) -> None:
