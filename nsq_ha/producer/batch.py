@@ -148,21 +148,16 @@ def results_from_answer(
     return derive_batch(response, messages, ext_topic, where)
 
 
-# -- publish calls waiting for batches (a topic's lanes queue them) ----------------------
-
 #: what one message of a publish call came to
 Outcome: TypeAlias = PublishResult | BaseException
-
-
 #: what one publish call waits for: the outcome of each message it queued, in order
 Outcomes: TypeAlias = list[Outcome]
 
 
 class Call:
-    """One publish call waiting in a lane: its messages, how many of them batches have taken
-    so far (``taken``), the future its caller waits on for their outcomes, and its
-    :func:`plain_size`. A call whose messages leave in several batches gathers their outcomes
-    in ``outcomes`` until ``pending`` reaches 0."""
+    """One publish call waiting in a lane: its messages, the future its caller waits on for
+    their outcomes, and its :func:`plain_size`; ``taken``: how many of its messages batches
+    have taken. A call split over batches gathers its ``outcomes`` until ``pending`` is 0."""
 
     __slots__ = ("future", "messages", "outcomes", "pending", "plain_bytes", "taken")
 
@@ -180,23 +175,21 @@ class Call:
         self.plain_bytes = plain_bytes
 
 
-#: messages ``start:end`` of a call, in one batch: ``(call, start, end)`` (a plain tuple: one
-#: is made per call per batch)
+#: messages ``start:end`` of a call, in one batch (a plain tuple: one is made per call per batch)
 Run = tuple[Call, int, int]
 
 
 def take(queue: deque[Call], builder: BatchBuilder, share: int | None) -> tuple[list[Run], int]:
     """Take the next batch off a lane's ``queue``: its runs, and how many messages they hold.
     Plain calls (no trace id, no ext header) go whole while they fit (one sum per call); the
-    first that does not is cut message by message (the batch ends there). A call with traced
-    or ext messages, a tracing producer, or a builder that measures every message (an nsqd
-    named a lower message limit) is taken message by message under
-    :meth:`BatchBuilder.take`'s rules.
+    first that does not is cut message by message (the batch ends there). Traced or ext
+    messages, a tracing producer, or a builder that measures every message (an nsqd named a
+    lower message limit) are taken message by message under :meth:`BatchBuilder.take`'s rules.
 
     ``share`` (None: no share) ends the batch at the first call boundary at or past that many
     messages: a call is never cut for a share, only for the limits of one command."""
     runs: list[Run] = []
-    if share is None:  # no share: calls are cut wherever one command is full
+    if share is None:
         share = sys.maxsize
     if not builder.tracing and not builder.checks_each:
         room = builder.max_body_size - 4  # the MPUB body's count
@@ -285,9 +278,9 @@ def messages_of(runs: list[Run]) -> list[PublishMessage]:
 
 
 def settle(runs: list[Run], outcomes: Sequence[Outcome], splits: set[Call]) -> None:
-    """Give each run's messages their outcomes (``outcomes``: one per message of the batch,
-    in order). A call whose messages all went in this batch (the common case) gets its
-    outcomes at once; a call split over batches gets them when its last run settles."""
+    """Give each run's messages their outcomes (one per message of the batch, in order): at
+    once to a call wholly in this batch, to a call split over batches when its last run
+    settles."""
     position = 0
     for call, start, end in runs:
         count = end - start
@@ -306,11 +299,3 @@ def settle(runs: list[Run], outcomes: Sequence[Outcome], splits: set[Call]) -> N
                 splits.discard(call)
                 future.set_result(cast("Outcomes", call.outcomes))
         position += count
-
-
-def fail(queue: deque[Call], live: list[Run], error: BaseException, splits: set[Call]) -> None:
-    """Fail the messages of ``live`` (a batch that was out) and every call in ``queue`` with
-    ``error``; the queue is left empty."""
-    runs = [*live, *((c, c.taken, len(c.messages)) for c in queue)]
-    queue.clear()
-    settle(runs, [error] * sum(end - start for _, start, end in runs), splits)

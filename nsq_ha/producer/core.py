@@ -8,20 +8,14 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Self, TypeVar, Unpack, cast
 
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, ProducerClosedError, PublishError
 from nsq_ha.lookup import LookupClient
-from nsq_ha.producer.batch import (
-    Outcome,
-    Outcomes,
-    plain_size,
-    prepare_batch,
-    prepare_one,
-)
+from nsq_ha.producer.batch import Outcome, Outcomes, plain_size, prepare_batch, prepare_one
 from nsq_ha.producer.config import ProducerConfig, ProducerOptions
 from nsq_ha.producer.message import PublishResult
 from nsq_ha.producer.pool import ConnectionPool
@@ -42,13 +36,11 @@ class Producer:
     """Publish to NSQ topics: partitions of the HA fork (through nsqlookupd) or vanilla nsqd.
 
     The options are :class:`~nsq_ha.producer.config.ProducerConfig`'s fields, as keywords
-    (``Producer(lookupd=..., max_batch=500)``; connection settings as
-    ``connection=ConnectionConfig(...)``; typed by
-    :class:`~nsq_ha.producer.config.ProducerOptions`), or a whole
-    ``config=ProducerConfig(...)`` (then give no option); :attr:`config` holds them.
-    Give exactly one of ``lookupd``, ``lookup`` or ``nsqd``. Every bad value, or an option
-    name it does not have, raises :class:`~nsq_ha.errors.ConfigError` here, before anything
-    connects.
+    (``Producer(lookupd=..., max_batch=500)``, typed by
+    :class:`~nsq_ha.producer.config.ProducerOptions`), or a whole ``config=ProducerConfig(...)``
+    (then give no option); :attr:`config` holds them. Give exactly one of ``lookupd``,
+    ``lookup`` or ``nsqd``. A bad value, or an option name it does not have, raises
+    :class:`~nsq_ha.errors.ConfigError` here, before anything connects.
 
     Group commit: concurrent :meth:`publish` and :meth:`publish_many` calls are queued per
     partition and sent as one ``MPUB`` (or ``MPUB_TRACE``/``MPUB_EXT``) per batch, up to
@@ -62,9 +54,7 @@ class Producer:
     def __init__(
         self, *, config: ProducerConfig | None = None, **options: Unpack[ProducerOptions]
     ) -> None:
-        settings = ProducerConfig.from_options(config, options)
-        self._config = settings
-        self._owns_lookup = settings.lookupd is not None
+        settings = self._config = ProducerConfig.from_options(config, options)
         self._lookup = LookupClient(settings.lookupd) if settings.lookupd else settings.lookup
         #: counters for logs, tests and benchmarks
         self.stats: dict[str, int] = dict.fromkeys(
@@ -132,11 +122,10 @@ class Producer:
         if self._closing:
             raise ProducerClosedError("the producer is closed")
         held = self._topics.get(topic)
-        routes = held.ready(False) if held is not None else None
-        if held is not None and routes is not None:
-            held.last_used = time.monotonic()
-            return routes
-        return (await self._look_up(topic, None, None))[1]
+        if held is None or (routes := held.ready(False)) is None:
+            return (await self._look_up(topic, None, None))[1]
+        held.last_used = time.monotonic()
+        return routes
 
     async def publish(
         self,
@@ -161,37 +150,29 @@ class Producer:
         """
         if self._closing:
             raise ProducerClosedError("the producer is closed")
-        if trace_id is None and ext is None and defer is None:
-            # a plain body to a topic whose routes are cached: checked, made and queued in one
-            # call; anything else (or a body that does not pass) takes the path below
-            queued = self._sender.queue_plain(self._topics, topic, body, sharding_key, partition)
-            if queued is not None:
-                (outcome,) = await queued
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                return outcome
-        messages = [prepare_one(body, trace_id, ext, self._max_msg_size)]
-        if defer is None:
+        # a plain body to a topic whose routes are cached: checked, made and queued in one call
+        queued: Awaitable[Outcomes] | None = (
+            self._sender.queue_plain(self._topics, topic, body, sharding_key, partition)
+            if trace_id is None and ext is None and defer is None
+            else None
+        )
+        if queued is None:  # anything else, or a body that does not pass
+            messages = [prepare_one(body, trace_id, ext, self._max_msg_size)]
+            if defer is not None:
+                seconds_to_ms(defer, "defer")
+                if sharding_key is not None or partition is not None:
+                    raise ConfigError("defer= cannot be combined with sharding_key= or partition=")
+                found, routes = await self._look_up(topic, None, None)
+                found.place(routes, messages, None, None, defer)
+                with self._activity:  # DPUB carries one message: no batch to join
+                    return (await self._sender.send(found, messages, slot=None, defer=defer))[0]
+            plain = plain_size(messages)
             held = self._topics.get(topic)
             if held is not None:  # routes cached: queued in this one call, no lookup, no turn
-                queued = self._sender.queue_ready(
-                    held, messages, sharding_key, partition, plain_size(messages)
-                )
-                if queued is not None:
-                    (outcome,) = await queued
-                    if isinstance(outcome, BaseException):
-                        raise outcome
-                    return outcome
-        else:
-            seconds_to_ms(defer, "defer")
-            if sharding_key is not None or partition is not None:
-                raise ConfigError("defer= cannot be combined with sharding_key= or partition=")
-            held, routes = await self._look_up(topic, None, None)
-            held.place(routes, messages, None, None, defer)
-            with self._activity:  # DPUB carries one message: no batch to join
-                return (await self._sender.send(held, messages, slot=None, defer=defer))[0]
-        plain = plain_size(messages)
-        (outcome,) = await self._queue(topic, messages, sharding_key, partition, plain)
+                queued = self._sender.queue_ready(held, messages, sharding_key, partition, plain)
+            if queued is None:
+                queued = self._queue(topic, messages, sharding_key, partition, plain)
+        (outcome,) = await queued
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
@@ -220,21 +201,17 @@ class Producer:
         """
         if self._closing:
             raise ProducerClosedError("the producer is closed")
-        bodies = sequence_of(bodies, "bodies")
+        bodies = per_message(bodies, "bodies")
         if not bodies:
             validate_topic(topic)
             return []
         count = len(bodies)
-        traces: list[int | None] | None = None
-        if trace_ids is not None:
-            traces = per_message(trace_ids, count, "trace_ids")
+        traces = None if trace_ids is None else per_message(trace_ids, "trace_ids", count)
         if ext is not None and exts is not None:
             raise ConfigError("give ext= (one header for all) or exts= (one each), not both")
-        headers: list[ExtHeader | None] | None = None
-        if ext is not None:
-            headers = [ext] * count
+        headers: list[ExtHeader | None] | None = None if ext is None else [ext] * count
         if exts is not None:
-            headers = per_message(exts, count, "exts")
+            headers = per_message(exts, "exts", count)
         messages, plain_bytes = prepare_batch(
             bodies, traces, headers, max_msg_size=self._max_msg_size
         )
@@ -243,15 +220,12 @@ class Producer:
                 raise ConfigError("give sharding_keys= alone, without sharding_key= or partition=")
             return await self._publish_by_key(topic, messages, sharding_keys)
         held = self._topics.get(topic)
-        queued = (
-            None
-            if held is None
-            else self._sender.queue_ready(held, messages, sharding_key, partition, plain_bytes)
-        )
-        if queued is not None:  # routes cached: queued in this one call, as publish() does
-            outcomes = await queued
-        else:
-            outcomes = await self._queue(topic, messages, sharding_key, partition, plain_bytes)
+        queued: Awaitable[Outcomes] | None = None
+        if held is not None:  # routes cached: queued in this one call, as publish() does
+            queued = self._sender.queue_ready(held, messages, sharding_key, partition, plain_bytes)
+        if queued is None:
+            queued = self._queue(topic, messages, sharding_key, partition, plain_bytes)
+        outcomes = await queued
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise _failure(topic, outcomes)
@@ -260,7 +234,7 @@ class Producer:
     async def _publish_by_key(
         self, topic: str, messages: list[PublishMessage], sharding_keys: Sequence[ShardingKey]
     ) -> list[PublishResult]:
-        keys = per_message(sharding_keys, len(messages), "sharding_keys")
+        keys = per_message(sharding_keys, "sharding_keys", len(messages))
         validate_topic(topic)
         for key in keys:
             if key is None:
@@ -278,7 +252,11 @@ class Producer:
             futures = [self._sender.submit(held, s, p, plain_size(p)) for s, p in parts]
             return asyncio.gather(*futures)
 
-        settled = await self._in_turn(topic, keys[0], None, submit)
+        held = self._topics.get(topic)
+        if held is not None and held.waiting is None and (routes := held.ready(True)) is not None:
+            settled = await submit(held, routes)  # routes cached and no keyed call waiting
+        else:
+            settled = await self._in_turn(topic, keys[0], None, submit)
         outcomes: list[Outcome | None] = [None] * len(messages)
         for (_, indexes), results in zip(groups, settled, strict=True):
             for index, outcome in zip(indexes, results, strict=True):
@@ -308,28 +286,21 @@ class Producer:
         partition: int | None,
         submit: Callable[[Topic, Routes], asyncio.Future[_T]],
     ) -> _T:
-        """``submit`` a call with the topic's routes and wait for what it queued. A keyed call
-        queues at once when the routes are cached and no earlier keyed call is still waiting;
-        otherwise it takes its turn (:meth:`Topic.turn`)."""
-        keyed = key is not None or partition is not None
-        topic = self._topics.get(name)
-        if topic is not None and not (keyed and topic.waiting is not None):
-            routes = topic.ready(keyed)
-            if routes is not None:
-                return await submit(topic, routes)
-        if not keyed:
+        """``submit`` a call the cached routes do not serve now (or, keyed, that must wait for
+        an earlier keyed call) and wait for what it queued: unkeyed after a lookup, keyed in
+        its turn (:meth:`Topic.turn`)."""
+        if key is None and partition is None:
             return await submit(*await self._look_up(name, key, partition))
-        if topic is None:  # its first call: refuse bad input before keeping anything
+        if name not in self._topics:  # its first call: refuse bad input before keeping anything
             validate_topic(name)
             self._check_key(key, partition)
-            topic = self._topic(name)
-        held = topic
+        topic = self._topic(name)
 
         async def look_up() -> Routes:
             return (await self._look_up(name, key, partition))[1]
 
         with self._activity:  # close() waits for a call waiting for its turn too
-            future = await held.turn(lambda: held.ready(True), look_up, submit)
+            future = await topic.turn(lambda: topic.ready(True), look_up, submit)
         return await future
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit
@@ -375,7 +346,7 @@ class Producer:
             await self._pool.wait_closed()
             for topic in topics:
                 topic.close()
-            if self._lookup is not None and self._owns_lookup:
+            if self._lookup is not None and self._config.lookupd is not None:  # ours to close
                 await self._lookup.close()
         finally:
             self._closed.set()
@@ -383,10 +354,8 @@ class Producer:
     def _topic(self, name: str) -> Topic:
         topic = self._topics.get(name)
         if topic is None:
-            static = None
-            if self._lookup is None:
-                nodes = dict(enumerate(self._config.static_nodes))
-                static = Routes(name, None, nodes, len(nodes))
+            nodes = dict(enumerate(self._config.static_nodes))  # nsqd=: every topic's routes
+            static = Routes(name, None, nodes, len(nodes)) if self._lookup is None else None
             topic = self._topics[name] = Topic(
                 name, lookup=self._lookup, static=static, memo=self._memo, pool=self._pool
             )
@@ -412,11 +381,18 @@ class Producer:
         self._check_key(key, partition)
         topic = self._topic(name)
         topic.last_used = time.monotonic()
-        self._start_sweeper()
-        keyed = key is not None or partition is not None
+        if self._sweeper is None and not self._closing:
+            # frees idle topics: each within 1.5 x the timeout of its last use, looked for at
+            # least every minute; it holds the producer weakly, so that a producer dropped
+            # without close() can still be freed
+            interval = min(self._config.topic_idle_timeout / 2, 60.0)
+            self._sweeper = asyncio.get_running_loop().create_task(
+                _sweep(weakref.ref(self), interval), name="nsq_ha-producer-idle-topics"
+            )
         topic.active += 1  # never expired while it is looked up
         try:
             with self._activity:  # close() waits for it (a publish in a lane is a lane's work)
+                keyed = key is not None or partition is not None
                 return topic, await self._sender.resolve(topic, keyed=keyed)
         finally:
             topic.active -= 1
@@ -440,16 +416,6 @@ class Producer:
             idle = loop.create_task(self._activity.idle.wait())
             await asyncio.wait([*tasks, idle], timeout=remaining)  # all done, or the time
             idle.cancel()
-
-    def _start_sweeper(self) -> None:
-        """Start the task that frees idle topics; it holds the producer weakly, so a producer
-        dropped without close() can still be freed."""
-        if self._sweeper is None and not self._closing:
-            # a topic is freed within 1.5 x the timeout of its last use; looked for every minute
-            interval = min(self._config.topic_idle_timeout / 2, 60.0)
-            self._sweeper = asyncio.get_running_loop().create_task(
-                _sweep(weakref.ref(self), interval), name="nsq_ha-producer-idle-topics"
-            )
 
     def _free_idle_topics(self, now: float | None = None) -> None:
         """Free the topics unused for ``topic_idle_timeout`` seconds at ``now`` (monotonic): a
@@ -489,8 +455,9 @@ class _Activity:
             self.idle.set()
 
 
-def sequence_of(values: Sequence[_T], what: str) -> list[_T]:
-    """``values`` as a list if it is a sequence (list, tuple, ...), else ConfigError."""
+def per_message(values: Sequence[_T], what: str, count: int | None = None) -> list[_T]:
+    """``values`` as a list if it is a sequence (list, tuple, ...) of ``count`` values (None:
+    any number), else ConfigError."""
     if isinstance(cast(object, values), str | bytes | bytearray | memoryview):
         raise ConfigError(f"publish_many takes a sequence of {what}, not one value")
     if not isinstance(cast(object, values), Sequence):
@@ -498,32 +465,23 @@ def sequence_of(values: Sequence[_T], what: str) -> list[_T]:
             f"publish_many takes a sequence (a list or tuple) of {what}, "
             f"not a {type(values).__name__}"
         )
-    return list(values)
-
-
-def per_message(values: Sequence[_T], count: int, what: str) -> list[_T]:
-    """One value per body, or ConfigError."""
-    checked = sequence_of(values, what)
-    if len(checked) != count:
+    checked = list(values)
+    if count is not None and len(checked) != count:
         raise ConfigError(f"{what} has {len(checked)} entries for {count} bodies")
     return checked
 
 
 def _failure(topic: str, outcomes: Sequence[Outcome | None]) -> BaseException:
-    """The error of a publish_many some of whose messages failed: one refusal that stopped
-    every message before anything was sent, as it is; else PublishError with ``.results``
-    (per message, its PublishResult or the exception that stopped it)."""
+    """The error of a publish_many some of whose messages failed: a cancellation, or one
+    refusal that stopped every message before anything was sent, as it is; else PublishError
+    with ``.results`` (per message, its PublishResult or the exception that stopped it)."""
     errors = [o for o in outcomes if not isinstance(o, PublishResult)]
     for err in errors:
         if isinstance(err, asyncio.CancelledError):
             return err
     first = errors[0]
-    if (
-        len(errors) == len(outcomes)
-        and isinstance(first, ConfigError)
-        and all(e is first for e in errors)
-    ):
-        return first  # one refusal for all, before anything was sent: raise it as it is
+    if isinstance(first, ConfigError) and all(o is first for o in outcomes):
+        return first
     error = PublishError(
         f"{len(errors)} of {len(outcomes)} messages to {topic!r} were not published: "
         f"{redact(str(first))}",

@@ -27,7 +27,6 @@ from nsq_ha.producer.batch import (
     Outcomes,
     Run,
     batch_command,
-    fail,
     live,
     messages_of,
     results_from_answer,
@@ -92,10 +91,8 @@ class Sender:
         """``send_batch`` and ``builder`` stand in for the methods of those names where the
         lanes send and cut their batches (a test's seam: a compiled Sender cannot be
         subclassed)."""
-        self._transmit: SendBatch = self.send_batch if send_batch is None else send_batch
-        self._cut: Callable[[Routes | None], BatchBuilder] = (
-            self.builder if builder is None else builder
-        )
+        self._transmit: SendBatch = send_batch or self.send_batch
+        self._cut: Callable[[Routes | None], BatchBuilder] = builder or self.builder
         self.pool = pool
         self.config = config = settings.connection
         self.policy = settings.retry
@@ -116,13 +113,17 @@ class Sender:
         self._builders: dict[tuple[bool, bool], BatchBuilder] = {}
 
     def builder(self, routes: Routes | None) -> BatchBuilder:
-        """How batches for ``routes``' topic are cut: under the configured size limits, or
-        the lowest that one of the topic's nsqd named in a refusal."""
+        """How batches for ``routes``' topic are cut: under the configured size limits (one of
+        four builders, made once each rather than for every batch), or the lowest that one of
+        the topic's nsqd named in a refusal."""
         tracing = self.trace and routes is not None and routes.fork is True
         ext_topic = routes is not None and routes.ext is True
-        if self.limits.learned and routes is not None:
-            max_msg, max_body, checks_each = self.limits.lowest(routes.addresses.values())
-            return BatchBuilder(
+        learned = routes.addresses.values() if self.limits.learned and routes is not None else None
+        kind = (tracing, ext_topic)
+        builder = self._builders.get(kind) if learned is None else None
+        if builder is None:
+            max_msg, max_body, checks_each = self.limits.lowest(learned or ())
+            builder = BatchBuilder(
                 max_msg_size=max_msg,
                 max_body_size=max_body,
                 max_count=self.max_batch,
@@ -130,18 +131,8 @@ class Sender:
                 ext_topic=ext_topic,
                 checks_each=checks_each,
             )
-        # under the configured limits: one of four builders (immutable), made once each rather
-        # than for every batch
-        kind = (tracing, ext_topic)
-        builder = self._builders.get(kind)
-        if builder is None:
-            builder = self._builders[kind] = BatchBuilder(
-                max_msg_size=self.config.max_msg_size,
-                max_body_size=self.config.max_body_size,
-                max_count=self.max_batch,
-                tracing=tracing,
-                ext_topic=ext_topic,
-            )
+            if learned is None:
+                self._builders[kind] = builder
         return builder
 
     def submit(
@@ -269,18 +260,15 @@ class Sender:
                     # in the next turn, and ride the next batch with the calls queued meanwhile
                     # (without it, two halves alternate, each a command per round trip)
                     await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            closed = PublishError(
-                f"publish to {topic.name!r} partition {lane.slot}: the producer closed before "
-                "nsqd acknowledged it",
-                attempts=0,
-            )
-            fail(lane.queue, runs, closed, self.splits)
-            lane.waiting = 0
-            raise
-        except BaseException as exc:  # a bug: never leave callers waiting forever
-            fail(lane.queue, runs, exc, self.splits)
-            lane.waiting = 0
+        except BaseException as exc:  # cancelled (closed), or a bug: never leave callers waiting
+            error = exc
+            if isinstance(exc, asyncio.CancelledError):
+                error = PublishError(
+                    f"publish to {topic.name!r} partition {lane.slot}: the producer closed "
+                    "before nsqd acknowledged it",
+                    attempts=0,
+                )
+            self._fail(lane, runs, error)
             raise
         finally:
             # now, not in a done callback: a submit before that callback ran would count
@@ -294,8 +282,15 @@ class Sender:
             for lane in topic.lanes.values():
                 for task in lane.senders:
                     task.cancel()
-                fail(lane.queue, [], error, self.splits)  # a task cancelled before it ran
-                lane.waiting = 0
+                self._fail(lane, [], error)  # a task cancelled before it ran
+
+    def _fail(self, lane: Lane, runs: list[Run], error: BaseException) -> None:
+        """Fail the messages of ``runs`` (a batch that was out) and every call queued on
+        ``lane`` with ``error``; the queue is left empty."""
+        runs = [*runs, *((c, c.taken, len(c.messages)) for c in lane.queue)]
+        lane.queue.clear()
+        lane.waiting = 0
+        settle(runs, [error] * sum(end - start for _, start, end in runs), self.splits)
 
     async def resolve(self, topic: Topic, *, keyed: bool) -> Routes:
         """The topic's routes, looked up again under the policy while it has no writable
@@ -305,15 +300,8 @@ class Sender:
             return await topic.current(keyed=keyed, closing=self.closing)
         except NsqError as exc:
             first = exc  # retried outside the except block (see attempt())
-        return await self._retry(
-            first,
-            lambda _: topic.current(keyed=keyed, closing=self.closing),
-            what=f"lookup of {topic.name!r}",
-            topic=topic,
-            slot=None,
-            started=started,
-            operation="lookup",
-        )
+        retry = lambda _: topic.current(keyed=keyed, closing=self.closing)  # noqa: E731
+        return await self._retry(first, retry, topic, None, started, "lookup")
 
     async def send(
         self,
@@ -330,30 +318,26 @@ class Sender:
             return await self.attempt(topic, messages, slot, defer, 1)
         except NsqError as exc:
             first = exc  # retried outside the except block (see attempt())
-        return await self._retry(
-            first,
-            lambda number: self.attempt(topic, messages, slot, defer, number),
-            what=f"publish to {topic.name!r}" + (f" slot {slot}" if slot is not None else ""),
-            topic=topic,
-            slot=slot,
-            started=started,
-            operation="publish",
-        )
+        retry = lambda number: self.attempt(topic, messages, slot, defer, number)  # noqa: E731
+        return await self._retry(first, retry, topic, slot, started, "publish")
 
     async def _retry(
         self,
         first_error: NsqError,
         attempt: Callable[[int], Awaitable[_T]],
-        *,
-        what: str,
         topic: Topic,
         slot: int | None,
         started: float,
         operation: Literal["publish", "lookup"],
     ) -> _T:
-        """Try 2, 3, ... after try 1 failed with ``first_error``, until a try succeeds, an error
-        is not worth another try (raised as it is), the producer aborts or the policy gives up
-        (PublishError, ``__cause__`` the last error, and a PublishGaveUp event)."""
+        """Try 2, 3, ... after try 1 (begun at ``started``) failed with ``first_error``, until a
+        try succeeds, an error is not worth another try (raised as it is), the producer aborts
+        or the policy gives up (PublishError, ``__cause__`` the last error, and a PublishGaveUp
+        event)."""
+        if operation == "lookup":
+            what = f"lookup of {topic.name!r}"
+        else:
+            what = f"publish to {topic.name!r}" + (f" slot {slot}" if slot is not None else "")
         tries = 1  # the attempt under way
 
         def on_retry(failure: Failure) -> None:
@@ -404,7 +388,8 @@ class Sender:
                 on_retry=on_retry,
                 give_up=give_up,
                 describe=lambda exc: redact(str(exc)),
-                logger=cast("logging.Logger", _StreakLog(topic, what)),
+                # read as the loop starts: tenacity logs the first failure before it first waits
+                logger=_QUIET if topic.streaks.get(what) else log,
             )
         except NsqError as exc:
             if decide(exc).retry and self.pool.aborting:  # closed under the loop
@@ -445,18 +430,13 @@ class Sender:
         )
         outcomes: list[Outcome] = []
         for part in parts:
-            failure: NsqError | None = None
             try:
                 outcomes += await self.send_batch(topic, part, slot)
             except NsqError as exc:
-                failure = exc
-            if failure is None:
-                continue
-            if len(part) == 1 and splits_batch(failure):
-                outcomes.append(failure)  # this message's own refusal
-                continue
-            outcomes += [failure] * (len(messages) - len(outcomes))
-            break
+                if len(part) > 1 or not splits_batch(exc):
+                    outcomes += [exc] * (len(messages) - len(outcomes))
+                    break
+                outcomes.append(exc)  # this message's own refusal
         return outcomes
 
     async def attempt(
@@ -513,19 +493,14 @@ class Sender:
                     check_features(fork, name, messages, defer=defer, partition=partition)
                 if self.limits.learned:  # a limit nsqd named before
                     self.limits.check(address, messages, command)
-                request: Publish | Dpub
-                if defer is not None:
-                    request = Dpub(name, messages[0].body, defer)
-                else:
-                    config = self.config
-                    request = Publish(
-                        command,
-                        name,
-                        partition,
-                        messages,
-                        config.max_msg_size,
-                        config.max_body_size,
+                conf = self.config
+                request: Publish | Dpub = (
+                    Publish(
+                        command, name, partition, messages, conf.max_msg_size, conf.max_body_size
                     )
+                    if defer is None
+                    else Dpub(name, messages[0].body, defer)
+                )
                 self.stats["commands"] += 1
                 answer = await conn.command(request, response_timeout=self.policy.attempt_timeout)
                 where = (name, partition, address, attempts)
@@ -569,18 +544,12 @@ _NO_WINDOW: Final[contextlib.nullcontext[None]] = contextlib.nullcontext()
 _PLAIN: Final = (b"PUB", b"MPUB")
 
 
-class _StreakLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """The log of one retry loop for ``what`` on ``topic``: its first failure is a warning
-    unless a loop for the same target already warned in this streak (several batches of one
-    topic fail together when its leader goes): then a debug line, as later failures are."""
-
-    def __init__(self, topic: Topic, what: str) -> None:
-        super().__init__(log, {})
-        self.topic = topic
-        self.what = what
+class _Quiet(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The log of a retry loop whose target already failed in this streak (several batches of
+    one topic fail together when its leader goes): its first failure is a debug line too."""
 
     def warning(self, msg: object, *args: object, **kwargs: Any) -> None:
-        if self.topic.streaks.get(self.what):
-            self.debug(msg, *args, **kwargs)
-        else:
-            super().warning(msg, *args, **kwargs)
+        self.debug(msg, *args, **kwargs)
+
+
+_QUIET: Final = cast("logging.Logger", _Quiet(log, {}))
