@@ -3,10 +3,10 @@ and queuing its answer for the loop. Compiled with the hot modules (``nsq_ha.com
 :mod:`nsq_ha.sync` re-exports :class:`Message`, and its Consumer iterates with
 :func:`hand_out`.
 
-mypyc makes both classes native: :class:`Message` (final) has one
-read-only property per attribute of the asyncio message, written out rather than made after
-import (a native class takes no attribute set on it later); ``tests/unit/test_sync_handout.py``
-checks that none is missing.
+mypyc makes both classes native: :class:`Message` (final) has one read-only property per public
+attribute of the asyncio message, written out rather than made after import (a native class
+takes no attribute set on it later); ``tests/unit/test_sync_handout.py`` checks that none is
+missing.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ class _Source(Protocol):
 @final
 class Answers:
     """The answers (finish, requeue) given to one consumer's messages in blocking threads,
-    written on the loop together: each answer is queued, and the first of a burst posts one
-    :meth:`flush` to the loop (one wake-up of the loop thread for the burst)."""
+    written on the loop together: each answer is queued in ``queue``, and the first of a burst
+    calls :meth:`wake` (one wake-up of the loop thread for the burst)."""
 
     __slots__ = ("_flushing", "queue", "runner")
 
@@ -51,12 +51,6 @@ class Answers:
         #: a message to finish, or a call (a requeue), in the order given
         self.queue: collections.deque[AsyncMessage | Callable[[], object]] = collections.deque()
         self._flushing = False
-
-    def add(self, answer: AsyncMessage | Callable[[], object]) -> None:
-        """Queue ``answer``."""
-        self.queue.append(answer)
-        if not self._flushing:
-            self.wake()
 
     def wake(self) -> None:
         """Have the loop :meth:`flush` soon (the queue has answers)."""
@@ -170,7 +164,7 @@ class Message:
         if self._answered is not None or message.outcome is not None or answers.runner.stale:
             self._answer("finish")  # raises what applies (unless it changed meanwhile)
         self._answered = "finished"
-        answers.queue.append(message)  # Answers.add, inlined: this runs once per message
+        answers.queue.append(message)
         if not answers._flushing:
             answers.wake()
 
@@ -183,7 +177,10 @@ class Message:
         self._answer("requeue")
         self._answered = "requeued"
         requeue: Callable[..., None] = self._message.requeue_nowait
-        self._answers.add(functools.partial(requeue, delay, backoff=backoff))
+        answers = self._answers
+        answers.queue.append(functools.partial(requeue, delay, backoff=backoff))
+        if not answers._flushing:
+            answers.wake()
 
     def touch(self) -> None:
         """Reset the message's timeout on nsqd."""
@@ -300,25 +297,3 @@ class Message:
     def requeue_nowait(self) -> Callable[..., None]:
         """The asyncio message's :meth:`~nsq_ha.consumer.Message.requeue_nowait`."""
         return self._message.requeue_nowait
-
-    # ... and its private ones, as the asyncio message's own dir() lists them
-
-    @property
-    def _decoded(self) -> DecodedMessage:
-        return self._message._decoded
-
-    @property
-    def _ext(self) -> Mapping[str, Any] | None:
-        return self._message._ext
-
-    @property
-    def _owner(self) -> object:
-        return self._message._owner
-
-    @property
-    def _finish(self) -> Callable[[], None]:
-        return self._message._finish
-
-    @property
-    def _requeue(self) -> Callable[[object, bool], None]:
-        return self._message._requeue

@@ -48,13 +48,7 @@ from typing import NoReturn, TypeVar, cast
 from tenacity import AsyncRetrying, RetryCallState, wait_exponential, wait_random
 from tenacity.wait import wait_base
 
-from .errors import (
-    BrokerError,
-    NsqConnectionError,
-    NsqError,
-    NsqTimeoutError,
-    RemoteProtocolError,
-)
+from .errors import BrokerError, NsqConnectionError, NsqError, NsqTimeoutError, RemoteProtocolError
 
 __all__ = [
     "GIVE_UP",

@@ -99,10 +99,7 @@ class Producer(Closable):
     """
 
     def __init__(
-        self,
-        *,
-        config: ProducerConfig | None = None,
-        **options: Unpack[ProducerOptions],
+        self, *, config: ProducerConfig | None = None, **options: Unpack[ProducerOptions]
     ) -> None:
         #: every option (checked as the async producer checks them)
         self.producer_config = ProducerConfig.from_options(config, options)

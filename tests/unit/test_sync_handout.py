@@ -1,6 +1,6 @@
-"""The blocking facade's messages without a server: every attribute of the asyncio message, and
-answers queued in the calling thread, then written on the shared loop in the order given, a
-burst in one loop turn, a failing one logged without dropping the ones after it."""
+"""The blocking facade's messages without a server: every public attribute of the asyncio
+message, and answers queued in the calling thread, then written on the shared loop in the order
+given, a burst in one loop turn, a failing one logged without dropping the ones after it."""
 
 from __future__ import annotations
 
@@ -87,11 +87,11 @@ def settled() -> None:
     assert done.wait(10)
 
 
-def test_a_blocking_message_has_every_attribute_of_the_asyncio_one() -> None:
+def test_a_blocking_message_has_every_public_attribute_of_the_asyncio_one() -> None:
     owner = Owner()
     message = delivered(owner, b"hello")
     handle = handed(_sync_handout.Answers(loop_thread()), message)
-    names = [name for name in dir(AsyncMessage) if not name.startswith("__")]
+    names = [name for name in dir(AsyncMessage) if not name.startswith("_")]
     assert {"body", "offset", "partition", "ext", "outcome", "check_answerable"} <= set(names)
     for name in names:
         if name in ("finish", "requeue", "touch", "responded"):
