@@ -100,11 +100,10 @@ class NsqdConnection:
         self._answered = asyncio.Event()
 
     def __repr__(self) -> str:
-        parts = [f"{self.host}:{self.port}", self.state.name]
+        parts = [self.address, self.state.name]
         negotiated = self._session.negotiated
         if negotiated is not None and negotiated.version:
-            kind = "fork" if negotiated.is_fork else "vanilla"
-            parts.append(f"{kind}={negotiated.version}")
+            parts.append(f"{'fork' if negotiated.is_fork else 'vanilla'}={negotiated.version}")
         if self._transport is not None:
             if self._transport.tls:
                 parts.append("tls")
@@ -212,20 +211,13 @@ class NsqdConnection:
                     f"(stuck in {self.state.name})"
                 )
                 reason.__cause__ = failed
-            if isinstance(failed, asyncio.CancelledError):
-                log.info(
-                    "connection to %s cancelled during the handshake (in state %s)",
-                    self.address,
-                    self.state.name,
-                )
-            else:
-                log.warning(
-                    "connection to %s failed during handshake: %s", self.address, _describe(reason)
-                )
-            await self._shutdown(reason, ConnectionClosedError(_describe(reason)))
-            if reason is failed:
-                raise failed
-            raise reason from failed
+            what = _describe(reason)
+            level = logging.INFO if isinstance(failed, asyncio.CancelledError) else logging.WARNING
+            log.log(
+                level, "handshake with %s failed in %s: %s", self.address, self.state.name, what
+            )
+            await self._shutdown(reason, ConnectionClosedError(what))
+            raise reason
         self._auth = auth
         self._session.ready(msg_timeout=config.msg_timeout)
         reader = FrameReader(

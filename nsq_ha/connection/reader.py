@@ -15,12 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final, NoReturn
 
-from nsq_ha.errors import (
-    BrokerError,
-    ConnectionClosedError,
-    NsqError,
-    NsqTimeoutError,
-)
+from nsq_ha.errors import BrokerError, ConnectionClosedError, NsqError, NsqTimeoutError
 from nsq_ha.protocol.commands import Nop
 from nsq_ha.protocol.events import CLOSE_WAIT as CLOSE_WAIT_EVENT
 from nsq_ha.protocol.events import HEARTBEAT, NEED_DATA, Answer, Delivered, Event, Failed
@@ -38,7 +33,7 @@ DEAD_PEER_INTERVALS = 2
 #: (a decompressed slice above all) may hold thousands of error frames nothing asked for: the
 #: rest waits for the next turn, and the socket is not read meanwhile.
 EVENTS_PER_TURN: Final = 128
-_NOP = Nop()
+_NOP: Final = Nop().encode()
 
 
 class PendingAnswers:
@@ -82,10 +77,9 @@ class PendingAnswers:
                     async with asyncio.timeout_at(deadline):
                         await transport.backpressure()
                 except TimeoutError as exc:
-                    name = command.decode(errors="replace")
                     raise NsqTimeoutError(
-                        f"{name} could not be written to {address} within {limit} s: nsqd is "
-                        "not reading (socket buffer full)"
+                        f"{command.decode(errors='replace')} could not be written to {address} "
+                        f"within {limit} s: nsqd is not reading (socket buffer full)"
                     ) from exc
             timer = loop.call_at(deadline, _no_answer, future, command, address, limit)
             try:
@@ -120,14 +114,12 @@ class PendingAnswers:
 
     def fail_all(self, error: BaseException) -> None:
         """The connection closed: every waiter gets ``error``."""
-        while self._answers:
-            answer = self._answers.popleft()
-            if not answer.done():
-                answer.set_exception(error)
-        while self._syncs:
-            sync = self._syncs.popleft()
-            if not sync.done():
-                sync.set_exception(error)
+        futures: list[asyncio.Future[bytes] | asyncio.Future[None]] = [*self._answers, *self._syncs]
+        self._answers.clear()
+        self._syncs.clear()
+        for future in futures:
+            if not future.done():
+                future.set_exception(error)
 
 
 def _no_answer(future: asyncio.Future[bytes], command: bytes, address: str, limit: float) -> None:
@@ -243,12 +235,9 @@ class FrameReader:
             if loop.time() < due:
                 watchdog = loop.call_at(due, check, window)
             else:
-                end(
-                    NsqTimeoutError(
-                        f"nsqd {self.address} sent no complete frame for {window} s "
-                        f"({DEAD_PEER_INTERVALS} heartbeat intervals): dead peer"
-                    )
-                )
+                gap = f"{window} s ({DEAD_PEER_INTERVALS} heartbeat intervals)"
+                dead = f"nsqd {self.address} sent no complete frame for {gap}: dead peer"
+                end(NsqTimeoutError(dead))
 
         self.dispatch()  # frames that arrived with the handshake's last read
         if self._backlogged:
@@ -295,51 +284,38 @@ class FrameReader:
             got = True
 
     def _other(self, event: Event) -> None:
+        """A heartbeat, an error frame (a fatal one ends the read), CLOSE_WAIT or SYNCED."""
         if event is HEARTBEAT:
             log.debug("heartbeat from %s", self.address)
-            if not self._session.closed:
-                self._answer_heartbeat()
+            transport = self._transport
+            writes = transport.writes
+            # one NOP per write, even for a flood; none while the socket buffer is full (nsqd is
+            # not reading what we sent: one more NOP tells it nothing)
+            if not self._session.closed and self._nop_at != writes and not transport.backlogged():
+                self._nop_at = writes
+                transport.send(_NOP)
         elif isinstance(event, Failed):
-            self._failed(event)
+            if event.command is not None:
+                self._answers.refuse(event.error)
+            elif self._on_error is None:
+                log.warning("nsqd %s: %s", self.address, event.error)
+            else:
+                try:
+                    self._on_error(event.error)
+                except Exception:
+                    log.exception("on_error handler of %s failed", self.address)
+            if event.fatal:
+                raise self.closed_error()
         elif event is CLOSE_WAIT_EVENT:
             self._answers.answer(CLOSE_WAIT)
         else:
             self._answers.synced()
 
-    def _answer_heartbeat(self) -> None:
-        """Queue a NOP, unless one already waits for the next write (one per write, even for a
-        flood) or the socket buffer is full (nsqd is not reading what we sent: one more NOP
-        tells it nothing)."""
-        transport = self._transport
-        if self._nop_at == transport.writes or transport.backlogged():
-            return
-        self._nop_at = transport.writes
-        transport.send(_NOP.encode())
-
-    def _failed(self, event: Failed) -> None:
-        """Fail the command an error frame answers, or report it; a fatal one ends the read."""
-        if event.command is None:
-            self._report(event.error)
-        else:
-            self._answers.refuse(event.error)
-        if event.fatal:
-            raise self.closed_error()
-
-    def _report(self, error: BrokerError) -> None:
-        """Hand an error frame that answers no pending command to ``on_error``."""
-        if self._on_error is None:
-            log.warning("nsqd %s: %s", self.address, error)
-            return
-        try:
-            self._on_error(error)
-        except Exception:
-            log.exception("on_error handler of %s failed", self.address)
-
     def closed_error(self) -> ConnectionClosedError:
         """The error for nsqd closing the stream: chained to the fatal error frame, if any."""
         fatal = self._session.fatal_error
-        if fatal is None:
-            return ConnectionClosedError(f"nsqd {self.address} closed the connection")
-        error = ConnectionClosedError(f"nsqd {self.address} closed the connection after {fatal}")
-        error.__cause__ = fatal
+        after = "" if fatal is None else f" after {fatal}"
+        error = ConnectionClosedError(f"nsqd {self.address} closed the connection{after}")
+        if fatal is not None:
+            error.__cause__ = fatal
         return error

@@ -20,9 +20,9 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
-from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError
+from nsq_ha.errors import BodyTooLargeError, InvalidArgumentError, NsqError
 from nsq_ha.protocol.names import (
     DEFAULT_PARTITION,
     validate_channel,
@@ -95,6 +95,17 @@ def compact_json(value: object, what: str) -> bytes:
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(f"{what} cannot be encoded as JSON: {exc}") from exc
     return text.encode("utf-8")
+
+
+def json_object(data: bytes, what: str, error: type[NsqError]) -> dict[str, Any]:
+    """Parse ``data`` as a JSON object; anything else raises ``error``."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise error(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise error(f"{what} is not a JSON object")
+    return value
 
 
 def check_uint(value: object, what: str, bits: int, minimum: int = 0) -> int:

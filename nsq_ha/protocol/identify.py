@@ -6,14 +6,13 @@ The wire dicts carry milliseconds, as nsqd does; :func:`build_identify` takes se
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, cast
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
-from nsq_ha.protocol.commands import ms_to_seconds, seconds_to_ms
+from nsq_ha.protocol.commands import json_object, ms_to_seconds, seconds_to_ms
 
 #: nsqd's heartbeat interval when IDENTIFY does not set one (``--client-timeout`` / 2), seconds.
 DEFAULT_HEARTBEAT_INTERVAL = 30.0
@@ -238,16 +237,6 @@ _STR_KEYS = ("version", "desired_tag")
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 
-def _load_object(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise RemoteProtocolError(f"{what} is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise RemoteProtocolError(f"{what} is not a JSON object")
-    return value
-
-
 def _check_types(answer: Mapping[str, object], what: str) -> None:
     for keys, kind in ((_INT_KEYS, int), (_BOOL_KEYS, bool), (_STR_KEYS, str)):
         for key in keys:
@@ -286,7 +275,7 @@ def parse_identify_response(data: bytes, request: Mapping[str, object] | None = 
     side = _request_side(request)
     if data == b"OK":
         return Negotiated(feature_negotiation=False, **side)
-    answer = _load_object(data, "IDENTIFY response")
+    answer = json_object(data, "IDENTIFY response", RemoteProtocolError)
     _check_types(answer, "IDENTIFY response")
     fields: dict[str, Any] = {key: answer.get(key) for key in (*_INT_KEYS, *_STR_KEYS)}
     fields.update({key: answer.get(key) is True for key in _BOOL_KEYS})
@@ -300,7 +289,7 @@ def parse_identify_response(data: bytes, request: Mapping[str, object] | None = 
 
 def parse_auth_response(data: bytes) -> AuthResponse:
     """Parse the AUTH JSON answer; missing or mistyped keys raise RemoteProtocolError."""
-    answer = _load_object(data, "AUTH response")
+    answer = json_object(data, "AUTH response", RemoteProtocolError)
     keys = (("identity", str), ("identity_url", str), ("permission_count", int))
     for key, kind in keys:
         value = answer.get(key)

@@ -15,12 +15,12 @@ The RDY check on receipt (:class:`DeliveryLedger`, §1.6). Sans-IO: the caller p
 
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
+from nsq_ha.protocol.commands import json_object
 
 #: timestamp (8) + attempts (2) + id (16).
 MESSAGE_HEADER_SIZE: Final = 26
@@ -92,13 +92,7 @@ class DecodedMessage(NamedTuple):
         """
         if self.ext_version != EXT_VERSION_JSON or not self.ext_data:
             return {}
-        try:
-            value = json.loads(self.ext_data)
-        except (ValueError, RecursionError) as exc:
-            raise RemoteProtocolError(f"ext JSON header is not valid JSON: {exc}") from exc
-        if not isinstance(value, dict):
-            raise RemoteProtocolError("ext JSON header is not a JSON object")
-        return value
+        return json_object(self.ext_data, "ext JSON header", RemoteProtocolError)
 
 
 def decode_message(data: bytes, fmt: MessageFormat) -> DecodedMessage:

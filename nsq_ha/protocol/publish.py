@@ -12,7 +12,6 @@ header included) and ``max_body_size`` (whole MPUB* body) to get a
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,7 @@ from nsq_ha.protocol.commands import (
     check_size,
     checked_seconds_to_ms,
     compact_json,
+    json_object,
     seconds_to_ms,
 )
 
@@ -221,17 +221,13 @@ def encode_ext_header(header: ExtHeader | object) -> bytes:
     The header must be a JSON object of at most 65534 bytes; ``##trace_id``, when present,
     must be a string holding a decimal u64. Bytes are checked and returned verbatim.
     """
+    parsed: Mapping[str, object]
     if isinstance(header, Mapping):
         data = compact_json(dict(header), "ext header")
-        parsed: object = header
+        parsed = header
     else:
         data = as_bytes(header, "ext header")
-        try:
-            parsed = json.loads(data)
-        except (ValueError, RecursionError) as exc:
-            raise InvalidArgumentError(f"ext header is not valid JSON: {exc}") from exc
-    if not isinstance(parsed, Mapping):
-        raise InvalidArgumentError("ext header must be a JSON object")
+        parsed = json_object(data, "ext header", InvalidArgumentError)
     if TRACE_ID_HEADER in parsed:
         value = parsed[TRACE_ID_HEADER]  # nsqd answers INVALID_TRACE_ID otherwise
         if not isinstance(value, str):
