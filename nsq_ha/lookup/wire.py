@@ -50,6 +50,7 @@ _HOST_CHARS = re.compile(r"[A-Za-z0-9._%:-]+")
 _HOSTNAME = re.compile(r"[A-Za-z0-9._-]+")
 _IPV4_SHAPE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
 _PARTITION_KEY = re.compile(r"0|[1-9][0-9]{0,2}")
+_FLAGS = ("ordered", "extend_support", "multi_part", "disable_channel_auto_create")
 
 #: Partitions a fork topic can have (nsqlookupd's MAX_PARTITION_NUM; ids are 0..254).
 MAX_PARTITIONS = 255
@@ -66,17 +67,11 @@ class _BriefRepr(reprlib.Repr):
     """reprlib without sorting dicts (sorting a huge one is the slow part)."""
 
     def repr_dict(self, x: dict[Any, Any], level: int) -> str:
-        if not x:
-            return "{}"
-        if level <= 0:
+        if x and level <= 0:
             return "{...}"
-        pieces = [
-            f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
-            for k, v in itertools.islice(x.items(), self.maxdict)
-        ]
-        if len(x) > self.maxdict:
-            pieces.append("...")
-        return "{" + ", ".join(pieces) + "}"
+        shown = itertools.islice(x.items(), self.maxdict)
+        pieces = [f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}" for k, v in shown]
+        return "{" + ", ".join(pieces + ["..."] * (len(x) > self.maxdict)) + "}"
 
 
 _brief_repr = _BriefRepr()
@@ -88,23 +83,21 @@ _brief = _brief_repr.repr
 
 
 def _is_host(host: object) -> bool:
-    """True for an IP address or an ASCII host name from lookupd.
-
-    The client builds URLs and ``host:port`` addresses from it; anything else would make httpx
-    raise ``InvalidURL`` (not an NsqError) far from the lookup that brought it.
-    """
+    """True for an IP address or an ASCII host name from lookupd: the client builds URLs and
+    ``host:port`` addresses from it, and anything else would make httpx raise ``InvalidURL``
+    (not an NsqError) far from the lookup that brought it."""
     if not isinstance(host, str) or _HOST_CHARS.fullmatch(host) is None:
         return False
+    if ":" not in host and _IPV4_SHAPE.fullmatch(host) is None:
+        return _HOSTNAME.fullmatch(host) is not None
     try:
-        if ":" in host:
-            ipaddress.IPv6Address(host)
-        elif _IPV4_SHAPE.fullmatch(host):
-            ipaddress.IPv4Address(host)
-        else:
-            return _HOSTNAME.fullmatch(host) is not None
+        return ipaddress.ip_address(host) is not None
     except ValueError:
         return False
-    return True
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class LookupdError(DiscoveryError):
@@ -131,15 +124,12 @@ class NodeInfo:
     @property
     def address(self) -> str:
         """``host:port`` of the node's TCP protocol endpoint."""
-        host = self.broadcast_address
-        return f"[{host}]:{self.tcp_port}" if ":" in host else f"{host}:{self.tcp_port}"
+        return _host_port(self.broadcast_address, self.tcp_port)
 
     @property
     def http_url(self) -> str:
         """``http://host:port`` of the node's HTTP API."""
-        host = self.broadcast_address
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.http_port}"
+        return f"http://{_host_port(self.broadcast_address, self.http_port)}"
 
     @property
     def is_fork(self) -> bool:
@@ -161,13 +151,8 @@ class NodeInfo:
         for port, low in ((tcp, 1), (http, 0)):  # http_port 0: not announced
             if isinstance(port, bool) or not isinstance(port, int) or not low <= port <= 65535:
                 raise RemoteProtocolError(f"lookup node has a bad port: {_brief(raw)}")
-        return cls(
-            broadcast_address=host,
-            tcp_port=tcp,
-            http_port=http,
-            version=str(raw.get("version", "")),
-            distributed_id=str(raw.get("distributed_id", "")),
-        )
+        version, distributed_id = str(raw.get("version", "")), str(raw.get("distributed_id", ""))
+        return cls(host, tcp, http, version, distributed_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +168,7 @@ class TopicMeta:
 
     @classmethod
     def from_wire(cls, raw: object) -> TopicMeta:
+        """Build from a ``meta`` object; raise :class:`RemoteProtocolError` if it is malformed."""
         if not isinstance(raw, dict):
             raise RemoteProtocolError(f"lookup meta is not an object: {_brief(raw)}")
         num, replica = raw.get("partition_num", 0), raw.get("replica", 0)
@@ -190,11 +176,7 @@ class TopicMeta:
             raise RemoteProtocolError(f"lookup meta has a bad partition_num: {_brief(raw)}")
         if not isinstance(replica, int) or isinstance(replica, bool):
             raise RemoteProtocolError(f"lookup meta has a bad replica: {_brief(raw)}")
-        flags = {
-            k: bool(raw.get(k, False))
-            for k in ("ordered", "extend_support", "multi_part", "disable_channel_auto_create")
-        }
-        return cls(partition_num=num, replica=replica, **flags)
+        return cls(num, replica, **{k: bool(raw.get(k, False)) for k in _FLAGS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,8 +187,7 @@ class Route:
     node: NodeInfo
 
     def __str__(self) -> str:
-        part = "-" if self.partition is None else str(self.partition)
-        return f"{part}@{self.node.address}"
+        return f"{'-' if self.partition is None else self.partition}@{self.node.address}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,10 +212,12 @@ class PartitionMap:
 
     @property
     def ordered(self) -> bool:
+        """The topic is ordered (``meta``)."""
         return self.meta is not None and self.meta.ordered
 
     @property
     def extend_support(self) -> bool:
+        """The topic carries ext headers (``meta``)."""
         return self.meta is not None and self.meta.extend_support
 
     def routes(self) -> list[Route]:
@@ -267,16 +250,13 @@ def unwrap(status: int, headers: Mapping[str, str], body: bytes, url: str = "") 
             if status == 200:
                 return text  # a plain string result
             raise LookupdError(status, text, url) from None
-    v1 = "nsq; version=1.0" in {k.lower(): v for k, v in headers.items()}.get(
-        "x-nsq-content-type", ""
-    )
-    wrapped = isinstance(data, dict) and "status_code" in data and "data" in data and not v1
-    if wrapped:
+    lowered = {k.lower(): v for k, v in headers.items()}
+    v1 = "nsq; version=1.0" in lowered.get("x-nsq-content-type", "")
+    if isinstance(data, dict) and "status_code" in data and "data" in data and not v1:
         code = data.get("status_code")
         if code != 200:
-            raise LookupdError(
-                int(code) if isinstance(code, int) else status, str(data.get("status_txt", "")), url
-            )
+            code = code if isinstance(code, int) else status
+            raise LookupdError(int(code), str(data.get("status_txt", "")), url)
         return data["data"]
     if status != 200:
         message = data.get("message", text) if isinstance(data, dict) else text
@@ -284,52 +264,41 @@ def unwrap(status: int, headers: Mapping[str, str], body: bytes, url: str = "") 
     return data
 
 
-def _node_list(raw: object, what: str) -> tuple[NodeInfo, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise RemoteProtocolError(f"lookup {what} is not a list: {_brief(raw)}")
-    # lookupd lists producers in any order; sorted, equal answers give equal maps
-    return tuple(sorted((NodeInfo.from_wire(n) for n in raw), key=lambda n: n.address))
-
-
 def parse_lookup(topic: str, access: Access, result: object) -> PartitionMap:
     """A ``/lookup`` result (already unwrapped) as a :class:`PartitionMap`."""
-    if result is None:
-        result = {}
+    result = {} if result is None else result
     if not isinstance(result, dict):
         raise RemoteProtocolError(f"lookup of {topic!r} is not an object: {_brief(result)}")
-    fork = "partitions" in result
     partitions: dict[int, NodeInfo] = {}
     raw_parts = result.get("partitions")
-    if raw_parts is not None:
-        if not isinstance(raw_parts, dict):
-            raise RemoteProtocolError(f"lookup partitions is not an object: {_brief(raw_parts)}")
-        if len(raw_parts) > MAX_PARTITIONS:
-            raise RemoteProtocolError(
-                f"lookup of {topic!r} names {len(raw_parts)} partitions, over the limit "
-                f"of {MAX_PARTITIONS}"
-            )
-        for key, node in raw_parts.items():
-            # canonical decimals only: "1" and "01" naming one partition would be ambiguous
-            if not isinstance(key, str) or _PARTITION_KEY.fullmatch(key) is None:
-                raise RemoteProtocolError(f"lookup partition id {_brief(key)} is not a number")
-            pid = int(key)
-            if pid >= MAX_PARTITIONS:
-                raise RemoteProtocolError(f"lookup partition id {pid} is out of range")
-            partitions[pid] = NodeInfo.from_wire(node)
-    channels = result.get("channels") or []
-    if not isinstance(channels, list):
-        raise RemoteProtocolError(f"lookup channels is not a list: {_brief(channels)}")
-    meta_raw = result.get("meta")
+    if not isinstance(raw_parts, dict | None):
+        raise RemoteProtocolError(f"lookup partitions is not an object: {_brief(raw_parts)}")
+    if raw_parts and len(raw_parts) > MAX_PARTITIONS:
+        raise RemoteProtocolError(
+            f"lookup of {topic!r} names {len(raw_parts)} partitions, over the limit "
+            f"of {MAX_PARTITIONS}"
+        )
+    for key, node in (raw_parts or {}).items():
+        # canonical decimals only: "1" and "01" naming one partition would be ambiguous
+        if not isinstance(key, str) or _PARTITION_KEY.fullmatch(key) is None:
+            raise RemoteProtocolError(f"lookup partition id {_brief(key)} is not a number")
+        if int(key) >= MAX_PARTITIONS:
+            raise RemoteProtocolError(f"lookup partition id {key} is out of range")
+        partitions[int(key)] = NodeInfo.from_wire(node)
+    producers, channels = result.get("producers"), result.get("channels") or None
+    for name, value in (("producers", producers), ("channels", channels)):
+        if not isinstance(value, list | None):
+            raise RemoteProtocolError(f"lookup {name} is not a list: {_brief(value)}")
+    meta = result.get("meta")
     return PartitionMap(
-        topic=topic,
-        access=access,
-        partitions=partitions,
-        producers=_node_list(result.get("producers"), "producers"),
-        channels=tuple(str(c) for c in channels),
-        meta=TopicMeta.from_wire(meta_raw) if meta_raw is not None else None,
-        fork=fork,
+        topic,
+        access,
+        partitions,
+        # lookupd lists producers in any order; sorted, equal answers give equal maps
+        tuple(sorted(map(NodeInfo.from_wire, producers or ()), key=lambda n: n.address)),
+        tuple(str(c) for c in channels or ()),
+        TopicMeta.from_wire(meta) if meta is not None else None,
+        fork="partitions" in result,
     )
 
 
@@ -339,13 +308,10 @@ def parse_listlookup(result: object) -> list[str]:
         return []
     if not isinstance(result, dict):
         raise RemoteProtocolError(f"listlookup is not an object: {_brief(result)}")
-    nodes: list[object] = []
-    if result.get("lookupdleader"):
-        nodes.append(result["lookupdleader"])
     more = result.get("lookupdnodes") or []
     if not isinstance(more, list):
         raise RemoteProtocolError(f"listlookup lookupdnodes is not a list: {_brief(more)}")
-    nodes.extend(more)
+    nodes = [result["lookupdleader"], *more] if result.get("lookupdleader") else more
     if len(nodes) > MAX_LOOKUPDS + 1:  # the leader is listed again among the nodes
         raise RemoteProtocolError(
             f"listlookup names {len(nodes)} lookupds, over the limit of {MAX_LOOKUPDS}"
@@ -362,8 +328,7 @@ def parse_listlookup(result: object) -> list[str]:
             port = int(port)
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise RemoteProtocolError(f"listlookup node has a bad HttpPort: {_brief(node)}")
-        url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-        if url not in urls:
+        if (url := f"http://{_host_port(host, port)}") not in urls:
             urls.append(url)
     if len(urls) > MAX_LOOKUPDS:
         raise RemoteProtocolError(
@@ -380,25 +345,18 @@ def merge_maps(maps: Iterable[PartitionMap]) -> PartitionMap:
     maps = list(maps)
     if not maps:
         raise ValueError("merge_maps needs at least one map")
-    first = maps[0]
     partitions: dict[int, NodeInfo] = {}
     producers: dict[str, NodeInfo] = {}
-    channels: dict[str, None] = {}
     meta = None
     for m in maps:
         for pid, node in m.partitions.items():
             partitions.setdefault(pid, node)
         for node in m.producers:
             producers.setdefault(node.address, node)
-        channels.update(dict.fromkeys(m.channels))
-        if meta is None or (m.meta is not None and m.meta.partition_num > meta.partition_num):
-            meta = m.meta if m.meta is not None else meta
+        if m.meta is not None and (meta is None or m.meta.partition_num > meta.partition_num):
+            meta = m.meta
+    channels = tuple(dict.fromkeys(c for m in maps for c in m.channels))
+    fork = any(m.fork for m in maps)
     return PartitionMap(
-        topic=first.topic,
-        access=first.access,
-        partitions=partitions,
-        producers=tuple(producers.values()),
-        channels=tuple(channels),
-        meta=meta,
-        fork=any(m.fork for m in maps),
+        maps[0].topic, maps[0].access, partitions, tuple(producers.values()), channels, meta, fork
     )
