@@ -11,7 +11,6 @@ import asyncio
 import atexit
 import collections
 import concurrent.futures
-import contextlib
 import logging
 import os
 import sys
@@ -19,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, Generic, ParamSpec, Self, TypeVar
+from typing import Any, ParamSpec, Self, TypeVar
 
 from nsq_ha.errors import NsqTimeoutError
 
@@ -120,25 +119,6 @@ class LoopThread:
     def run(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
         return self.wait(self.submit(coro), timeout)
 
-    def run_or_give_back(
-        self,
-        coro: Coroutine[Any, Any, _T],
-        give_back: Callable[[_T], object],
-        timeout: float | None = None,
-    ) -> _T:
-        """:meth:`run`, for a coroutine that takes something (messages) its caller must not
-        lose. If the wait ends without the result (an exception in this thread, or
-        ``timeout``), the coroutine is cancelled on the loop, and a result it produced anyway
-        goes to ``give_back(result)``, called on the loop."""
-        handover: _Handover[_T] = _Handover(give_back)
-        future = self.submit(handover.guard(coro))
-        try:
-            return self.wait(future, timeout)
-        except BaseException:
-            with contextlib.suppress(RuntimeError):  # the loop is gone: nothing runs there
-                self.post(handover.abandon)
-            raise
-
     @staticmethod
     def wait(future: concurrent.futures.Future[_T], timeout: float | None) -> _T:
         """The future's result; after ``timeout`` seconds it is cancelled: NsqTimeoutError."""
@@ -149,47 +129,6 @@ class LoopThread:
             raise NsqTimeoutError(
                 f"no result within {timeout} s (the operation was cancelled)"
             ) from exc
-
-
-class _Handover(Generic[_T]):
-    """One coroutine run for a waiting thread that may stop waiting: whichever comes second on
-    the loop, the coroutine's end or :meth:`abandon`, sees the other (both run on the loop)."""
-
-    __slots__ = ("_abandoned", "_give_back", "_result", "_task")
-
-    def __init__(self, give_back: Callable[[_T], object]) -> None:
-        self._give_back = give_back
-        self._abandoned = False
-        self._task: asyncio.Task[Any] | None = None
-        #: the result, once the coroutine returned (a 1-tuple: the result may be None)
-        self._result: tuple[_T] | None = None
-
-    async def guard(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        """Run ``coro``; its result goes to ``give_back`` if the waiter left meanwhile."""
-        if self.left():  # left before this started
-            coro.close()
-            raise asyncio.CancelledError
-        self._task = asyncio.current_task()
-        result = await coro
-        if self.left():  # the cancellation came too late (or was swallowed in ``coro``)
-            self._give_back(result)
-        else:
-            self._result = (result,)
-        return result
-
-    def left(self) -> bool:
-        """True once the waiter stopped waiting (a method: read again after each ``await``)."""
-        return self._abandoned
-
-    def abandon(self) -> None:
-        """On the loop: the waiter stopped waiting. Cancel the coroutine, or give its result
-        back if it already returned one."""
-        self._abandoned = True
-        if self._result is not None:
-            result, self._result = self._result[0], None
-            self._give_back(result)
-        elif self._task is not None:
-            self._task.cancel()
 
 
 _lock = threading.Lock()

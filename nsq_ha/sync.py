@@ -284,24 +284,24 @@ class Consumer(Closable):
             return handed
 
     def _fetch(self, runner: LoopThread, limit: float | None) -> bool:
-        """Wait for the next batch and queue it to be handed out; False once closed (or after
-        ``limit`` seconds)."""
+        """Wait for the next batch, queued to be handed out; False once closed (or after
+        ``limit`` seconds). The batch is queued on the loop, so a wait interrupted here loses
+        nothing: the fetch is cancelled, and what it took anyway is queued all the same."""
         if self._closing:
             return False
-        batch = runner.run_or_give_back(
-            self._consumer.get_many(self._batch, limit), self._give_back
-        )
-        if not batch:
-            return False
-        self._fetched.extend(batch)  # one call: an interrupt lands before it or after it
-        return True
+        future = runner.submit(self._fetch_on_loop(limit))
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # get_many gives back what it holds when cancelled
+            raise
 
-    def _give_back(self, batch: list[AsyncMessage]) -> None:
-        """On the loop: an interrupted :meth:`get` fetched ``batch``; the next one hands it out
-        first (closing: requeued, as what :meth:`close` found fetched)."""
-        self._fetched.extendleft(reversed(batch))
-        if self._closing:
+    async def _fetch_on_loop(self, limit: float | None) -> bool:
+        batch = await self._consumer.get_many(self._batch, limit)
+        self._fetched.extend(batch)
+        if self._closing:  # requeued, as what close() found fetched
             self._requeue_fetched()
+        return bool(batch)
 
     def sync(self, timeout: float | None = None) -> None:
         """Block until nsqd has processed every answer given so far (:meth:`Message.finish`
@@ -339,7 +339,7 @@ class Consumer(Closable):
         self._closing = True
         if not self._runner.alive_here:
             return None
-        self._runner.post(self._requeue_fetched)  # on the loop, after any _give_back
+        self._runner.post(self._requeue_fetched)  # on the loop
         close = self._settings.drain_timeout if limit is None else limit
         wait = _backstop(close, self._settings.connection_config())
         return self._runner.submit(self._consumer.close(drain_timeout=limit)), wait
