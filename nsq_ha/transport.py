@@ -1,12 +1,9 @@
 """The byte pipe under one nsqd connection: TCP, then optionally TLS, then optionally compression.
 
-:class:`StreamTransport` pushes every read (:meth:`~StreamTransport.receive`) from the socket
-callback to the session with no task woken between (one event-loop turn per read, where a
-``StreamReader`` costs two). Upgrades happen in place, in nsqd's order (§1.8):
-:meth:`~StreamTransport.start_tls`, then :meth:`~StreamTransport.enable_compression`.
-
-This module is the boundary where OS, TLS and asyncio stream exceptions become
-:mod:`nsq_ha.errors` exceptions (:func:`map_exceptions`); nothing above it sees an ``OSError``.
+:class:`StreamTransport` pushes every read from the socket callback to the session with no task
+woken between (one event-loop turn per read, where a ``StreamReader`` costs two). Upgrades
+happen in place, in nsqd's order (§1.8). OS, TLS and asyncio stream exceptions become
+:mod:`nsq_ha.errors` exceptions here (:func:`map_exceptions`): nothing above sees an ``OSError``.
 """
 
 from __future__ import annotations
@@ -35,12 +32,8 @@ READ_SIZE = 64 * 1024
 
 @contextlib.contextmanager
 def map_exceptions(what: str) -> Iterator[None]:
-    """Turn socket-level exceptions raised inside the block into nsq_ha errors.
-
-    ``ssl.SSLError`` becomes HandshakeError; a broken or reset connection and a short read
-    become ConnectionClosedError; any other ``OSError`` ConnectionClosedError too. NsqError
-    passes through untouched.
-    """
+    """Turn socket-level exceptions raised inside the block into nsq_ha errors: ``ssl.SSLError``
+    into HandshakeError, any other ``OSError`` and a short read into ConnectionClosedError."""
     try:
         yield
     except NsqError:
@@ -55,33 +48,22 @@ def map_exceptions(what: str) -> Iterator[None]:
         raise ConnectionClosedError(f"{what}: {exc or type(exc).__name__}") from exc
 
 
-def _discard(data: bytes) -> None:
-    """The receiver before :meth:`StreamTransport.receive` and after
-    :meth:`~StreamTransport.stop_receiving`."""
-
-
-def _ignore_end(error: NsqError | None) -> None:
-    """The end callback before :meth:`StreamTransport.receive`."""
+def _discard(data: bytes) -> None: ...  # the receiver before receive(), after stop_receiving()
 
 
 class _Pipe(asyncio.BufferedProtocol):
-    """The protocol under a :class:`StreamTransport`: hands what arrives to the receiver at
-    once; tracks EOF, loss and write flow control.
-
-    A buffered protocol, reading into one buffer kept for the connection's life: with a plain
-    one asyncio maps 256 KiB for every read and shrinks it (most of a small read's cost)."""
+    """The protocol under a :class:`StreamTransport`: hands each read to the receiver at once;
+    tracks EOF, loss and write flow control. Buffered, reading into one buffer kept for the
+    connection's life: with a plain one asyncio maps 256 KiB per read and shrinks it (most of a
+    small read's cost)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self._read_view = memoryview(bytearray(READ_SIZE))
-        #: the peer closed its side, or the connection is lost
-        self.eof = False
-        #: why the connection was lost (``None``: closed cleanly)
-        self.error: Exception | None = None
-        #: the receiver of every read
+        self.eof = False  # the peer closed its side, or the connection is lost
+        self.error: Exception | None = None  # why the connection was lost (None: cleanly)
         self.receiver: Callable[[bytes], None] = _discard
-        #: called once when the stream ends
         self.on_end: Callable[[Exception | None], None] | None = None
         self.reading_paused = False
         self.writing_paused = False
@@ -171,7 +153,6 @@ class StreamTransport:
         #: the receiver asked for nothing more until it resumes (it has frames left to handle)
         self._held = False
         self._on_data: Callable[[bytes], None] = _discard
-        self._on_end: Callable[[NsqError | None], None] = _ignore_end
         self.tls = False
         #: coalesced sends waiting for the end of the loop turn, and their size
         self._out: list[bytes] = []
@@ -181,9 +162,7 @@ class StreamTransport:
         self.writes = 0
 
     def __repr__(self) -> str:
-        layers = ["tcp"]
-        if self.tls:
-            layers.append("tls")
+        layers = ["tcp", "tls"] if self.tls else ["tcp"]
         if self._codec is not None:
             layers.append(self._codec.name)
         return f"<StreamTransport {self.address} {'+'.join(layers)}>"
@@ -206,8 +185,7 @@ class StreamTransport:
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        """The event loop the connection was opened on (asking for it is cheaper than asking
-        for the running loop, a ``getpid()`` system call on Python 3.11)."""
+        """The connection's event loop (cheaper than the running loop's ``getpid()`` call)."""
         return self._pipe.loop
 
     @property
@@ -219,8 +197,7 @@ class StreamTransport:
         self, context: ssl.SSLContext, *, server_hostname: str | None, handshake_timeout: float
     ) -> None:
         """Run the TLS handshake as the client, on the open socket: from this call on, what
-        the receiver gets came through TLS (asyncio swaps the socket's protocol before its
-        first wait)."""
+        the receiver gets came through TLS."""
         loop = asyncio.get_running_loop()
         with map_exceptions(f"TLS handshake with {self.address}"):
             transport = await loop.start_tls(
@@ -247,19 +224,16 @@ class StreamTransport:
     def receive(
         self, on_data: Callable[[bytes], None], on_end: Callable[[NsqError | None], None]
     ) -> None:
-        """From now on hand every plain byte read to ``on_data``, from the socket's callback;
-        when the stream ends call ``on_end`` once: ``None`` when the peer closed it, else the
-        NsqError that ended it. A new receiver replaces the one before, unheld. Nothing is
-        handed on after ``on_end`` or :meth:`stop_receiving`, nor between :meth:`hold` and
-        :meth:`release`.
-
-        With compression, one bounded slice is decoded per loop turn and the socket is not
-        read while slices wait (a compression bomb neither fills memory nor stalls the loop).
-        """
+        """From now on hand every plain byte read to ``on_data``, from the socket's callback,
+        and call ``on_end`` once when the stream ends (``None``: the peer closed it). A new
+        receiver replaces the one before, unheld. Nothing is handed on after ``on_end`` or
+        :meth:`stop_receiving`, nor between :meth:`hold` and :meth:`release`. With compression
+        one bounded slice is decoded per loop turn, the socket unread while slices wait (a
+        compression bomb neither fills memory nor stalls the loop)."""
         pipe = self._pipe
         self._receiving = True
         self._held = False
-        self._on_data, self._on_end = on_data, on_end
+        self._on_data = on_data
         what = f"reading from {self.address}"
 
         def ended(error: Exception | None) -> None:
@@ -282,8 +256,8 @@ class StreamTransport:
             self._read_on()
 
     def hold(self) -> None:
-        """Hand nothing more to the receiver until :meth:`release`: the socket is not read and
-        no slice is decoded meanwhile (the receiver has more than one turn's work already)."""
+        """Hand nothing more to the receiver until :meth:`release` (it has more than one turn's
+        work already): no read, no slice decoded."""
         self._held = True
         self._cancel_slices()
         self._pipe.pause_reading()
@@ -306,33 +280,25 @@ class StreamTransport:
             self._pipe.resume_reading()
 
     def _slice(self) -> None:
-        """Decode the next slice of compressed input already read (one per loop turn)."""
         self._slice_handle = None
         if self._receiving and not self._held:
             self._decode(b"")
 
     def _decode(self, raw: bytes) -> None:
-        """Hand on the next slice of what ``raw`` and the input before it decode to; while
-        more waits, the socket is not read and the next slice is a loop turn away."""
+        """Hand on the next slice ``raw`` and the input before it decode to."""
         codec = cast("StreamCodec", self._codec)
-        on_end = self._on_end
         try:
             data = codec.decompress(raw)
         except NsqError as exc:
-            self.stop_receiving()
-            on_end(exc)
+            self._pipe.end(exc)  # the receiving ends with it
             return
         if data:
             self._on_data(data)  # may stop or hold the receiving
         if not self._receiving or self._held:
             return
-        pipe = self._pipe
-        if not codec.pending:
-            pipe.resume_reading()
-            return
-        pipe.pause_reading()
-        if self._slice_handle is None:
-            self._slice_handle = pipe.loop.call_soon(self._slice)
+        if codec.pending:
+            self._pipe.pause_reading()
+        self._read_on()
 
     def _cancel_slices(self) -> None:
         if self._slice_handle is not None:
@@ -345,13 +311,12 @@ class StreamTransport:
         self._receiving = False
         self._held = False
         self._cancel_slices()
-        self._on_data, self._on_end = _discard, _ignore_end
+        self._on_data = _discard
         pipe.receiver = _discard
         pipe.on_end = None
 
     def send(self, data: bytes) -> None:
-        """Queue ``data``: what one loop turn sends leaves in one write (at once past the
-        write buffer limit)."""
+        """Queue ``data``: a loop turn's sends leave in one write (at once past the limit)."""
         self._out.append(data)
         self._out_size += len(data)
         if self._out_size >= self.write_buffer_limit:
@@ -366,8 +331,7 @@ class StreamTransport:
         self.flush()
 
     def flush(self) -> None:
-        """Write what was queued as one write (compressed first when compression is on); a
-        closed socket drops it (the reader reports the close)."""
+        """Write what was queued as one write; a closed socket drops it (the reader reports it)."""
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
@@ -385,11 +349,9 @@ class StreamTransport:
 
     def discard_queued(self) -> None:
         """Drop what was queued and not written (the connection is closing)."""
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
         self._out.clear()
         self._out_size = 0
+        self.flush()  # cancels the flush to come, writes nothing
 
     def backlogged(self) -> bool:
         """True while the socket layer and the queue hold more than the write buffer limit."""
