@@ -1,7 +1,7 @@
-"""Publish batches without I/O: a call's messages prepared (:func:`prepare_one`,
-:func:`prepare_batch`), queued on a lane as one :class:`Call`, cut into batches (:func:`take`),
-each made one command (:func:`batch_command`), whose answer gives one result per message
-(:func:`results_from_answer`) and the callers their outcomes (:func:`settle`). The command:
+"""Publish batches without I/O: a call's messages prepared (:func:`prepare_batch`), queued on a
+lane as one :class:`Call`, cut into batches (:func:`take`), each made one command
+(:func:`batch_command`), whose answer gives one result per message (:func:`results_from_answer`)
+and the callers their outcomes (:func:`settle`). The command:
 
 ========================  ===========================  ===========================
 messages                  one message                  several messages
@@ -34,24 +34,6 @@ from nsq_ha.producer.message import (
 from nsq_ha.protocol.frames import OK
 from nsq_ha.protocol.publish import PublishMessage
 from nsq_ha.protocol.trace import parse_traced_response
-
-
-def prepare_one(
-    body: object,
-    trace_id: object = None,
-    ext: object = None,
-    max_msg_size: int | None = None,
-) -> PublishMessage:
-    """:func:`prepare_message` of one publish call's message: a plain body (non-empty
-    ``bytes`` within ``max_msg_size``, no trace id, no header) is ready as it is."""
-    if (
-        trace_id is None
-        and ext is None
-        and type(body) is bytes
-        and 0 < len(body) <= (sys.maxsize if max_msg_size is None else max_msg_size)
-    ):
-        return PublishMessage(body)
-    return prepare_message(body, trace_id=trace_id, ext=ext, max_msg_size=max_msg_size)
 
 
 def prepare_batch(

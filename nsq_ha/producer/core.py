@@ -15,9 +15,9 @@ from typing import Self, TypeVar, Unpack, cast
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, ProducerClosedError, PublishError
 from nsq_ha.lookup import LookupClient
-from nsq_ha.producer.batch import Outcome, Outcomes, plain_size, prepare_batch, prepare_one
+from nsq_ha.producer.batch import Outcome, Outcomes, plain_size, prepare_batch
 from nsq_ha.producer.config import ProducerConfig, ProducerOptions
-from nsq_ha.producer.message import PublishResult
+from nsq_ha.producer.message import PublishResult, prepare_message
 from nsq_ha.producer.pool import ConnectionPool
 from nsq_ha.producer.routes import ConnKey, Routes
 from nsq_ha.producer.sender import Sender
@@ -157,7 +157,8 @@ class Producer:
             else None
         )
         if queued is None:  # anything else, or a body that does not pass
-            messages = [prepare_one(body, trace_id, ext, self._max_msg_size)]
+            limit = self._max_msg_size
+            messages = [prepare_message(body, trace_id=trace_id, ext=ext, max_msg_size=limit)]
             if defer is not None:
                 seconds_to_ms(defer, "defer")
                 if sharding_key is not None or partition is not None:

@@ -60,7 +60,6 @@ def check_features(
     fork: bool | None,
     topic: str,
     messages: Sequence[PublishMessage],
-    *,
     defer: float | None,
     partition: object,
     ext_topic: bool | None = None,

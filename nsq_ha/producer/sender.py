@@ -1,9 +1,8 @@
 """The producer's one sender: every publish joins the lane of its topic and slot as one
 :class:`~nsq_ha.producer.batch.Call` (:meth:`Sender.submit`); a lane's tasks cut the queue into
-batches (group commit) and send each: one attempt first, outside any retry loop (a publish that
-succeeds builds none), then, after a retriable failure, :func:`nsq_ha.retry.retry_after` under
-the :class:`~nsq_ha.producer.RetryPolicy`.
-"""
+batches (group commit) and send each: one attempt outside any retry loop (a publish that succeeds
+builds none), then, after a retriable failure, :func:`nsq_ha.retry.retry_after` under the
+:class:`~nsq_ha.producer.RetryPolicy`."""
 
 from __future__ import annotations
 
@@ -88,9 +87,8 @@ class Sender:
         send_batch: SendBatch | None = None,
         builder: Callable[[Routes | None], BatchBuilder] | None = None,
     ) -> None:
-        """``send_batch`` and ``builder`` stand in for the methods of those names where the
-        lanes send and cut their batches (a test's seam: a compiled Sender cannot be
-        subclassed)."""
+        """``send_batch`` and ``builder`` replace those methods where the lanes send and cut
+        their batches (a test's seam: a compiled Sender cannot be subclassed)."""
         self._transmit: SendBatch = send_batch or self.send_batch
         self._cut: Callable[[Routes | None], BatchBuilder] = builder or self.builder
         self.pool = pool
@@ -142,9 +140,8 @@ class Sender:
         messages: list[PublishMessage],
         plain_bytes: int | None,
     ) -> asyncio.Future[Outcomes]:
-        """Queue ``messages`` (in order) on the lane of ``slot`` (None: unkeyed); the future
-        gets their outcomes (a PublishResult, or the exception that stopped that message), in
-        order, once all are settled."""
+        """Queue ``messages`` on the lane of ``slot`` (None: unkeyed); the future gets their
+        outcomes (a PublishResult, or the exception that stopped that message) once all are."""
         lane = topic.lanes.get(slot) or topic.lane(slot)
         loop = lane.loop
         future: asyncio.Future[Outcomes] = (
@@ -164,10 +161,10 @@ class Sender:
         partition: object,
         plain_bytes: int | None,
     ) -> asyncio.Future[Outcomes] | None:
-        """:meth:`submit` a publish call at once when ``topic``'s cached routes serve it (the
-        common case, in one call from the producer); None when it must look up or, keyed, take
-        its turn behind an earlier keyed call (:meth:`Topic.turn`). ``key`` and ``partition``
-        as the caller gave them: :meth:`Topic.place` checks them."""
+        """:meth:`submit` a publish call at once when ``topic``'s cached routes serve it; None
+        when it must look up or, keyed, take its turn behind an earlier keyed call
+        (:meth:`Topic.turn`). ``key`` and ``partition`` as given: :meth:`Topic.place` checks
+        them."""
         keyed = key is not None or partition is not None
         if keyed and topic.waiting is not None:
             return None
@@ -185,11 +182,10 @@ class Sender:
         key: object,
         partition: object,
     ) -> asyncio.Future[Outcomes] | None:
-        """:meth:`queue_ready` of one plain message (non-empty ``bytes`` within
-        ``max_msg_size``, no trace id, no ext header) to the topic ``topics`` holds for
-        ``name``, made here; None when ``body`` is not one (the caller then checks it, as
-        :func:`~nsq_ha.producer.batch.prepare_one` does), when there is no such topic yet, or
-        as :meth:`queue_ready` says."""
+        """:meth:`queue_ready` of a plain message (non-empty ``bytes`` within
+        ``max_msg_size``), made here, to the topic ``topics`` holds for ``name``; None when
+        ``body`` is not one (the caller checks it), with no such topic yet, or as
+        :meth:`queue_ready` says."""
         if type(body) is not bytes:
             return None
         size = len(body)
@@ -208,7 +204,7 @@ class Sender:
         if senders and lane.slot is not None:
             return
         if senders:
-            routes = topic.cached()
+            routes = topic.routes
             most = max(2, 2 * len(routes.writable)) if routes is not None else 2
             if lane.sending < senders or senders >= most:
                 return
@@ -226,14 +222,13 @@ class Sender:
                     await asyncio.sleep(self.linger)
                     if not lane.queue:
                         break
-                routes = topic.cached()
+                routes = topic.routes
                 share = None
                 if lane.slot is None:
-                    # an unkeyed burst of calls is spread: a batch takes whole calls up to its
-                    # share of what is queued among the partitions that have no batch out now;
-                    # without linger, at least two shares (one batch in flight while the next
-                    # is read), so callers that wait for one batch and publish again never all
-                    # ride the same batch (with linger, gathering is what was asked for)
+                    # an unkeyed burst is spread: a batch takes whole calls up to its share of
+                    # what is queued among the partitions with no batch out; without linger at
+                    # least two shares, so callers that wait for one batch and publish again
+                    # never all ride the same batch (with linger, gathering was asked for)
                     writable = len(routes.writable) if routes is not None else 1
                     shares = writable if self.linger else max(2, writable)
                     free = max(1, shares - lane.sending)
@@ -256,9 +251,8 @@ class Sender:
                 settle(runs, results, self.splits)
                 runs = []
                 if lane.slot is not None and lane.queue:
-                    # a keyed lane has this one task: the callers just settled publish again
-                    # in the next turn, and ride the next batch with the calls queued meanwhile
-                    # (without it, two halves alternate, each a command per round trip)
+                    # the callers just settled publish again in the next turn and ride the next
+                    # batch (else two halves alternate, each a command per round trip)
                     await asyncio.sleep(0)
         except BaseException as exc:  # cancelled (closed), or a bug: never leave callers waiting
             error = exc
@@ -271,8 +265,8 @@ class Sender:
             self._fail(lane, runs, error)
             raise
         finally:
-            # now, not in a done callback: a submit before that callback ran would count
-            # this task as busy and leave its messages with no task at all
+            # not in a done callback: a submit before it ran would count this task as busy
+            # and leave its messages with no task at all
             lane.senders.discard(cast("asyncio.Task[None]", asyncio.current_task(lane.loop)))
             topic.last_used = time.monotonic()  # idle from the end of its work on
 
@@ -286,7 +280,7 @@ class Sender:
 
     def _fail(self, lane: Lane, runs: list[Run], error: BaseException) -> None:
         """Fail the messages of ``runs`` (a batch that was out) and every call queued on
-        ``lane`` with ``error``; the queue is left empty."""
+        ``lane`` with ``error``."""
         runs = [*runs, *((c, c.taken, len(c.messages)) for c in lane.queue)]
         lane.queue.clear()
         lane.waiting = 0
@@ -420,7 +414,7 @@ class Sender:
                 raise
             refusal = exc
         self.stats["batches_split"] += 1
-        parts = split_batch(messages, self.builder(topic.cached()))
+        parts = split_batch(messages, self.builder(topic.routes))
         log.info(
             "publish to %r: nsqd refused a batch of %d messages (%s); sending it again in %d parts",
             topic.name,
@@ -450,7 +444,7 @@ class Sender:
         """Send ``messages`` once and read nsqd's answer; on an error, drop what it says is
         stale (the connection, the cached map) before raising it."""
         name = topic.name
-        routes = topic.cached()
+        routes = topic.routes
         if routes is None or (topic.lookup is not None and not topic.watched):
             routes = await topic.current(keyed=False, closing=self.closing)
         windowed = slot is None  # unkeyed: up to unkeyed_window commands out per partition

@@ -1,18 +1,17 @@
 """Everything a producer keeps for one topic, in one :class:`Topic`, so that an idle topic is
 one dict entry to drop (:meth:`Topic.close`).
 
-A keyed message is routed by the topic's partition *count*, and that count is only ever taken
-from lookupd's ``meta.partition_num``: a lookup without ``meta`` (or with a count of 0) lists
-only the partitions that have a writable leader now, so "highest listed + 1" would be a guess
-that re-hashes keys whenever the highest partition's leader is missing. The topic keeps the
-last count ``meta`` gave (:attr:`Topic.count`); until one is known, keyed publishes wait.
+A keyed message is routed by the topic's partition *count*, only ever lookupd's
+``meta.partition_num``: a lookup without ``meta`` (or with a count of 0) lists only the
+partitions with a writable leader now, so "highest listed + 1" would re-hash keys whenever the
+highest partition's leader is missing. The topic keeps the last count ``meta`` gave
+(:attr:`Topic.count`); until one is known, keyed publishes wait.
 
-Turn order: a keyed call (``sharding_key``, ``sharding_keys`` or ``partition``) normally finds
-the routes cached and queues its messages at once, in the same loop step: call order is lane
-order, and the lane keeps it. A call that has to wait for a lookup would break that unless
-later calls wait too, so :meth:`Topic.turn` makes them wait behind the call that holds the
-topic's turn, in call order; when the holder has queued (or failed), every waiting call whose
-routes are now cached is queued in that same loop step, in order, and the turns end there.
+Turn order: a keyed call normally finds the routes cached and queues its messages at once, in
+the same loop step, so call order is lane order. A call that must wait for a lookup would break
+that unless later calls wait too: :meth:`Topic.turn` makes them wait behind the turn's holder,
+in call order; once the holder has queued (or failed), every waiting call whose routes are now
+cached is queued in that same loop step, in order, and the turns end there.
 """
 
 from __future__ import annotations
@@ -56,11 +55,11 @@ class SlotMemo:
     """The slot of keys routed before, per partition count, so that a repeated key is not
     hashed (nor checked) again: a keyed publish's routing is then one dict lookup.
 
-    Only exact ``int`` keys and exact ``str`` and ``bytes`` keys up to
-    :data:`MEMO_KEY_LENGTH` are kept, and only once the strategy has accepted them; a key
-    that merely compares equal to one (``True``, ``1.0``) is not of those types, so it is
-    still checked. At most :data:`MEMO_SIZE` keys are kept (every count together); the memo
-    starts over when full. The strategy must be a function of the key and the count.
+    Only exact ``int`` keys and exact ``str`` and ``bytes`` keys up to :data:`MEMO_KEY_LENGTH`
+    are kept, once the strategy has accepted them; a key that merely compares equal to one
+    (``True``, ``1.0``) is not of those types, so it is still checked. At most
+    :data:`MEMO_SIZE` keys are kept (every count together), then the memo starts over. The
+    strategy must be a function of the key and the count.
     """
 
     __slots__ = ("_by_count", "_count", "_memo", "_size", "strategy")
@@ -198,6 +197,8 @@ class Topic:
         self.lookup = lookup
         self.memo = memo
         self.pool = pool
+        #: the routes in use (None: none, or no writable partition in them); the lookup's
+        #: watch brings a changed map (:meth:`_on_map`), so a publish asks it nothing
         self.routes: Routes | None = static
         #: the last partition count lookupd's ``meta`` gave (0: none yet)
         self.count = 0
@@ -221,45 +222,30 @@ class Topic:
         self.streaks: dict[str, int] = {}
         self.active = 0  # lookups under way
 
-    def __repr__(self) -> str:
-        return (
-            f"<Topic {self.name!r} count={self.count} lanes={len(self.lanes)} "
-            f"conns={len(self.conns)} watched={self.watched}>"
-        )
-
     def ready(self, keyed: bool) -> Routes | None:
         """The routes if they serve a publish now without asking lookupd (when ``keyed``, with
         a partition count). A lane marks the topic used when its work ends (the sweeper counts
         a busy topic as used), not each call here: a clock read per message."""
-        if not self.checked:
+        routes = self.routes
+        if not self.checked or routes is None:
             return None
-        routes = self.cached()
-        if routes is None or (self.lookup is not None and not self.watched):
-            return None
-        if keyed and routes.count < 1:
+        if (self.lookup is not None and not self.watched) or (keyed and routes.count < 1):
             return None
         return routes
-
-    def cached(self) -> Routes | None:
-        """The routes in use (None when there are none, or no writable partition in them); the
-        lookup's watch brings a changed map (:meth:`_on_map`), so a publish asks it nothing."""
-        routes = self.routes
-        return routes if routes is not None and routes.nodes else None
 
     async def current(self, *, keyed: bool, closing: Callable[[], bool]) -> Routes:
         """The routes, asking lookupd when the cache cannot serve; a typed error when the topic
         has no writable partition or, ``keyed``, no known partition count. ``closing()``: the
         producer is closing (a cancelled lookup then says so)."""
-        routes = self.cached()
+        routes = self.routes
         lookup = self.lookup
         usable = routes is not None and (lookup is None or self.watched)
         if routes is not None and usable and (not keyed or routes.count > 0):
             self.checked = True
             return routes
         assert lookup is not None  # noqa: S101 - static routes are always usable
-        # a cached map without a writable partition (or without a count, or of an expired
-        # topic) is what sent us here: ask lookupd again (each retry does), rather than fail
-        # from it until the refresh timer
+        # a cached map without a writable partition or a count (or an expired topic's) sent
+        # us here: ask lookupd again (each retry does), not fail from it until the refresh
         stale = lookup.cached(self.name, "w") is not None
         try:
             pmap = await lookup.writable(self.name, force=stale)
@@ -293,7 +279,8 @@ class Topic:
         :class:`~nsq_ha.events.LeaderChanged` event and its old connection is dropped."""
         if pmap.fork and pmap.meta is not None and pmap.meta.partition_num > 0:
             self.count = pmap.meta.partition_num
-        routes = self.routes = Routes.from_map(pmap, self.count)
+        routes = Routes.from_map(pmap, self.count)
+        self.routes = routes if routes.nodes else None
         if not routes.fork:
             return routes
         leaders = self._leaders
@@ -355,14 +342,7 @@ class Topic:
         if defer is not None or (
             not unrestricted and (partition is not None or plain_size(messages) is None)
         ):
-            check_features(
-                routes.fork,
-                self.name,
-                messages,
-                defer=defer,
-                partition=partition,
-                ext_topic=routes.ext,
-            )
+            check_features(routes.fork, self.name, messages, defer, partition, routes.ext)
         if key is None and partition is None:
             if routes.ordered and not self._warned:
                 self._warned = True
@@ -398,13 +378,11 @@ class Topic:
         submit: Callable[[Topic, Routes], _F],
     ) -> _F:
         """Queue a keyed call after every one made before it; the future ``submit(routes)``
-        gave.
-
-        ``ready()``: the cached routes, None when they do not serve; ``look_up()``: the routes
-        from lookupd. With no turn taken, the call takes it, looks up and queues; otherwise it
-        waits, and the holder, once done, queues the waiting calls whose routes are ready, in
-        order. An error raised by either is this call's own. A call cancelled after it was
-        queued has its future cancelled (as if cancelled while awaiting it)."""
+        gave. ``ready()``: the cached routes, None when they do not serve; ``look_up()``: the
+        routes from lookupd. With no turn taken, the call takes it, looks up and queues; else
+        it waits, and the holder, once done, queues the waiting calls whose routes are ready,
+        in order. An error raised by either is this call's own. A call cancelled once queued
+        has its future cancelled (as if cancelled while awaiting it)."""
         waiters = self.waiting
         if waiters is None:
             self.waiting = deque()

@@ -112,7 +112,7 @@ def test_a_fork_map_without_meta_keeps_the_last_known_count() -> None:
 
     def routes_of(pmap: PartitionMap, topic: Topic = topic) -> Routes:
         topic._on_map(pmap)  # as the lookup's watch hands a new map over
-        routes = topic.cached()
+        routes = topic.routes
         assert routes is not None
         return routes
 
