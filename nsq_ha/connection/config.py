@@ -47,19 +47,17 @@ def _check_secret(secret: object) -> None:
     """Refuse an AUTH secret that cannot be sent; the error never shows the secret."""
     if secret is None:
         return
-    if isinstance(secret, str):
-        try:
-            raw = secret.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ConfigError(
-                "auth_secret is not encodable as UTF-8 (the value is not shown)"
-            ) from None
-    elif isinstance(secret, bytes):
-        raw = secret
-    else:
+    if not isinstance(secret, str | bytes):
         raise ConfigError(f"auth_secret must be str or bytes, not {type(secret).__name__}")
-    if not raw:
+    if not secret:
         raise ConfigError("auth_secret must not be empty (use None for no AUTH)")
+    try:
+        if isinstance(secret, str):
+            secret.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(
+            "auth_secret is not encodable as UTF-8 (the value is not shown)"
+        ) from None
 
 
 def _size(value: object, what: str, minimum: int) -> int:

@@ -2,10 +2,9 @@
 
 :class:`Handshake` runs the steps in nsqd's order on an open :class:`StreamTransport`; the
 :class:`~nsq_ha.protocol.session.ClientSession` encodes each step's command, moves the state and
-reads the answers. The transport pushes its reads into the session as they come, one read per
-wait (it holds the socket until the handshake waits again); bytes that came before a layer
-changed go where they belong: none may precede TLS, and those before compression was enabled
-are decompressed.
+reads the answers. The transport pushes one read into the session per wait (it holds the socket
+until the handshake waits again): no byte may precede TLS, and those that came before
+compression was enabled are decompressed.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING
 from nsq_ha.connection.config import ConnectionConfig
 from nsq_ha.errors import ConnectionClosedError, HandshakeError, NsqError, RemoteProtocolError
 from nsq_ha.protocol.commands import Nop
-from nsq_ha.protocol.events import HEARTBEAT, NEED_DATA, Answer, Event, Failed
+from nsq_ha.protocol.events import HEARTBEAT, NEED_DATA, Answer, Failed
 from nsq_ha.protocol.frames import OK
 from nsq_ha.protocol.identify import AuthResponse, parse_auth_response
 from nsq_ha.protocol.identify import parse_identify_response as _parse_identify
@@ -70,19 +69,10 @@ class Handshake:
         transport.send_now(session.identify(body, max_body_size=config.max_body_size))
         negotiated = _parse_identify(await self._answer("IDENTIFY"), body)
         session.identified(negotiated)
-        log.info(
-            "nsqd %s is %s %s: max_rdy_count=%s msg_timeout=%ss tls=%s snappy=%s deflate=%s "
-            "auth_required=%s",
-            self._address,
-            "fork" if negotiated.is_fork else "vanilla",
-            negotiated.version,
-            negotiated.max_rdy_count,
-            negotiated.msg_timeout,
-            negotiated.tls_v1,
-            negotiated.snappy,
-            negotiated.deflate,
-            negotiated.auth_required,
-        )
+        keys = ("max_rdy_count", "msg_timeout", "tls_v1", "snappy", "deflate", "auth_required")
+        shown = " ".join(f"{key}={getattr(negotiated, key)}" for key in keys)
+        kind = "fork" if negotiated.is_fork else "vanilla"
+        log.info("nsqd %s is %s %s: %s", self._address, kind, negotiated.version, shown)
         if config.tls is not None and not negotiated.tls_v1:
             raise HandshakeError(f"nsqd {self._address} did not agree to TLS (no TLS config?)")
         if negotiated.tls_v1:
@@ -123,12 +113,8 @@ class Handshake:
                 session.authenticate(config.auth_secret, max_body_size=config.max_body_size)
             )
             auth = parse_auth_response(await self._answer("AUTH"))
-            log.info(
-                "authenticated to %s as %r (%d permissions)",
-                self._address,
-                auth["identity"],
-                auth["permission_count"],
-            )
+            identity, rights = auth["identity"], auth["permission_count"]
+            log.info("authenticated to %s as %r (%d permissions)", self._address, identity, rights)
             return auth
         if config.auth_secret is not None:
             log.info("nsqd %s does not require AUTH; the secret was not sent", self._address)
@@ -141,32 +127,25 @@ class Handshake:
             raise HandshakeError(f"expected OK after the {layer} upgrade, got {answer[:64]!r}")
 
     async def _answer(self, step: str) -> bytes:
-        """Return the next answer's data; an error frame raises its BrokerError."""
-        event = await self._event()
+        """Return the next answer's data, reading as needed (heartbeats are answered here); an
+        error frame raises its BrokerError."""
+        session = self._session
+        while (event := session.next_event()) is NEED_DATA or event is HEARTBEAT:
+            if event is HEARTBEAT:
+                self._transport.send_now(session.send_nowait(Nop()))
+            elif isinstance(self._ended, NsqError):
+                raise self._ended
+            elif self._ended:
+                raise ConnectionClosedError(f"nsqd {self._address} closed during the handshake")
+            else:
+                self._waiter = self._loop.create_future()
+                self._transport.release()
+                await self._waiter
         if isinstance(event, Failed):
             raise event.error
         if not isinstance(event, Answer):
             raise RemoteProtocolError(f"nsqd sent {event!r} during the {step} step")
         return event.data
-
-    async def _event(self) -> Event:
-        """Return the next event, reading as needed; heartbeats are answered here."""
-        transport = self._transport
-        session = self._session
-        while True:
-            event = session.next_event()
-            if event is HEARTBEAT:
-                transport.send_now(session.send_nowait(Nop()))
-                continue
-            if event is not NEED_DATA:
-                return event
-            if self._ended:
-                if isinstance(self._ended, NsqError):
-                    raise self._ended
-                raise ConnectionClosedError(f"nsqd {self._address} closed during the handshake")
-            self._waiter = self._loop.create_future()
-            transport.release()
-            await self._waiter
 
     def _received(self, data: bytes) -> None:
         """One read: into the session; the socket waits until the handshake waits again."""
