@@ -125,11 +125,6 @@ def source_hash(module: str) -> str:
         return hashlib.sha256(file.read()).hexdigest()
 
 
-def pure_forced() -> bool:
-    """Whether ``NSQ_HA_PURE`` asks for pure Python (any value but empty or ``0``)."""
-    return os.environ.get(PURE_ENV, "") not in ("", "0")
-
-
 class Decision:
     """The path chosen for this process and the reason, in words a developer can act on."""
 
@@ -149,7 +144,7 @@ def decide(modules: Sequence[str] = MODULES, directory: str | None = None) -> De
     interpreter's artifact directory by default); reads the sources."""
     import json
 
-    if pure_forced():
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):  # any value but empty or 0
         return Decision(False, f"{PURE_ENV} is set")
     manifest = os.path.join(directory or artifact_dir(), MANIFEST)
     try:

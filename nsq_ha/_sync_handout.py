@@ -55,7 +55,7 @@ class Answers:
     def wake(self) -> None:
         """Have the loop :meth:`flush` soon (the queue has answers)."""
         self._flushing = True
-        self.runner.post(self.flush)
+        self.runner.loop.call_soon_threadsafe(self.flush)
 
     def flush(self) -> None:
         """On the loop: write every queued answer, in order; what one raises is logged."""

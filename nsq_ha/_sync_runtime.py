@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import concurrent.futures
 import logging
 import os
@@ -61,8 +60,6 @@ class LoopThread:
         #: in a process forked after the thread started, or once the thread was found dead:
         #: nothing submitted here would ever run
         self.stale = False
-        self._posted: collections.deque[Callable[[], object]] = collections.deque()
-        self._wake_pending = False
         self.thread = threading.Thread(target=self._run, name="nsq_ha-sync-loop", daemon=True)
         self.thread.start()
 
@@ -82,26 +79,6 @@ class LoopThread:
                     type(exc).__name__,
                     exc_info=exc,
                 )
-
-    def post(self, call: Callable[[], object]) -> None:
-        """Run ``call()`` on the loop soon, without waiting for it; calls posted together run
-        in order in one loop turn (one wake-up of the loop for a burst). What ``call`` raises
-        is logged."""
-        posted = self._posted
-        posted.append(call)
-        if not self._wake_pending:
-            self._wake_pending = True
-            self.loop.call_soon_threadsafe(self._run_posted)
-
-    def _run_posted(self) -> None:
-        self._wake_pending = False
-        posted = self._posted
-        while posted:
-            call = posted.popleft()
-            try:
-                call()
-            except BaseException:  # the calls posted after it still run
-                log.warning("a call posted from a blocking caller failed", exc_info=True)
 
     @property
     def alive_here(self) -> bool:

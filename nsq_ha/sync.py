@@ -339,7 +339,7 @@ class Consumer(Closable):
         self._closing = True
         if not self._runner.alive_here:
             return None
-        self._runner.post(self._requeue_fetched)  # on the loop
+        self._runner.loop.call_soon_threadsafe(self._requeue_fetched)
         close = self._settings.drain_timeout if limit is None else limit
         wait = _backstop(close, self._settings.connection_config())
         return self._runner.submit(self._consumer.close(drain_timeout=limit)), wait

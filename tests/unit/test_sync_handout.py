@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
@@ -83,7 +83,7 @@ def loop_held() -> Iterator[None]:
 def settled() -> None:
     """Return once the shared loop ran everything posted before this call."""
     done = threading.Event()
-    loop_thread().post(done.set)
+    loop_thread().loop.call_soon_threadsafe(done.set)
     assert done.wait(10)
 
 
@@ -144,17 +144,17 @@ def test_a_bad_requeue_delay_changes_nothing() -> None:
 def test_a_burst_of_answers_wakes_the_loop_once(monkeypatch: pytest.MonkeyPatch) -> None:
     runner = loop_thread()
     posted: list[object] = []
-    post = runner.post
+    post = runner.loop.call_soon_threadsafe
 
-    def counted(call: object) -> None:
+    def counted(call: Callable[[], object]) -> None:
         posted.append(call)
-        post(call)  # type: ignore[arg-type]
+        post(call)
 
     owner = Owner()
     answers = _sync_handout.Answers(runner)
     handles = [handed(answers, delivered(owner, b"m%d" % i)) for i in range(100)]
-    monkeypatch.setattr(runner, "post", counted)
     with loop_held():
+        monkeypatch.setattr(runner.loop, "call_soon_threadsafe", counted)
         for handle in handles:
             handle.finish()
     settled()

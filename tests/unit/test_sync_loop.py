@@ -45,10 +45,10 @@ def test_a_posted_call_raising_system_exit_does_not_drop_the_calls_after_it(
     ran: list[str] = []
     after = threading.Event()
     with caplog.at_level(logging.WARNING, logger="nsq_ha.sync"):
-        runner.post(lambda: ran.append("first"))
-        runner.post(sys.exit)
-        runner.post(lambda: ran.append("third"))
-        runner.post(after.set)
+        runner.loop.call_soon_threadsafe(lambda: ran.append("first"))
+        runner.loop.call_soon_threadsafe(sys.exit)
+        runner.loop.call_soon_threadsafe(lambda: ran.append("third"))
+        runner.loop.call_soon_threadsafe(after.set)
         assert after.wait(5), "the calls posted after the one that raised never ran"
     assert ran == ["first", "third"]
     assert runner.loop.is_running()
