@@ -1,10 +1,8 @@
 """Every option of a producer, once: :class:`ProducerConfig` holds their names, defaults and
 checks, :class:`ProducerOptions` the types a caller may give as keywords (a unit test keeps the
-two name lists equal), :class:`RetryPolicy` how a publish is retried. The asyncio and blocking
-producers, the CLI and the Spark sink all take ``**options: Unpack[ProducerOptions]`` or a whole
-``config=ProducerConfig(...)`` (:meth:`ProducerConfig.from_options`), so a bad value is refused
-the same way everywhere.
-"""
+two name lists equal), :class:`RetryPolicy` how a publish is retried. Every producer (asyncio,
+blocking, the CLI's, the Spark sink's) takes them through :meth:`ProducerConfig.from_options`,
+so a bad value is refused the same way everywhere."""
 
 from __future__ import annotations
 
@@ -45,10 +43,7 @@ class RetryPolicy:
     attempt_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int):
-            raise ConfigError(f"attempts must be an int, not {self.attempts!r}")
-        if self.attempts < 1:
-            raise ConfigError(f"attempts must be >= 1, got {self.attempts}")
+        _count(self.attempts, "attempts")
         for name in ("initial_backoff", "max_backoff", "jitter"):
             seconds(getattr(self, name), name, zero=True)
         if self.deadline is not None:
@@ -68,9 +63,8 @@ class RetryPolicy:
 
 class ProducerOptions(TypedDict, total=False):
     """The keywords of ``Producer(...)`` (asyncio and blocking): :class:`ProducerConfig`'s
-    fields, typed as a caller may give them (addresses as one string, a strategy by name).
-    Their defaults are ProducerConfig's; what each does is told on
-    :class:`~nsq_ha.producer.Producer`."""
+    fields (and defaults), typed as a caller may give them (addresses as one string, a strategy
+    by name)."""
 
     lookupd: str | Sequence[str] | None
     lookup: LookupClient | None
@@ -174,9 +168,8 @@ class ProducerConfig:
             raise ConfigError("give exactly one of lookupd=, lookup= or nsqd=")
         if self.lookup is not None and not isinstance(cast(object, self.lookup), LookupClient):
             raise InvalidArgumentError(f"lookup must be a LookupClient, not {self.lookup!r}")
-        if nsqd is not None:
-            for address in nsqd:
-                static_node(address)  # host:port, or ConfigError
+        for address in nsqd or ():
+            static_node(address)  # host:port, or ConfigError
         strategy = cast("str | ShardingStrategy", self.strategy)
         if isinstance(strategy, str):
             strategy = get_strategy(strategy)
@@ -190,16 +183,13 @@ class ProducerConfig:
             raise InvalidArgumentError(f"trace must be True or False, not {self.trace!r}")
         _count(self.unkeyed_window, "unkeyed_window")
         _count(self.max_batch, "max_batch")
-        values: dict[str, object] = {
-            "lookupd": lookupd,
-            "nsqd": nsqd,
-            "strategy": strategy,
-            "linger": seconds(self.linger, "linger", zero=True),
-            "close_timeout": seconds(self.close_timeout, "close_timeout"),
-            "topic_idle_timeout": seconds(self.topic_idle_timeout, "topic_idle_timeout"),
-        }
-        for name, value in values.items():
-            object.__setattr__(self, name, value)
+        object.__setattr__(self, "lookupd", lookupd)
+        object.__setattr__(self, "nsqd", nsqd)
+        object.__setattr__(self, "strategy", strategy)
+        object.__setattr__(self, "linger", seconds(self.linger, "linger", zero=True))
+        object.__setattr__(self, "close_timeout", seconds(self.close_timeout, "close_timeout"))
+        idle = seconds(self.topic_idle_timeout, "topic_idle_timeout")
+        object.__setattr__(self, "topic_idle_timeout", idle)
 
     def __repr__(self) -> str:
         """Every field, with a password in a ``lookupd`` URL shown as ``***``."""

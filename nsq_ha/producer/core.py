@@ -9,7 +9,6 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
 from typing import Self, TypeVar, Unpack, cast
 
 from nsq_ha.durations import seconds
@@ -91,9 +90,7 @@ class Producer:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     @property

@@ -7,11 +7,10 @@ it, and nothing of the batch is stored (PROTOCOL.md §2.13). Its refusal names t
     E_BAD_MESSAGE MPUB message too big 2000 > 1000     (vanilla and the fork)
     E_BAD_BODY MPUB body too big 100084 > 100000        (vanilla; the fork: "body too big")
 
-A batch refused for its messages (:func:`splits_batch`) is cut again (:func:`split_batch`)
-and each part sent on its own, down to the message nsqd refuses when it is alone.
-:class:`ServerLimits` keeps the limit each nsqd named, so later batches are cut under it and a
-message over it travels alone (nsqd, not the client, refuses a single message: a server
-restarted with a larger limit takes it).
+A batch refused for its messages (:func:`splits_batch`) is cut (:func:`split_batch`) and each
+part sent on its own, down to the message nsqd refuses alone. :class:`ServerLimits` keeps the
+limit each nsqd named, so later batches are cut under it and a message over it travels alone
+(nsqd, not the client, refuses a single message: a server restarted with a larger limit takes it).
 """
 
 from __future__ import annotations
@@ -48,8 +47,8 @@ _TOO_BIG: Final = re.compile(r"too big (\d{1,12}) > (\d{1,12})$")
 
 
 def splits_batch(exc: BaseException) -> bool:
-    """True when ``exc`` refuses a batch for one of its messages or for its size: sent in
-    smaller parts, the other messages may well be taken."""
+    """True when ``exc`` refuses a batch for one of its messages or its size: sent in smaller
+    parts, the others may well be taken."""
     return isinstance(exc, _CONTENT_REFUSALS)
 
 
@@ -69,19 +68,15 @@ def refused_limit(exc: BaseException) -> tuple[str, int] | None:
 
 
 class ServerLimits:
-    """The size limits nsqd addresses named in their refusals, under the configured ones.
-
-    ``max_msg_size`` / ``max_body_size``: what the connections are configured with (a learned
-    limit only ever lowers them). Kept for at most :data:`MAX_SERVERS` addresses.
-    """
+    """The size limits nsqd addresses named in their refusals, under the configured
+    ``max_msg_size`` and ``max_body_size`` (only ever lower); kept for :data:`MAX_SERVERS`."""
 
     __slots__ = ("learned", "max_body_size", "max_msg_size")
 
     def __init__(self, *, max_msg_size: int, max_body_size: int) -> None:
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
-        #: address -> (max_msg_size, max_body_size), only for addresses that refused a size
-        #: (empty, and false, while none did)
+        #: address -> (max_msg_size, max_body_size) of the addresses that refused a size
         self.learned: dict[str, tuple[int, int]] = {}
 
     def __repr__(self) -> str:
@@ -122,16 +117,11 @@ class ServerLimits:
         if learned is None or len(messages) < 2:
             return
         body, largest = mpub_sizes(messages, name)
+        command, named = name.decode(), f"(nsqd {address} named its limit)"
         if largest > learned[0]:
-            raise BodyTooLargeError(
-                f"a message of this {name.decode()} (nsqd {address} named its limit)",
-                largest,
-                learned[0],
-            )
+            raise BodyTooLargeError(f"a message of this {command} {named}", largest, learned[0])
         if body > learned[1]:
-            raise BodyTooLargeError(
-                f"this {name.decode()} body (nsqd {address} named its limit)", body, learned[1]
-            )
+            raise BodyTooLargeError(f"this {command} body {named}", body, learned[1])
 
 
 def split_batch(

@@ -4,9 +4,8 @@ encoded and stored sizes, the rules that cut their batches (:class:`BatchBuilder
 :class:`PublishResult` a publish returns.
 
 For ``MPUB_TRACE`` nsqd reports only the first message's id and offset and the batch's total
-size; the others follow from the stored record layout (PROTOCOL.md §4.6: ids are consecutive,
-each record is ``4 + 26 + len(body)`` bytes, one more on an ext topic) when that layout adds up
-to the total nsqd reported (:func:`derive_batch`).
+size; the others follow from the stored record layout (PROTOCOL.md §4.6: consecutive ids, each
+record ``4 + 26 + len(body)`` bytes, one more on an ext topic) when it adds up to that total.
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def prepare_message(
     max_msg_size: int | None = None,
 ) -> PublishMessage:
     """Validate one message before it is queued; every problem raises a typed error (the
-    caller's values are typed ``object`` and checked here: a compiled build would otherwise
-    raise TypeError before these checks).
+    values are typed ``object``: a compiled build would raise TypeError before these checks).
 
     ``body`` must be non-empty bytes; ``trace_id`` a u64; ``ext`` a JSON object (a mapping, or
     JSON bytes) that nsqd will accept. A trace id and an ext header together put the trace id
@@ -58,34 +56,23 @@ def prepare_message(
     header: bytes | None = None
     if ext is not None:
         header = encode_ext_header(ext)
-        if traced is not None:
-            header = _with_trace_id(header, traced)
-        else:
-            traced = _header_trace_id(header)
+        parsed = json.loads(header)
+        named = parsed.get(TRACE_ID_HEADER)
+        if traced is None:
+            traced = None if named is None else int(named)  # checked by encode_ext_header
+        elif named is None:
+            parsed[TRACE_ID_HEADER] = str(traced)
+            header = encode_ext_header(compact_json(parsed, "ext header"))
+        elif named != str(traced):
+            raise InvalidArgumentError(
+                f"trace_id={traced} conflicts with the header's {TRACE_ID_HEADER}={named!r}"
+            )
         check_size("message body (with the ext header)", 2 + len(header) + len(data), max_msg_size)
     elif traced is not None:
         check_size("message body (with the 8-byte trace id)", 8 + len(data), max_msg_size)
     else:
         check_size("message body", len(data), max_msg_size)
     return PublishMessage(data, traced, header)
-
-
-def _with_trace_id(header: bytes, trace_id: int) -> bytes:
-    parsed = json.loads(header)
-    existing = parsed.get(TRACE_ID_HEADER)
-    if existing is not None:
-        if existing != str(trace_id):
-            raise InvalidArgumentError(
-                f"trace_id={trace_id} conflicts with the header's {TRACE_ID_HEADER}={existing!r}"
-            )
-        return header
-    parsed[TRACE_ID_HEADER] = str(trace_id)
-    return encode_ext_header(compact_json(parsed, "ext header"))
-
-
-def _header_trace_id(header: bytes) -> int | None:
-    value = json.loads(header).get(TRACE_ID_HEADER)
-    return None if value is None else int(value)  # checked by encode_ext_header
 
 
 def _kind(traced: bool, ext: bool) -> str:
@@ -113,13 +100,12 @@ class Queued(NamedTuple):
 class BatchBuilder:
     """Take as many queued messages as one command may carry, in queue order.
 
-    ``tracing`` makes every batch traced (so every publish is answered with its offset).
-    ``ext_topic`` says whether the topic is known to be an ext topic: only then are messages
-    with a header sent in a batch with others (nsqd rejects a header on other topics, and that
-    error must reach only the message that carried it). ``checks_each``: ``max_msg_size`` is a
-    limit an nsqd named, lower than the one messages were checked against when they were
-    queued: every message is measured, and one over it goes in a batch of its own (nsqd refuses
-    only that one). ``max_count`` (at least 1) caps the messages of one batch.
+    ``tracing`` makes every batch traced (every publish is answered with its offset).
+    ``ext_topic``: the topic is known to be an ext topic; only then do messages with a header go
+    in a batch with others (nsqd refuses a header on other topics, and that error must reach
+    only the message that carried it). ``checks_each``: ``max_msg_size`` is a limit an nsqd
+    named, lower than the one messages were checked against when queued: every message is
+    measured, and one over it goes alone (nsqd refuses only it). ``max_count`` caps a batch.
     """
 
     max_msg_size: int

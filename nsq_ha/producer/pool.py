@@ -1,9 +1,7 @@
-"""Opening and closing a producer's nsqd connections: :class:`ConnectionPool`.
-
-On the fork a connection serves one partition of one topic and is kept by that
+"""Opening and closing a producer's nsqd connections (:class:`ConnectionPool`). On the fork a
+connection serves one partition of one topic and is kept by that
 :class:`~nsq_ha.producer.topic.Topic` (its ``conns``); on vanilla nsqd one connection per node
-serves every topic and is kept here (:attr:`ConnectionPool.shared`).
-"""
+serves every topic and is kept here (:attr:`ConnectionPool.shared`)."""
 
 from __future__ import annotations
 
@@ -24,11 +22,9 @@ Conns = MutableMapping[int, NsqdConnection]
 
 
 class ConnectionPool:
-    """Opens, drops and closes connections. ``stats["connections"]`` counts the ones opened.
-
-    Once :attr:`aborting` is set (the producer gave up waiting for its publishes), no new
-    connection is opened: :meth:`get` raises ProducerClosedError.
-    """
+    """Opens, drops and closes connections; ``stats["connections"]`` counts the ones opened.
+    Once :attr:`aborting` is set (the producer gave up waiting for its publishes), :meth:`get`
+    opens none: ProducerClosedError."""
 
     __slots__ = ("_background", "_opening", "aborting", "config", "shared", "stats")
 
@@ -42,18 +38,14 @@ class ConnectionPool:
         self._background: set[asyncio.Task[None]] = set()
 
     async def get(self, key: ConnKey, conns: Conns) -> NsqdConnection:
-        """The open connection for ``key``, opened now if there is none (concurrent callers
-        share the opening)."""
-        address, topic, slot = key
-        conn = conns.get(slot) if topic else self.shared.get(address)
-        if conn is not None and not conn.closed:
-            return conn
+        """A new connection for ``key`` (the caller found none open there), kept in ``conns``
+        (fork) or :attr:`shared` (vanilla); concurrent callers share the opening."""
         task = self._opening.get(key)
         if task is None:
             if self.aborting:  # a graceful close still lets in-flight publishes connect
                 raise ProducerClosedError("the producer closed before this publish was sent")
             task = asyncio.get_running_loop().create_task(
-                self._open(key, conns), name=f"nsq_ha-producer-connect-{address}"
+                self._open(key, conns), name=f"nsq_ha-producer-connect-{key[0]}"
             )
             task.add_done_callback(_retrieve)
             self._opening[key] = task
