@@ -28,11 +28,9 @@ _ASCII_ID = re.compile(r"^\S+ (\S{16}) ")
 
 
 def parse_error_frame(data: bytes) -> BrokerError:
-    """Return the typed error for an error frame's data (``fatal`` is the class default).
-
-    The code is the text before the first space (the whole text when there is none); an
-    unknown code gives a plain :class:`~nsq_ha.errors.BrokerError` that keeps it.
-    """
+    """Return the typed error for an error frame's data (``fatal`` is the class default): the
+    code is the text before the first space; an unknown one gives a plain
+    :class:`~nsq_ha.errors.BrokerError` that keeps it."""
     text = data.decode("utf-8", errors="replace")
     if data == TOO_MANY_CONNECTIONS:
         code, description = text, ""
@@ -60,11 +58,8 @@ def message_id_in(description: str) -> bytes | None:
 def closes_connection(
     error_cls: type[BrokerError], command: bytes | None, *, fork: bool = True
 ) -> bool:
-    """Say whether nsqd closes the connection after ``error_cls`` answered ``command``.
-
-    ``command`` is the failed command's name; ``None`` (not known) gives the conservative
-    answer. ``fork=False`` applies vanilla nsqd's rule.
-    """
+    """Say whether nsqd closes the connection after ``error_cls`` answered ``command`` (its
+    name; ``None``, not known, gives the conservative answer); ``fork=False``: vanilla's rule."""
     if not fork:
         return error_cls.vanilla_fatal
     if command in error_cls.nonfatal_after:

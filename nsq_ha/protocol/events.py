@@ -24,13 +24,9 @@ class Answer(NamedTuple):
 
 
 class Failed(NamedTuple):
-    """An error frame.
-
-    ``command`` is the name of the pending command it answers, ``None`` when it answers none
-    (FIN/REQ/TOUCH failures, or an error nsqd sent on its own); ``fatal`` is True when the
-    connection must be dropped (nsqd closes it, or the stream is out of step); ``error.fatal``
-    says the same.
-    """
+    """An error frame: ``command`` is the name of the pending command it answers (``None``:
+    none, as for FIN/REQ/TOUCH failures); ``fatal`` (and ``error.fatal``) is True when the
+    connection must be dropped (nsqd closes it, or the stream is out of step)."""
 
     error: BrokerError
     fatal: bool

@@ -7,10 +7,9 @@ Layout of a message frame's data::
     [u64 offset | u32 raw size]                                 only with MessageFormat.detail
     body
 
-The bytes cannot tell which optional parts are present; the connection knows it from what it
-negotiated and which subscribe command it sent, and says so with a :class:`MessageFormat`.
-
-The RDY check on receipt (:class:`DeliveryLedger`, §1.6). Sans-IO: the caller passes the time.
+The bytes cannot tell which optional parts are present: the connection knows from what it
+negotiated and which subscribe command it sent (:class:`MessageFormat`). Also the RDY check on
+receipt (:class:`DeliveryLedger`, §1.6).
 """
 
 from __future__ import annotations
@@ -41,13 +40,10 @@ _new_tuple: Final = tuple.__new__
 
 @dataclass(frozen=True, slots=True)
 class MessageFormat:
-    """Which optional parts the message frames of one connection carry.
-
-    * ``fork_ids``: ids are the fork's binary ``u64 internal id + u64 trace id`` (vanilla: 16
-      ASCII hex characters, kept opaque);
-    * ``ext``: the ext part is present (IDENTIFY ``extend_support`` on an ext topic);
-    * ``detail``: the 12-byte offset/raw-size part is present (SUB_ORDERED / SUB_ADVANCED).
-    """
+    """Which optional parts the message frames of one connection carry: ``fork_ids`` (the
+    fork's binary ``u64 internal id + u64 trace id``; vanilla's are 16 opaque ASCII hex
+    characters), ``ext`` (IDENTIFY ``extend_support`` on an ext topic), ``detail`` (the 12-byte
+    offset/raw-size part of SUB_ORDERED / SUB_ADVANCED)."""
 
     fork_ids: bool = True
     ext: bool = False
@@ -65,14 +61,9 @@ class MessageFormat:
 
 class DecodedMessage(NamedTuple):
     """One delivered message, as read from a message frame (immutable; build it with keywords).
-
-    ``internal_id``/``trace_id`` are set for fork ids; ``offset``/``raw_size`` when the
-    format has the detail part; ``ext_version``/``ext_data`` when it has the ext part
-    (``ext_data`` is ``b""`` for version 0).
-
-    A named tuple rather than a frozen dataclass: one is made per message received, and a
-    frozen dataclass's ``__init__`` (``object.__setattr__`` per field) costs 2.5x as much.
-    """
+    ``internal_id``/``trace_id`` are set for fork ids, ``offset``/``raw_size`` with the detail
+    part, ``ext_version``/``ext_data`` with the ext part (``ext_data`` is ``b""`` for version 0).
+    A named tuple: one is made per message, and a frozen dataclass costs 2.5x as much."""
 
     timestamp: int
     attempts: int
@@ -86,10 +77,8 @@ class DecodedMessage(NamedTuple):
     raw_size: int | None = None
 
     def json_header(self) -> dict[str, object]:
-        """Return the ext JSON header as a dict (``{}`` when the message has none).
-
-        Raises RemoteProtocolError if a version-4 header is not a JSON object.
-        """
+        """Return the ext JSON header as a dict (``{}`` when the message has none); one that is
+        not a JSON object raises RemoteProtocolError."""
         if self.ext_version != EXT_VERSION_JSON or not self.ext_data:
             return {}
         return json_object(self.ext_data, "ext JSON header", RemoteProtocolError)
@@ -164,22 +153,16 @@ MIN_EXPIRY = 1.0
 
 class DeliveryLedger:
     """The receipt-side RDY check of one connection: is nsqd sending more messages than the
-    client allowed (a server that does makes the client buffer without limit)?
+    client allowed (which would make the client buffer without limit)?
 
-    ``RDY n`` lets nsqd have at most ``n`` messages in flight to one client. nsqd frees a slot
-    on FIN or REQ, which the client sees, but also in ways it cannot see: a message times out
-    ``msg_timeout`` after nsqd sent it, and the fork requeues the in-flight messages of a
-    channel it resets. So the ledger counts only what an honest nsqd must still hold:
-
-    * the **largest RDY sent**: a smaller RDY can reach nsqd after it sent messages under the
-      larger one;
-    * the **live deliveries**: received, not answered with FIN or REQ, and received less than
-      ``expiry`` seconds ago; a TOUCH renews one, a redelivery of one still held replaces it;
-    * more than :data:`SLACK` x the largest RDY live deliveries is a protocol violation
-      (:class:`~nsq_ha.errors.RemoteProtocolError`): the slack leaves one RDY window for slots
-      nsqd freed without telling (its clock starts when it sends, ours when we read).
-
-    Without any RDY sent, no message is allowed.
+    nsqd frees an in-flight slot on FIN or REQ, but also unseen: a message times out
+    ``msg_timeout`` after nsqd sent it, and the fork requeues a channel it resets. So the ledger
+    counts only what an honest nsqd must still hold: the **largest RDY sent** (a smaller one can
+    arrive after messages sent under the larger), and the **live deliveries** (received less
+    than ``expiry`` seconds ago and not answered with FIN or REQ; a TOUCH renews one, a
+    redelivery replaces it). More than :data:`SLACK` x that RDY live deliveries is a protocol
+    violation (:class:`~nsq_ha.errors.RemoteProtocolError`): the slack leaves one RDY window
+    for slots nsqd freed without telling. Without any RDY sent, no message is allowed.
     """
 
     __slots__ = ("_live", "_max_rdy", "expiry")
@@ -211,10 +194,8 @@ class DeliveryLedger:
 
     def delivered(self, message_id: bytes, now: float) -> None:
         """Record a message received at ``now``; raise RemoteProtocolError beyond the limit.
-
-        Expired deliveries are dropped only when the count reaches the limit: the decision is
-        the same, and the common case costs no scan (a dict that entries leave from the front
-        makes ``next(iter())`` walk every freed slot until the dict is resized)."""
+        Expired deliveries are dropped only at the limit: the same decision with no scan in the
+        common case (``next(iter())`` on a dict emptied from the front walks every freed slot)."""
         live = self._live
         if message_id in live:  # nsqd timed it out and sent it again: still one message
             del live[message_id]

@@ -1,8 +1,5 @@
-"""Topic, channel, partition and message-id rules shared by both servers (§0, §2.0.3, §4.1).
-
-Every check raises an :class:`~nsq_ha.errors.InvalidArgumentError` subclass; nothing here
-asserts.
-"""
+"""Topic, channel, partition and message-id rules shared by both servers (§0, §2.0.3, §4.1);
+every check raises an :class:`~nsq_ha.errors.InvalidArgumentError` subclass."""
 
 from __future__ import annotations
 
@@ -51,11 +48,8 @@ def validate_channel(channel: object) -> str:
 
 
 def validate_partition(partition: object) -> int | None:
-    """Return ``partition`` if it is ``None``, ``-1`` or ``0..254``, else raise.
-
-    ``None`` means "send no partition token"; ``-1`` sends the token ``-1``, which nsqd treats
-    the same way (its default partition for the topic).
-    """
+    """Return ``partition`` if it is ``None`` (no partition token), ``-1`` (a token nsqd treats
+    the same way: its default partition for the topic) or ``0..254``, else raise."""
     if partition is None:
         return None
     if isinstance(partition, bool) or not isinstance(partition, int):
@@ -71,12 +65,9 @@ def validate_partition(partition: object) -> int | None:
 
 
 def validate_message_id(message_id: object) -> bytes:
-    """Return ``message_id`` if nsqd could accept it in FIN/REQ/TOUCH, else raise.
-
-    The id must be 16 bytes. nsqd also rejects (fatally) an id whose first 8 bytes, read as a
-    signed big-endian integer, are ``<= 0``; no real id looks like that (fork ids start at 1,
-    vanilla ids are ASCII hex), so such an id is refused here.
-    """
+    """Return ``message_id`` as bytes if nsqd could accept it in FIN/REQ/TOUCH, else raise: 16
+    bytes whose first 8, a signed big-endian integer, are above 0 (nsqd fatally rejects others;
+    no real id looks like that: fork ids start at 1, vanilla ids are ASCII hex)."""
     if not isinstance(message_id, bytes | bytearray | memoryview):
         raise InvalidArgumentError(f"message id must be bytes, not {type(message_id).__name__}")
     raw = bytes(message_id)

@@ -1,13 +1,10 @@
-"""The publish commands (§2.10-§2.15, vanilla DPUB in §8).
+"""The publish commands (§2.10-§2.15, vanilla DPUB in §8): :class:`Publish` for messages already
+checked where they came in (the producer's ``prepare_message``), :class:`Dpub`.
 
-:class:`Publish` is the typed command the session takes: one of ``PUB``, ``PUB_TRACE``,
-``PUB_EXT``, ``MPUB``, ``MPUB_TRACE``, ``MPUB_EXT`` for messages already checked where they came
-in (the producer's ``prepare_message``). :class:`Dpub` is vanilla's deferred publish.
-
-Size limits are optional: give the server's ``max_msg_size`` (per message, trace id and JSON
-header included) and ``max_body_size`` (whole MPUB* body) to get a
-:class:`~nsq_ha.errors.BodyTooLargeError` naming the size and the limit instead of a fatal
-``E_BAD_MESSAGE`` / ``E_BAD_BODY`` from nsqd.
+Size limits are optional: given the server's ``max_msg_size`` (per message, trace id and JSON
+header included) and ``max_body_size`` (whole MPUB* body), a too large publish raises
+:class:`~nsq_ha.errors.BodyTooLargeError` instead of earning a fatal ``E_BAD_MESSAGE`` /
+``E_BAD_BODY`` from nsqd.
 """
 
 from __future__ import annotations
@@ -50,9 +47,8 @@ _SINGLE: Final = {
 
 class PublishMessage:
     """One checked message: a non-empty body, an optional u64 trace id (``None`` sends 0 in a
-    traced command), and the JSON header exactly as it goes on the wire (``##trace_id``
-    merged in). Equal when the three are. One is made per published message: a plain class,
-    which the compiled build makes natively (no Python-level call, unlike a named tuple)."""
+    traced command), and the JSON header as it goes on the wire (``##trace_id`` merged in).
+    A plain class, which the compiled build makes natively (unlike a named tuple)."""
 
     __slots__ = ("body", "ext", "trace_id")
 
@@ -77,12 +73,9 @@ class Publish:
     """One publish command of checked messages; answered (``OK`` or the traced answer).
 
     ``name`` is ``PUB``, ``PUB_TRACE``, ``PUB_EXT`` (the first message only) or ``MPUB``,
-    ``MPUB_TRACE``, ``MPUB_EXT`` (all, at least one). ``topic`` and ``partition`` are checked
-    names. :meth:`encode` checks each message's size as nsqd measures it against
-    ``max_msg_size`` and an ``MPUB*`` body against ``max_body_size`` (``None``: only what a
-    length field holds): the session encodes before it records the command, so a refusal
-    leaves it as it was. Equal when all six fields are; made once per batch sent (a plain
-    class, like :class:`PublishMessage`).
+    ``MPUB_TRACE``, ``MPUB_EXT`` (all, at least one); ``topic`` and ``partition`` are checked.
+    :meth:`encode` checks each message's size as nsqd measures it against ``max_msg_size`` and
+    an ``MPUB*`` body against ``max_body_size`` (``None``: what a length field holds).
     """
 
     __slots__ = ("max_body_size", "max_msg_size", "messages", "name", "partition", "topic")
@@ -205,7 +198,6 @@ class Dpub:
         return b"DPUB"
 
     def __post_init__(self) -> None:
-        """Check the delay (the one field a publish does not prepare)."""
         seconds_to_ms(self.delay, "DPUB delay")
 
     def encode(self) -> bytes:
@@ -215,12 +207,9 @@ class Dpub:
 
 
 def encode_ext_header(header: ExtHeader | object) -> bytes:
-    """Return the JSON bytes of an ext header, checked as nsqd checks them (anything but an
-    :data:`ExtHeader` raises InvalidArgumentError, in a compiled build too).
-
-    The header must be a JSON object of at most 65534 bytes; ``##trace_id``, when present,
-    must be a string holding a decimal u64. Bytes are checked and returned verbatim.
-    """
+    """Return the JSON bytes of an ext header, checked as nsqd checks them: a JSON object of at
+    most 65534 bytes whose ``##trace_id``, if any, is a string holding a decimal u64 (anything
+    else raises InvalidArgumentError, in a compiled build too). Bytes are returned verbatim."""
     parsed: Mapping[str, object]
     if isinstance(header, Mapping):
         data = compact_json(dict(header), "ext header")

@@ -295,16 +295,13 @@ class ClientSession:
 
     def __repr__(self) -> str:
         return (
-            f"<ClientSession {self.state.name} pending={len(self._pending)} "
-            f"in_flight={len(self._in_flight)}>"
+            f"<ClientSession {self.state.name} pending={self.pending} in_flight={self.in_flight}>"
         )
 
     def _move(self, new: ConnState) -> None:
         """Enter ``new``; a move :data:`TRANSITIONS` does not allow raises LocalProtocolError."""
         if new not in TRANSITIONS[self.state]:
-            raise LocalProtocolError(
-                f"illegal connection state transition {self.state.name} -> {new.name}"
-            )
+            raise LocalProtocolError(f"illegal state transition {self.state.name} -> {new.name}")
         self.state = new
 
     @property
@@ -342,8 +339,7 @@ class ClientSession:
 
     def start_tls(self) -> None:
         """Enter the TLS upgrade; nsqd's ``OK`` through TLS is the next answer. Bytes received
-        and not decoded yet raise RemoteProtocolError: nsqd sends nothing before the TLS
-        handshake, and bytes from outside TLS must not pass for bytes from inside."""
+        and not decoded yet raise RemoteProtocolError: they must not pass for bytes from TLS."""
         if self._decoder.buffered:
             raise RemoteProtocolError(
                 f"nsqd sent {self._decoder.buffered} bytes before the TLS handshake"
@@ -352,9 +348,8 @@ class ClientSession:
         self._pending.append(_UPGRADE_ANSWERS)
 
     def start_compression(self) -> bytes:
-        """Enter the compression upgrade; nsqd's ``OK`` through it is the next answer. Return
-        the bytes received and not decoded yet: they came compressed (decompress, then feed
-        them back)."""
+        """Enter the compression upgrade; nsqd's ``OK`` through it is the next answer. Return the
+        bytes received and not decoded yet: they came compressed (decompress, feed them back)."""
         self._move(ConnState.COMPRESSION_UPGRADE)
         self._pending.append(_UPGRADE_ANSWERS)
         return self._decoder.take_buffered()
@@ -381,13 +376,9 @@ class ClientSession:
             raise LocalProtocolError(f"cannot send {name.decode()} in state {self.state.name}")
 
     def send(self, command: Command) -> bytes:
-        """Return the bytes of ``command`` after recording it: a command nsqd answers.
-
-        Its answer comes as :class:`Answer` (or :class:`Failed`); a subscribe command sets the
-        message format and enters ``SUBSCRIBING``, ``CLS`` enters ``CLOSING``. Raises
-        LocalProtocolError for a command not allowed now, one without an answer (use
-        :meth:`send_nowait`) or a fork-only command on vanilla nsqd.
-        """
+        """Return the bytes of ``command``, a command nsqd answers (with an :class:`Answer` or a
+        :class:`Failed`), after recording it. Raises LocalProtocolError for a command not allowed
+        now, one without an answer or a fork-only command on vanilla nsqd."""
         name = command.name
         self._allowed(name)
         if name in NO_RESPONSE_COMMANDS:
@@ -409,10 +400,9 @@ class ClientSession:
         return data
 
     def send_nowait(self, command: Command, *, now: float | None = None) -> bytes:
-        """Return the bytes of ``command`` after recording it: FIN, REQ, TOUCH, RDY or NOP (no
-        answer on success). FIN and REQ settle the message, TOUCH renews it (at ``now``), RDY
-        raises the receipt limit (a count that is not an int in ``0..max_rdy_count``, as
-        negotiated, raises InvalidArgumentError: nsqd would close the connection)."""
+        """Return the bytes of ``command`` after recording it: FIN, REQ, TOUCH (at ``now``), RDY
+        or NOP (no answer on success). A RDY count over the negotiated ``max_rdy_count`` raises
+        InvalidArgumentError (nsqd would close the connection)."""
         name = command.name
         self._allowed(name)
         if name not in NO_RESPONSE_COMMANDS:
@@ -461,11 +451,9 @@ class ClientSession:
         self._decoder.feed_eof()
 
     def next_event(self) -> Event:
-        """Return the next event, or :data:`~nsq_ha.protocol.events.NEED_DATA`.
-
-        Raises RemoteProtocolError for bytes nsqd must not send (a bad frame, an answer
-        nothing waits for, a message beyond the RDY given or before a subscribe).
-        """
+        """Return the next event, or :data:`~nsq_ha.protocol.events.NEED_DATA`; bytes nsqd must
+        not send (a bad frame, an unawaited answer, a message beyond the RDY given or before a
+        subscribe) raise RemoteProtocolError."""
         parts = self._decoder.next_parts()
         if parts is None:
             return NEED_DATA

@@ -1,12 +1,6 @@
-"""The 30-byte traced publish response (§2.16).
-
-Sent as a response frame by PUB_TRACE, by PUB_EXT with a valid ``##trace_id`` and by
-MPUB_TRACE::
-
-    "OK" | u64 internal id | u64 trace id | u64 disk-queue offset | u32 raw size
-
-For MPUB_TRACE the id and offset are the first message's, the trace id is 0 and the raw size
-covers the whole batch.
+"""The 30-byte traced publish response (§2.16) of PUB_TRACE, PUB_EXT with a ``##trace_id`` and
+MPUB_TRACE: ``"OK" | u64 internal id | u64 trace id | u64 disk-queue offset | u32 raw size``
+(for MPUB_TRACE the first message's id and offset, trace id 0, the whole batch's raw size).
 """
 
 from __future__ import annotations
