@@ -134,9 +134,6 @@ Begun = tuple[concurrent.futures.Future[None], float] | None
 class Closable:
     """A blocking object: ``with`` closes it, and the exit hook does if the program did not."""
 
-    def close(self) -> None:
-        raise NotImplementedError
-
     def _start_close(self, limit: float | None = None) -> Begun:
         """Start closing, within ``limit`` seconds (None: the object's own limit)."""
         raise NotImplementedError
@@ -152,7 +149,7 @@ class Closable:
     def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        self._close(None)  # what close() does without a limit
 
 
 _registry_lock = threading.Lock()

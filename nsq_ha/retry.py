@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import NoReturn, TypeVar, cast
 
 from tenacity import AsyncRetrying, RetryCallState, wait_exponential, wait_random
+from tenacity.retry import retry_if_exception
 from tenacity.wait import wait_base
 
 from .errors import BrokerError, NsqConnectionError, NsqError, NsqTimeoutError, RemoteProtocolError
@@ -240,11 +241,6 @@ async def retry_after(
             raise failed.error
         raise give_up(failed) from failed.error
 
-    def worth_it(state: RetryCallState) -> bool:
-        assert state.outcome is not None  # noqa: S101 - tenacity asks after an attempt
-        exc = state.outcome.exception()
-        return isinstance(exc, Exception) and should_retry(exc)
-
     number = 0
 
     async def next_attempt() -> T:
@@ -257,7 +253,7 @@ async def retry_after(
     controller = AsyncRetrying(
         stop=stop,
         wait=backoff.wait(),
-        retry=worth_it,
+        retry=retry_if_exception(lambda exc: isinstance(exc, Exception) and should_retry(exc)),
         before_sleep=before_sleep,
         retry_error_callback=exhausted,
     )
