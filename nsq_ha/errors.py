@@ -72,9 +72,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 #: Commands after which the fork keeps the connection open on a leadership error (§2.19).
-_PUBLISH = frozenset(
-    {b"PUB", b"PUB_TRACE", b"PUB_EXT", b"MPUB", b"MPUB_TRACE", b"MPUB_EXT", b"DPUB"}
-)
+_PUBLISH = frozenset(b"PUB PUB_TRACE PUB_EXT MPUB MPUB_TRACE MPUB_EXT DPUB".split())
 
 
 class NsqError(Exception):

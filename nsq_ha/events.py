@@ -160,10 +160,8 @@ def subscribe(listener: Listener, *kinds: type[Event]) -> Listener:
 def unsubscribe(listener: Listener) -> bool:
     """Stop calling ``listener``; False if it was not subscribed."""
     global _listeners
-    kept = [(f, k) for f, k in _listeners if f != listener]
-    found = len(kept) != len(_listeners)
-    _listeners = kept
-    return found
+    before, _listeners = _listeners, [(f, k) for f, k in _listeners if f != listener]
+    return len(_listeners) != len(before)
 
 
 def emit(event: Event) -> None:
