@@ -52,8 +52,7 @@ MessageHandler = Callable[[DecodedMessage], object]
 ErrorHandler = Callable[[BrokerError], object]
 
 
-def _nowhere(message: DecodedMessage) -> None:
-    """The message handler of a connection without one, which cannot subscribe."""
+def _nowhere(message: DecodedMessage) -> None: ...  # the handler of one that cannot subscribe
 
 
 def _describe(reason: BaseException) -> str:
@@ -180,11 +179,8 @@ class NsqdConnection:
         await self.close()
 
     async def connect(self) -> None:
-        """Open the socket and run magic, IDENTIFY, TLS, compression and AUTH.
-
-        Raises ConnectError / NsqTimeoutError / HandshakeError, or the BrokerError nsqd sent
-        (e.g. AuthFailedError for a refused secret); the socket is closed on failure.
-        """
+        """Open the socket and run magic, IDENTIFY, TLS, compression and AUTH; on failure close
+        it and raise ConnectError, NsqTimeoutError, HandshakeError or nsqd's BrokerError."""
         if self.state is not ConnState.INIT:
             raise LocalProtocolError(f"connect() called in state {self.state.name}")
         config = self.config
@@ -264,12 +260,9 @@ class NsqdConnection:
         self._answered.set()
 
     async def command(self, command: Command, *, response_timeout: float | None = None) -> bytes:
-        """Send a command that nsqd answers and return the response frame's data.
-
-        ``response_timeout`` (default ``config.command_timeout``) bounds the drain of the
-        socket buffer and the answer; then NsqTimeoutError, and the late answer is discarded.
-        An error frame raises its BrokerError; a closed connection ConnectionClosedError.
-        """
+        """Send a command that nsqd answers and return the response frame's data; an error frame
+        raises its BrokerError. ``response_timeout`` (default ``config.command_timeout``) bounds
+        the drain of the socket buffer and the answer (then NsqTimeoutError)."""
         try:
             data = self._session.send(command)
         except LocalProtocolError:
@@ -292,12 +285,9 @@ class NsqdConnection:
         advanced: bool = False,
         start: StartPosition | None = None,
     ) -> None:
-        """Subscribe (SUB, SUB_ORDERED with ``ordered``, SUB_ADVANCED with ``advanced``).
-
-        Then call :meth:`rdy`. Ordered and advanced subscriptions deliver the offset/raw-size
-        detail part; the ext part is present when the connection identified with
-        ``extend_support`` (nsqd refuses that combination on non-ext topics).
-        """
+        """Subscribe (SUB, SUB_ORDERED with ``ordered``, SUB_ADVANCED with ``advanced`` or
+        ``start``), then call :meth:`rdy`. Messages carry the ext part when the connection
+        identified with ``extend_support`` (which nsqd refuses on a topic without ext)."""
         if ordered and (advanced or start is not None):
             raise ConfigError("ordered and advanced/start are different subscribe commands")
         if self._on_message is None:
@@ -318,23 +308,16 @@ class NsqdConnection:
         log.info("subscribed to %s/%s partition %s on %s", topic, channel, partition, self.address)
 
     async def stop_delivery(self) -> None:
-        """Send ``CLS`` and wait for ``CLOSE_WAIT``: nsqd sends no more messages, while FIN, REQ
-        and TOUCH still work. The socket stays open until :meth:`close`.
-
-        A message already picked may still arrive (nsqd's pump races CLS): answer it, then sync.
-        """
+        """Send ``CLS`` and wait for ``CLOSE_WAIT``: nsqd sends no more messages (but one it had
+        picked may still arrive: answer it, then sync), FIN, REQ and TOUCH still work."""
         if self.state is not ConnState.SUBSCRIBED:
             return
         await self.command(Cls())
 
     async def sync(self, *, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a limit
-        """Return once nsqd has processed every command sent before this call.
-
-        nsqd answers FIN/REQ/TOUCH only when they fail, so this sends a ``TOUCH`` for an id that
-        is never in flight and waits for its ``E_TOUCH_FAILED`` (non-fatal on both servers):
-        nsqd handles a connection's commands in order, so everything before it is done. Needs a
-        subscribed (or closing) connection.
-        """
+        """Return once nsqd has processed every command sent before this call (a subscribed or
+        closing connection): a ``TOUCH`` for an id never in flight, answered in order by
+        ``E_TOUCH_FAILED``, since nsqd answers FIN/REQ/TOUCH only when they fail."""
         try:
             data = self._session.sync()
         except LocalProtocolError:
@@ -357,9 +340,8 @@ class NsqdConnection:
         self.send_nowait(Rdy(count))
 
     def fin(self, message_id: bytes) -> None:
-        """Finish a message. The answer that leaves nothing in flight is written at once (on
-        an ordered channel nsqd sends the next message only after it), others at the end of
-        the loop turn."""
+        """Finish a message: written at once when it leaves nothing in flight (an ordered channel
+        sends the next message only after it), else at the end of the loop turn."""
         try:
             data = self._session.fin(message_id)
         except LocalProtocolError:
@@ -398,9 +380,8 @@ class NsqdConnection:
         await self._shutdown(error, error)
 
     async def close(self) -> None:
-        """Close cleanly: CLS and CLOSE_WAIT when subscribed, let pending answers and in-flight
-        messages finish (up to ``close_timeout``), flush, close the socket. Never raises for
-        a connection that is already closed."""
+        """Close cleanly (never raises): CLS when subscribed, let pending answers and in-flight
+        messages finish (up to ``close_timeout``), flush, close the socket."""
         if self._close_task is None:
             self._close_task = asyncio.get_running_loop().create_task(self._close())
         await asyncio.shield(self._close_task)

@@ -1,8 +1,6 @@
-"""The receive side of one connection: bytes from the socket into the session, events out to
-whoever waits for them (:class:`PendingAnswers`, the message handler, ``on_error``).
-
-:class:`FrameReader` is fed from the transport's socket callback, with no task between them.
-Its :meth:`~FrameReader.run` ends only by raising the error that ended the stream: nsqd closed
+"""The receive side of one connection: bytes from the socket callback (no task between) into
+the session, events out to whoever waits for them (:class:`PendingAnswers`, the message handler,
+``on_error``). :meth:`FrameReader.run` ends only by raising what ended the stream: nsqd closed
 it, a fatal error frame, a protocol violation, or no complete frame for two heartbeat intervals
 (a dead peer; bytes that complete no frame, a trickle, do not count).
 """
@@ -38,8 +36,7 @@ _NOP: Final = Nop().encode()
 
 class PendingAnswers:
     """The futures of one connection's commands awaiting an answer, in sending order (nsqd
-    answers in order, §1.5, and the session says which event answers the oldest), and of its
-    ``sync`` calls."""
+    answers in order, §1.5), and of its ``sync`` calls."""
 
     __slots__ = ("_answers", "_syncs")
 
@@ -57,15 +54,10 @@ class PendingAnswers:
         return future
 
     async def wait(self, transport: StreamTransport, command: bytes, limit: float) -> bytes:
-        """Wait for the answer to the command just sent (``command`` is its name) within
-        ``limit`` seconds, and first, when the socket buffer is over its limit, for the command
-        to leave it.
-
-        The answer's deadline is a timer that fails the future: no ``asyncio.timeout`` per
-        command, which asks for the current task and the running loop (two ``getpid()``
-        system calls on Python 3.11). A caller that gives up (timeout or cancellation) leaves
-        its future done: it keeps its place in the FIFO, and the late answer is discarded.
-        """
+        """Wait ``limit`` seconds for the answer to the command just sent (named ``command``),
+        first for it to leave a socket buffer over its limit. The deadline is a timer failing the
+        future: an ``asyncio.timeout`` costs two ``getpid()`` calls on Python 3.11. A caller that
+        gives up leaves its future done, in its place in the FIFO: the late answer is dropped."""
         loop = transport.loop
         future: asyncio.Future[bytes] = loop.create_future()
         self._answers.append(future)
@@ -169,11 +161,8 @@ class FrameReader:
         return f"<FrameReader {self.address} {self._session!r}>"
 
     async def run(self) -> NoReturn:
-        """Read until the stream ends; raise the NsqError that ended it.
-
-        The dead-peer watchdog is one timer per window, not one per read: when it fires it
-        sets itself again for the last complete frame's window, or ends the read.
-        """
+        """Read until the stream ends; raise the NsqError that ended it. The dead-peer watchdog
+        is one timer per window, not per read: it sets itself again from the last frame."""
         session = self._session
         transport = self._transport
         negotiated = session.negotiated

@@ -1,15 +1,10 @@
-"""The client's commands without a message body (§1.2, §2), typed: the session takes these.
+"""The client's commands without a message body (§1.2, §2; publishes: :mod:`.publish`), typed.
 
-Each command is a frozen dataclass whose ``name`` is its wire name and whose ``encode()``
-returns its exact bytes. A command is checked once, when it is made (a subscribe's names and
-partition, a RDY count, a FIN/REQ/TOUCH id, a REQ delay: an
-:class:`~nsq_ha.errors.InvalidArgumentError` subclass when nsqd would refuse it), and encoding
-checks nothing again (the publish commands: :mod:`nsq_ha.protocol.publish`). ``name`` is a
-property that reads the class's name from a table, not a ``ClassVar``: mypyc makes every value
-in a dataclass's body a field (mypyc/mypyc#1122), a constructor argument in a compiled build.
-
-Durations in the API are float seconds; this module is the one place that converts them to the
-milliseconds on the wire (:func:`seconds_to_ms`, :func:`ms_to_seconds`).
+Each is a frozen dataclass whose ``name`` is its wire name and whose ``encode()`` returns its
+exact bytes; it is checked once, when made (an :class:`~nsq_ha.errors.InvalidArgumentError`
+subclass for what nsqd would refuse). ``name`` reads a table, not a ``ClassVar``: mypyc makes
+every value in a dataclass's body a field (mypyc/mypyc#1122), a constructor argument. This module
+is the one place that converts the API's float seconds to and from the wire's milliseconds.
 """
 
 from __future__ import annotations
@@ -52,8 +47,7 @@ class Command(Protocol):
 
 def seconds_to_ms(seconds: object, what: str) -> int:
     """Convert a non-negative duration in seconds to whole milliseconds (rounded); anything
-    else raises InvalidArgumentError (typed ``object``: a compiled build would raise TypeError
-    for a str before the check)."""
+    else raises InvalidArgumentError (typed ``object``: a compiled caller passes anything)."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise InvalidArgumentError(f"{what} must be a number of seconds, not {seconds!r}")
     if not math.isfinite(seconds) or seconds < 0:
@@ -188,13 +182,9 @@ class StartKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class StartPosition:
-    """Where a SUB_ADVANCED consumer starts: ``<kind>:<int64>``.
-
-    Use the constructors: :meth:`latest` (``special:-1``), :meth:`at_offset` (disk-queue byte
-    offset), :meth:`at_timestamp` (Unix seconds), :meth:`at_count` (the N-th message, from 1).
-    Only ``latest`` works on a standalone nsqd; nsqd applies the position only when this client
-    is alone on the channel.
-    """
+    """Where a SUB_ADVANCED consumer starts, ``<kind>:<int64>``: make it with :meth:`latest`,
+    :meth:`at_offset`, :meth:`at_timestamp` or :meth:`at_count`. Only ``latest`` works on a
+    standalone nsqd; nsqd applies the position only when this client is alone on the channel."""
 
     kind: StartKind
     value: int
@@ -260,22 +250,15 @@ class Sub(_Subscription):
 
 @dataclass(frozen=True, slots=True)
 class SubOrdered(_Subscription):
-    """``SUB_ORDERED <topic> <channel> [<partition>]`` (fork only).
-
-    Marks the channel ordered on nsqd, persistently; messages carry the detail part, and nsqd
-    sends a partition's next message only after this one's FIN.
-    """
+    """``SUB_ORDERED <topic> <channel> [<partition>]`` (fork only): marks the channel ordered,
+    persistently; nsqd sends a partition's next message only after this one's FIN."""
 
 
 @dataclass(frozen=True, slots=True)
 class SubAdvanced(_Subscription):
-    """``SUB_ADVANCED <topic> <channel> [<partition>] [<start>]`` (fork only).
-
-    With a start position the line has five tokens, and nsqd then **ignores the partition
-    token** and subscribes to its default partition for the topic (§2.0.3, §10 row 9); the
-    partition (``-1`` when ``None``) is still written, as go-nsq does. Without a start position
-    the partition is honoured.
-    """
+    """``SUB_ADVANCED <topic> <channel> [<partition>] [<start>]`` (fork only). With a start
+    position nsqd **ignores the partition token** and subscribes to its default partition for
+    the topic (§2.0.3, §10 row 9); the token (``-1`` for ``None``) is written, as go-nsq does."""
 
     start: StartPosition | None = None
 
@@ -296,9 +279,8 @@ class SubAdvanced(_Subscription):
 
 @dataclass(frozen=True, slots=True)
 class Rdy(_Named):
-    """``RDY <count>``: how many messages nsqd may have in flight here; never answered.
-    ``count`` is an int in ``0..2**63-1``; the session checks it against the negotiated
-    ``max_rdy_count`` too."""
+    """``RDY <count>`` (``0..2**63-1``; the session checks the negotiated ``max_rdy_count``):
+    how many messages nsqd may have in flight here; never answered."""
 
     count: int
 

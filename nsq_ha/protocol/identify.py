@@ -143,14 +143,11 @@ def build_identify(
     extend_support: bool | None = None,
     ext_filter: ExtFilter | None = None,
 ) -> IdentifyRequest:
-    """Build a checked IDENTIFY body; ``None`` leaves a key out (server default).
-
-    Durations are seconds: ``heartbeat_interval`` (>= 1 s, or -1 to disable heartbeats, which
-    forbids SUB), ``output_buffer_timeout`` (>= 1 ms, or -1 to flush every write),
-    ``msg_timeout`` (>= 1 s). ``output_buffer_size`` is >= 64 bytes or -1 (unbuffered).
-    Upper bounds are server flags and are not checked here. ``deflate_level`` must be 1..9:
-    nsqd turns 0 into level 0, not its default (§10). ``snappy`` and ``deflate`` exclude each
-    other.
+    """Build a checked IDENTIFY body; ``None`` leaves a key out (server default). Durations are
+    seconds: ``heartbeat_interval`` (>= 1 s, or -1 to disable heartbeats, which forbids SUB),
+    ``output_buffer_timeout`` (>= 1 ms, or -1 to flush every write), ``msg_timeout`` (>= 1 s).
+    ``output_buffer_size`` is >= 64 bytes or -1 (unbuffered); upper bounds are server flags.
+    ``deflate_level`` is 1..9 (nsqd takes 0 as level 0, §10); ``snappy`` excludes ``deflate``.
     """
     if output_buffer_size != -1:
         _bounded_int(output_buffer_size, "output_buffer_size", 64, 2**31 - 1)
@@ -185,11 +182,9 @@ def build_identify(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Negotiated:
-    """What one connection's IDENTIFY settled, in API units (seconds, bools).
-
-    Built by :func:`parse_identify_response`. Without ``feature_negotiation`` nsqd answers a
-    plain ``OK``: then only ``feature_negotiation=False`` and the request-side values are known.
-    """
+    """What one connection's IDENTIFY settled, in API units (seconds, bools), from
+    :func:`parse_identify_response`; after a plain ``OK`` (no ``feature_negotiation``) only the
+    request-side values are known."""
 
     feature_negotiation: bool
     version: str | None = None
@@ -237,22 +232,11 @@ _STR_KEYS = ("version", "desired_tag")
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 
-def _check_types(answer: Mapping[str, object], what: str) -> None:
-    for keys, kind in ((_INT_KEYS, int), (_BOOL_KEYS, bool), (_STR_KEYS, str)):
-        for key in keys:
-            value = answer.get(key)
-            if value is None:
-                continue
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise RemoteProtocolError(f"{what} key {key!r} is not a JSON {kind.__name__}")
-            if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
-                raise RemoteProtocolError(f"{what} key {key!r} is out of the int64 range")
-
-
-def _request_side(request: Mapping[str, object] | None) -> dict[str, Any]:
-    """Extract the request values nsqd does not echo."""
-    if request is None:
-        return {}
+def parse_identify_response(data: bytes, request: Mapping[str, object] | None = None) -> Negotiated:
+    """Parse the IDENTIFY answer of either server, ``OK`` or a JSON object (malformed JSON or
+    a known key of the wrong type raises RemoteProtocolError; unknown keys are kept in ``raw``);
+    ``request``, the body sent, fills in what nsqd does not echo."""
+    request = request or {}
     interval = request.get("heartbeat_interval")
     heartbeat: float | None = DEFAULT_HEARTBEAT_INTERVAL
     if isinstance(interval, int) and not isinstance(interval, bool):
@@ -260,25 +244,28 @@ def _request_side(request: Mapping[str, object] | None) -> dict[str, Any]:
             heartbeat = None
         elif interval > 0:
             heartbeat = ms_to_seconds(interval)
-    return {
+    side: dict[str, Any] = {
         "extend_support": request.get("extend_support") is True,
         "heartbeat_interval": heartbeat,
     }
-
-
-def parse_identify_response(data: bytes, request: Mapping[str, object] | None = None) -> Negotiated:
-    """Parse the IDENTIFY answer of either server: plain ``OK`` or the JSON object.
-
-    ``request`` (the body sent) fills in what nsqd does not echo. Malformed JSON or a known
-    key of the wrong type raises RemoteProtocolError; unknown keys are kept in ``raw``.
-    """
-    side = _request_side(request)
     if data == b"OK":
         return Negotiated(feature_negotiation=False, **side)
     answer = json_object(data, "IDENTIFY response", RemoteProtocolError)
-    _check_types(answer, "IDENTIFY response")
-    fields: dict[str, Any] = {key: answer.get(key) for key in (*_INT_KEYS, *_STR_KEYS)}
-    fields.update({key: answer.get(key) is True for key in _BOOL_KEYS})
+    fields: dict[str, Any] = {}
+    for keys, kind in ((_INT_KEYS, int), (_BOOL_KEYS, bool), (_STR_KEYS, str)):
+        for key in keys:
+            value = answer.get(key)
+            if value is not None and (
+                not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+            ):
+                raise RemoteProtocolError(
+                    f"IDENTIFY response key {key!r} is not a JSON {kind.__name__}"
+                )
+            if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
+                raise RemoteProtocolError(
+                    f"IDENTIFY response key {key!r} is out of the int64 range"
+                )
+            fields[key] = value is True if kind is bool else value
     for key in _MS_KEYS:
         if fields[key] is not None:
             fields[key] = ms_to_seconds(fields[key])
