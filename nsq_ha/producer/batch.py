@@ -15,18 +15,15 @@ some with an ext header   ``PUB_EXT``                  ``MPUB_EXT`` (others: non
 from __future__ import annotations
 
 import asyncio
-import itertools
-import operator
 import sys
 from collections import deque
 from collections.abc import Sequence
-from typing import Final, TypeAlias, cast
+from typing import TypeAlias, cast
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.producer.message import (
     BatchBuilder,
     PublishResult,
-    Queued,
     Where,
     derive_batch,
     prepare_message,
@@ -209,27 +206,23 @@ def take(queue: deque[Call], builder: BatchBuilder, share: int | None) -> tuple[
         return runs, 0
     # message by message, over as many queued messages as one batch may carry: whole calls
     # up to the share, and at least the first
-    items: deque[Queued] = deque()
+    items: deque[PublishMessage] = deque()
     for call in queue:
         if items and len(items) + len(call.messages) - call.taken > share:
             break
-        items.extend(
-            Queued(m, call)
-            for m in call.messages[call.taken : call.taken + builder.max_count - len(items)]
-        )
+        items.extend(call.messages[call.taken : call.taken + builder.max_count - len(items)])
         if len(items) >= builder.max_count:
             break
-    batch = builder.take(items)
-    for call, group in itertools.groupby(batch, _CALL):
-        count = len(list(group))
+    taken = left = len(builder.take(items))
+    while left:  # the batch's messages, call by call
+        call = queue[0]
+        count = min(left, len(call.messages) - call.taken)
         runs.append((call, call.taken, call.taken + count))
         call.taken += count
+        left -= count
         if call.taken == len(call.messages):
             queue.popleft()
-    return runs, len(batch)
-
-
-_CALL: Final = operator.attrgetter("call")
+    return runs, taken
 
 
 def live(runs: list[Run], splits: set[Call]) -> list[Run]:

@@ -28,7 +28,7 @@ from nsq_ha.errors import (
     InvalidJsonHeaderError,
     InvalidTraceIdError,
 )
-from nsq_ha.producer.message import BatchBuilder, Queued, mpub_sizes
+from nsq_ha.producer.message import BatchBuilder, mpub_sizes
 from nsq_ha.protocol.publish import PublishMessage
 
 #: the most nsqd addresses whose limits are kept (the oldest is forgotten first)
@@ -130,10 +130,10 @@ def split_batch(
     """Cut a refused batch of two or more messages into parts, in order: as ``builder`` cuts
     batches (under the limits known now; a message over the message limit alone), or, when
     that leaves it whole, in two halves."""
-    queue = deque(map(Queued, messages))
+    queue = deque(messages)
     parts: list[list[PublishMessage]] = []
     while queue:
-        parts.append([item.message for item in builder.take(queue)])
+        parts.append(builder.take(queue))
     if len(parts) < 2:
         half = len(messages) // 2
         parts = [list(messages[:half]), list(messages[half:])]

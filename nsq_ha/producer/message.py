@@ -16,7 +16,6 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.protocol.commands import as_bytes, check_size, check_uint, compact_json
@@ -89,13 +88,6 @@ def batch_body_size(bodies: int, body_bytes: int, ext_bytes: int, kind: str) -> 
     return size
 
 
-class Queued(NamedTuple):
-    """A message as :meth:`BatchBuilder.take` sees it, and the publish call it came in."""
-
-    message: PublishMessage
-    call: Any = None
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchBuilder:
     """Take as many queued messages as one command may carry, in queue order.
@@ -115,24 +107,22 @@ class BatchBuilder:
     ext_topic: bool = False
     checks_each: bool = False
 
-    def take(self, queue: deque[Queued]) -> list[Queued]:
+    def take(self, queue: deque[PublishMessage]) -> list[PublishMessage]:
         """Pop the next batch from the left of ``queue`` (never empty when the queue is not)."""
         if not queue:
             return []
         first = queue.popleft()
         batch = [first]
-        if first.message.ext is not None and not self.ext_topic:
+        if first.ext is not None and not self.ext_topic:
             return batch
-        traced = self.tracing or first.message.trace_id is not None
-        has_ext = first.message.ext is not None
-        if self.checks_each and _encoded_size(first.message, _kind(traced, has_ext)) > (
-            self.max_msg_size
-        ):
+        traced = self.tracing or first.trace_id is not None
+        has_ext = first.ext is not None
+        if self.checks_each and _encoded_size(first, _kind(traced, has_ext)) > self.max_msg_size:
             return batch  # over the limit nsqd named: alone, so that nsqd refuses only it
-        body_bytes = len(first.message.body)
-        ext_bytes = len(first.message.ext or b"")
+        body_bytes = len(first.body)
+        ext_bytes = len(first.ext or b"")
         while queue and len(batch) < self.max_count:
-            msg = queue[0].message
+            msg = queue[0]
             if msg.ext is not None and not self.ext_topic:
                 break
             n_traced = traced or msg.trace_id is not None
@@ -146,7 +136,7 @@ class BatchBuilder:
             if _encoded_size(msg, kind) > self.max_msg_size:
                 break
             if kind != _kind(traced, has_ext) and any(
-                _encoded_size(item.message, kind) > self.max_msg_size for item in batch
+                _encoded_size(m, kind) > self.max_msg_size for m in batch
             ):
                 break
             batch.append(queue.popleft())

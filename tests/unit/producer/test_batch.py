@@ -23,7 +23,6 @@ from nsq_ha.producer.batch import (
 from nsq_ha.producer.message import (
     BatchBuilder,
     PublishResult,
-    Queued,
     batch_body_size,
     prepare_message,
     record_size,
@@ -34,8 +33,8 @@ from nsq_ha.protocol.command_decoder import ClientCommand, CommandDecoder
 from nsq_ha.protocol.publish import Publish, PublishMessage
 
 
-def queue_of(*messages: PublishMessage) -> deque[Queued]:
-    return deque(Queued(m) for m in messages)
+def queue_of(*messages: PublishMessage) -> deque[PublishMessage]:
+    return deque(messages)
 
 
 def msg(
@@ -234,7 +233,7 @@ def test_builder_takes_everything_that_fits_in_order() -> None:
     queue = queue_of(*(msg(bytes([65 + i])) for i in range(7)))
     sizes = []
     while queue:
-        sizes.append([item.message.body for item in builder.take(queue)])
+        sizes.append([m.body for m in builder.take(queue)])
     assert sizes == [[b"A", b"B", b"C"], [b"D", b"E", b"F"], [b"G"]]
     assert builder.take(queue) == []
 
@@ -258,7 +257,7 @@ def test_builder_sends_a_header_alone_unless_the_topic_is_ext() -> None:
     builder = BatchBuilder(max_msg_size=100, max_body_size=1000)
     queue = queue_of(msg(), msg(ext=header), msg(), msg())
     assert len(builder.take(queue)) == 1  # stops before the header
-    assert [i.message.ext for i in builder.take(queue)] == [header]
+    assert [m.ext for m in builder.take(queue)] == [header]
     assert len(builder.take(queue)) == 2
     on_ext = BatchBuilder(max_msg_size=100, max_body_size=1000, ext_topic=True)
     queue = queue_of(msg(), msg(ext=header), msg())
@@ -291,7 +290,7 @@ def test_every_batch_encodes_within_the_limits(
     queue = queue_of(*messages)
     seen: list[PublishMessage] = []
     while queue:
-        batch = [item.message for item in builder.take(queue)]
+        batch = builder.take(queue)
         assert batch
         seen.extend(batch)
         if len(batch) > 1:  # a lone message is checked by prepare_message, not the builder
@@ -366,16 +365,16 @@ def test_mpub_trace_sizes_that_add_up_to_nothing_known_keep_only_the_first(
 # -- the plain fast paths agree with the general rules ----------------------------------------
 
 
-def _general_take(builder: BatchBuilder, queue: deque[Queued]) -> list[Queued]:
+def _general_take(builder: BatchBuilder, queue: deque[PublishMessage]) -> list[PublishMessage]:
     """The general rule, one message at a time: the batch grows while its encoded body fits."""
     batch = [queue.popleft()]
     while queue and len(batch) < builder.max_count:
         candidate = [*batch, queue[0]]
-        traced = builder.tracing or any(i.message.trace_id is not None for i in candidate)
+        traced = builder.tracing or any(m.trace_id is not None for m in candidate)
         kind = "trace" if traced else "plain"
-        if any(i.message.ext is not None for i in candidate):
+        if any(m.ext is not None for m in candidate):
             break
-        size = batch_body_size(len(candidate), sum(len(i.message.body) for i in candidate), 0, kind)
+        size = batch_body_size(len(candidate), sum(len(m.body) for m in candidate), 0, kind)
         if size > builder.max_body_size:
             break
         batch.append(queue.popleft())
@@ -395,8 +394,7 @@ def test_take_cuts_where_the_general_rule_does(
     builder = BatchBuilder(max_msg_size=100, max_body_size=max_body, max_count=max_count)
     fast, slow = queue_of(*messages), queue_of(*messages)
     while fast:
-        got = [i.message for i in builder.take(fast)]
-        assert got == [i.message for i in _general_take(builder, slow)]
+        assert builder.take(fast) == _general_take(builder, slow)
 
 
 @given(
