@@ -4,6 +4,7 @@ The lookupds themselves (discovery, health, failover, the size cap, the credenti
 :class:`~nsq_ha.lookup.pool.LookupdPool`'s. Here the answers of every lookupd are merged (the
 leader's first), cached, fetched once however many callers ask at once, and, for watched
 topics, refreshed on a timer with jitter, a failed refresh being retried before the next round.
+A lookup no lookupd answered with a map raises an error that says what to do next.
 """
 
 from __future__ import annotations
@@ -13,31 +14,92 @@ import contextlib
 import functools
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from nsq_ha.durations import seconds
-from nsq_ha.errors import ConfigError, DiscoveryError, NsqError
-from nsq_ha.lookup.failures import lookup_failure, unwritable
+from nsq_ha.errors import (
+    ConfigError,
+    DiscoveryError,
+    LookupdUnavailableError,
+    NsqError,
+    RemoteProtocolError,
+    TopicNotFoundError,
+    TopicNotWritableError,
+)
 from nsq_ha.lookup.pool import LookupdPool
-from nsq_ha.lookup.wire import Access, PartitionMap, merge_maps, parse_lookup
+from nsq_ha.lookup.wire import Access, LookupdError, PartitionMap, merge_maps, parse_lookup
 from nsq_ha.redact import redact_text
 from nsq_ha.retry import LOOKUPD, Failure, retry_after
 
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
 
-__all__ = ["DEFAULT_MAX_ANSWER_BYTES", "LookupClient"]
+__all__ = ["DEFAULT_MAX_ANSWER_BYTES", "LookupClient", "missing_on_fork"]
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[PartitionMap], Awaitable[None] | None]
+Key = tuple[str, Access]
 
 #: Default cap on one lookupd answer: a 255-partition fork answer is about 100 KB, and parsing
 #: 512 KiB of the costliest JSON allowed takes ~15 ms of one idle core (the event loop stall).
 DEFAULT_MAX_ANSWER_BYTES = 512 << 10
 _MAX_ANSWER_BYTES_LIMIT = 64 << 20
+
+
+def missing_on_fork(topic: str, detail: str = "") -> TopicNotFoundError:
+    """A fork topic nsqlookupd does not know (``detail``: lookupd's own words)."""
+    said = f" ({detail})" if detail else ""
+    return TopicNotFoundError(
+        f"topic {topic!r} does not exist in the cluster{said}: on the fork, topics are created "
+        f"by an operator, with nsq-ha topic create --lookupd URL --topic {topic} --partitions N "
+        f"--replicas R or nsq_ha.admin.LookupdAdmin.create_topic({topic!r}, partitions=N, "
+        "replicas=R)"
+    )
+
+
+def lookup_failure(topic: str, access: Access, errors: Sequence[object]) -> NsqError:
+    """The error of a lookup no lookupd answered with a map, from what each one raised."""
+    for err in errors:
+        # matched on the message: the wrapped envelope reports these as HTTP 500
+        msg = err.message if isinstance(err, LookupdError) else ""
+        if "no channel" in msg:
+            return TopicNotWritableError(
+                f"topic {topic!r} has no channel yet, so nsqlookupd hides it from writers: "
+                "subscribe a consumer (or nsqd POST /channel/create) first, or run nsqlookupd "
+                "with --allow-write-with-nochannels=true"
+            )
+        if msg == "TOPIC_NOT_FOUND":
+            return TopicNotFoundError(
+                f"topic {topic!r} is not known to nsqlookupd (vanilla): it is created by the "
+                "first publish to an nsqd (use nsqd= addresses, or nsq-ha pub --nsqd HOST:4150)"
+            )
+        if msg == "Key not found":
+            return missing_on_fork(topic, msg)
+    for kind in (LookupdError, RemoteProtocolError):
+        for err in errors:
+            if isinstance(err, kind):
+                return err
+    detail = "; ".join(str(e) for e in errors) or "no nsqlookupd to ask"
+    return LookupdUnavailableError(f"lookup of {topic!r} (access={access}) failed: {detail}")
+
+
+def unwritable(pmap: PartitionMap) -> NsqError:
+    """The error of an ``access=w`` map without a route."""
+    if pmap.fork and (pmap.meta is None or pmap.partition_num == 0):
+        return missing_on_fork(pmap.topic)
+    if pmap.fork:
+        return TopicNotWritableError(
+            f"topic {pmap.topic!r} has {pmap.partition_num} partitions but none is writable now "
+            "(new topic not yet checked by nsqlookupd, writes disabled, or leaders failing "
+            "over): retry later"
+        )
+    return TopicNotFoundError(
+        f"no nsqd has topic {pmap.topic!r} (vanilla): publish through nsqd= addresses to create it"
+    )
 
 
 class LookupClient:
@@ -71,44 +133,38 @@ class LookupClient:
         self.timeout = seconds(timeout, "timeout")
         self.refresh_interval = seconds(refresh_interval, "refresh_interval")
         self.max_backoff = seconds(max_backoff, "max_backoff")
-        if (
-            isinstance(jitter, bool)
-            or not isinstance(jitter, int | float)
-            or not 0 <= jitter < 1  # also refuses NaN
-        ):
+        # `not 0 <= jitter < 1` also refuses NaN
+        if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter < 1:
             raise ConfigError(f"jitter must be a number in [0, 1), got {jitter!r}")
         self.jitter = float(jitter)
-        if (
-            isinstance(max_answer_bytes, bool)
-            or not isinstance(max_answer_bytes, int)
-            or not 1 <= max_answer_bytes <= _MAX_ANSWER_BYTES_LIMIT
-        ):
-            raise ConfigError(
-                f"max_answer_bytes must be an int in 1..{_MAX_ANSWER_BYTES_LIMIT}, "
-                f"got {max_answer_bytes!r}"
-            )
+        limit = _MAX_ANSWER_BYTES_LIMIT
+        size = max_answer_bytes
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= limit:
+            raise ConfigError(f"max_answer_bytes must be an int in 1..{limit}, got {size!r}")
         self.max_answer_bytes = max_answer_bytes
         self._pool = LookupdPool(
             seed_list,
             http=http,
             timeout=self.timeout,
-            max_answer_bytes=max_answer_bytes,
+            max_bytes=max_answer_bytes,
             backoff=LOOKUPD.capped(self.max_backoff, jitter=bool(jitter)),
         )
         self._retry_backoff = LOOKUPD.capped(self.refresh_interval, jitter=bool(jitter))
-        self._maps: dict[tuple[str, Access], PartitionMap] = {}
-        self._inflight: dict[tuple[str, Access], asyncio.Task[PartitionMap]] = {}
+        self._maps: dict[Key, PartitionMap] = {}
+        self._inflight: dict[Key, asyncio.Task[PartitionMap]] = {}
         #: keys unwatched while their fetch was under way: that answer is not cached
-        self._uncached: set[tuple[str, Access]] = set()
+        self._uncached: set[Key] = set()
         #: watched keys whose periodic refresh failed, each retried by its own task
-        self._retrying: dict[tuple[str, Access], asyncio.Task[None]] = {}
-        self._watch: dict[tuple[str, Access], list[Listener]] = {}
+        self._retrying: dict[Key, asyncio.Task[None]] = {}
+        self._watch: dict[Key, list[Listener]] = {}
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
 
     def __repr__(self) -> str:
+        now = time.monotonic()
+        usable = sum(now >= s.retry_at for s in self._pool.states.values())
         return (
-            f"<LookupClient lookupds={len(self._pool)} usable={self._pool.usable_count()} "
+            f"<LookupClient lookupds={len(self._pool.states)} usable={usable} "
             f"topics={len(self._maps)} watched={len(self._watch)}>"
         )
 
@@ -124,17 +180,19 @@ class LookupClient:
     def lookupds(self) -> list[str]:
         """Known lookupd base URLs (seeds and discovered), leader first when known, passwords
         redacted (``http://user:***@host:4161``)."""
-        return self._pool.lookupds
+        return [s.endpoint.shown for s in self._pool.states.values()]
 
     @property
-    def cached_keys(self) -> frozenset[tuple[str, Access]]:
+    def cached_keys(self) -> frozenset[Key]:
         """The (topic, access) keys whose partition map is cached."""
         return frozenset(self._maps)
 
     def lookupd_status(self) -> list[tuple[str, int, float]]:
         """``(url as in :attr:`lookupds`, failures in a row, seconds until it is asked again)``
         per known lookupd."""
-        return self._pool.status()
+        now = time.monotonic()
+        states = self._pool.states.values()
+        return [(s.endpoint.shown, s.failures, max(0.0, s.retry_at - now)) for s in states]
 
     async def close(self) -> None:
         """Stop the timer and every request, and close the HTTP client if this object made it."""
@@ -169,9 +227,8 @@ class LookupClient:
         ``force``."""
         if access not in ("r", "w"):
             raise ConfigError(f"access must be 'r' or 'w', got {access!r}")
-        key = (topic, access)
-        if not force and key in self._maps:
-            return self._maps[key]
+        if not force and (topic, access) in self._maps:
+            return self._maps[(topic, access)]
         return await self.refresh(topic, access)
 
     async def refresh(self, topic: str, access: Access = "r") -> PartitionMap:
@@ -183,19 +240,20 @@ class LookupClient:
         task = self._inflight.get(key)
         if task is None:
             task = asyncio.get_running_loop().create_task(
-                self._fetch(topic, access), name=f"nsq_ha-lookup-{topic}-{access}"
+                self._fetch(key), name=f"nsq_ha-lookup-{topic}-{access}"
             )
             self._inflight[key] = task
             task.add_done_callback(functools.partial(self._fetch_done, key))
         return await asyncio.shield(task)
 
-    def _fetch_done(self, key: tuple[str, Access], task: asyncio.Task[PartitionMap]) -> None:
+    def _fetch_done(self, key: Key, task: asyncio.Task[PartitionMap]) -> None:
         del self._inflight[key]  # the only task of its key: none is made while it is listed
         self._uncached.discard(key)
         if not task.cancelled():
             task.exception()  # retrieved here; every waiter re-raises it from the shield
 
-    async def _fetch(self, topic: str, access: Access) -> PartitionMap:
+    async def _fetch(self, key: Key) -> PartitionMap:
+        topic, access = key
         deadline = asyncio.get_running_loop().time() + self.timeout
         if not self._pool.discovered:
             with contextlib.suppress(NsqError):
@@ -208,9 +266,9 @@ class LookupClient:
             errors = [a for a in answers if a not in maps]
             raise self._pool.never_answered(errors) or lookup_failure(topic, access, errors)
         merged = merge_maps(maps)
-        old = self._maps.get((topic, access))
-        if (topic, access) not in self._uncached:
-            self._maps[(topic, access)] = merged
+        old = self._maps.get(key)
+        if key not in self._uncached:
+            self._maps[key] = merged
         if old != merged:
             log.info(
                 "lookup %s access=%s: %s%s",
@@ -219,7 +277,12 @@ class LookupClient:
                 ", ".join(str(r) for r in merged.routes()) or "no routes",
                 f" (partition_num={merged.partition_num})" if merged.meta else "",
             )
-            await self._notify((topic, access), merged)
+            for listener in list(self._watch.get(key, ())):
+                try:
+                    if (res := listener(merged)) is not None:
+                        await res
+                except Exception:
+                    log.exception("lookup listener %r failed for %s", listener, key)
         return merged
 
     async def writable(self, topic: str, *, force: bool = False) -> PartitionMap:
@@ -233,9 +296,9 @@ class LookupClient:
 
     def watch(self, topic: str, access: Access, listener: Listener | None = None) -> None:
         """Keep ``topic``/``access`` fresh on the timer; call ``listener`` when the map changes."""
-        self._watch.setdefault((topic, access), [])
+        listeners = self._watch.setdefault((topic, access), [])
         if listener is not None:
-            self._watch[(topic, access)].append(listener)
+            listeners.append(listener)
         if self._timer is None and not self._closed:
             self._timer = asyncio.get_running_loop().create_task(
                 self._refresh_loop(), name="nsq_ha-lookup-refresh"
@@ -245,28 +308,19 @@ class LookupClient:
         """Stop calling ``listener`` (or stop watching the key when no listener is given); a
         key no longer watched also drops its cached map, so state per topic ever used is not
         kept (the next lookup asks lookupd again)."""
-        listeners = self._watch.get((topic, access))
+        key = (topic, access)
+        listeners = self._watch.get(key)
         if listeners is None:
             return
-        if listener is not None and listener in listeners:
+        if listener in listeners:
             listeners.remove(listener)
         if listener is None or not listeners:
-            del self._watch[(topic, access)]
-            retrying = self._retrying.pop((topic, access), None)
-            if retrying is not None:
+            del self._watch[key]
+            if (retrying := self._retrying.pop(key, None)) is not None:
                 retrying.cancel()
-            self._maps.pop((topic, access), None)
-            if (topic, access) in self._inflight:  # its answer must not cache the map again
-                self._uncached.add((topic, access))
-
-    async def _notify(self, key: tuple[str, Access], pmap: PartitionMap) -> None:
-        for listener in list(self._watch.get(key, ())):
-            try:
-                res = listener(pmap)
-                if res is not None:
-                    await res
-            except Exception:
-                log.exception("lookup listener %r failed for %s", listener, key)
+            self._maps.pop(key, None)
+            if key in self._inflight:  # its answer must not cache the map again
+                self._uncached.add(key)
 
     async def _refresh_loop(self) -> None:
         while True:
@@ -286,27 +340,22 @@ class LookupClient:
                     self._retrying[key] = task
                     task.add_done_callback(functools.partial(self._retry_done, key))
 
-    async def _retry_refresh(self, key: tuple[str, Access], first_error: NsqError) -> None:
+    async def _retry_refresh(self, key: Key, first_error: NsqError) -> None:
         """Retry a failed periodic refresh until it works (unwatch and close cancel it)."""
-        topic, access = key
+        what = f"periodic lookup of {key[0]} (access={key[1]})"
         failed: list[Failure] = []
         await retry_after(
             first_error,
-            lambda _: self.refresh(topic, access),
-            what=f"periodic lookup of {topic} (access={access})",
+            lambda _: self.refresh(*key),
+            what=what,
             backoff=self._retry_backoff,
             should_retry=lambda exc: isinstance(exc, NsqError) and not self._closed,
             on_retry=failed.append,
             describe=lambda exc: redact_text(str(exc)),
             logger=log,
         )
-        log.info(
-            "periodic lookup of %s (access=%s) works again (after %d failed attempts)",
-            topic,
-            access,
-            len(failed),
-        )
+        log.info("%s works again (after %d failed attempts)", what, len(failed))
 
-    def _retry_done(self, key: tuple[str, Access], task: asyncio.Task[None]) -> None:
+    def _retry_done(self, key: Key, task: asyncio.Task[None]) -> None:
         if self._retrying.get(key) is task:
             del self._retrying[key]

@@ -7,6 +7,10 @@
   :mod:`nsq_ha.lookup.wire` what it may hold) counts as failed, and a failed one is skipped until
   its backoff (:class:`LookupdHealth`) has passed, unless no other lookupd may be asked.
 * Credentials in a seed are sent as HTTP basic auth (:class:`~nsq_ha.lookup.http.Endpoint`).
+* Until a lookupd has answered, an address that answered something that is not HTTP is asked
+  once more, in NSQ's own protocol (:func:`looks_like_nsqd`): nsqd's TCP port (4150, given for
+  lookupd's HTTP port 4161, the usual mix-up) answers anything but its magic with
+  ``E_BAD_PROTOCOL``, and :func:`never_answered`'s error then says so.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from nsq_ha.errors import (
     NsqError,
     RemoteProtocolError,
 )
-from nsq_ha.lookup.failures import looks_like_nsqd, never_answered, not_http
 from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd, tls_context
 from nsq_ha.lookup.wire import LookupdError, parse_listlookup, unwrap
 from nsq_ha.retry import Backoff, log_failure
@@ -33,7 +36,7 @@ from nsq_ha.retry import Backoff, log_failure
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
 
-__all__ = ["ANSWER_GRACE", "LookupdHealth", "LookupdPool"]
+__all__ = ["ANSWER_GRACE", "NSQD_TCP_PORT", "LookupdHealth", "LookupdPool", "never_answered"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,55 @@ T = TypeVar("T")
 
 #: Seconds the other lookupds get, once one has answered a lookup, to answer too.
 ANSWER_GRACE = 0.5
+#: What an address that answers with nsqd's E_BAD_PROTOCOL is told.
+NSQD_TCP_PORT = "this looks like nsqd's TCP port (4150): lookupd's HTTP port is usually 4161"
+#: The most of a probe's answer read: nsqd's whole E_BAD_PROTOCOL frame is 22 bytes.
+_PROBE_BYTES = 256
+
+
+def never_answered(tried: Sequence[tuple[str, str]]) -> LookupdNeverAnsweredError:
+    """No lookupd has answered since the client started: ``tried`` is (address, what it did)."""
+    what = "; ".join(f"{shown}: {reason}" for shown, reason in tried) or "none given"
+    reasons = " ".join(reason for _, reason in tried)
+    if NSQD_TCP_PORT in reasons:
+        advice = "give nsqlookupd's HTTP address"
+    elif "not HTTP" in reasons:
+        advice = (
+            "check the port (nsqlookupd's HTTP port, usually 4161, not nsqd's TCP port 4150) "
+            "and the scheme (http:// or https://)"
+        )
+    else:
+        advice = (
+            "check the address: nsqlookupd's HTTP port (usually 4161), that nsqlookupd runs "
+            "there and is reachable from here"
+        )
+    return LookupdNeverAnsweredError(
+        f"no nsqlookupd has answered yet (tried {what}): {advice}. A lookupd that never "
+        "answered is taken for a wrong address and not retried; one that answered once is "
+        "retried through outages"
+    )
+
+
+async def looks_like_nsqd(url: str) -> bool:
+    """Whether ``url``'s host and port answer like nsqd's TCP port: a request that is not
+    NSQ's magic gets ``E_BAD_PROTOCOL``. The caller bounds the time; any failure is False."""
+    import httpx
+
+    parsed = httpx.URL(url)
+    writer = None
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        reader, writer = await asyncio.open_connection(parsed.host, port)
+        writer.write(b"GET / HTTP/1.1\r\n\r\n")  # what an HTTP client sends first
+        await writer.drain()
+        return b"E_BAD_PROTOCOL" in await reader.read(_PROBE_BYTES)
+    except OSError:
+        return False
+    finally:
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
 
 
 @dataclass
@@ -54,9 +106,6 @@ class LookupdHealth:
     #: what its last failure was (for the error when no lookupd has ever answered)
     reason: str = ""
 
-    def usable(self, now: float) -> bool:
-        return now >= self.retry_at
-
     def failed(self, reason: str, backoff: Backoff) -> None:
         """Skip it for ``backoff``'s wait after this many failures in a row (logged)."""
         self.failures += 1
@@ -69,16 +118,16 @@ class LookupdHealth:
     def answered(self) -> None:
         """It answered (not with a server error): the streak, if any, ends."""
         if self.failures:
+            shown = self.endpoint.shown
             log.info(
-                "nsqlookupd %s answers again (after %d failures in a row)",
-                self.endpoint.shown,
-                self.failures,
+                "nsqlookupd %s answers again (after %d failures in a row)", shown, self.failures
             )
         self.failures, self.retry_at = 0, 0.0
 
 
 class LookupdPool:
-    """The known nsqlookupds, their health, and how a question is put to them."""
+    """The known nsqlookupds (:attr:`states`, by URL), their health, and how a question is put
+    to them."""
 
     def __init__(
         self,
@@ -86,21 +135,19 @@ class LookupdPool:
         *,
         http: httpx.AsyncClient | None,
         timeout: float,
-        max_answer_bytes: int,
+        max_bytes: int,
         backoff: Backoff,
     ) -> None:
         """``seeds``: addresses as given (checked here); the options are checked by the caller."""
         import httpx
 
-        endpoints: dict[str, Endpoint] = {}
-        for seed in seeds:
-            endpoint = Endpoint.parse(normalize_lookupd(seed))
-            endpoints.setdefault(endpoint.url, endpoint)
-        self._seed_endpoints = endpoints
-        self._lookupds = {u: LookupdHealth(e) for u, e in endpoints.items()}
+        self._seeds: dict[str, Endpoint] = {}
+        for endpoint in (Endpoint.parse(normalize_lookupd(seed)) for seed in seeds):
+            self._seeds.setdefault(endpoint.url, endpoint)
+        self.states = {u: LookupdHealth(e) for u, e in self._seeds.items()}
         self.timeout = timeout
-        self.max_answer_bytes = max_answer_bytes
-        self._backoff = backoff
+        self.max_bytes = max_bytes
+        self.backoff = backoff
         self._owns_http = http is None
         self._http = http or httpx.AsyncClient(timeout=timeout, verify=tls_context())
         #: requests still running after their question returned (they end by its deadline)
@@ -110,25 +157,8 @@ class LookupdPool:
         #: some lookupd has sent an HTTP answer (until then, failures are not retried)
         self.answered = False
 
-    def __len__(self) -> int:
-        return len(self._lookupds)
-
-    @property
-    def lookupds(self) -> list[str]:
-        return [s.endpoint.shown for s in self._lookupds.values()]
-
-    def usable_count(self) -> int:
-        now = time.monotonic()
-        return sum(s.usable(now) for s in self._lookupds.values())
-
-    def status(self) -> list[tuple[str, int, float]]:
-        now = time.monotonic()
-        return [
-            (s.endpoint.shown, s.failures, max(0.0, s.retry_at - now))
-            for s in self._lookupds.values()
-        ]
-
     async def close(self) -> None:
+        """Stop the requests still running; close the HTTP client if this pool made it."""
         await self._cancel(list(self._stragglers))
         if self._owns_http:
             await self._http.aclose()
@@ -139,10 +169,8 @@ class LookupdPool:
         if self.answered or not all(isinstance(e, LookupdUnavailableError) for e in errors):
             return None
         return never_answered(
-            [(s.endpoint.shown, s.reason) for s in self._lookupds.values() if s.failures]
+            [(s.endpoint.shown, s.reason) for s in self.states.values() if s.failures]
         )
-
-    # -- one lookupd ------------------------------------------------------------------------
 
     async def _ask(
         self,
@@ -164,26 +192,26 @@ class LookupdPool:
         try:
             async with asyncio.timeout_at(deadline):
                 answer = await get_answer(
-                    self._http, state.endpoint, path, params, max_bytes=self.max_answer_bytes
+                    self._http, state.endpoint, path, params, max_bytes=self.max_bytes
                 )
         except TimeoutError:
             what = f"did not answer {path} within {self.timeout:.1f} s"
-            state.failed(what, self._backoff)
+            state.failed(what, self.backoff)
             raise LookupdUnavailableError(f"nsqlookupd {shown} {what} (timeout)") from None
         except httpx.HTTPError as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             what = f"unreachable: {reason}"
             if isinstance(exc, httpx.RemoteProtocolError) and not self.answered:
-                nsqd = False
+                what = f"its answer is not HTTP ({reason})"
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout_at(deadline):
-                        nsqd = await looks_like_nsqd(state.endpoint.url)
-                what = not_http(reason, nsqd)
-            state.failed(what, self._backoff)
+                        if await looks_like_nsqd(state.endpoint.url):
+                            what = f"it answered nsqd's E_BAD_PROTOCOL, not HTTP: {NSQD_TCP_PORT}"
+            state.failed(what, self.backoff)
             raise LookupdUnavailableError(f"nsqlookupd {shown} {what}") from exc
         except RemoteProtocolError as exc:
             self.answered = True  # an HTTP answer, refused for its size or encoding
-            state.failed(str(exc), self._backoff)
+            state.failed(str(exc), self.backoff)
             raise
         self.answered = True
         if answer.status < 500:
@@ -191,32 +219,24 @@ class LookupdPool:
         try:
             return parse(unwrap(answer.status, answer.headers, answer.body, shown + path))
         except RemoteProtocolError as exc:
-            state.failed(str(exc), self._backoff)
+            state.failed(str(exc), self.backoff)
             raise
-
-    def _usable(self) -> list[LookupdHealth]:
-        now = time.monotonic()
-        usable = [s for s in self._lookupds.values() if s.usable(now)]
-        if usable:
-            return usable
-        # every lookupd is backing off: try the one whose backoff ends first rather than none
-        return [min(self._lookupds.values(), key=lambda s: s.retry_at)]
 
     def _start(
         self,
-        states: list[LookupdHealth],
         path: str,
         params: dict[str, str] | None,
         parse: Callable[[object], T],
         deadline: float,
     ) -> list[asyncio.Task[T]]:
+        """Ask every usable lookupd, or, while each one is backing off, the one whose backoff
+        ends first rather than none."""
+        now = time.monotonic()
+        states = [s for s in self.states.values() if now >= s.retry_at]
+        states = states or [min(self.states.values(), key=lambda s: s.retry_at)]
         loop = asyncio.get_running_loop()
-        return [
-            loop.create_task(
-                self._ask(s, path, params, parse, deadline), name=f"nsq_ha-lookupd-{path}"
-            )
-            for s in states
-        ]
+        asks = (self._ask(s, path, params, parse, deadline) for s in states)
+        return [loop.create_task(ask, name=f"nsq_ha-lookupd-{path}") for ask in asks]
 
     @staticmethod
     async def _cancel(tasks: Sequence[asyncio.Task[T]]) -> None:
@@ -224,22 +244,20 @@ class LookupdPool:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _straggle(self, task: asyncio.Task[object]) -> None:
-        """Let ``task`` run to its deadline (it marks its lookupd failed if it misses it)."""
-        self._stragglers.add(task)
-        task.add_done_callback(self._straggler_done)
-
     def _straggler_done(self, task: asyncio.Task[object]) -> None:
         self._stragglers.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved: a late answer or failure was already accounted for
 
-    # -- discovery --------------------------------------------------------------------------
-
     async def discover(self, deadline: float) -> None:
         """Ask ``/listlookup`` for the fork's lookupds by ``deadline``; keep the seeds on
-        vanilla (404) and on a standalone fork (null). The first decisive answer wins."""
-        tasks = self._start(self._usable(), "/listlookup", None, parse_listlookup, deadline)
+        vanilla (404) and on a standalone fork (null). The first decisive answer wins.
+
+        The lookupds it names come first (leader first), then the seeds not named; lookupds
+        discovered before and no longer named are forgotten. A named lookupd that is also a
+        seed keeps the seed's credentials; the others get none.
+        """
+        tasks = self._start("/listlookup", None, parse_listlookup, deadline)
         first_error: NsqError | None = None
         try:
             for next_done in asyncio.as_completed(tasks):
@@ -256,7 +274,10 @@ class LookupdPool:
                 if not found:
                     log.debug("/listlookup is null (standalone fork): using the seeds")
                     break
-                self._adopt(found)
+                self.states = {
+                    u: self.states.get(u) or LookupdHealth(self._seeds.get(u) or Endpoint(u, u))
+                    for u in found + [u for u in self._seeds if u not in found]
+                }
                 log.info("nsqlookupd cluster: %s (leader first)", ", ".join(found))
                 break
             else:
@@ -265,20 +286,6 @@ class LookupdPool:
         finally:
             await self._cancel(tasks)
         self.discovered = True
-
-    def _adopt(self, found: list[str]) -> None:
-        """Use the lookupds ``/listlookup`` named (leader first), then the seeds not named.
-
-        Lookupds discovered before and no longer named are forgotten. A named lookupd that is
-        also a seed keeps the seed's credentials; the others get none.
-        """
-        ordered = found + [u for u in self._seed_endpoints if u not in found]
-        self._lookupds = {
-            u: self._lookupds.get(u) or LookupdHealth(self._seed_endpoints.get(u) or Endpoint(u, u))
-            for u in ordered
-        }
-
-    # -- asking every lookupd ---------------------------------------------------------------
 
     async def gather(
         self,
@@ -291,10 +298,10 @@ class LookupdPool:
 
         Waits for all of them until one has answered, then :data:`ANSWER_GRACE` more seconds
         at most: the requests still running then are left out of the result and go on in the
-        background until the deadline.
+        background until the deadline (a lookupd that misses it is marked failed).
         """
         loop = asyncio.get_running_loop()
-        tasks = self._start(self._usable(), path, params, parse, deadline)
+        tasks = self._start(path, params, parse, deadline)
         pending: set[asyncio.Task[T]] = set(tasks)
         grace_end: float | None = None
         try:
@@ -315,10 +322,9 @@ class LookupdPool:
         results: list[T | NsqError] = []
         for task in tasks:
             if task in pending:
-                self._straggle(task)
-                continue
-            exc = task.exception()
-            if exc is None:
+                self._stragglers.add(task)
+                task.add_done_callback(self._straggler_done)
+            elif (exc := task.exception()) is None:
                 results.append(task.result())
             elif isinstance(exc, NsqError):
                 results.append(exc)

@@ -1,4 +1,4 @@
-"""What a failed lookup raises and what its message says to do (nsq_ha.lookup.failures)."""
+"""What a failed lookup raises and what its message says to do (nsq_ha.lookup.client, .pool)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from nsq_ha.errors import (
     TopicNotFoundError,
     TopicNotWritableError,
 )
-from nsq_ha.lookup.failures import lookup_failure, never_answered, not_http, unwritable
+from nsq_ha.lookup.client import lookup_failure, unwritable
+from nsq_ha.lookup.pool import NSQD_TCP_PORT, never_answered
 from nsq_ha.lookup.wire import LookupdError, PartitionMap, TopicMeta
 from nsq_ha.retry import decide
 
@@ -47,8 +48,12 @@ def test_other_lookup_failures_keep_their_kind() -> None:
     ("reason", "advice"),
     [
         ("unreachable: ConnectError: All connection attempts failed", "usually 4161"),
-        (not_http("RemoteProtocolError: illegal request line", False), "not nsqd's TCP port 4150"),
-        (not_http("RemoteProtocolError: illegal request line", True), "nsqd's TCP port (4150)"),
+        # the reasons LookupdPool._ask gives for an answer that is not HTTP, and for nsqd's
+        (
+            "its answer is not HTTP (RemoteProtocolError: illegal request line)",
+            "not nsqd's TCP port 4150",
+        ),
+        (f"it answered nsqd's E_BAD_PROTOCOL, not HTTP: {NSQD_TCP_PORT}", "nsqd's TCP port (4150)"),
     ],
     ids=["refused", "not-http", "nsqd-tcp-port"],
 )
