@@ -45,9 +45,9 @@ from nsq_ha.errors import (
     UnsupportedByServerError,
 )
 from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
-from nsq_ha.lookup.failures import missing_on_fork
+from nsq_ha.lookup.client import missing_on_fork
 from nsq_ha.redact import redact_text as redact
-from nsq_ha.retry import RECONNECT, Failure, decide, retry_after
+from nsq_ha.retry import RECONNECT, decide, retry_after
 
 if TYPE_CHECKING:
     from nsq_ha.admin import NsqdAdmin
@@ -68,10 +68,8 @@ class Discovery:
     """The slots a consumer wants, made and re-made; fed by lookup (or fixed addresses)."""
 
     def __init__(self, ctx: SlotContext, background: Background) -> None:
-        config = ctx.config
-        self._config = config
+        config = self._config = ctx.config
         self._ctx = ctx
-        self._flow = ctx.flow
         self._background = background
         self.topic = config.topic
         self.channel = config.channel
@@ -86,9 +84,7 @@ class Discovery:
         self._connecting: dict[ConnKey, asyncio.Task[None]] = {}
         #: the waits of the reconnect loops (reconnect_interval doubling up to the max)
         self._backoff = dataclasses.replace(
-            RECONNECT,
-            initial=config.reconnect_interval,
-            cap=config.max_reconnect_interval,
+            RECONNECT, initial=config.reconnect_interval, cap=config.max_reconnect_interval
         )
         self._leaders: dict[int, str] = {}
         #: each (address, partition)'s node, from the fork's maps (for the start position)
@@ -104,11 +100,12 @@ class Discovery:
 
     async def start(self) -> None:
         """Look the topic up and connect every wanted partition; raise what a user must fix."""
+        config = self._config
         if self._lookup is None:  # nsqd= addresses
-            config = self._config
             parts = sorted(config.partitions) if config.partitions is not None else [-1]
-            wanted = [(address, p) for address in config.nsqd or () for p in parts]
-            await self._connect_all(wanted, initial=True)
+            await self._connect_all(
+                [(a, p) for a in config.nsqd or () for p in parts], initial=True
+            )
             return
         pmap: PartitionMap | None = None
         try:
@@ -116,7 +113,7 @@ class Discovery:
         except TopicNotFoundError as exc:  # vanilla: the topic may appear later
             log.warning("%s: %s; waiting for it to appear", self.topic, exc)
         if pmap is None or not pmap.fork:
-            refuse_on_vanilla(self._config.start, pmap, self.channel)
+            refuse_on_vanilla(config.start, pmap, self.channel)
         self._lookup.watch(self.topic, "r", self._on_map)
         if pmap is not None:
             await self._reconcile(pmap, initial=True)
@@ -193,23 +190,25 @@ class Discovery:
     def _check_partitions_exist(self, pmap: PartitionMap, *, initial: bool) -> None:
         """``partitions=`` or ``start=`` naming a partition the topic does not have: refused at
         start (once lookup's ``meta`` gives the partition count), logged as an error afterwards."""
+        count = pmap.meta.partition_num if pmap.meta is not None else 0
         start = self._config.start
-        named = [("partitions=", self._config.partitions or ())]
-        named.append(("start=", start if isinstance(start, dict) else ()))
-        if pmap.meta is None or pmap.meta.partition_num < 1:
-            return
-        count = pmap.meta.partition_num
-        missing = [(option, sorted(p for p in chosen if p >= count)) for option, chosen in named]
-        if not any(parts for _, parts in missing):
-            return
-        text = f"topic {self.topic!r} has {count} partitions (0..{count - 1}); " + "; ".join(
-            f"{option} names {parts}, which it does not have" for option, parts in missing if parts
+        named = {"partitions=": self._config.partitions or ()}
+        named["start="] = start if isinstance(start, dict) else ()
+        missing = [(o, sorted(p for p in chosen if p >= count)) for o, chosen in named.items()]
+        text = "; ".join(
+            f"{o} names {parts}, which it does not have" for o, parts in missing if parts
         )
+        if count < 1 or not text:
+            return
+        text = f"topic {self.topic!r} has {count} partitions (0..{count - 1}); {text}"
         if initial:
             raise ConfigError(text)
         if not self._warned_missing:
             self._warned_missing = True
             log.error("%s: consuming the others", text)
+
+    def _emit(self, event: type[events.LeaderChanged | events.Reconnecting], **fields: Any) -> None:
+        events.emit(event(role="consumer", topic=self.topic, channel=self.channel, **fields))
 
     async def _on_map(self, pmap: PartitionMap) -> None:
         if not self.closing:
@@ -231,47 +230,33 @@ class Discovery:
             self._nodes.update(((n.address, p), n) for p, n in pmap.partitions.items())
         wanted = self._wanted(pmap)
         self._check_partitions_exist(pmap, initial=initial)
-        for address, partition in wanted:
-            if partition < 0:
-                continue
-            previous = self._leaders.get(partition)
-            if previous is not None and previous != address:
-                log.info(
-                    "%s partition %d: leader moved %s -> %s",
-                    self.topic,
-                    partition,
-                    previous,
-                    address,
-                )
-                self._ctx.tally.of(partition)["leader_changes"] += 1
-                events.emit(
-                    events.LeaderChanged(
-                        role="consumer",
-                        topic=self.topic,
-                        channel=self.channel,
-                        partition=partition,
-                        old=previous,
-                        new=address,
-                    )
-                )
-            self._leaders[partition] = address
-        for key, slot in list(self.slots.items()):
-            leader = self._leaders.get(key[1]) if key[1] >= 0 else None
-            if leader is not None and leader != key[0] and not slot.retired:
-                self._retire(slot)  # this partition is now read from another node
+        # -1 (vanilla) is never a key of _leaders: it never moves
+        moved = [(p, self._leaders[p], a) for a, p in wanted if self._leaders.get(p, a) != a]
+        self._leaders.update((p, a) for a, p in wanted if p >= 0)
+        for partition, old, new in moved:
+            log.info("%s partition %d: leader moved %s -> %s", self.topic, partition, old, new)
+            self._ctx.tally.of(partition)["leader_changes"] += 1
+            self._emit(events.LeaderChanged, partition=partition, old=old, new=new)
+        for (address, partition), slot in list(self.slots.items()):
+            if self._leaders.get(partition, address) != address and not slot.retired:
+                # the partition is now read from another node: drain this slot, then close it
+                slot.retired = True
+                log.info("%s: leaving %s (the partition moved)", self.topic, slot)
+                self._ctx.flow.remove(slot.key)  # its budget goes to the new leader
+                drain = slot.drain(self._config.drain_timeout)
+                self._background.spawn(drain, f"nsq_ha-retire-{slot.key}")
         await self._connect_all(wanted, initial=initial)
 
     # -- connecting ---------------------------------------------------------------------------
 
     async def _connect_all(self, wanted: list[ConnKey], *, initial: bool) -> None:
-        tasks: list[asyncio.Task[None]] = []
-        for key in wanted:
-            if key in self.slots or key in self._connecting:
-                continue  # subscribed, or being subscribed (or in its reconnect loop)
-            tasks.append(self._launch(key, self._connect(key, initial=initial)))
-        if initial and tasks:
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            for result in results:
+        tasks = [  # not those subscribed, or being subscribed (or in their reconnect loop)
+            self._launch(key, self._connect(key, initial=initial))
+            for key in wanted
+            if key not in self.slots and key not in self._connecting
+        ]
+        if initial:
+            for result in await asyncio.gather(*tasks, return_exceptions=True):
                 if isinstance(result, BaseException):
                     raise result
 
@@ -305,54 +290,82 @@ class Discovery:
 
     async def _reconnect(self, key: ConnKey, error: NsqError, started: float) -> None:
         """The reconnect loop (:func:`nsq_ha.retry.retry_after`): each try after the first
-        looks the topic up afresh (the leader may have moved) and subscribes again, after
-        ``reconnect_interval`` doubling up to ``max_reconnect_interval``, until it works, the
-        partition is read elsewhere, or the consumer closes."""
+        looks the topic up afresh and subscribes again if the map still names this node for the
+        partition (else the lookup's watcher subscribes to the new leader, and this loop ends),
+        after ``reconnect_interval`` doubling up to ``max_reconnect_interval``, until it works,
+        the partition is read elsewhere, or the consumer closes."""
+        where = f"partition {_partition_text(key)} on {key[0]}"
         if not decide(error).retry:
             log.error(
-                "%s partition %s on %s: %s: this needs fixing; trying again meanwhile",
+                "%s %s: %s: this needs fixing; trying again meanwhile",
                 self.topic,
-                _partition_text(key),
-                key[0],
+                where,
                 redact(str(error)),
             )
+
+        async def again(_attempt: int) -> None:
+            if self.closing:
+                return
+            if self._lookup is not None:
+                pmap = await self._lookup.refresh(self.topic, "r")
+                if key not in self._wanted(pmap) or self.closing:
+                    return
+            await self._subscribe(key)
+
         await retry_after(
             error,
-            lambda _: self._again(key),
-            what=f"{self.topic}/{self.channel} partition {_partition_text(key)} on {key[0]}",
+            again,
+            what=f"{self.topic}/{self.channel} {where}",
             backoff=self._backoff,
             started=started,
             should_retry=lambda exc: isinstance(exc, NsqError) and not self.closing,
-            on_retry=lambda failure: self._reconnecting(key, failure),
-            describe=lambda exc: redact(str(exc)),
-            logger=log,
-        )
-
-    async def _again(self, key: ConnKey) -> None:
-        """One try of the reconnect loop: a fresh lookup, then the subscription if the map
-        still names this node for the partition (else the lookup's watcher subscribes to the
-        new leader, and this loop ends)."""
-        if self.closing:
-            return
-        if self._lookup is not None:
-            pmap = await self._lookup.refresh(self.topic, "r")
-            if key not in self._wanted(pmap) or self.closing:
-                return
-        await self._subscribe(key)
-
-    def _reconnecting(self, key: ConnKey, failure: Failure) -> None:
-        events.emit(
-            events.Reconnecting(
-                role="consumer",
-                topic=self.topic,
-                channel=self.channel,
+            on_retry=lambda failure: self._emit(
+                events.Reconnecting,
                 partition=key[1] if key[1] >= 0 else None,
                 address=key[0],
                 error=redact(str(failure.error)),
                 attempt=failure.attempt,
                 delay=failure.wait,
-            )
+            ),
+            describe=lambda exc: redact(str(exc)),
+            logger=log,
         )
+
+    async def _subscribed(
+        self, conn: NsqdConnection, partition: int | None, ordered: bool, advanced: bool
+    ) -> bool:
+        """Connect ``conn`` and subscribe it: True, or False (closed) when nsqd asked for
+        another mode (ordered, ext), which is then the one used."""
+        try:
+            await conn.connect()
+            if (ordered or advanced) and not conn.is_fork:
+                what = "ordered consumption" if ordered else "with_offsets (SUB_ADVANCED)"
+                raise UnsupportedByServerError(
+                    f"{what} needs the fork; nsqd {conn.address} is vanilla"
+                )
+            await conn.subscribe(
+                self.topic, self.channel, partition, ordered=ordered, advanced=advanced
+            )
+        except BaseException as exc:
+            await conn.close()
+            if isinstance(exc, SubOrderRequiredError) and self._config.ordered is not False:
+                log.info("%s: nsqd says the topic is ordered: using SUB_ORDERED", self.topic)
+                self.use_ordered = True
+            elif isinstance(exc, ExtendSupportRequiredError):
+                log.info("%s: nsqd says it is an ext topic: using extend_support", self.topic)
+                self._ext = True
+            elif isinstance(exc, ExtendSupportForbiddenError):
+                self._ext = False
+            else:
+                raise
+            return False
+        return True
+
+    def _conn(
+        self, address: str, on_message: Callable[[Any], object], on_error: Callable[[Any], object]
+    ) -> NsqdConnection:
+        config = self._config.connection_config(extend_support=self._ext)
+        return NsqdConnection(address, config=config, on_message=on_message, on_error=on_error)
 
     async def _subscribe(self, key: ConnKey) -> None:
         partition = None if key[1] < 0 else key[1]
@@ -361,86 +374,67 @@ class Discovery:
         for _ in range(_MODE_SWITCHES):  # nsqd may say the topic is ordered / ext: switch
             ordered = self.use_ordered
             slot = Slot(self._ctx, key, ordered)
-            conn = NsqdConnection(
-                key[0],
-                config=self._config.connection_config(extend_support=self._ext),
-                on_message=slot.on_message,
-                on_error=slot.on_error,
-            )
-            slot.conn = conn
-            try:
-                await conn.connect()
-                advanced = self._config.with_offsets and not ordered
-                if (ordered or advanced) and not conn.is_fork:
-                    what = "ordered consumption" if ordered else "with_offsets (SUB_ADVANCED)"
-                    raise UnsupportedByServerError(
-                        f"{what} needs the fork; nsqd {conn.address} is vanilla"
-                    )
-                await conn.subscribe(
-                    self.topic, self.channel, partition, ordered=ordered, advanced=advanced
-                )
-            except BaseException as exc:
-                await conn.close()
-                if isinstance(exc, SubOrderRequiredError) and self._config.ordered is not False:
-                    log.info("%s: nsqd says the topic is ordered: using SUB_ORDERED", self.topic)
-                    self.use_ordered = True
-                elif isinstance(exc, ExtendSupportRequiredError):
-                    log.info("%s: nsqd says it is an ext topic: using extend_support", self.topic)
-                    self._ext = True
-                elif isinstance(exc, ExtendSupportForbiddenError):
-                    self._ext = False
-                else:
-                    raise
+            slot.conn = conn = self._conn(key[0], slot.on_message, slot.on_error)
+            advanced = self._config.with_offsets and not ordered
+            if not await self._subscribed(conn, partition, ordered, advanced):
                 continue
             if self.closing:
                 await conn.close()
                 return
-            self._register(slot, conn)
+            self.slots[key] = slot
+            log.info(
+                "consuming %s/%s partition %s from %s (%s)",
+                self.topic,
+                self.channel,
+                _partition_text(key),
+                conn.address,
+                "SUB_ORDERED" if ordered else ("SUB_ADVANCED" if advanced else "SUB"),
+            )
+            self._ctx.flow.add(key, conn, max_rdy=conn.negotiated.max_rdy_count, ordered=ordered)
+            self._background.spawn(self._watch(slot, conn), f"nsq_ha-watch-{key}")
             return
         raise ConfigError(f"{self.topic}: nsqd keeps refusing the subscription mode")
 
     async def _place(self, key: ConnKey, partition: int) -> None:
-        """Before the partition's first SUB: create the channel at ``start`` if it is new."""
+        """Before the partition's first SUB: create the channel at ``start`` if it is new, and
+        move it there."""
         body = start_body(self._config.start, partition)
         node = self._nodes.get(key)
         if body is None or node is None:
             self._placed.add(partition)  # nothing to apply (or no map: nsqd= addresses)
             return
+        topic, channel = self.topic, self.channel
         try:
-            await self._apply(node.http_url, key[0], partition, body)
+            async with nsqd_admin(node.http_url) as admin:
+                if partition not in self._created:
+                    if await channel_exists(admin, topic, channel, partition):
+                        log.info(
+                            "%s/%s partition %d: the channel exists and keeps its position "
+                            "(start= applies to new channels)",
+                            topic,
+                            channel,
+                            partition,
+                        )
+                        self._placed.add(partition)
+                        return
+                    await admin.create_channel(topic, channel, partition)
+                    self._created.add(partition)
+                if self.use_ordered:  # ordered before it moves: SUB_ORDERED's own switch would
+                    # reset the reader after the move and send the partition's first message twice
+                    await admin.set_order(topic, channel, partition, ordered=True)
+                try:
+                    await move(admin, topic, channel, partition, body)
+                    if self.use_ordered:
+                        await self._release_held(admin, key[0], partition, body)
+                except NsqError as exc:
+                    if not decide(retriable(exc)).retry:  # leave no channel at the wrong position
+                        await self._unmake(admin, partition)
+                    raise
         except NsqError as exc:
             raise retriable(exc) from exc
         self._created.discard(partition)
         self._placed.add(partition)
-        log.info("%s/%s partition %d: new channel at %s", self.topic, self.channel, partition, body)
-
-    async def _apply(self, url: str, address: str, partition: int, body: str) -> None:
-        """Create the channel (unless it exists) and move it to ``body``."""
-        async with nsqd_admin(url) as admin:
-            if partition not in self._created:
-                if await channel_exists(admin, self.topic, self.channel, partition):
-                    log.info(
-                        "%s/%s partition %d: the channel exists and keeps its position (start= "
-                        "applies to new channels)",
-                        self.topic,
-                        self.channel,
-                        partition,
-                    )
-                    self._placed.add(partition)
-                    return
-                await admin.create_channel(self.topic, self.channel, partition)
-                self._created.add(partition)
-            if self.use_ordered:  # ordered before it moves: SUB_ORDERED's own switch would
-                # reset the reader after the move and send the partition's first message twice
-                await admin.set_order(self.topic, self.channel, partition, ordered=True)
-            try:
-                await move(admin, self.topic, self.channel, partition, body)
-                if self.use_ordered:
-                    await self._release_held(admin, address, partition, body)
-            except NsqError as exc:
-                if not decide(retriable(exc)).retry:  # leave no channel at the wrong position
-                    await self._unmake(admin, partition)
-                raise
+        log.info("%s/%s partition %d: new channel at %s", topic, channel, partition, body)
 
     async def _release_held(
         self, admin: NsqdAdmin, address: str, partition: int, body: str
@@ -458,7 +452,13 @@ class Discovery:
             first.append(message.id)
             arrived.set()
 
-        conn = await self._probe(address, partition, take)
+        for _ in range(_MODE_SWITCHES):  # in the ext mode nsqd asks for
+            # on_error: the FIN of the message the move forgot
+            conn = self._conn(address, take, lambda _error: None)
+            if await self._subscribed(conn, partition, True, False):
+                break
+        else:
+            raise ConfigError(f"{self.topic}: nsqd keeps refusing the subscription mode")
         try:
             conn.rdy(1)
             try:
@@ -473,31 +473,6 @@ class Discovery:
             await conn.sync(timeout=ADMIN_TIMEOUT)
         finally:
             await conn.close()
-
-    async def _probe(
-        self, address: str, partition: int, on_message: Callable[[Any], None]
-    ) -> NsqdConnection:
-        """A connection of our own subscribed ordered to ``partition`` (RDY 0), in the ext mode
-        nsqd asks for."""
-        for _ in range(_MODE_SWITCHES):
-            conn = NsqdConnection(
-                address,
-                config=self._config.connection_config(extend_support=self._ext),
-                on_message=on_message,
-                on_error=lambda _error: None,  # the FIN of the message the move forgot
-            )
-            try:
-                await conn.connect()
-                await conn.subscribe(self.topic, self.channel, partition, ordered=True)
-            except (ExtendSupportRequiredError, ExtendSupportForbiddenError) as exc:
-                self._ext = isinstance(exc, ExtendSupportRequiredError)
-                await conn.close()
-                continue
-            except BaseException:
-                await conn.close()
-                raise
-            return conn
-        raise ConfigError(f"{self.topic}: nsqd keeps refusing the subscription mode")
 
     async def _unmake(self, admin: NsqdAdmin, partition: int) -> None:
         """Delete the channel this consumer made and could not move: a later start finds it
@@ -516,22 +491,7 @@ class Discovery:
             return
         self._created.discard(partition)
 
-    def _register(self, slot: Slot, conn: NsqdConnection) -> None:
-        self.slots[slot.key] = slot
-        log.info(
-            "consuming %s/%s partition %s from %s (%s)",
-            self.topic,
-            self.channel,
-            _partition_text(slot.key),
-            conn.address,
-            "SUB_ORDERED"
-            if slot.ordered
-            else ("SUB_ADVANCED" if self._config.with_offsets else "SUB"),
-        )
-        self._flow.add(slot.key, conn, max_rdy=conn.negotiated.max_rdy_count, ordered=slot.ordered)
-        self._background.spawn(self._watch(slot, conn), f"nsq_ha-watch-{slot.key}")
-
-    # -- failures and refreshes ---------------------------------------------------------------
+    # -- failures -----------------------------------------------------------------------------
 
     async def _watch(self, slot: Slot, conn: NsqdConnection) -> None:
         """Once the connection closed: forget it, abandon what it held, make it again (the
@@ -540,20 +500,13 @@ class Discovery:
         if self.slots.get(slot.key) is slot:
             del self.slots[slot.key]
         if not slot.retired:  # a retired slot's budget went elsewhere already
-            self._flow.remove(slot.key)
+            self._ctx.flow.remove(slot.key)
         slot.abandon_all()
         if self.closing or slot.retired or slot.key in self._connecting:
             return
         reason = conn.close_reason or "closed by nsqd"
         error = reason if isinstance(reason, NsqError) else NsqError(str(reason))
         self._reconnect_later(slot.key, error, time.monotonic())
-
-    def _retire(self, slot: Slot) -> None:
-        """The partition moved to another node: drain this connection, then close it."""
-        slot.retired = True
-        log.info("%s: leaving %s (the partition moved)", self.topic, slot)
-        self._flow.remove(slot.key)  # its budget goes to the new leader
-        self._background.spawn(slot.drain(self._config.drain_timeout), f"nsq_ha-retire-{slot.key}")
 
 
 def _partition_text(key: ConnKey) -> str:
