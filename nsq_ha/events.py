@@ -185,16 +185,11 @@ def _report(listener: Listener, event: Event, exc: BaseException) -> None:
         name = repr(listener)
     else:
         name = f"{module}.{qualname}" if isinstance(module, str) else qualname
-    if isinstance(exc, SystemExit | KeyboardInterrupt):
-        log.error(
-            "event listener %s raised %s on %r: a listener must not call sys.exit() or raise "
-            "KeyboardInterrupt (it runs on the client's event loop, which would stop every "
-            "client on it); the clients keep running. To stop the program, act on the error "
-            "the call raises, or signal the main thread",
-            name,
-            type(exc).__name__,
-            event,
-            exc_info=exc,
+    hint = ""
+    if isinstance(exc, SystemExit | KeyboardInterrupt):  # it would stop every client on the loop
+        hint = (
+            f" ({type(exc).__name__}): a listener must not call sys.exit() or raise "
+            "KeyboardInterrupt (it runs on the client's event loop); the clients keep running. To "
+            "stop the program, act on the error the call raises, or signal the main thread"
         )
-    else:
-        log.error("event listener %s failed on %r", name, event, exc_info=exc)
+    log.error("event listener %s failed on %r%s", name, event, hint, exc_info=exc)

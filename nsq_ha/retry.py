@@ -1,10 +1,8 @@
 """The one place that turns an error into what to do next.
 
-Every error class carries two flags (``errors.py``): ``retriable`` (trying the same operation
-again may succeed) and ``refresh_lookup`` (the partition map is stale). Broker errors also carry
-``fatal``, set by the connection from the command that failed (nsqd closes the connection, or
-the stream is out of step). :func:`decide` reads those flags and nothing else, so the producer,
-the consumer and the tools cannot disagree about an error::
+:func:`decide` reads the flags ``errors.py`` puts on every error (``retriable``,
+``refresh_lookup``; a broker error's ``fatal``, set by the connection from the command that
+failed) and nothing else, so the producer, the consumer and the tools cannot disagree::
 
     error                                   retry  refresh lookup  reconnect
     ------------------------------------    -----  --------------  ---------
@@ -17,21 +15,19 @@ the consumer and the tools cannot disagree about an error::
 A broker error that says the partition moved (``refresh_lookup``) also drops the connection
 even when nsqd keeps it open: connections are per (node, partition), and that node no longer
 leads the partition. Whether the caller may still retry (a producer that is closing does not)
-is the caller's business; what the error means is decided here.
+is the caller's business.
 
 **Retry loops** (:func:`retry_after`) are tenacity's, built in one place so that every loop
 of the project stops, waits, logs and gives up the same way:
 
-* the first attempt is made by the caller, outside tenacity: an operation that succeeds (a
-  warm publish, a lookup) never builds a retry object; :func:`retry_after` takes its error and
-  makes the attempts after it;
+* the first attempt is made by the caller, outside tenacity, so that an operation that
+  succeeds (a warm publish, a lookup) never builds a retry object;
 * it stops after ``attempts`` attempts and/or ``deadline`` seconds from the first attempt
   (neither: it retries until cancelled);
 * the waits are one family, :class:`Backoff` (the jitter is added after the cap, so clients
   that all wait the cap after an outage do not come back in step);
 * before each wait one log line names what failed, the attempt, the error and the next wait (a
-  warning for the first failure, debug lines for the others), then ``on_retry`` hears it (the
-  caller's event);
+  warning for the first failure, debug lines for the others), then ``on_retry`` hears it;
 * errors ``should_retry`` refuses are raised as they are; when the loop stops, ``give_up``
   makes the typed error raised, with the last error as its ``__cause__`` (no ``RetryError``);
 * cancellation, KeyboardInterrupt and any other BaseException are never retried nor wrapped.
@@ -198,9 +194,8 @@ async def retry_after(
     describe: Callable[[BaseException], str] = _text,
     logger: logging.Logger = log,
 ) -> T:
-    """``await attempt(n)`` for n = 2, 3, ... under a fresh tenacity controller (see the
-    module's docstring), after attempt 1, made by the caller outside tenacity, failed with
-    ``first_error``::
+    """``await attempt(n)`` for n = 2, 3, ... (see the module's docstring) after the caller's
+    attempt 1 failed with ``first_error``::
 
         started = time.monotonic()
         try:

@@ -24,18 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypedDict, Unpack
 
 from nsq_ha import _sync_runtime
-from nsq_ha._sync_handout import Answers as _Answers
-from nsq_ha._sync_handout import Message, hand_out
-from nsq_ha._sync_handout import gone as _gone
-from nsq_ha._sync_runtime import (
-    CLOSE_BACKSTOP,
-    Begun,
-    Closable,
-    LoopThread,
-    loop_thread,
-    register,
-    unregister,
-)
+from nsq_ha._sync_handout import Answers, Message, gone, hand_out
+from nsq_ha._sync_runtime import Closable, LoopThread, loop_thread, register, unregister
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import Consumer as AsyncConsumer
 from nsq_ha.consumer import ConsumerConfig
@@ -64,9 +54,9 @@ def shared_loop() -> asyncio.AbstractEventLoop:
 
 def _backstop(close: float, connection: ConnectionConfig) -> float:
     """How long a blocking close waits for its asyncio close: its limits (``close``, the
-    connections' close and command timeouts), twice, plus :data:`CLOSE_BACKSTOP`."""
+    connections' close and command timeouts), twice, plus ``CLOSE_BACKSTOP``."""
     limits = close + connection.close_timeout + connection.command_timeout
-    return min(2 * limits + CLOSE_BACKSTOP, threading.TIMEOUT_MAX)
+    return min(2 * limits + _sync_runtime.CLOSE_BACKSTOP, threading.TIMEOUT_MAX)
 
 
 class _PublishOptions(TypedDict, total=False):
@@ -178,7 +168,7 @@ class Producer(Closable):
         this only marks it closed: the connections belong to the parent."""
         self._close(optional_seconds(timeout, "timeout"))
 
-    def _start_close(self, limit: float | None = None) -> Begun:
+    def _start_close(self, limit: float | None = None) -> _sync_runtime.Begun:
         unregister(self)
         runner, settings = self._runner, self.producer_config
         if not runner.alive_here:
@@ -219,7 +209,7 @@ class Consumer(Closable):
         #: fetched from the loop, not handed out yet
         self._fetched: collections.deque[AsyncMessage] = collections.deque()
         #: the answers given to the messages handed out, on their way to the loop
-        self._answers = _Answers(self._runner)
+        self._answers = Answers(self._runner)
         self._batch = max(1, min(settings.max_in_flight, _MAX_BATCH))
         self._closing = False
         register(self)
@@ -240,7 +230,7 @@ class Consumer(Closable):
     def _live(self) -> LoopThread:
         if self._runner.stale:
             raise ConsumerClosedError(
-                f"this consumer cannot be used here: {_gone(self._runner)}; make a new Consumer"
+                f"this consumer cannot be used here: {gone(self._runner)}; make a new Consumer"
             )
         return self._runner
 
@@ -334,7 +324,7 @@ class Consumer(Closable):
         forked child, like :meth:`Producer.close`."""
         self._close(optional_seconds(drain_timeout, "drain_timeout"))
 
-    def _start_close(self, limit: float | None = None) -> Begun:
+    def _start_close(self, limit: float | None = None) -> _sync_runtime.Begun:
         unregister(self)
         self._closing = True
         if not self._runner.alive_here:
