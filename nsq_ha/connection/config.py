@@ -73,27 +73,20 @@ class ConnectionConfig:
     IDENTIFY settings (``None`` = nsqd's default): ``client_id``, ``hostname``, ``user_agent``,
     ``heartbeat_interval`` (s, >= 1; ``-1`` disables heartbeats, which forbids SUB),
     ``output_buffer_size`` (bytes), ``output_buffer_timeout`` (s), ``msg_timeout`` (s),
-    ``sample_rate``, ``desired_tag``, ``extend_support`` (fork ext topics: must be True exactly
-    when subscribing to an ext topic), ``ext_filter``.
+    ``sample_rate``, ``desired_tag``, ``extend_support`` (True exactly when subscribing to a
+    fork ext topic), ``ext_filter``. Upgrades: ``tls`` (an ``ssl.SSLContext``: nsqd must agree),
+    ``tls_server_hostname`` (default: the host), ``snappy`` or ``deflate`` (``deflate_level``).
 
-    Upgrades: ``tls`` (an ``ssl.SSLContext``; the connection fails if nsqd does not agree to
-    TLS), ``tls_server_hostname`` (defaults to the host connected to), ``snappy`` or
-    ``deflate`` (+ ``deflate_level``).
+    AUTH: ``auth_secret`` is sent when nsqd says ``auth_required``, by default only over TLS
+    (else the handshake fails with HandshakeError): any host that lookupd names, or anyone on
+    the path, could claim ``auth_required`` and read it. ``allow_plaintext_auth=True`` sends it
+    in clear text anyway (a trusted network only). It never appears in ``repr``, logs or errors.
 
-    AUTH: ``auth_secret`` is sent when nsqd says ``auth_required``, and by default only over
-    TLS: on a plaintext connection the handshake fails with HandshakeError and the secret is
-    not sent, because any host that lookupd names (or anyone on the path) could claim
-    ``auth_required`` and read it. ``allow_plaintext_auth=True`` sends it in clear text anyway
-    (only for a trusted network: the secret can be sniffed or phished). The secret never
-    appears in ``repr``, logs or exception texts.
-
-    Limits checked before sending: ``max_msg_size`` and ``max_body_size`` (nsqd's
-    ``--max-msg-size``/``--max-body-size``; defaults are nsqd's). Timeouts in seconds:
-    ``connect_timeout`` (TCP + handshake), ``command_timeout`` (default for a response),
-    ``close_timeout`` (CLS and in-flight work at close); each is a finite number of seconds
-    above 0 and at most :data:`MAX_DURATION`, and ``command_timeout`` also bounds the wait
-    for a full socket buffer to drain. ``write_buffer_limit`` is the socket-buffer high-water
-    mark above which senders wait.
+    Limits checked before sending: ``max_msg_size``, ``max_body_size`` (nsqd's flags, its
+    defaults). Timeouts, finite seconds above 0 and at most :data:`MAX_DURATION`:
+    ``connect_timeout`` (TCP + handshake), ``command_timeout`` (an answer, or a full socket
+    buffer's drain), ``close_timeout`` (CLS and in-flight work at close).
+    ``write_buffer_limit`` is the socket-buffer high-water mark above which senders wait.
     """
 
     client_id: str | None = None
@@ -137,14 +130,10 @@ class ConnectionConfig:
 
     def __repr__(self) -> str:
         """Every field, with the AUTH secret redacted."""
-        shown = []
-        for item in dataclasses.fields(self):
-            value = getattr(self, item.name)
-            if item.name == "auth_secret" and value is not None:
-                shown.append(f"auth_secret={_REDACTED}")
-            else:
-                shown.append(f"{item.name}={value!r}")
-        return f"ConnectionConfig({', '.join(shown)})"
+        shown = {item.name: repr(getattr(self, item.name)) for item in dataclasses.fields(self)}
+        if self.auth_secret is not None:
+            shown["auth_secret"] = _REDACTED
+        return f"ConnectionConfig({', '.join(f'{name}={value}' for name, value in shown.items())})"
 
     def to_identify(self) -> IdentifyRequest:
         """Return the IDENTIFY body (always with ``feature_negotiation``)."""

@@ -80,6 +80,8 @@ class NsqdConnection:
     ) -> None:
         """Prepare a connection to ``address`` (``"host:port"``); nothing is opened yet."""
         self.host, self.port = parse_address(address)
+        #: ``host:port`` of the nsqd.
+        self.address = f"{self.host}:{self.port}"
         self.config = config if config is not None else ConnectionConfig()
         if not isinstance(self.config, ConnectionConfig):
             raise ConfigError("config must be a ConnectionConfig")
@@ -88,12 +90,14 @@ class NsqdConnection:
         self._session = ClientSession(max_frame_size=frame_limit)
         self._answers = PendingAnswers()
         self._transport: StreamTransport | None = None
-        self._auth: AuthResponse | None = None
+        #: The AUTH answer (identity, identity_url, permission_count), if AUTH ran.
+        self.auth: AuthResponse | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._reader_stopping = False
         self._closed = asyncio.Event()
-        self._close_reason: BaseException | None = None
+        #: Why the connection closed, when it was not closed by :meth:`close` cleanly.
+        self.close_reason: BaseException | None = None
         self._on_message = on_message
         #: set when a message is answered or the connection closes (what close() waits for)
         self._answered = asyncio.Event()
@@ -108,19 +112,14 @@ class NsqdConnection:
                 parts.append("tls")
             if self._transport.compression:
                 parts.append(self._transport.compression)
-        if self._auth is not None:
-            parts.append(f"identity={self._auth['identity']!r}")
+        if self.auth is not None:
+            parts.append(f"identity={self.auth['identity']!r}")
         parts.append(f"pending={self._session.pending}")
         if self._session.in_flight:
             parts.append(f"in_flight={self._session.in_flight}")
-        if self._close_reason is not None:
-            parts.append(f"reason={_describe(self._close_reason)}")
+        if self.close_reason is not None:
+            parts.append(f"reason={_describe(self.close_reason)}")
         return f"<NsqdConnection {' '.join(parts)}>"
-
-    @property
-    def address(self) -> str:
-        """``host:port`` of the nsqd."""
-        return f"{self.host}:{self.port}"
 
     @property
     def writes(self) -> int:
@@ -149,19 +148,9 @@ class NsqdConnection:
         return self._session.is_fork
 
     @property
-    def auth(self) -> AuthResponse | None:
-        """The AUTH answer (identity, identity_url, permission_count), if AUTH ran."""
-        return self._auth
-
-    @property
     def closed(self) -> bool:
         """True once the connection is closed (by either side)."""
         return self._session.closed
-
-    @property
-    def close_reason(self) -> BaseException | None:
-        """Why the connection closed, when it was not closed by :meth:`close` cleanly."""
-        return self._close_reason
 
     @property
     def in_flight(self) -> int:
@@ -214,7 +203,7 @@ class NsqdConnection:
             )
             await self._shutdown(reason, ConnectionClosedError(what))
             raise reason
-        self._auth = auth
+        self.auth = auth
         self._session.ready(msg_timeout=config.msg_timeout)
         reader = FrameReader(
             self._session,
@@ -230,7 +219,7 @@ class NsqdConnection:
 
     def _closed_error(self) -> ConnectionClosedError:
         error = ConnectionClosedError(f"connection to {self.address} is closed")
-        error.__cause__ = self._close_reason
+        error.__cause__ = self.close_reason
         return error
 
     def _raise_if_closed(self) -> None:
@@ -447,7 +436,7 @@ class NsqdConnection:
         """Enter CLOSED, fail every waiter with ``waiter_error``, close the socket."""
         if self._session.closed:
             return
-        self._close_reason = reason
+        self.close_reason = reason
         self._session.close()
         if self._transport is not None:
             self._transport.discard_queued()
