@@ -80,20 +80,18 @@ class ProducerOptions(TypedDict, total=False):
     topic_idle_timeout: float
 
 
-def _addresses(value: str | Sequence[str] | None, name: str) -> tuple[str, ...] | None:
+def _addresses(value: object, name: str) -> tuple[str, ...] | None:
     """``None``, or one or more addresses as a tuple (duplicates dropped, order kept)."""
     if value is None:
         return None
     items = [value] if isinstance(value, str) else value
-    if isinstance(cast(object, items), bytes | bytearray) or not isinstance(
-        cast(object, items), Sequence
-    ):
+    if isinstance(items, bytes | bytearray) or not isinstance(items, Sequence):
         raise InvalidArgumentError(f"{name} must be an address or a sequence of addresses")
     addresses = tuple(dict.fromkeys(items))
     if not addresses:
         raise ConfigError(f"{name}= needs at least one address")
     for address in addresses:
-        if not isinstance(cast(object, address), str) or not address.strip():
+        if not isinstance(address, str) or not address.strip():
             raise InvalidArgumentError(f"{name} addresses must be non-empty strings")
     return addresses
 
@@ -162,8 +160,8 @@ class ProducerConfig:
     topic_idle_timeout: float = 300.0
 
     def __post_init__(self) -> None:
-        lookupd = _addresses(cast("str | Sequence[str] | None", self.lookupd), "lookupd")
-        nsqd = _addresses(cast("str | Sequence[str] | None", self.nsqd), "nsqd")
+        lookupd = _addresses(self.lookupd, "lookupd")
+        nsqd = _addresses(self.nsqd, "nsqd")
         if sum(x is not None for x in (lookupd, self.lookup, nsqd)) != 1:
             raise ConfigError("give exactly one of lookupd=, lookup= or nsqd=")
         if self.lookup is not None and not isinstance(cast(object, self.lookup), LookupClient):

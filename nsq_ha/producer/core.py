@@ -29,6 +29,7 @@ from nsq_ha.routing import ShardingKey
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+_STATS = ("published", "commands", "retries", "connections", "lookups_forced", "batches_split")
 
 
 class Producer:
@@ -56,10 +57,7 @@ class Producer:
         settings = self._config = ProducerConfig.from_options(config, options)
         self._lookup = LookupClient(settings.lookupd) if settings.lookupd else settings.lookup
         #: counters for logs, tests and benchmarks
-        self.stats: dict[str, int] = dict.fromkeys(
-            ("published", "commands", "retries", "connections", "lookups_forced", "batches_split"),
-            0,
-        )
+        self.stats: dict[str, int] = dict.fromkeys(_STATS, 0)
         self._closing_flag = asyncio.Event()  # set by close(); the sender reads is_set()
         self._pool = ConnectionPool(settings.connection, self.stats)
         self._memo = SlotMemo(settings.strategy)
@@ -329,10 +327,7 @@ class Producer:
                     limit,
                 )
                 self._pool.aborting = True
-                self._sender.abort(
-                    topics,
-                    PublishError("the producer closed before nsqd acknowledged it", attempts=0),
-                )
+                self._sender.abort(topics)
             conns = [conn for topic in topics for conn in topic.conns.values()]
             for topic in topics:
                 topic.conns.clear()

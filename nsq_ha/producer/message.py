@@ -29,11 +29,7 @@ _RECORD_OVERHEAD = 4 + 26
 
 
 def prepare_message(
-    body: object,
-    *,
-    trace_id: object = None,
-    ext: object = None,
-    max_msg_size: int | None = None,
+    body: object, *, trace_id: object = None, ext: object = None, max_msg_size: int | None = None
 ) -> PublishMessage:
     """Validate one message before it is queued; every problem raises a typed error (the
     values are typed ``object``: a compiled build would raise TypeError before these checks).

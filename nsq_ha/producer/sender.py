@@ -175,12 +175,7 @@ class Sender:
         return self.submit(topic, slot, messages, plain_bytes)
 
     def queue_plain(
-        self,
-        topics: dict[Any, Topic],
-        name: object,
-        body: object,
-        key: object,
-        partition: object,
+        self, topics: dict[Any, Topic], name: object, body: object, key: object, partition: object
     ) -> asyncio.Future[Outcomes] | None:
         """:meth:`queue_ready` of a plain message (non-empty ``bytes`` within
         ``max_msg_size``), made here, to the topic ``topics`` holds for ``name``; None when
@@ -270,8 +265,9 @@ class Sender:
             lane.senders.discard(cast("asyncio.Task[None]", asyncio.current_task(lane.loop)))
             topic.last_used = time.monotonic()  # idle from the end of its work on
 
-    def abort(self, topics: Iterable[Topic], error: BaseException) -> None:
-        """Cancel every lane's tasks and fail every queued message with ``error``."""
+    def abort(self, topics: Iterable[Topic]) -> None:
+        """Cancel every lane's tasks and fail every queued message (the producer gave up)."""
+        error = PublishError("the producer closed before nsqd acknowledged it", attempts=0)
         for topic in topics:
             for lane in topic.lanes.values():
                 for task in lane.senders:
@@ -357,17 +353,8 @@ class Sender:
                 last_error=failure.error,
             )
 
-        def closed(exc: NsqError) -> PublishError:
-            return PublishError(
-                f"{what}: the producer closed before nsqd acknowledged it",
-                attempts=tries,
-                last_error=exc,
-            )
-
         if not decide(first_error).retry:
             raise first_error
-        if self.pool.aborting:
-            raise closed(first_error) from first_error
         policy = self.policy
         try:
             result = await retry_after(
@@ -386,8 +373,12 @@ class Sender:
                 logger=_QUIET if topic.streaks.get(what) else log,
             )
         except NsqError as exc:
-            if decide(exc).retry and self.pool.aborting:  # closed under the loop
-                raise closed(exc) from exc
+            if decide(exc).retry and self.pool.aborting:  # closed before or under the loop
+                raise PublishError(
+                    f"{what}: the producer closed before nsqd acknowledged it",
+                    attempts=tries,
+                    last_error=exc,
+                ) from exc
             raise
         finally:
             failed = topic.streaks.pop(what, None)
