@@ -1,7 +1,5 @@
-"""The blocking consumer's per-message work: handing each message out in the calling thread,
-and queuing its answer for the loop. Compiled with the hot modules (``nsq_ha.compiled``):
-:mod:`nsq_ha.sync` re-exports :class:`Message`, and its Consumer iterates with
-:func:`hand_out`.
+"""The blocking consumer's per-message work, compiled with the hot modules: handing each
+message out in the calling thread (:func:`hand_out`), and queuing its answer for the loop.
 
 mypyc makes both classes native: :class:`Message` (final) has one read-only property per public
 attribute of the asyncio message, written out rather than made after import (a native class

@@ -274,9 +274,8 @@ class Consumer(Closable):
             return handed
 
     def _fetch(self, runner: LoopThread, limit: float | None) -> bool:
-        """Wait for the next batch, queued to be handed out; False once closed (or after
-        ``limit`` seconds). The batch is queued on the loop, so a wait interrupted here loses
-        nothing: the fetch is cancelled, and what it took anyway is queued all the same."""
+        """Wait for the next batch, queued on the loop (an interrupted wait loses nothing: see
+        :meth:`get`); False once closed (or after ``limit`` seconds)."""
         if self._closing:
             return False
         future = runner.submit(self._fetch_on_loop(limit))
