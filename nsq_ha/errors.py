@@ -76,8 +76,7 @@ _PUBLISH = frozenset(b"PUB PUB_TRACE PUB_EXT MPUB MPUB_TRACE MPUB_EXT DPUB".spli
 
 
 class NsqError(Exception):
-    """Root of every nsq_ha exception. A subclass sets its flags as class keywords
-    (``class NsqTimeoutError(NsqError, TimeoutError, retriable=True)``)."""
+    """Root of every nsq_ha exception; a subclass sets its flags as class keywords."""
 
     #: Trying the same operation again may succeed.
     retriable: ClassVar[bool] = False
@@ -188,9 +187,8 @@ _REGISTRY: dict[str, type[BrokerError]] = {}
 
 
 class BrokerError(NsqError):
-    """An error frame sent by nsqd: ``<CODE> <description>``; a subclass names its code
-    (``class NotLeaderError(BrokerError, code="E_FAILED_ON_NOT_LEADER")``) and is found by
-    :meth:`class_for`."""
+    """An error frame sent by nsqd: ``<CODE> <description>``; a subclass names its code as a
+    class keyword (``code="E_FAILED_ON_NOT_LEADER"``) and is found by :meth:`class_for`."""
 
     #: The code token this class stands for (empty on the generic class).
     wire_code: ClassVar[str] = ""
@@ -373,8 +371,7 @@ class TouchFailedError(MessageCommandError, code="E_TOUCH_FAILED"):
 
 
 class TooManyConnectionsError(BrokerError, code="too much client connections", retriable=True):
-    """``too much client connections``: nsqd's connection limit (plain text, no code: the
-    whole text stands for it)."""
+    """``too much client connections``: nsqd's connection limit (no code: the whole text)."""
 
 
 class PublishError(NsqError):

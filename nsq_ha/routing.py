@@ -176,14 +176,12 @@ DEFAULT_STRATEGY: Final = STRATEGIES["murmur3"]
 
 def get_strategy(name: str | ShardingStrategy) -> ShardingStrategy:
     """The strategy called ``name`` (``murmur3``, ``java``, ``jump``); strategies pass through."""
-    if isinstance(name, ShardingStrategy):
-        return name
-    try:
-        return STRATEGIES[name]
-    except KeyError:
+    strategy = name if isinstance(name, ShardingStrategy) else STRATEGIES.get(name)
+    if strategy is None:
         raise InvalidArgumentError(
             f"unknown sharding strategy {name!r}; choose one of {', '.join(STRATEGIES)}"
-        ) from None
+        )
+    return strategy
 
 
 def partition_for_key(
