@@ -239,10 +239,10 @@ class Producer:
         groups: list[tuple[int | None, list[int]]] = []
 
         def submit(held: Topic, routes: Routes) -> asyncio.Future[list[Outcomes]]:
-            held.place(routes, messages, keys[0], None)  # the feature checks, once
+            held.place(routes, messages, keys[0], None)  # the feature and count checks, once
             by_slot: dict[int | None, list[int]] = {}
             for index, key in enumerate(keys):
-                by_slot.setdefault(held.slot_for(routes, key, None), []).append(index)
+                by_slot.setdefault(held.memo.slot(key, routes.count), []).append(index)
             groups.extend(by_slot.items())
             parts = [(slot, [messages[i] for i in indexes]) for slot, indexes in groups]
             futures = [self._sender.submit(held, s, p, plain_size(p)) for s, p in parts]

@@ -297,31 +297,6 @@ class Topic:
         self.pool.follow(self.name, routes.addresses, self.conns)
         return routes
 
-    def slot_for(self, routes: Routes, key: object, partition: object) -> int | None:
-        """The slot of a keyed call (None: unkeyed); ``key`` and ``partition`` as the caller
-        gave them (typed ``object``: checked here, not by a compiled build's TypeError)."""
-        if key is not None and partition is not None:
-            raise ConfigError("give sharding_key= or partition=, not both")
-        if partition is not None:
-            if isinstance(partition, bool) or not isinstance(partition, int):
-                raise ConfigError(f"partition must be an int, not {partition!r}")
-            if routes.fork is not True:
-                raise UnsupportedByServerError(
-                    "partition= needs the fork's partition map: use lookupd= with the fork"
-                )
-            if not 0 <= partition < routes.count:
-                raise ConfigError(
-                    f"topic {self.name!r} has partitions 0..{routes.count - 1}, not {partition}"
-                )
-            return partition
-        if key is None:
-            return None
-        if routes.count < 1:
-            raise PartitionNotAvailableError(
-                f"the partition count of topic {self.name!r} is not known yet"
-            )
-        return self.memo.slot(key, routes.count)
-
     def place(
         self,
         routes: Routes,
@@ -330,12 +305,13 @@ class Topic:
         partition: object,
         defer: float | None = None,
     ) -> int | None:
-        """Refuse what ``routes``' server kind cannot take, then the slot of ``messages``
-        (None: round-robin)."""
+        """Refuse what ``routes``' server kind cannot take, then the slot of ``messages`` (None:
+        round-robin). ``key`` and ``partition`` as the caller gave them (typed ``object``:
+        checked here, not by a compiled build's TypeError)."""
         unrestricted = routes.unrestricted
         if key is not None and partition is None and defer is None:
             # a key with a known count, on routes that take everything or for messages that
-            # any route takes (nothing to refuse): what slot_for() gives, without its checks
+            # any route takes (nothing to refuse): the key's slot, without the checks below
             count = routes.count
             if count > 0 and (unrestricted or plain_size(messages) is not None):
                 return self.memo.slot(key, count)
@@ -355,7 +331,24 @@ class Topic:
                     routes.count,
                 )
             return None  # unkeyed: round-robin
-        return self.slot_for(routes, key, partition)
+        count = routes.count
+        if key is not None and partition is not None:
+            raise ConfigError("give sharding_key= or partition=, not both")
+        if partition is None:
+            if count < 1:
+                raise PartitionNotAvailableError(
+                    f"the partition count of topic {self.name!r} is not known yet"
+                )
+            return self.memo.slot(key, count)
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            raise ConfigError(f"partition must be an int, not {partition!r}")
+        if routes.fork is not True:
+            raise UnsupportedByServerError(
+                "partition= needs the fork's partition map: use lookupd= with the fork"
+            )
+        if not 0 <= partition < count:
+            raise ConfigError(f"topic {self.name!r} has partitions 0..{count - 1}, not {partition}")
+        return partition
 
     def next_slot(self, routes: Routes) -> int:
         writable = routes.writable

@@ -169,25 +169,32 @@ def test_routes_from_a_fork_map_and_a_vanilla_map() -> None:
     assert vroutes.addresses == {0: "127.0.0.1:4150", 1: "127.0.0.1:4160"}
 
 
-def test_slot_for_keys_partitions_and_round_robin() -> None:
+def slot_of(table: Topic, routes: Routes, key: object, partition: object) -> int | None:
+    """The slot ``table`` places a plain message of a call with ``key`` and ``partition`` in."""
+    return table.place(routes, [PublishMessage(b"x")], key, partition)
+
+
+def test_slots_of_keys_partitions_and_round_robin() -> None:
     table = _topic(get_strategy("java"))
     routes = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
     # the java strategy: "publish_test_case" -> 1 of 4 (PROTOCOL.md §6.2)
-    assert table.slot_for(routes, "publish_test_case", None) == 1
-    assert table.slot_for(routes, "publish_test_case", None) == get_strategy("java").partition(
+    assert slot_of(table, routes, "publish_test_case", None) == 1
+    assert slot_of(table, routes, "publish_test_case", None) == get_strategy("java").partition(
         "publish_test_case", 4
     )
-    assert table.slot_for(routes, None, 3) == 3
-    assert table.slot_for(routes, None, None) is None
+    assert slot_of(table, routes, None, 3) == 3
+    assert slot_of(table, routes, None, None) is None
     with pytest.raises(ConfigError, match="not both"):
-        table.slot_for(routes, "k", 1)
+        slot_of(table, routes, "k", 1)
     with pytest.raises(ConfigError, match=r"0\.\.3"):
-        table.slot_for(routes, None, 4)
+        slot_of(table, routes, None, 4)
     with pytest.raises(ConfigError, match="int"):
-        table.slot_for(routes, None, True)
+        slot_of(table, routes, None, True)
     vanilla = Routes.from_map(PartitionMap("t", "w", producers=(node(1),)))
-    with pytest.raises(UnsupportedByServerError, match="fork"):
-        table.slot_for(vanilla, None, 0)
+    with pytest.raises(UnsupportedByServerError, match="no partitions"):
+        slot_of(table, vanilla, None, 0)
+    with pytest.raises(UnsupportedByServerError, match="fork"):  # nsqd= nodes of unknown kind
+        slot_of(table, Routes("t", None, {0: node(1)}, 1), None, 0)
     assert [table.next_slot(routes) for _ in range(5)] == [0, 1, 2, 3, 0]
 
 
@@ -211,18 +218,18 @@ def test_a_key_routed_before_is_not_hashed_again() -> None:
     keys: list[ShardingKey] = ["user-1", "user-2", b"user-1", 1, 2, -(1 << 63), "\u00e9t\u00e9"]
     for _ in range(50):
         for key in keys:
-            assert table.slot_for(four, key, None) == get_strategy("murmur3").partition(key, 4)
-            assert table.slot_for(seven, key, None) == get_strategy("murmur3").partition(key, 7)
+            assert slot_of(table, four, key, None) == get_strategy("murmur3").partition(key, 4)
+            assert slot_of(table, seven, key, None) == get_strategy("murmur3").partition(key, 7)
     assert len(counting.hashed) == 2 * len(keys)  # once per key and partition count
 
 
 def test_keys_equal_to_a_routed_key_but_not_valid_are_still_refused() -> None:
     table = _topic(get_strategy("murmur3"))
     routes = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
-    table.slot_for(routes, 1, None)
+    slot_of(table, routes, 1, None)
     for bad in (True, 1.0, "\ud800", "\ud800"):  # True == 1 == 1.0; a lone surrogate twice
         with pytest.raises(InvalidArgumentError):
-            table.slot_for(routes, bad, None)
+            slot_of(table, routes, bad, None)
 
 
 def test_the_keys_remembered_are_bounded() -> None:
@@ -231,13 +238,13 @@ def test_the_keys_remembered_are_bounded() -> None:
     table = _topic(counting.strategy)
     routes = Routes.from_map(fork_map({0: 1, 1: 2, 2: 3, 3: 4}, 4))
     long_key = "k" * (MEMO_KEY_LENGTH + 1)
-    table.slot_for(routes, long_key, None)
-    table.slot_for(routes, long_key, None)
+    slot_of(table, routes, long_key, None)
+    slot_of(table, routes, long_key, None)
     assert counting.hashed == [long_key, long_key]
     for i in range(MEMO_SIZE + 1):
-        table.slot_for(routes, i, None)
+        slot_of(table, routes, i, None)
     counting.hashed.clear()
-    table.slot_for(routes, 0, None)
+    slot_of(table, routes, 0, None)
     assert counting.hashed == [0]
 
 
