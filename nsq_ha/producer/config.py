@@ -207,12 +207,9 @@ class ProducerConfig:
         once are refused (ConfigError), before anything starts."""
         for name in options:
             if name not in _OPTION_NAMES:
-                near = difflib.get_close_matches(name, _OPTION_NAMES, n=1)
-                hint = (
-                    f"; did you mean {near[0]!r}?"
-                    if near
-                    else f" (the options: {', '.join(_OPTION_NAMES)})"
-                )
+                hint = f" (the options: {', '.join(_OPTION_NAMES)})"
+                for near in difflib.get_close_matches(name, _OPTION_NAMES, n=1):
+                    hint = f"; did you mean {near!r}?"
                 raise ConfigError(f"a Producer has no option {name!r}{hint}")
         if config is None:
             return cls(**cast("dict[str, Any]", options))

@@ -438,9 +438,13 @@ class Sender:
         routes = topic.routes
         if routes is None or (topic.lookup is not None and not topic.watched):
             routes = await topic.current(keyed=False, closing=self.closing)
+        window: Window | contextlib.nullcontext[None] = _NO_WINDOW
         windowed = slot is None  # unkeyed: up to unkeyed_window commands out per partition
         if slot is None:
             slot = topic.next_slot(routes)
+            window = topic.windows.get(slot) or topic.windows.setdefault(
+                slot, Window(self.unkeyed_window)
+            )
         address = routes.addresses.get(slot)
         if address is None:
             missing = PartitionNotAvailableError(
@@ -452,11 +456,6 @@ class Sender:
         fork = routes.fork
         partition = slot if fork else None
         key: ConnKey = (address, name, slot) if fork else (address, "", -1)
-        window: Window | contextlib.nullcontext[None] = _NO_WINDOW
-        if windowed:
-            window = topic.windows.get(slot) or topic.windows.setdefault(
-                slot, Window(self.unkeyed_window)
-            )
         try:
             async with window:
                 conn = topic.conns.get(slot) if fork else self.pool.shared.get(address)
