@@ -9,7 +9,6 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import Any, Self, Unpack
 
 from nsq_ha.connection import NsqdConnection
@@ -154,9 +153,7 @@ class Consumer:
         await self.start()
         return self
 
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def start(self) -> None:
