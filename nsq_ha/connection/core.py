@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from nsq_ha.connection.config import ConnectionConfig, parse_address
-from nsq_ha.connection.handshake import Handshake
+from nsq_ha.connection.handshake import handshake
 from nsq_ha.connection.reader import FrameReader, PendingAnswers
 from nsq_ha.errors import (
     BrokerError,
@@ -181,7 +181,7 @@ class NsqdConnection:
                     connect_timeout=config.connect_timeout,
                     write_buffer_limit=config.write_buffer_limit,
                 )
-                auth = await Handshake(self.host, config, transport, self._session).run()
+                auth = await handshake(self.host, config, transport, self._session)
         except BaseException as exc:
             failed: BaseException | None = exc
         else:

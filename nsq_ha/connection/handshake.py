@@ -1,6 +1,6 @@
 """The connection handshake (§1.1, §1.8, §2.1, §2.2): magic, IDENTIFY, TLS, compression, AUTH.
 
-:class:`Handshake` runs the steps in nsqd's order on an open :class:`StreamTransport`; the
+:func:`handshake` runs the steps in nsqd's order on an open :class:`StreamTransport`; the
 :class:`~nsq_ha.protocol.session.ClientSession` encodes each step's command, moves the state and
 reads the answers. The transport pushes one read into the session per wait (it holds the socket
 until the handshake waits again): no byte may precede TLS, and those that came before
@@ -37,131 +37,101 @@ def codec_for(name: str, level: int) -> StreamCodec:
     return SnappyCodec() if name == "snappy" else DeflateCodec(min(level, 9))
 
 
-class Handshake:
-    """The handshake of one connection."""
+async def handshake(
+    host: str, config: ConnectionConfig, transport: StreamTransport, session: ClientSession
+) -> AuthResponse | None:
+    """Run every step and return the AUTH answer, if AUTH ran; on success the session is ready
+    to enter READY."""
+    address, loop = transport.address, transport.loop
+    woken = asyncio.Event()
+    ended: NsqError | bool = False  # the stream ended: True, or the NsqError that ended it
 
-    def __init__(
-        self,
-        host: str,
-        config: ConnectionConfig,
-        transport: StreamTransport,
-        session: ClientSession,
-    ) -> None:
-        self._host = host
-        self._address = transport.address
-        self._config = config
-        self._transport = transport
-        self._session = session
-        self._loop = transport.loop
-        self._waiter: asyncio.Future[None] | None = None
-        #: the stream ended: ``True``, or the NsqError that ended it
-        self._ended: NsqError | bool = False
+    def received(data: bytes) -> None:  # one read; the socket waits until the handshake waits
+        transport.hold()
+        try:
+            session.receive_data(data, loop.time())  # the heartbeat-flood clock
+        except NsqError as exc:
+            end(exc)
+        woken.set()
 
-    async def run(self) -> AuthResponse | None:
-        """Run every step and return the AUTH answer, if AUTH ran; on success the state machine
-        is ready to enter READY."""
-        config = self._config
-        transport = self._transport
-        session = self._session
-        transport.receive(self._received, self._end)
-        transport.send_now(session.start())
-        body = config.to_identify()
-        transport.send_now(session.identify(body, max_body_size=config.max_body_size))
-        negotiated = _parse_identify(await self._answer("IDENTIFY"), body)
-        session.identified(negotiated)
-        keys = ("max_rdy_count", "msg_timeout", "tls_v1", "snappy", "deflate", "auth_required")
-        shown = " ".join(f"{key}={getattr(negotiated, key)}" for key in keys)
-        kind = "fork" if negotiated.is_fork else "vanilla"
-        log.info("nsqd %s is %s %s: %s", self._address, kind, negotiated.version, shown)
-        if config.tls is not None and not negotiated.tls_v1:
-            raise HandshakeError(f"nsqd {self._address} did not agree to TLS (no TLS config?)")
-        if negotiated.tls_v1:
-            if config.tls is None:
-                raise HandshakeError(f"nsqd {self._address} started TLS that was not asked for")
-            session.start_tls()
-            await transport.start_tls(
-                config.tls,
-                server_hostname=config.tls_server_hostname or self._host,
-                handshake_timeout=config.connect_timeout,
-            )
-            await self._expect_ok("TLS")
-        if negotiated.snappy or negotiated.deflate:
-            if negotiated.snappy and negotiated.deflate:
-                raise HandshakeError("nsqd announced both snappy and deflate")
-            name = "snappy" if negotiated.snappy else "deflate"
-            if not (config.snappy if negotiated.snappy else config.deflate):
-                raise HandshakeError(f"nsqd {self._address} started {name} that was not asked for")
-            level = negotiated.deflate_level or config.deflate_level
-            if negotiated.deflate and level < 1:
-                raise HandshakeError(f"nsqd {self._address} announced deflate level {level}")
-            transport.enable_compression(codec_for(name, level), session.start_compression())
-            await self._expect_ok(transport.compression or "compression")
-        elif config.snappy or config.deflate:
-            log.info("nsqd %s refused compression; continuing uncompressed", self._address)
-        if negotiated.auth_required:
-            if config.auth_secret is None:
-                raise HandshakeError(
-                    f"nsqd {self._address} requires AUTH and no auth_secret is set"
-                )
-            if not transport.tls and not config.allow_plaintext_auth:
-                raise HandshakeError(
-                    f"nsqd {self._address} asks for AUTH on a plaintext connection; the secret "
-                    "was not sent (connect with tls=, or set allow_plaintext_auth=True to send "
-                    "it in clear text)"
-                )
-            transport.send_now(
-                session.authenticate(config.auth_secret, max_body_size=config.max_body_size)
-            )
-            auth = parse_auth_response(await self._answer("AUTH"))
-            identity, rights = auth["identity"], auth["permission_count"]
-            log.info("authenticated to %s as %r (%d permissions)", self._address, identity, rights)
-            return auth
-        if config.auth_secret is not None:
-            log.info("nsqd %s does not require AUTH; the secret was not sent", self._address)
-        return None
+    def end(error: NsqError | None) -> None:
+        nonlocal ended
+        ended = True if error is None else error
+        woken.set()
 
-    async def _expect_ok(self, layer: str) -> None:
-        """Read the ``OK`` nsqd sends through a new layer."""
-        answer = await self._answer(layer)
-        if answer != OK:
-            raise HandshakeError(f"expected OK after the {layer} upgrade, got {answer[:64]!r}")
-
-    async def _answer(self, step: str) -> bytes:
-        """Return the next answer's data, reading as needed (heartbeats are answered here); an
-        error frame raises its BrokerError."""
-        session = self._session
+    async def answer(step: str) -> bytes:
+        """The next answer's data, reading as needed (heartbeats are answered here); an error
+        frame raises its BrokerError."""
         while (event := session.next_event()) is NEED_DATA or event is HEARTBEAT:
             if event is HEARTBEAT:
-                self._transport.send_now(session.send_nowait(Nop()))
-            elif isinstance(self._ended, NsqError):
-                raise self._ended
-            elif self._ended:
-                raise ConnectionClosedError(f"nsqd {self._address} closed during the handshake")
+                transport.send_now(session.send_nowait(Nop()))
+            elif isinstance(ended, NsqError):
+                raise ended
+            elif ended:
+                raise ConnectionClosedError(f"nsqd {address} closed during the handshake")
             else:
-                self._waiter = self._loop.create_future()
-                self._transport.release()
-                await self._waiter
+                woken.clear()
+                transport.release()
+                await woken.wait()
         if isinstance(event, Failed):
             raise event.error
         if not isinstance(event, Answer):
             raise RemoteProtocolError(f"nsqd sent {event!r} during the {step} step")
         return event.data
 
-    def _received(self, data: bytes) -> None:
-        """One read: into the session; the socket waits until the handshake waits again."""
-        self._transport.hold()
-        try:
-            self._session.receive_data(data, self._loop.time())  # the heartbeat-flood clock
-        except NsqError as exc:
-            self._end(exc)
-            return
-        self._wake()
+    async def expect_ok(layer: str) -> None:  # the OK nsqd sends through a new layer
+        data = await answer(layer)
+        if data != OK:
+            raise HandshakeError(f"expected OK after the {layer} upgrade, got {data[:64]!r}")
 
-    def _end(self, error: NsqError | None) -> None:
-        self._ended = True if error is None else error
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    transport.receive(received, end)
+    transport.send_now(session.start())
+    body = config.to_identify()
+    transport.send_now(session.identify(body, max_body_size=config.max_body_size))
+    negotiated = _parse_identify(await answer("IDENTIFY"), body)
+    session.identified(negotiated)
+    keys = ("max_rdy_count", "msg_timeout", "tls_v1", "snappy", "deflate", "auth_required")
+    shown = " ".join(f"{key}={getattr(negotiated, key)}" for key in keys)
+    kind = "fork" if negotiated.is_fork else "vanilla"
+    log.info("nsqd %s is %s %s: %s", address, kind, negotiated.version, shown)
+    if config.tls is not None and not negotiated.tls_v1:
+        raise HandshakeError(f"nsqd {address} did not agree to TLS (no TLS config?)")
+    if negotiated.tls_v1:
+        if config.tls is None:
+            raise HandshakeError(f"nsqd {address} started TLS that was not asked for")
+        session.start_tls()
+        await transport.start_tls(
+            config.tls,
+            server_hostname=config.tls_server_hostname or host,
+            handshake_timeout=config.connect_timeout,
+        )
+        await expect_ok("TLS")
+    if negotiated.snappy or negotiated.deflate:
+        if negotiated.snappy and negotiated.deflate:
+            raise HandshakeError("nsqd announced both snappy and deflate")
+        name = "snappy" if negotiated.snappy else "deflate"
+        if not (config.snappy if negotiated.snappy else config.deflate):
+            raise HandshakeError(f"nsqd {address} started {name} that was not asked for")
+        level = negotiated.deflate_level or config.deflate_level
+        if negotiated.deflate and level < 1:
+            raise HandshakeError(f"nsqd {address} announced deflate level {level}")
+        transport.enable_compression(codec_for(name, level), session.start_compression())
+        await expect_ok(transport.compression or "compression")
+    elif config.snappy or config.deflate:
+        log.info("nsqd %s refused compression; continuing uncompressed", address)
+    if not negotiated.auth_required:
+        if config.auth_secret is not None:
+            log.info("nsqd %s does not require AUTH; the secret was not sent", address)
+        return None
+    if config.auth_secret is None:
+        raise HandshakeError(f"nsqd {address} requires AUTH and no auth_secret is set")
+    if not transport.tls and not config.allow_plaintext_auth:
+        raise HandshakeError(
+            f"nsqd {address} asks for AUTH on a plaintext connection; the secret was not sent "
+            "(connect with tls=, or set allow_plaintext_auth=True to send it in clear text)"
+        )
+    transport.send_now(session.authenticate(config.auth_secret, max_body_size=config.max_body_size))
+    auth = parse_auth_response(await answer("AUTH"))
+    identity, rights = auth["identity"], auth["permission_count"]
+    log.info("authenticated to %s as %r (%d permissions)", address, identity, rights)
+    return auth

@@ -16,7 +16,7 @@ from typing import Final, NoReturn
 from nsq_ha.errors import BrokerError, ConnectionClosedError, NsqError, NsqTimeoutError
 from nsq_ha.protocol.commands import Nop
 from nsq_ha.protocol.events import CLOSE_WAIT as CLOSE_WAIT_EVENT
-from nsq_ha.protocol.events import HEARTBEAT, NEED_DATA, Answer, Delivered, Event, Failed
+from nsq_ha.protocol.events import HEARTBEAT, NEED_DATA, Answer, Delivered, Failed
 from nsq_ha.protocol.frames import CLOSE_WAIT
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.session import ClientSession
@@ -26,10 +26,9 @@ log = logging.getLogger(__name__)
 
 #: Heartbeat intervals without a complete frame from nsqd after which the peer counts as dead.
 DEAD_PEER_INTERVALS = 2
-#: Events other than messages and answers (heartbeats, error frames, ...) handled per event-loop
-#: turn. Messages are bounded by the RDY given and answers by the commands sent, but one read
-#: (a decompressed slice above all) may hold thousands of error frames nothing asked for: the
-#: rest waits for the next turn, and the socket is not read meanwhile.
+#: Events other than messages and answers handled per event-loop turn: those two are bounded by
+#: the RDY given and the commands sent, but one read (a decompressed slice above all) may hold
+#: thousands of error frames nothing asked for; the rest waits, the socket unread meanwhile.
 EVENTS_PER_TURN: Final = 128
 _NOP: Final = Nop().encode()
 
@@ -264,41 +263,40 @@ class FrameReader:
                 return got
             elif isinstance(event, Answer):
                 self._answers.answer(event.data)
-            else:
-                self._other(event)
+            else:  # a heartbeat, an error frame (a fatal one ends the read), CLOSE_WAIT or SYNCED
+                if event is HEARTBEAT:
+                    self._heartbeat()
+                elif isinstance(event, Failed):
+                    if event.command is not None:
+                        self._answers.refuse(event.error)
+                    elif self._on_error is None:
+                        log.warning("nsqd %s: %s", self.address, event.error)
+                    else:
+                        try:
+                            self._on_error(event.error)
+                        except Exception:
+                            log.exception("on_error handler of %s failed", self.address)
+                    if event.fatal:
+                        raise self.closed_error()
+                elif event is CLOSE_WAIT_EVENT:
+                    self._answers.answer(CLOSE_WAIT)
+                else:
+                    self._answers.synced()
                 budget -= 1
                 if not budget:
                     self._backlogged = True
                     return True
             got = True
 
-    def _other(self, event: Event) -> None:
-        """A heartbeat, an error frame (a fatal one ends the read), CLOSE_WAIT or SYNCED."""
-        if event is HEARTBEAT:
-            log.debug("heartbeat from %s", self.address)
-            transport = self._transport
-            writes = transport.writes
-            # one NOP per write, even for a flood; none while the socket buffer is full (nsqd is
-            # not reading what we sent: one more NOP tells it nothing)
-            if not self._session.closed and self._nop_at != writes and not transport.backlogged():
-                self._nop_at = writes
-                transport.send(_NOP)
-        elif isinstance(event, Failed):
-            if event.command is not None:
-                self._answers.refuse(event.error)
-            elif self._on_error is None:
-                log.warning("nsqd %s: %s", self.address, event.error)
-            else:
-                try:
-                    self._on_error(event.error)
-                except Exception:
-                    log.exception("on_error handler of %s failed", self.address)
-            if event.fatal:
-                raise self.closed_error()
-        elif event is CLOSE_WAIT_EVENT:
-            self._answers.answer(CLOSE_WAIT)
-        else:
-            self._answers.synced()
+    def _heartbeat(self) -> None:
+        """Queue a NOP: one per write, even for a flood; none while the socket buffer is full
+        (nsqd is not reading what we sent: one more NOP tells it nothing)."""
+        log.debug("heartbeat from %s", self.address)
+        transport = self._transport
+        writes = transport.writes
+        if not self._session.closed and self._nop_at != writes and not transport.backlogged():
+            self._nop_at = writes
+            transport.send(_NOP)
 
     def closed_error(self) -> ConnectionClosedError:
         """The error for nsqd closing the stream: chained to the fatal error frame, if any."""

@@ -146,8 +146,8 @@ def decode_message(data: bytes, fmt: MessageFormat) -> DecodedMessage:
 
 #: Live deliveries allowed per unit of the largest RDY sent.
 SLACK = 2
-#: Shortest expiry used, in seconds, whatever msg_timeout nsqd announced (a lying server could
-#: announce 1 ms to make every delivery expire at once).
+#: Shortest expiry used, in seconds, whatever msg_timeout nsqd announced (a lying 1 ms would
+#: expire every delivery at once).
 MIN_EXPIRY = 1.0
 
 

@@ -134,12 +134,11 @@ FORK_ONLY_COMMANDS = frozenset(
 )
 #: msg_timeout assumed when nsqd does not announce one (nsqd's default), seconds.
 DEFAULT_MSG_TIMEOUT = 60.0
-#: Heartbeats nsqd may send within one second. It sends one per heartbeat interval, 1 s at the
-#: least (§1.4), and closes a client silent for 2-3 intervals, so a stall bunches only a few;
-#: more is a flood, a protocol violation (one compressed read may hold millions).
+#: Heartbeats nsqd may send within one second: one per interval, 1 s at the least (§1.4), a few
+#: bunched by a stall; more is a flood, a protocol violation (a compressed read may hold millions).
 MAX_HEARTBEATS_PER_SECOND = 10
-#: Ids a sync TOUCHes: never in flight (a fork internal id of 2**63-1; on vanilla, where ids
-#: are 16 hex characters, a value its id generator cannot reach soon).
+#: Ids a sync TOUCHes, never in flight: a fork internal id of 2**63-1, a vanilla id (16 hex
+#: characters) its generator cannot reach soon.
 SYNC_ID_FORK = b"\x7f" + b"\xff" * 7 + b"\x00" * 8
 SYNC_ID_VANILLA = b"ffffffffffffffff"
 _SYNC_IDS = (SYNC_ID_FORK, SYNC_ID_VANILLA)
@@ -173,8 +172,7 @@ class FrameDecoder:
             raise InvalidArgumentError(f"max_frame_size must be >= 4, got {max_frame_size}")
         self.max_frame_size = max_frame_size
         self._buffer = bytearray()
-        #: start of the first unreturned byte: frames are sliced from here, and the consumed
-        #: prefix is cut off once it is large (a chunk of many small frames stays O(n))
+        #: the first unreturned byte; the prefix before it is cut off once large (stays O(n))
         self._pos = 0
         self._error: RemoteProtocolError | None = None
 
