@@ -125,9 +125,8 @@ class Claims:
         """``task`` asked again: it is done with the messages it got last."""
         held = self._by_task.get(task)
         if held:
-            messages = held[:]
-            held.clear()
-            for message in messages:
+            self._by_task[task] = []
+            for message in held:
                 self._release(message)
 
     def drop(self, task: asyncio.Task[Any]) -> None:
