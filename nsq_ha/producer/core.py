@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Self, TypeVar, Unpack, cast
 
 from nsq_ha.durations import seconds
@@ -63,7 +64,10 @@ class Producer:
         self._memo = SlotMemo(settings.strategy)
         self._topics: dict[str, Topic] = {}
         self._sender = Sender(settings, self._pool, self.stats, self._closing_flag.is_set)
-        self._activity = _Activity()
+        #: publish calls waiting outside a lane (:meth:`_waiting`); ``_idle`` is set while none is
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = asyncio.Event()
@@ -160,7 +164,7 @@ class Producer:
                     raise ConfigError("defer= cannot be combined with sharding_key= or partition=")
                 found, routes = await self._look_up(topic, None, None)
                 found.place(routes, messages, None, None, defer)
-                with self._activity:  # DPUB carries one message: no batch to join
+                with self._waiting():  # DPUB carries one message: no batch to join
                     return (await self._sender.send(found, messages, slot=None, defer=defer))[0]
             plain = plain_size(messages)
             held = self._topics.get(topic)
@@ -295,7 +299,7 @@ class Producer:
         async def look_up() -> Routes:
             return (await self._look_up(name, key, partition))[1]
 
-        with self._activity:  # close() waits for a call waiting for its turn too
+        with self._waiting():  # close() waits for a call waiting for its turn too
             future = await topic.turn(lambda: topic.ready(True), look_up, submit)
         return await future
 
@@ -323,7 +327,7 @@ class Producer:
                     "producer closing: %d messages queued in lanes and %d publish calls (lookups, "
                     "DPUBs) still unacknowledged after %.1fs; failing them",
                     sum(lane.waiting for t in topics for lane in t.lanes.values()),
-                    self._activity.active,
+                    self._active,
                     limit,
                 )
                 self._pool.aborting = True
@@ -384,7 +388,7 @@ class Producer:
             )
         topic.active += 1  # never expired while it is looked up
         try:
-            with self._activity:  # close() waits for it (a publish in a lane is a lane's work)
+            with self._waiting():  # close() waits for it (a publish in a lane is a lane's work)
                 keyed = key is not None or partition is not None
                 return topic, await self._sender.resolve(topic, keyed=keyed)
         finally:
@@ -401,14 +405,27 @@ class Producer:
                 for lane in t.lanes.values()
                 for task in lane.senders
             ]
-            if not tasks and self._activity.active == 0:
+            if not tasks and self._active == 0:
                 return True
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            idle = loop.create_task(self._activity.idle.wait())
+            idle = loop.create_task(self._idle.wait())
             await asyncio.wait([*tasks, idle], timeout=remaining)  # all done, or the time
             idle.cancel()
+
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        """Count a publish call waiting outside a lane (a lookup, a DPUB, a keyed call's turn):
+        :meth:`close` waits for those too."""
+        self._active += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if not self._active:
+                self._idle.set()
 
     def _free_idle_topics(self, now: float | None = None) -> None:
         """Free the topics unused for ``topic_idle_timeout`` seconds at ``now`` (monotonic): a
@@ -425,27 +442,6 @@ class Producer:
             self._topics.pop(name).close()
         if expired:
             log.debug("producer: %d idle topics freed", len(expired))
-
-
-class _Activity:
-    """Publish calls waiting outside a lane (a lookup, a DPUB, a keyed call's turn), counted
-    between entry and exit (``with activity:``); ``idle`` is set while there are none."""
-
-    __slots__ = ("active", "idle")
-
-    def __init__(self) -> None:
-        self.active = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-
-    def __enter__(self) -> None:
-        self.active += 1
-        self.idle.clear()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.active -= 1
-        if not self.active:
-            self.idle.set()
 
 
 def per_message(values: Sequence[_T], what: str, count: int | None = None) -> list[_T]:
