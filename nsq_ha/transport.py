@@ -33,18 +33,14 @@ READ_SIZE = 64 * 1024
 @contextlib.contextmanager
 def map_exceptions(what: str) -> Iterator[None]:
     """Turn socket-level exceptions raised inside the block into nsq_ha errors: ``ssl.SSLError``
-    into HandshakeError, any other ``OSError`` and a short read into ConnectionClosedError."""
+    into HandshakeError, any other ``OSError`` into ConnectionClosedError."""
     try:
         yield
     except NsqError:
         raise
     except ssl.SSLError as exc:
         raise HandshakeError(f"{what}: TLS failed: {exc}") from exc
-    except asyncio.IncompleteReadError as exc:
-        raise ConnectionClosedError(
-            f"{what}: connection closed after {len(exc.partial)} of {exc.expected} bytes"
-        ) from exc
-    except (ConnectionError, OSError) as exc:
+    except OSError as exc:
         raise ConnectionClosedError(f"{what}: {exc or type(exc).__name__}") from exc
 
 
@@ -144,7 +140,11 @@ class StreamTransport:
         self._transport = transport
         self._pipe = pipe
         self.address = address
+        #: the connection's event loop (cheaper to read than the running loop: a ``getpid()``)
+        self.loop = pipe.loop
         self._codec: StreamCodec | None = None
+        #: the name of the compression codec in use, or ``None``
+        self.compression: str | None = None
         #: bytes queued above which senders wait (:meth:`backpressure`)
         self.write_buffer_limit = write_buffer_limit
         transport.set_write_buffer_limits(high=write_buffer_limit)
@@ -163,8 +163,8 @@ class StreamTransport:
 
     def __repr__(self) -> str:
         layers = ["tcp", "tls"] if self.tls else ["tcp"]
-        if self._codec is not None:
-            layers.append(self._codec.name)
+        if self.compression is not None:
+            layers.append(self.compression)
         return f"<StreamTransport {self.address} {'+'.join(layers)}>"
 
     @classmethod
@@ -182,16 +182,6 @@ class StreamTransport:
         except OSError as exc:
             raise ConnectError(f"cannot connect to {address}: {exc}") from exc
         return cls(transport, pipe, address, write_buffer_limit)
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        """The connection's event loop (cheaper than the running loop's ``getpid()`` call)."""
-        return self._pipe.loop
-
-    @property
-    def compression(self) -> str | None:
-        """Name of the compression codec in use, or ``None``."""
-        return None if self._codec is None else self._codec.name
 
     async def start_tls(
         self, context: ssl.SSLContext, *, server_hostname: str | None, handshake_timeout: float
@@ -217,6 +207,7 @@ class StreamTransport:
         """Send and receive through ``codec`` from now on; ``received`` is what came in
         compressed before this call (it is decoded first)."""
         self._codec = codec
+        self.compression = codec.name
         if self._receiving:
             self._pipe.receiver = self._decode
             self._decode(received)
@@ -275,7 +266,7 @@ class StreamTransport:
         codec = self._codec
         if codec is not None and codec.pending:
             if self._slice_handle is None:
-                self._slice_handle = self._pipe.loop.call_soon(self._slice)
+                self._slice_handle = self.loop.call_soon(self._slice)
         else:
             self._pipe.resume_reading()
 
@@ -322,7 +313,7 @@ class StreamTransport:
         if self._out_size >= self.write_buffer_limit:
             self.flush()
         elif self._flush_handle is None:
-            self._flush_handle = self._pipe.loop.call_soon(self.flush)
+            self._flush_handle = self.loop.call_soon(self.flush)
 
     def send_now(self, data: bytes) -> None:
         """Write ``data`` now, after what was queued (the answer nsqd waits for)."""
