@@ -1,10 +1,19 @@
 """LookupClient: the partition maps of topics, per access, through nsqlookupd (fork or vanilla).
 
-The lookupds themselves (discovery, health, failover, the size cap, the credentials) are
-:class:`~nsq_ha.lookup.pool.LookupdPool`'s. Here the answers of every lookupd are merged (the
-leader's first), cached, fetched once however many callers ask at once, and, for watched
-topics, refreshed on a timer with jitter, a failed refresh being retried before the next round.
-A lookup no lookupd answered with a map raises an error that says what to do next.
+* Seeds are nsqlookupd HTTP addresses; ``/listlookup`` finds the rest of a fork's lookupds.
+  Credentials in a seed are sent as HTTP basic auth (:class:`~nsq_ha.lookup.http.Endpoint`).
+* Every usable lookupd is asked at once, so a slow lookupd never holds back the others; their
+  answers are merged (the leader's first), cached, fetched once however many callers ask at
+  once, and, for watched topics, refreshed on a timer with jitter, a failed refresh being
+  retried before the next round.
+* A lookupd whose answer is refused (:mod:`nsq_ha.lookup.http` caps its size,
+  :mod:`nsq_ha.lookup.wire` what it may hold) counts as failed, and a failed one is skipped until
+  its backoff (:class:`LookupdHealth`) has passed, unless no other lookupd may be asked.
+* Until a lookupd has answered, an address that answered something that is not HTTP is asked
+  once more, in NSQ's own protocol (:func:`looks_like_nsqd`): nsqd's TCP port (4150, given for
+  lookupd's HTTP port 4161, the usual mix-up) answers anything but its magic with
+  ``E_BAD_PROTOCOL``, and :func:`never_answered`'s error then says so.
+* A lookup no lookupd answered with a map raises an error that says what to do next.
 """
 
 from __future__ import annotations
@@ -16,31 +25,42 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from nsq_ha.durations import seconds
 from nsq_ha.errors import (
     ConfigError,
     DiscoveryError,
+    LookupdNeverAnsweredError,
     LookupdUnavailableError,
     NsqError,
     RemoteProtocolError,
     TopicNotFoundError,
     TopicNotWritableError,
 )
-from nsq_ha.lookup.pool import LookupdPool
-from nsq_ha.lookup.wire import Access, LookupdError, PartitionMap, merge_maps, parse_lookup
+from nsq_ha.lookup.http import Endpoint, get_answer, normalize_lookupd, tls_context
+from nsq_ha.lookup.wire import (
+    Access,
+    LookupdError,
+    PartitionMap,
+    merge_maps,
+    parse_listlookup,
+    parse_lookup,
+    unwrap,
+)
 from nsq_ha.redact import redact_text
-from nsq_ha.retry import LOOKUPD, Failure, retry_after
+from nsq_ha.retry import LOOKUPD, Backoff, Failure, log_failure, retry_after
 
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
 
-__all__ = ["DEFAULT_MAX_ANSWER_BYTES", "LookupClient", "missing_on_fork"]
+__all__ = ["ANSWER_GRACE", "DEFAULT_MAX_ANSWER_BYTES", "LookupClient", "LookupdHealth"]
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Listener = Callable[[PartitionMap], Awaitable[None] | None]
 Key = tuple[str, Access]
 
@@ -48,6 +68,12 @@ Key = tuple[str, Access]
 #: 512 KiB of the costliest JSON allowed takes ~15 ms of one idle core (the event loop stall).
 DEFAULT_MAX_ANSWER_BYTES = 512 << 10
 _MAX_ANSWER_BYTES_LIMIT = 64 << 20
+#: Seconds the other lookupds get, once one has answered a lookup, to answer too.
+ANSWER_GRACE = 0.5
+#: What an address that answers with nsqd's E_BAD_PROTOCOL is told.
+NSQD_TCP_PORT = "this looks like nsqd's TCP port (4150): lookupd's HTTP port is usually 4161"
+#: The most of a probe's answer read: nsqd's whole E_BAD_PROTOCOL frame is 22 bytes.
+_PROBE_BYTES = 256
 
 
 def missing_on_fork(topic: str, detail: str = "") -> TopicNotFoundError:
@@ -102,6 +128,81 @@ def unwritable(pmap: PartitionMap) -> NsqError:
     )
 
 
+def never_answered(tried: Sequence[tuple[str, str]]) -> LookupdNeverAnsweredError:
+    """No lookupd has answered since the client started: ``tried`` is (address, what it did)."""
+    what = "; ".join(f"{shown}: {reason}" for shown, reason in tried) or "none given"
+    reasons = " ".join(reason for _, reason in tried)
+    if NSQD_TCP_PORT in reasons:
+        advice = "give nsqlookupd's HTTP address"
+    elif "not HTTP" in reasons:
+        advice = (
+            "check the port (nsqlookupd's HTTP port, usually 4161, not nsqd's TCP port 4150) "
+            "and the scheme (http:// or https://)"
+        )
+    else:
+        advice = (
+            "check the address: nsqlookupd's HTTP port (usually 4161), that nsqlookupd runs "
+            "there and is reachable from here"
+        )
+    return LookupdNeverAnsweredError(
+        f"no nsqlookupd has answered yet (tried {what}): {advice}. A lookupd that never "
+        "answered is taken for a wrong address and not retried; one that answered once is "
+        "retried through outages"
+    )
+
+
+async def looks_like_nsqd(url: str) -> bool:
+    """Whether ``url``'s host and port answer like nsqd's TCP port: a request that is not
+    NSQ's magic gets ``E_BAD_PROTOCOL``. The caller bounds the time; any failure is False."""
+    import httpx
+
+    parsed = httpx.URL(url)
+    writer = None
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        reader, writer = await asyncio.open_connection(parsed.host, port)
+        writer.write(b"GET / HTTP/1.1\r\n\r\n")  # what an HTTP client sends first
+        await writer.drain()
+        return b"E_BAD_PROTOCOL" in await reader.read(_PROBE_BYTES)
+    except OSError:
+        return False
+    finally:
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+
+@dataclass
+class LookupdHealth:
+    """One lookupd: where it is, and how its recent requests went."""
+
+    endpoint: Endpoint
+    failures: int = 0
+    #: ``time.monotonic()`` before which it is asked only if no other lookupd may be
+    retry_at: float = 0.0
+    #: what its last failure was (for the error when no lookupd has ever answered)
+    reason: str = ""
+
+    def failed(self, reason: str, backoff: Backoff) -> None:
+        """Skip it for ``backoff``'s wait after this many failures in a row (logged)."""
+        self.failures += 1
+        self.reason = reason
+        delay = backoff.delay(self.failures)
+        self.retry_at = time.monotonic() + delay
+        what = f"nsqlookupd {self.endpoint.shown}"
+        log_failure(log, what, self.failures, reason, delay, "until it answers again")
+
+    def answered(self) -> None:
+        """It answered (not with a server error): the streak, if any, ends."""
+        if self.failures:
+            shown = self.endpoint.shown
+            log.info(
+                "nsqlookupd %s answers again (after %d failures in a row)", shown, self.failures
+            )
+        self.failures, self.retry_at = 0, 0.0
+
+
 class LookupClient:
     """Discovery through nsqlookupd, shared by producers and consumers of one process."""
 
@@ -124,6 +225,8 @@ class LookupClient:
         backoffs either). ``max_backoff``: the longest a failing lookupd is skipped (30 s).
         ``max_answer_bytes``: the largest answer read (512 KiB by default, at most 64 MiB).
         """
+        import httpx
+
         try:
             seed_list = [seeds] if isinstance(seeds, str) else list(seeds)
         except TypeError:
@@ -142,14 +245,20 @@ class LookupClient:
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= limit:
             raise ConfigError(f"max_answer_bytes must be an int in 1..{limit}, got {size!r}")
         self.max_answer_bytes = max_answer_bytes
-        self._pool = LookupdPool(
-            seed_list,
-            http=http,
-            timeout=self.timeout,
-            max_bytes=max_answer_bytes,
-            backoff=LOOKUPD.capped(self.max_backoff, jitter=bool(jitter)),
-        )
+        self._seeds: dict[str, Endpoint] = {}
+        for endpoint in (Endpoint.parse(normalize_lookupd(seed)) for seed in seed_list):
+            self._seeds.setdefault(endpoint.url, endpoint)
+        self._lookupds = {u: LookupdHealth(e) for u, e in self._seeds.items()}
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(timeout=self.timeout, verify=tls_context())
+        self._backoff = LOOKUPD.capped(self.max_backoff, jitter=bool(jitter))
         self._retry_backoff = LOOKUPD.capped(self.refresh_interval, jitter=bool(jitter))
+        #: ``/listlookup`` was asked once (the lookupds known are the cluster's)
+        self._discovered = False
+        #: some lookupd has sent an HTTP answer (until then, failures are not retried)
+        self._answered = False
+        #: requests still running after their lookup returned (they end by its deadline)
+        self._stragglers: set[asyncio.Task[object]] = set()
         self._maps: dict[Key, PartitionMap] = {}
         self._inflight: dict[Key, asyncio.Task[PartitionMap]] = {}
         #: keys unwatched while their fetch was under way: that answer is not cached
@@ -162,9 +271,9 @@ class LookupClient:
 
     def __repr__(self) -> str:
         now = time.monotonic()
-        usable = sum(now >= s.retry_at for s in self._pool.states.values())
+        usable = sum(now >= s.retry_at for s in self._lookupds.values())
         return (
-            f"<LookupClient lookupds={len(self._pool.states)} usable={usable} "
+            f"<LookupClient lookupds={len(self._lookupds)} usable={usable} "
             f"topics={len(self._maps)} watched={len(self._watch)}>"
         )
 
@@ -180,7 +289,7 @@ class LookupClient:
     def lookupds(self) -> list[str]:
         """Known lookupd base URLs (seeds and discovered), leader first when known, passwords
         redacted (``http://user:***@host:4161``)."""
-        return [s.endpoint.shown for s in self._pool.states.values()]
+        return [s.endpoint.shown for s in self._lookupds.values()]
 
     @property
     def cached_keys(self) -> frozenset[Key]:
@@ -191,7 +300,7 @@ class LookupClient:
         """``(url as in :attr:`lookupds`, failures in a row, seconds until it is asked again)``
         per known lookupd."""
         now = time.monotonic()
-        states = self._pool.states.values()
+        states = self._lookupds.values()
         return [(s.endpoint.shown, s.failures, max(0.0, s.retry_at - now)) for s in states]
 
     async def close(self) -> None:
@@ -202,17 +311,163 @@ class LookupClient:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
             self._timer = None
-        tasks: list[asyncio.Task[object]] = [*self._inflight.values(), *self._retrying.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self._pool.close()
+        await _cancel([*self._inflight.values(), *self._retrying.values()])
+        await _cancel(list(self._stragglers))
+        if self._owns_http:
+            await self._http.aclose()
 
     async def discover(self) -> list[str]:
-        """Ask ``/listlookup`` for the fork's lookupds (see :meth:`LookupdPool.discover`), within
-        ``timeout``; the lookupds known then."""
-        await self._pool.discover(asyncio.get_running_loop().time() + self.timeout)
+        """Ask ``/listlookup`` for the fork's lookupds within ``timeout``; the lookupds known
+        then. The first decisive answer wins: the seeds stay on vanilla (404) and on a
+        standalone fork (null); otherwise the lookupds named come first (leader first), then
+        the seeds not named, and lookupds discovered before and no longer named are forgotten
+        (a named lookupd that is also a seed keeps the seed's credentials; the others get none).
+        """
+        await self._discover(asyncio.get_running_loop().time() + self.timeout)
         return self.lookupds
+
+    async def _discover(self, deadline: float) -> None:
+        tasks = self._ask_all("/listlookup", None, parse_listlookup, deadline)
+        first_error: NsqError | None = None
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                try:
+                    found = await next_done
+                except LookupdUnavailableError:
+                    continue
+                except NsqError as exc:
+                    if isinstance(exc, LookupdError) and exc.status == 404:
+                        log.debug("nsqlookupd has no /listlookup (vanilla): using the seeds")
+                        break
+                    first_error = first_error or exc
+                    continue
+                if not found:
+                    log.debug("/listlookup is null (standalone fork): using the seeds")
+                    break
+                self._lookupds = {
+                    u: self._lookupds.get(u) or LookupdHealth(self._seeds.get(u) or Endpoint(u, u))
+                    for u in found + [u for u in self._seeds if u not in found]
+                }
+                log.info("nsqlookupd cluster: %s (leader first)", ", ".join(found))
+                break
+            else:
+                if first_error is not None:
+                    raise first_error
+        finally:
+            await _cancel(tasks)
+        self._discovered = True
+
+    # -- asking the lookupds ----------------------------------------------------------------
+
+    def _ask_all(
+        self,
+        path: str,
+        params: dict[str, str] | None,
+        parse: Callable[[object], T],
+        deadline: float,
+    ) -> list[asyncio.Task[T]]:
+        """GET ``path`` of every usable lookupd (or, while each one is backing off, of the one
+        whose backoff ends first) by ``deadline`` (loop time), each in a task, and parse the
+        answers.
+
+        A lookupd that cannot be reached, misses the deadline or sends an answer we refuse is
+        marked failed (backoff); an error status is not (it answered). While no lookupd has
+        ever answered, an answer that is not HTTP is checked for nsqd's TCP port.
+        """
+        import httpx
+
+        async def ask(state: LookupdHealth) -> T:
+            shown = state.endpoint.shown
+            try:
+                async with asyncio.timeout_at(deadline):
+                    answer = await get_answer(
+                        self._http, state.endpoint, path, params, max_bytes=self.max_answer_bytes
+                    )
+            except TimeoutError:
+                what = f"did not answer {path} within {self.timeout:.1f} s"
+                state.failed(what, self._backoff)
+                raise LookupdUnavailableError(f"nsqlookupd {shown} {what} (timeout)") from None
+            except httpx.HTTPError as exc:
+                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                what = f"unreachable: {reason}"
+                if isinstance(exc, httpx.RemoteProtocolError) and not self._answered:
+                    what = f"its answer is not HTTP ({reason})"
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout_at(deadline):
+                            if await looks_like_nsqd(state.endpoint.url):
+                                what = (
+                                    f"it answered nsqd's E_BAD_PROTOCOL, not HTTP: {NSQD_TCP_PORT}"
+                                )
+                state.failed(what, self._backoff)
+                raise LookupdUnavailableError(f"nsqlookupd {shown} {what}") from exc
+            except RemoteProtocolError as exc:
+                self._answered = True  # an HTTP answer, refused for its size or encoding
+                state.failed(str(exc), self._backoff)
+                raise
+            self._answered = True
+            if answer.status < 500:
+                state.answered()
+            try:
+                return parse(unwrap(answer.status, answer.headers, answer.body, shown + path))
+            except RemoteProtocolError as exc:
+                state.failed(str(exc), self._backoff)
+                raise
+
+        now = time.monotonic()
+        states = [s for s in self._lookupds.values() if now >= s.retry_at]
+        states = states or [min(self._lookupds.values(), key=lambda s: s.retry_at)]
+        loop = asyncio.get_running_loop()
+        return [loop.create_task(ask(s), name=f"nsq_ha-lookupd-{path}") for s in states]
+
+    async def _gather(
+        self,
+        path: str,
+        params: dict[str, str] | None,
+        parse: Callable[[object], T],
+        deadline: float,
+    ) -> list[T | NsqError]:
+        """Ask every usable lookupd at once; their answers or errors, in their order.
+
+        Waits for all of them until one has answered, then :data:`ANSWER_GRACE` more seconds
+        at most: the requests still running then are left out of the result and go on in the
+        background until the deadline (a lookupd that misses it is marked failed).
+        """
+        loop = asyncio.get_running_loop()
+        tasks = self._ask_all(path, params, parse, deadline)
+        pending: set[asyncio.Task[T]] = set(tasks)
+        grace_end: float | None = None
+        try:
+            while pending:
+                wait = None if grace_end is None else max(0.0, grace_end - loop.time())
+                done, pending = await asyncio.wait(
+                    pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    break
+                if grace_end is None and any(
+                    not t.cancelled() and t.exception() is None for t in done
+                ):
+                    grace_end = min(deadline, loop.time() + ANSWER_GRACE)
+        except BaseException:
+            await _cancel(tasks)
+            raise
+        results: list[T | NsqError] = []
+        for task in tasks:
+            if task in pending:
+                self._stragglers.add(task)
+                task.add_done_callback(self._straggler_done)
+            elif (exc := task.exception()) is None:
+                results.append(task.result())
+            elif isinstance(exc, NsqError):
+                results.append(exc)
+            else:
+                raise exc
+        return results
+
+    def _straggler_done(self, task: asyncio.Task[object]) -> None:
+        self._stragglers.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a late answer or failure was already accounted for
 
     # -- lookups ----------------------------------------------------------------------------
 
@@ -255,16 +510,22 @@ class LookupClient:
     async def _fetch(self, key: Key) -> PartitionMap:
         topic, access = key
         deadline = asyncio.get_running_loop().time() + self.timeout
-        if not self._pool.discovered:
+        if not self._discovered:
             with contextlib.suppress(NsqError):
-                await self._pool.discover(deadline)
+                await self._discover(deadline)
         params = {"topic": topic, "access": access, "metainfo": "true"}
         parse = functools.partial(parse_lookup, topic, access)
-        answers = await self._pool.gather("/lookup", params, parse, deadline)
+        answers = await self._gather("/lookup", params, parse, deadline)
         maps = [a for a in answers if isinstance(a, PartitionMap)]
         if not maps:
             errors = [a for a in answers if a not in maps]
-            raise self._pool.never_answered(errors) or lookup_failure(topic, access, errors)
+            if not self._answered and all(isinstance(e, LookupdUnavailableError) for e in errors):
+                # each was unreachable, and none ever answered: a wrong address, not an outage
+                tried = [
+                    (s.endpoint.shown, s.reason) for s in self._lookupds.values() if s.failures
+                ]
+                raise never_answered(tried)
+            raise lookup_failure(topic, access, errors)
         merged = merge_maps(maps)
         old = self._maps.get(key)
         if key not in self._uncached:
@@ -359,3 +620,9 @@ class LookupClient:
     def _retry_done(self, key: Key, task: asyncio.Task[None]) -> None:
         if self._retrying.get(key) is task:
             del self._retrying[key]
+
+
+async def _cancel(tasks: Sequence[asyncio.Task[T]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -117,6 +117,6 @@ async def test_a_lookupd_failing_again_and_again_is_skipped_for_at_most_the_refr
                 break
     assert failures >= 9  # 0.5 s doubled eight times is 128 s: the cap rules
     assert 0 < skipped <= client.refresh_interval + 0.5
-    messages = [r.getMessage() for r in caplog.records if r.name == "nsq_ha.lookup.pool"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "nsq_ha.lookup.client"]
     assert messages[1].startswith(f"nsqlookupd http://127.0.0.1:{port} failed on attempt 2 (")
     assert " next try in " in messages[1]

@@ -1,4 +1,4 @@
-"""What a failed lookup raises and what its message says to do (nsq_ha.lookup.client, .pool)."""
+"""What a failed lookup raises and what its message says to do (nsq_ha.lookup.client)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from nsq_ha.errors import (
     TopicNotFoundError,
     TopicNotWritableError,
 )
-from nsq_ha.lookup.client import lookup_failure, unwritable
-from nsq_ha.lookup.pool import NSQD_TCP_PORT, never_answered
+from nsq_ha.lookup.client import NSQD_TCP_PORT, lookup_failure, never_answered, unwritable
 from nsq_ha.lookup.wire import LookupdError, PartitionMap, TopicMeta
 from nsq_ha.retry import decide
 
@@ -48,7 +47,7 @@ def test_other_lookup_failures_keep_their_kind() -> None:
     ("reason", "advice"),
     [
         ("unreachable: ConnectError: All connection attempts failed", "usually 4161"),
-        # the reasons LookupdPool._ask gives for an answer that is not HTTP, and for nsqd's
+        # the reasons LookupClient gives for an answer that is not HTTP, and for nsqd's
         (
             "its answer is not HTTP (RemoteProtocolError: illegal request line)",
             "not nsqd's TCP port 4150",
