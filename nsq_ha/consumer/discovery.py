@@ -103,9 +103,8 @@ class Discovery:
         config = self._config
         if self._lookup is None:  # nsqd= addresses
             parts = sorted(config.partitions) if config.partitions is not None else [-1]
-            await self._connect_all(
-                [(a, p) for a in config.nsqd or () for p in parts], initial=True
-            )
+            wanted = [(address, p) for address in config.nsqd or () for p in parts]
+            await self._connect_all(wanted, initial=True)
             return
         pmap: PartitionMap | None = None
         try:
@@ -331,69 +330,74 @@ class Discovery:
             logger=log,
         )
 
-    async def _subscribed(
-        self, conn: NsqdConnection, partition: int | None, ordered: bool, advanced: bool
-    ) -> bool:
-        """Connect ``conn`` and subscribe it: True, or False (closed) when nsqd asked for
-        another mode (ordered, ext), which is then the one used."""
-        try:
-            await conn.connect()
-            if (ordered or advanced) and not conn.is_fork:
-                what = "ordered consumption" if ordered else "with_offsets (SUB_ADVANCED)"
-                raise UnsupportedByServerError(
-                    f"{what} needs the fork; nsqd {conn.address} is vanilla"
+    async def _open(
+        self,
+        address: str,
+        partition: int | None,
+        handlers: Callable[[bool], tuple[Callable[[Any], object], Callable[[Any], object]]],
+        probe: bool = False,
+    ) -> tuple[NsqdConnection, bool]:
+        """A connection to ``address`` subscribed to ``partition`` with the handlers
+        ``handlers(ordered)`` gives, and whether it is ordered (``probe``: always). nsqd may
+        ask for another mode (ordered, ext): it is the one used from then on."""
+        for _ in range(_MODE_SWITCHES):
+            ordered = self.use_ordered or probe
+            advanced = self._config.with_offsets and not ordered
+            on_message, on_error = handlers(ordered)
+            config = self._config.connection_config(extend_support=self._ext)
+            conn = NsqdConnection(address, config=config, on_message=on_message, on_error=on_error)
+            try:
+                await conn.connect()
+                if (ordered or advanced) and not conn.is_fork:
+                    what = "ordered consumption" if ordered else "with_offsets (SUB_ADVANCED)"
+                    raise UnsupportedByServerError(
+                        f"{what} needs the fork; nsqd {conn.address} is vanilla"
+                    )
+                await conn.subscribe(
+                    self.topic, self.channel, partition, ordered=ordered, advanced=advanced
                 )
-            await conn.subscribe(
-                self.topic, self.channel, partition, ordered=ordered, advanced=advanced
-            )
-        except BaseException as exc:
-            await conn.close()
-            if isinstance(exc, SubOrderRequiredError) and self._config.ordered is not False:
-                log.info("%s: nsqd says the topic is ordered: using SUB_ORDERED", self.topic)
-                self.use_ordered = True
-            elif isinstance(exc, ExtendSupportRequiredError):
-                log.info("%s: nsqd says it is an ext topic: using extend_support", self.topic)
-                self._ext = True
-            elif isinstance(exc, ExtendSupportForbiddenError):
-                self._ext = False
-            else:
-                raise
-            return False
-        return True
-
-    def _conn(
-        self, address: str, on_message: Callable[[Any], object], on_error: Callable[[Any], object]
-    ) -> NsqdConnection:
-        config = self._config.connection_config(extend_support=self._ext)
-        return NsqdConnection(address, config=config, on_message=on_message, on_error=on_error)
+            except BaseException as exc:
+                await conn.close()
+                if isinstance(exc, SubOrderRequiredError) and self._config.ordered is not False:
+                    log.info("%s: nsqd says the topic is ordered: using SUB_ORDERED", self.topic)
+                    self.use_ordered = True
+                elif isinstance(exc, ExtendSupportRequiredError):
+                    log.info("%s: nsqd says it is an ext topic: using extend_support", self.topic)
+                    self._ext = True
+                elif isinstance(exc, ExtendSupportForbiddenError):
+                    self._ext = False
+                else:
+                    raise
+                continue
+            return conn, ordered
+        raise ConfigError(f"{self.topic}: nsqd keeps refusing the subscription mode")
 
     async def _subscribe(self, key: ConnKey) -> None:
         partition = None if key[1] < 0 else key[1]
         if partition is not None and partition not in self._placed:
             await self._place(key, partition)
-        for _ in range(_MODE_SWITCHES):  # nsqd may say the topic is ordered / ext: switch
-            ordered = self.use_ordered
-            slot = Slot(self._ctx, key, ordered)
-            slot.conn = conn = self._conn(key[0], slot.on_message, slot.on_error)
-            advanced = self._config.with_offsets and not ordered
-            if not await self._subscribed(conn, partition, ordered, advanced):
-                continue
-            if self.closing:
-                await conn.close()
-                return
-            self.slots[key] = slot
-            log.info(
-                "consuming %s/%s partition %s from %s (%s)",
-                self.topic,
-                self.channel,
-                _partition_text(key),
-                conn.address,
-                "SUB_ORDERED" if ordered else ("SUB_ADVANCED" if advanced else "SUB"),
-            )
-            self._ctx.flow.add(key, conn, max_rdy=conn.negotiated.max_rdy_count, ordered=ordered)
-            self._background.spawn(self._watch(slot, conn), f"nsq_ha-watch-{key}")
+        tried: list[Slot] = []  # a slot per try of _open
+
+        def handlers(ordered: bool) -> tuple[Callable[[Any], object], Callable[[Any], object]]:
+            tried.append(Slot(self._ctx, key, ordered))
+            return tried[-1].on_message, tried[-1].on_error
+
+        conn, ordered = await self._open(key[0], partition, handlers)
+        if self.closing:
+            await conn.close()
             return
-        raise ConfigError(f"{self.topic}: nsqd keeps refusing the subscription mode")
+        slot = self.slots[key] = tried[-1]
+        slot.conn = conn
+        log.info(
+            "consuming %s/%s partition %s from %s (%s)",
+            self.topic,
+            self.channel,
+            _partition_text(key),
+            conn.address,
+            "SUB_ORDERED" if ordered else ("SUB_ADVANCED" if self._config.with_offsets else "SUB"),
+        )
+        self._ctx.flow.add(key, conn, max_rdy=conn.negotiated.max_rdy_count, ordered=ordered)
+        self._background.spawn(self._watch(slot, conn), f"nsq_ha-watch-{key}")
 
     async def _place(self, key: ConnKey, partition: int) -> None:
         """Before the partition's first SUB: create the channel at ``start`` if it is new, and
@@ -404,16 +408,15 @@ class Discovery:
             self._placed.add(partition)  # nothing to apply (or no map: nsqd= addresses)
             return
         topic, channel = self.topic, self.channel
+        where = f"{topic}/{channel} partition {partition}"
         try:
             async with nsqd_admin(node.http_url) as admin:
                 if partition not in self._created:
                     if await channel_exists(admin, topic, channel, partition):
                         log.info(
-                            "%s/%s partition %d: the channel exists and keeps its position "
-                            "(start= applies to new channels)",
-                            topic,
-                            channel,
-                            partition,
+                            "%s: the channel exists and keeps its position (start= "
+                            "applies to new channels)",
+                            where,
                         )
                         self._placed.add(partition)
                         return
@@ -427,14 +430,25 @@ class Discovery:
                     if self.use_ordered:
                         await self._release_held(admin, key[0], partition, body)
                 except NsqError as exc:
-                    if not decide(retriable(exc)).retry:  # leave no channel at the wrong position
-                        await self._unmake(admin, partition)
+                    if decide(retriable(exc)).retry:
+                        raise
+                    try:  # leave no channel at the wrong position: a later start makes it anew
+                        await admin.delete_channel(topic, channel, partition)
+                    except NsqError as failed:
+                        log.error(
+                            "%s: created, not moved to its start, and not deleted (%s): it "
+                            "starts at the partition's end; seek it",
+                            where,
+                            failed,
+                        )
+                    else:
+                        self._created.discard(partition)
                     raise
         except NsqError as exc:
             raise retriable(exc) from exc
         self._created.discard(partition)
         self._placed.add(partition)
-        log.info("%s/%s partition %d: new channel at %s", topic, channel, partition, body)
+        log.info("%s: new channel at %s", where, body)
 
     async def _release_held(
         self, admin: NsqdAdmin, address: str, partition: int, body: str
@@ -452,13 +466,8 @@ class Discovery:
             first.append(message.id)
             arrived.set()
 
-        for _ in range(_MODE_SWITCHES):  # in the ext mode nsqd asks for
-            # on_error: the FIN of the message the move forgot
-            conn = self._conn(address, take, lambda _error: None)
-            if await self._subscribed(conn, partition, True, False):
-                break
-        else:
-            raise ConfigError(f"{self.topic}: nsqd keeps refusing the subscription mode")
+        # in the ext mode nsqd asks for; on_error: the FIN of the message the move forgot
+        conn, _ = await self._open(address, partition, lambda _: (take, lambda _e: None), True)
         try:
             conn.rdy(1)
             try:
@@ -473,23 +482,6 @@ class Discovery:
             await conn.sync(timeout=ADMIN_TIMEOUT)
         finally:
             await conn.close()
-
-    async def _unmake(self, admin: NsqdAdmin, partition: int) -> None:
-        """Delete the channel this consumer made and could not move: a later start finds it
-        new again."""
-        try:
-            await admin.delete_channel(self.topic, self.channel, partition)
-        except NsqError as exc:
-            log.error(
-                "%s/%s partition %d: created, not moved to its start, and not deleted (%s): "
-                "it starts at the partition's end; seek it",
-                self.topic,
-                self.channel,
-                partition,
-                exc,
-            )
-            return
-        self._created.discard(partition)
 
     # -- failures -----------------------------------------------------------------------------
 
