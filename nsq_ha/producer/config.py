@@ -114,13 +114,11 @@ def _count(value: object, name: str) -> int:
 class ProducerConfig:
     """How a producer finds nsqd, routes, batches, retries and closes: every option of a
     :class:`~nsq_ha.producer.Producer` (and of the blocking :class:`nsq_ha.sync.Producer`),
-    its default and its check, here once.
-
-    Give exactly one of ``lookupd``, ``lookup`` or ``nsqd``.
+    its default and its check, here once. Give exactly one of ``lookupd``, ``lookup`` or
+    ``nsqd``.
 
     Args:
-        lookupd: nsqlookupd HTTP address(es) (``"http://127.0.0.1:4161"``), for the fork or
-            vanilla.
+        lookupd: nsqlookupd HTTP address(es) (``"http://127.0.0.1:4161"``), fork or vanilla.
         lookup: a shared :class:`~nsq_ha.lookup.LookupClient` (not closed with the producer).
         nsqd: nsqd TCP address(es) (``"127.0.0.1:4150"``): vanilla, or the fork without keys.
         strategy: how a sharding key picks a partition: ``"murmur3"`` (the fork's Go SDK),
@@ -135,12 +133,10 @@ class ProducerConfig:
         max_batch: most messages per ``MPUB``.
         linger: seconds a batch waits for more messages before it goes (0: it goes as soon as
             the previous batch of its partition is acknowledged).
-        close_timeout: how long ``Producer.close`` waits for in-flight publishes before failing
-            them.
-        topic_idle_timeout: seconds after a topic's last publish (and once none of its
-            messages is queued or in flight) when its state is freed: routes, lanes,
-            connections, and its lookup is no longer refreshed; the next publish to it looks it
-            up again.
+        close_timeout: how long ``Producer.close`` waits for in-flight publishes, then fails them.
+        topic_idle_timeout: seconds after a topic's last publish (once none of its messages is
+            queued or in flight) when its routes, lanes and connections are freed and its lookup
+            no longer refreshed; the next publish to it looks it up again.
 
     Durations are finite seconds (ConfigError for NaN, infinities, negatives and
     non-numbers); addresses become tuples of distinct addresses.

@@ -10,6 +10,7 @@ record ``4 + 26 + len(body)`` bytes, one more on an ext topic) when it adds up t
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import struct
@@ -211,13 +212,11 @@ def derive_batch(
     for layout in layouts:
         sizes = [record_size(m, ext_topic=layout) for m in messages]
         if sum(sizes) == response.raw_size:
-            results: list[PublishResult] = []
-            offset = response.offset
-            for index, (msg, size) in enumerate(zip(messages, sizes, strict=True)):
-                internal_id = response.internal_id + index
-                results.append(PublishResult(*where, internal_id, msg.trace_id or 0, offset, size))
-                offset += size
-            return results
+            offsets = itertools.accumulate(sizes[:-1], initial=response.offset)
+            return [
+                PublishResult(*where, response.internal_id + i, m.trace_id or 0, offset, size)
+                for i, (m, size, offset) in enumerate(zip(messages, sizes, offsets, strict=True))
+            ]
     log.warning(
         "MPUB_TRACE of %d messages: nsqd reported %d bytes, which no known record layout gives; "
         "only the first message's id and offset are known",
