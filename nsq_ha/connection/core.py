@@ -1,9 +1,7 @@
 """One asyncio connection to one nsqd (fork or vanilla): :class:`NsqdConnection` does the I/O
 around a sans-IO :class:`~nsq_ha.protocol.session.ClientSession`, which decides everything about
-the protocol.
-
-A fatal error frame (§2.19) fails its own command with the :class:`~nsq_ha.errors.BrokerError`
-and every other waiter with :class:`~nsq_ha.errors.ConnectionClosedError` chained to it.
+the protocol. A fatal error frame (§2.19) fails its own command with its
+:class:`~nsq_ha.errors.BrokerError`, every other waiter with a ConnectionClosedError chained to it.
 """
 
 from __future__ import annotations
@@ -286,22 +284,19 @@ class NsqdConnection:
             )
         if partition not in (None, -1) and not self.is_fork:
             raise LocalProtocolError(f"vanilla nsqd {self.address} has no partitions")
-        command: Sub | SubOrdered | SubAdvanced
         if ordered:
-            command = SubOrdered(topic, channel, partition)
+            await self.command(SubOrdered(topic, channel, partition))
         elif advanced or start is not None:
-            command = SubAdvanced(topic, channel, partition, start)
+            await self.command(SubAdvanced(topic, channel, partition, start))
         else:
-            command = Sub(topic, channel, partition)
-        await self.command(command)
+            await self.command(Sub(topic, channel, partition))
         log.info("subscribed to %s/%s partition %s on %s", topic, channel, partition, self.address)
 
     async def stop_delivery(self) -> None:
         """Send ``CLS`` and wait for ``CLOSE_WAIT``: nsqd sends no more messages (but one it had
         picked may still arrive: answer it, then sync), FIN, REQ and TOUCH still work."""
-        if self.state is not ConnState.SUBSCRIBED:
-            return
-        await self.command(Cls())
+        if self.state is ConnState.SUBSCRIBED:
+            await self.command(Cls())
 
     async def sync(self, *, timeout: float | None = None) -> None:  # noqa: ASYNC109 - a limit
         """Return once nsqd has processed every command sent before this call (a subscribed or

@@ -1,13 +1,11 @@
 """Error frames (§2.19): which error a frame is, and whether the connection survives it.
 
-An error frame's data is ``<CODE> <description>`` (the description may be empty, and
-``E_TOPIC_NOT_EXIST `` ends in a space), or nsqd's connection-limit text, which has no code.
-Whether nsqd closes the connection afterwards depends on the code, on the command that failed
-and on the server kind: the error classes carry that as data (``fatal``, ``nonfatal_after``,
-``vanilla_fatal`` in :mod:`nsq_ha.errors`), and :func:`closes_connection` reads it. The client
-drops the connection in one more case (:func:`must_drop`): any error answering ``MPUB_EXT``,
-because nsqd raises its non-fatal header errors with the rest of the body unread and then parses
-that body as commands (§2.15), so the stream is out of step.
+An error frame's data is ``<CODE> <description>`` (which may be empty: ``E_TOPIC_NOT_EXIST ``),
+or nsqd's connection-limit text, which has no code. Whether nsqd then closes the connection
+depends on the code, the failed command and the server kind, which the error classes carry
+(``fatal``, ``nonfatal_after``, ``vanilla_fatal``). The client also drops it after any error
+answering ``MPUB_EXT`` (:func:`must_drop`): nsqd raises its non-fatal header errors with the
+rest of the body unread, then parses that body as commands (§2.15): the stream is out of step.
 """
 
 from __future__ import annotations

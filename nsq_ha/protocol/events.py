@@ -1,10 +1,7 @@
 """What a :class:`~nsq_ha.protocol.session.ClientSession` reads from nsqd: one event per frame,
-after the session's bookkeeping (state moves, the FIFO of pending commands, in-flight ids).
-
-The per-frame events are named tuples, which the session builds with ``tuple.__new__`` (a third
-of a frozen dataclass's cost, on the path of every message and answer); the field-less ones are
-the members of :class:`Signal` (:data:`HEARTBEAT`, :data:`CLOSE_WAIT`, :data:`SYNCED`,
-:data:`NEED_DATA`): compare them with ``is``.
+after the session's bookkeeping. The events with fields are named tuples, which the session
+builds with ``tuple.__new__`` (a third of a frozen dataclass's cost, on the path of every message
+and answer); the field-less ones are the members of :class:`Signal`: compare them with ``is``.
 """
 
 from __future__ import annotations
