@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 # NamedTuple and dataclasses not at all.
 
 # The hot path of a message: the sans-IO protocol, the transport, the connection's core and
-# reader, and the consumer's per-message modules (message, hand-out, RDY planner, slots, flow).
+# reader, and the consumer's per-message modules (message, hand-out, RDY planner, slots).
 # Left out, each for a reason a compiled module would change what callers see (mypyc checks
 # annotated types at run time and its classes are native): consumer/core.py (the Consumer's bad
 # arguments would raise TypeError instead of ConfigError, its instances take no weak reference,
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 # its methods) and protocol/commands.py. consumer/message.py is in since OpenTelemetry answers
 # through its hook (set_answer_hook) instead of replacing Message's methods, and a requeue delay
 # is checked by the message (typed object), not by mypyc; consumer/rdy.py since its callers
-# pass checked values only (ConsumerConfig, Consumer.set_max_in_flight); slots, flow, handout
+# pass checked values only (ConsumerConfig, Consumer.set_max_in_flight); slots, handout
 # and the reader since their unit tests build real connections, slots and transports.
 MODULES: tuple[str, ...] = (
     "nsq_ha.protocol.error_frames",
@@ -62,7 +62,6 @@ MODULES: tuple[str, ...] = (
     "nsq_ha.consumer.handout",
     "nsq_ha.consumer.rdy",
     "nsq_ha.consumer.slots",
-    "nsq_ha.consumer.flow",
     "nsq_ha.connection.reader",
     # the producer's publish path, from the call's queue to nsqd's answer; not producer/core.py
     # (Producer: the OpenTelemetry instrumentation wraps its methods and its sweeper holds a
