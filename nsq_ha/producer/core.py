@@ -240,15 +240,13 @@ class Producer:
             if key is None:
                 raise ConfigError("sharding_keys has a None entry: every message needs a key")
             self._check_key(key, None)
-        groups: list[tuple[int | None, list[int]]] = []
+        by_slot: dict[int, list[int]] = {}  # the indexes of the messages of each partition
 
         def submit(held: Topic, routes: Routes) -> asyncio.Future[list[Outcomes]]:
             held.place(routes, messages, keys[0], None)  # the feature and count checks, once
-            by_slot: dict[int | None, list[int]] = {}
             for index, key in enumerate(keys):
                 by_slot.setdefault(held.memo.slot(key, routes.count), []).append(index)
-            groups.extend(by_slot.items())
-            parts = [(slot, [messages[i] for i in indexes]) for slot, indexes in groups]
+            parts = [(slot, [messages[i] for i in indexes]) for slot, indexes in by_slot.items()]
             futures = [self._sender.submit(held, s, p, plain_size(p)) for s, p in parts]
             return asyncio.gather(*futures)
 
@@ -258,7 +256,7 @@ class Producer:
         else:
             settled = await self._in_turn(topic, keys[0], None, submit)
         outcomes: list[Outcome | None] = [None] * len(messages)
-        for (_, indexes), results in zip(groups, settled, strict=True):
+        for indexes, results in zip(by_slot.values(), settled, strict=True):
             for index, outcome in zip(indexes, results, strict=True):
                 outcomes[index] = outcome
         if not all(isinstance(o, PublishResult) for o in outcomes):

@@ -193,11 +193,9 @@ class Sender:
 
     def _start(self, topic: Topic, lane: Lane) -> None:
         """Start a task for ``lane`` unless one is about to take the next batch anyway: a keyed
-        lane has one; an unkeyed one more while the others wait for their answers, up to two
-        per writable partition (one in flight while the next fills)."""
+        lane has one (:meth:`submit` starts it); an unkeyed one more while the others wait for
+        their answers, up to two per writable partition (one in flight while the next fills)."""
         senders = len(lane.senders)
-        if senders and lane.slot is not None:
-            return
         if senders:
             routes = topic.routes
             most = max(2, 2 * len(routes.writable)) if routes is not None else 2
