@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast, get_type_hints
 
 from nsq_ha.errors import InvalidArgumentError, RemoteProtocolError
 from nsq_ha.protocol.commands import json_object, ms_to_seconds, seconds_to_ms
@@ -215,19 +215,9 @@ class Negotiated:
         return None if self.version is None else "-HA." in self.version
 
 
-_INT_KEYS = (
-    "max_rdy_count",
-    "max_msg_timeout",
-    "msg_timeout",
-    "deflate_level",
-    "max_deflate_level",
-    "sample_rate",
-    "output_buffer_size",
-    "output_buffer_timeout",
-)
+#: The JSON type of each key of the answer (a value of another type is refused).
+_KEY_TYPES: dict[str, type] = get_type_hints(IdentifyResponse)
 _MS_KEYS = ("max_msg_timeout", "msg_timeout", "output_buffer_timeout")
-_BOOL_KEYS = ("tls_v1", "deflate", "snappy", "auth_required")
-_STR_KEYS = ("version", "desired_tag")
 #: nsqd's numbers are Go int64s: a larger one is a lie (and would overflow a float in seconds)
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
@@ -252,20 +242,17 @@ def parse_identify_response(data: bytes, request: Mapping[str, object] | None = 
         return Negotiated(feature_negotiation=False, **side)
     answer = json_object(data, "IDENTIFY response", RemoteProtocolError)
     fields: dict[str, Any] = {}
-    for keys, kind in ((_INT_KEYS, int), (_BOOL_KEYS, bool), (_STR_KEYS, str)):
-        for key in keys:
-            value = answer.get(key)
-            if value is not None and (
-                not isinstance(value, kind) or (kind is int and isinstance(value, bool))
-            ):
-                raise RemoteProtocolError(
-                    f"IDENTIFY response key {key!r} is not a JSON {kind.__name__}"
-                )
-            if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
-                raise RemoteProtocolError(
-                    f"IDENTIFY response key {key!r} is out of the int64 range"
-                )
-            fields[key] = value is True if kind is bool else value
+    for key, kind in _KEY_TYPES.items():
+        value = answer.get(key)
+        if value is not None and (
+            not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+        ):
+            raise RemoteProtocolError(
+                f"IDENTIFY response key {key!r} is not a JSON {kind.__name__}"
+            )
+        if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
+            raise RemoteProtocolError(f"IDENTIFY response key {key!r} is out of the int64 range")
+        fields[key] = value is True if kind is bool else value
     for key in _MS_KEYS:
         if fields[key] is not None:
             fields[key] = ms_to_seconds(fields[key])
