@@ -1,19 +1,18 @@
 """LookupClient: the partition maps of topics, per access, through nsqlookupd (fork or vanilla).
 
-* Seeds are nsqlookupd HTTP addresses; ``/listlookup`` finds the rest of a fork's lookupds.
-  Credentials in a seed are sent as HTTP basic auth (:class:`~nsq_ha.lookup.http.Endpoint`).
-* Every usable lookupd is asked at once, so a slow lookupd never holds back the others; their
-  answers are merged (the leader's first), cached, fetched once however many callers ask at
-  once, and, for watched topics, refreshed on a timer with jitter, a failed refresh being
-  retried before the next round.
-* A lookupd whose answer is refused (:mod:`nsq_ha.lookup.http` caps its size,
-  :mod:`nsq_ha.lookup.wire` what it may hold) counts as failed, and a failed one is skipped until
-  its backoff (:class:`LookupdHealth`) has passed, unless no other lookupd may be asked.
-* Until a lookupd has answered, an address that answered something that is not HTTP is asked
-  once more, in NSQ's own protocol (:func:`looks_like_nsqd`): nsqd's TCP port (4150, given for
-  lookupd's HTTP port 4161, the usual mix-up) answers anything but its magic with
-  ``E_BAD_PROTOCOL``, and :func:`never_answered`'s error then says so.
-* A lookup no lookupd answered with a map raises an error that says what to do next.
+Every usable lookupd (the seeds, and the rest of a fork's cluster from ``/listlookup``) is asked
+at once, so a slow one never holds back the others; the answers are merged (the leader's first),
+cached, fetched once however many callers ask at once and, for watched topics, refreshed on a
+timer with jitter, a failed refresh being retried before the next round. A lookupd that fails,
+or whose answer is refused (:mod:`nsq_ha.lookup.http` caps its size, :mod:`nsq_ha.lookup.wire`
+what it may hold), is skipped until its backoff (:class:`LookupdHealth`) has passed, unless no
+other may be asked. Credentials in a seed are sent as HTTP basic auth.
+
+Until a lookupd has answered, an address that answered something that is not HTTP is asked once
+more, in NSQ's own protocol (:func:`looks_like_nsqd`): nsqd's TCP port (4150, given for
+lookupd's HTTP port 4161, the usual mix-up) answers anything but its magic with
+``E_BAD_PROTOCOL``, and :func:`never_answered`'s error then says so. Every error of a lookup
+says what to do next.
 """
 
 from __future__ import annotations
@@ -306,13 +305,9 @@ class LookupClient:
     async def close(self) -> None:
         """Stop the timer and every request, and close the HTTP client if this object made it."""
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
-            self._timer = None
-        await _cancel([*self._inflight.values(), *self._retrying.values()])
-        await _cancel(list(self._stragglers))
+        timer, self._timer = self._timer, None
+        tasks: list[asyncio.Task[object]] = [*self._inflight.values(), *self._retrying.values()]
+        await _cancel([*tasks, *self._stragglers, *([timer] if timer else [])])
         if self._owns_http:
             await self._http.aclose()
 
@@ -328,31 +323,31 @@ class LookupClient:
 
     async def _discover(self, deadline: float) -> None:
         tasks = self._ask_all("/listlookup", None, parse_listlookup, deadline)
-        first_error: NsqError | None = None
+        errors: list[NsqError] = []  # but unreachable lookupds
         try:
             for next_done in asyncio.as_completed(tasks):
                 try:
                     found = await next_done
-                except LookupdUnavailableError:
-                    continue
                 except NsqError as exc:
                     if isinstance(exc, LookupdError) and exc.status == 404:
                         log.debug("nsqlookupd has no /listlookup (vanilla): using the seeds")
                         break
-                    first_error = first_error or exc
+                    if not isinstance(exc, LookupdUnavailableError):
+                        errors.append(exc)
                     continue
-                if not found:
+                if found:
+                    self._lookupds = {
+                        u: self._lookupds.get(u)
+                        or LookupdHealth(self._seeds.get(u) or Endpoint(u, u))
+                        for u in found + [u for u in self._seeds if u not in found]
+                    }
+                    log.info("nsqlookupd cluster: %s (leader first)", ", ".join(found))
+                else:
                     log.debug("/listlookup is null (standalone fork): using the seeds")
-                    break
-                self._lookupds = {
-                    u: self._lookupds.get(u) or LookupdHealth(self._seeds.get(u) or Endpoint(u, u))
-                    for u in found + [u for u in self._seeds if u not in found]
-                }
-                log.info("nsqlookupd cluster: %s (leader first)", ", ".join(found))
                 break
             else:
-                if first_error is not None:
-                    raise first_error
+                if errors:
+                    raise errors[0]
         finally:
             await _cancel(tasks)
         self._discovered = True

@@ -7,6 +7,7 @@ expand into a big one.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ssl
 from collections.abc import Mapping
@@ -19,16 +20,6 @@ from nsq_ha.redact import redact_url
 
 if TYPE_CHECKING:  # httpx is imported where a request is made: nsqd= clients never load it
     import httpx
-
-__all__ = [
-    "ADMIN_TIMEOUT",
-    "Answer",
-    "Endpoint",
-    "get_answer",
-    "normalize_lookupd",
-    "read_capped",
-    "tls_context",
-]
 
 #: The deadline of an admin call to nsqlookupd or nsqd over HTTP by default, in seconds:
 #: :class:`~nsq_ha.admin.LookupdAdmin`'s and :class:`~nsq_ha.admin.NsqdAdmin`'s ``timeout``,
@@ -63,15 +54,13 @@ def normalize_lookupd(address: str) -> str:
         raise ConfigError("empty nsqlookupd address")
     if "://" not in addr:
         addr = f"http://{addr}"
-    try:
+    with contextlib.suppress(httpx.InvalidURL):
         url = httpx.URL(addr)
-    except httpx.InvalidURL:
-        url = None
-    if url is None or url.scheme not in ("http", "https") or not url.host:
-        raise ConfigError(
-            f"nsqlookupd address must be host:port or an http URL, got {redact_url(address)!r}"
-        )
-    return addr
+        if url.scheme in ("http", "https") and url.host:
+            return addr
+    raise ConfigError(
+        f"nsqlookupd address must be host:port or an http URL, got {redact_url(address)!r}"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,23 +25,6 @@ from typing import Any, Literal
 
 from nsq_ha.errors import DiscoveryError, RemoteProtocolError
 
-__all__ = [
-    "MAX_JSON_CONTAINERS",
-    "MAX_LOOKUPDS",
-    "MAX_PARTITIONS",
-    "V1_ACCEPT",
-    "Access",
-    "LookupdError",
-    "NodeInfo",
-    "PartitionMap",
-    "Route",
-    "TopicMeta",
-    "merge_maps",
-    "parse_listlookup",
-    "parse_lookup",
-    "unwrap",
-]
-
 Access = Literal["r", "w"]
 
 #: Request header asking for the unwrapped v1 answers.
@@ -290,16 +273,11 @@ def parse_lookup(topic: str, access: Access, result: object) -> PartitionMap:
         if not isinstance(value, list | None):
             raise RemoteProtocolError(f"lookup {name} is not a list: {_brief(value)}")
     meta = result.get("meta")
-    return PartitionMap(
-        topic,
-        access,
-        partitions,
-        # lookupd lists producers in any order; sorted, equal answers give equal maps
-        tuple(sorted(map(NodeInfo.from_wire, producers or ()), key=lambda n: n.address)),
-        tuple(str(c) for c in channels or ()),
-        TopicMeta.from_wire(meta) if meta is not None else None,
-        fork="partitions" in result,
-    )
+    # lookupd lists producers in any order; sorted, equal answers give equal maps
+    nodes = tuple(sorted(map(NodeInfo.from_wire, producers or ()), key=lambda n: n.address))
+    names = tuple(str(c) for c in channels or ())
+    meta = TopicMeta.from_wire(meta) if meta is not None else None
+    return PartitionMap(topic, access, partitions, nodes, names, meta, "partitions" in result)
 
 
 def parse_listlookup(result: object) -> list[str]:
