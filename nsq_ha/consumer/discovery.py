@@ -210,11 +210,10 @@ class Discovery:
         events.emit(event(role="consumer", topic=self.topic, channel=self.channel, **fields))
 
     async def _on_map(self, pmap: PartitionMap) -> None:
-        if not self.closing:
-            try:
-                await self._reconcile(pmap)
-            except NsqError as exc:
-                log.error("%s: cannot follow the new partition map: %s", self.topic, exc)
+        try:
+            await self._reconcile(pmap)
+        except NsqError as exc:
+            log.error("%s: cannot follow the new partition map: %s", self.topic, exc)
 
     async def _reconcile(self, pmap: PartitionMap, *, initial: bool = False) -> None:
         """Connect what the map asks for and is not connected; retire moved leaders."""
