@@ -141,17 +141,14 @@ class Call:
     __slots__ = ("future", "messages", "outcomes", "pending", "plain_bytes", "taken")
 
     def __init__(
-        self,
-        messages: list[PublishMessage],
-        future: asyncio.Future[Outcomes],
-        plain_bytes: int | None,
+        self, messages: list[PublishMessage], future: asyncio.Future[Outcomes], plain: int | None
     ) -> None:
         self.messages = messages
         self.future = future
         self.taken = 0
         self.pending = len(messages)
         self.outcomes: list[Outcome | None] | None = None
-        self.plain_bytes = plain_bytes
+        self.plain_bytes = plain
 
 
 #: messages ``start:end`` of a call, in one batch (a plain tuple: one is made per call per batch)

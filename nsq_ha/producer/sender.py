@@ -134,20 +134,16 @@ class Sender:
         return builder
 
     def submit(
-        self,
-        topic: Topic,
-        slot: int | None,
-        messages: list[PublishMessage],
-        plain_bytes: int | None,
+        self, topic: Topic, slot: int | None, messages: list[PublishMessage], plain: int | None
     ) -> asyncio.Future[Outcomes]:
-        """Queue ``messages`` on the lane of ``slot`` (None: unkeyed); the future gets their
-        outcomes (a PublishResult, or the exception that stopped that message) once all are."""
+        """Queue ``messages`` (``plain``: their plain_size) on the lane of ``slot`` (None:
+        unkeyed); the future gets their outcomes (a PublishResult, or what stopped each)."""
         lane = topic.lanes.get(slot) or topic.lane(slot)
         loop = lane.loop
         future: asyncio.Future[Outcomes] = (
             asyncio.Future(loop=loop) if lane.direct_futures else loop.create_future()
         )
-        lane.queue.append(Call(messages, future, plain_bytes))
+        lane.queue.append(Call(messages, future, plain))
         lane.waiting += len(messages)
         if not lane.senders or (slot is None and lane.sending >= len(lane.senders)):
             self._start(topic, lane)  # no task will take these with its next batch
