@@ -347,8 +347,17 @@ class Producer:
             self._closed.set()
 
     def _topic(self, name: str) -> Topic:
+        """The topic ``name`` (its name checked by the caller), made if it is new."""
         topic = self._topics.get(name)
         if topic is None:
+            if self._sweeper is None and not self._closing:
+                # frees idle topics: each within 1.5 x the timeout of its last use, looked for at
+                # least every minute; it holds the producer weakly, so that a producer dropped
+                # without close() can still be freed
+                interval = min(self._config.topic_idle_timeout / 2, 60.0)
+                self._sweeper = asyncio.get_running_loop().create_task(
+                    _sweep(weakref.ref(self), interval), name="nsq_ha-producer-idle-topics"
+                )
             nodes = dict(enumerate(self._config.static_nodes))  # nsqd=: every topic's routes
             static = Routes(name, None, nodes, len(nodes)) if self._lookup is None else None
             topic = self._topics[name] = Topic(
@@ -376,14 +385,6 @@ class Producer:
         self._check_key(key, partition)
         topic = self._topic(name)
         topic.last_used = time.monotonic()
-        if self._sweeper is None and not self._closing:
-            # frees idle topics: each within 1.5 x the timeout of its last use, looked for at
-            # least every minute; it holds the producer weakly, so that a producer dropped
-            # without close() can still be freed
-            interval = min(self._config.topic_idle_timeout / 2, 60.0)
-            self._sweeper = asyncio.get_running_loop().create_task(
-                _sweep(weakref.ref(self), interval), name="nsq_ha-producer-idle-topics"
-            )
         topic.active += 1  # never expired while it is looked up
         try:
             with self._waiting():  # close() waits for it (a publish in a lane is a lane's work)

@@ -168,7 +168,6 @@ class Topic:
         "_round_robin",
         "_warned",
         "active",
-        "checked",
         "conns",
         "count",
         "lanes",
@@ -202,8 +201,6 @@ class Topic:
         self.routes: Routes | None = static
         #: the last partition count lookupd's ``meta`` gave (0: none yet)
         self.count = 0
-        #: a lookup (or the static nodes) served this topic once: its name is valid
-        self.checked = False
         #: the lookup refreshes this topic's map for us
         self.watched = False
         self.last_used = time.monotonic()
@@ -227,11 +224,9 @@ class Topic:
         a partition count). A lane marks the topic used when its work ends (the sweeper counts
         a busy topic as used), not each call here: a clock read per message."""
         routes = self.routes
-        if not self.checked or routes is None:
+        if routes is None or (self.lookup is not None and not self.watched):
             return None
-        if (self.lookup is not None and not self.watched) or (keyed and routes.count < 1):
-            return None
-        return routes
+        return None if keyed and routes.count < 1 else routes
 
     async def current(self, *, keyed: bool, closing: Callable[[], bool]) -> Routes:
         """The routes, asking lookupd when the cache cannot serve; a typed error when the topic
@@ -241,7 +236,6 @@ class Topic:
         lookup = self.lookup
         usable = routes is not None and (lookup is None or self.watched)
         if routes is not None and usable and (not keyed or routes.count > 0):
-            self.checked = True
             return routes
         assert lookup is not None  # noqa: S101 - static routes are always usable
         # a cached map without a writable partition or a count (or an expired topic's) sent
@@ -261,7 +255,6 @@ class Topic:
             self.watched = True
             lookup.watch(self.name, "w", self._on_map)
         routes = self._store(pmap)
-        self.checked = True
         if keyed and routes.count < 1:
             raise PartitionNotAvailableError(
                 f"the partition count of topic {self.name!r} is not known: lookupd answered "
