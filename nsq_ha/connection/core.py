@@ -399,24 +399,17 @@ class NsqdConnection:
         await self._await_reader(cancel=False)
 
     async def _wait_idle(self) -> None:
-        """Wait until nothing is pending and (when consuming) nothing is in flight."""
-        closed = asyncio.ensure_future(self._closed.wait())
-        try:
-            while not self._session.closed:
-                futures: list[asyncio.Future[Any]] = self._answers.waiting()
-                if futures:
-                    await asyncio.wait([*futures, closed], return_when=asyncio.FIRST_COMPLETED)
-                    continue
-                if not self._session.in_flight or self._session.message_format is None:
-                    return
+        """Wait until nothing is pending and (when consuming) nothing is in flight; a close
+        fails every answer's future and sets ``_answered``, which ends either wait."""
+        while not self._session.closed:
+            futures: list[asyncio.Future[Any]] = self._answers.waiting()
+            if futures:
+                await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+            elif not self._session.in_flight or self._session.message_format is None:
+                return
+            else:
                 self._answered.clear()
-                changed = asyncio.ensure_future(self._answered.wait())
-                try:
-                    await asyncio.wait([changed, closed], return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    changed.cancel()
-        finally:
-            closed.cancel()
+                await self._answered.wait()
 
     async def _await_reader(self, *, cancel: bool) -> None:
         task = self._reader_task
