@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Listener = Callable[[PartitionMap], Awaitable[None] | None]
 Key = tuple[str, Access]
+Params = dict[str, str] | None
 
 #: Default cap on one lookupd answer: a 255-partition fork answer is about 100 KB, and parsing
 #: 512 KiB of the costliest JSON allowed takes ~15 ms of one idle core (the event loop stall).
@@ -150,26 +151,26 @@ def never_answered(tried: Sequence[tuple[str, str]]) -> LookupdNeverAnsweredErro
     )
 
 
-async def looks_like_nsqd(url: str) -> bool:
-    """Whether ``url``'s host and port answer like nsqd's TCP port: a request that is not
-    NSQ's magic gets ``E_BAD_PROTOCOL``. The caller bounds the time; any failure is False."""
+async def looks_like_nsqd(url: str, deadline: float) -> bool:
+    """Whether ``url``'s host and port answer like nsqd's TCP port by ``deadline`` (loop time): a
+    request that is not NSQ's magic gets ``E_BAD_PROTOCOL``. Any failure is False."""
     import httpx
 
     parsed = httpx.URL(url)
-    writer = None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        reader, writer = await asyncio.open_connection(parsed.host, port)
-        writer.write(b"GET / HTTP/1.1\r\n\r\n")  # what an HTTP client sends first
-        await writer.drain()
-        return b"E_BAD_PROTOCOL" in await reader.read(_PROBE_BYTES)
-    except OSError:
+        async with asyncio.timeout_at(deadline):
+            reader, writer = await asyncio.open_connection(parsed.host, port)
+            try:
+                writer.write(b"GET / HTTP/1.1\r\n\r\n")  # what an HTTP client sends first
+                await writer.drain()
+                return b"E_BAD_PROTOCOL" in await reader.read(_PROBE_BYTES)
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+    except (OSError, TimeoutError):
         return False
-    finally:
-        if writer is not None:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
 
 
 @dataclass
@@ -355,20 +356,13 @@ class LookupClient:
     # -- asking the lookupds ----------------------------------------------------------------
 
     def _ask_all(
-        self,
-        path: str,
-        params: dict[str, str] | None,
-        parse: Callable[[object], T],
-        deadline: float,
+        self, path: str, params: Params, parse: Callable[[object], T], deadline: float
     ) -> list[asyncio.Task[T]]:
         """GET ``path`` of every usable lookupd (or, while each one is backing off, of the one
         whose backoff ends first) by ``deadline`` (loop time), each in a task, and parse the
-        answers.
-
-        A lookupd that cannot be reached, misses the deadline or sends an answer we refuse is
-        marked failed (backoff); an error status is not (it answered). While no lookupd has
-        ever answered, an answer that is not HTTP is checked for nsqd's TCP port.
-        """
+        answers. A lookupd that cannot be reached, misses the deadline or sends an answer we
+        refuse is marked failed (backoff); an error status is not (it answered). While no
+        lookupd has ever answered, an answer that is not HTTP is checked for nsqd's TCP port."""
         import httpx
 
         async def ask(state: LookupdHealth) -> T:
@@ -387,12 +381,8 @@ class LookupClient:
                 what = f"unreachable: {reason}"
                 if isinstance(exc, httpx.RemoteProtocolError) and not self._answered:
                     what = f"its answer is not HTTP ({reason})"
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout_at(deadline):
-                            if await looks_like_nsqd(state.endpoint.url):
-                                what = (
-                                    f"it answered nsqd's E_BAD_PROTOCOL, not HTTP: {NSQD_TCP_PORT}"
-                                )
+                    if await looks_like_nsqd(state.endpoint.url, deadline):
+                        what = f"it answered nsqd's E_BAD_PROTOCOL, not HTTP: {NSQD_TCP_PORT}"
                 state.failed(what, self._backoff)
                 raise LookupdUnavailableError(f"nsqlookupd {shown} {what}") from exc
             except RemoteProtocolError as exc:
@@ -415,11 +405,7 @@ class LookupClient:
         return [loop.create_task(ask(s), name=f"nsq_ha-lookupd-{path}") for s in states]
 
     async def _gather(
-        self,
-        path: str,
-        params: dict[str, str] | None,
-        parse: Callable[[object], T],
-        deadline: float,
+        self, path: str, params: Params, parse: Callable[[object], T], deadline: float
     ) -> list[T | NsqError]:
         """Ask every usable lookupd at once; their answers or errors, in their order.
 
