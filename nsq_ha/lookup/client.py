@@ -407,12 +407,10 @@ class LookupClient:
     async def _gather(
         self, path: str, params: Params, parse: Callable[[object], T], deadline: float
     ) -> list[T | NsqError]:
-        """Ask every usable lookupd at once; their answers or errors, in their order.
-
-        Waits for all of them until one has answered, then :data:`ANSWER_GRACE` more seconds
-        at most: the requests still running then are left out of the result and go on in the
-        background until the deadline (a lookupd that misses it is marked failed).
-        """
+        """Ask every usable lookupd at once; their answers or errors, in their order. Waits for
+        all of them until one has answered, then :data:`ANSWER_GRACE` more seconds at most: the
+        requests still running then are left out of the result and go on in the background
+        until the deadline (a lookupd that misses it is marked failed)."""
         loop = asyncio.get_running_loop()
         tasks = self._ask_all(path, params, parse, deadline)
         pending: set[asyncio.Task[T]] = set(tasks)

@@ -41,10 +41,8 @@ def tls_context() -> ssl.SSLContext:
 
 
 def normalize_lookupd(address: str) -> str:
-    """``host:port`` or ``http://host:port[/]`` -> ``http://host:port`` (userinfo kept).
-
-    A refused address is quoted redacted in the :class:`ConfigError`.
-    """
+    """``host:port`` or ``http://host:port[/]`` -> ``http://host:port`` (userinfo kept); a
+    refused address is quoted redacted in the :class:`ConfigError`."""
     import httpx
 
     if not isinstance(address, str):

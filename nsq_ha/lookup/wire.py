@@ -216,9 +216,7 @@ class PartitionMap:
 
 def unwrap(status: int, headers: Mapping[str, str], body: bytes, url: str = "") -> Any:
     """The result of a lookupd answer in either envelope; errors raise :class:`LookupdError`.
-
-    An empty successful body (a null result) gives ``None``.
-    """
+    An empty successful body (a null result) gives ``None``."""
     if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
         raise RemoteProtocolError(
             f"nsqlookupd {url} answered {len(body)} bytes with more than "
@@ -316,10 +314,8 @@ def parse_listlookup(result: object) -> list[str]:
 
 
 def merge_maps(maps: Iterable[PartitionMap]) -> PartitionMap:
-    """Merge answers of several lookupds for one topic/access (first answer wins a conflict).
-
-    Pass the leader lookupd's answer first so that it decides a partition named twice.
-    """
+    """Merge answers of several lookupds for one topic/access (first answer wins a conflict):
+    pass the leader lookupd's answer first so that it decides a partition named twice."""
     maps = list(maps)
     if not maps:
         raise ValueError("merge_maps needs at least one map")
