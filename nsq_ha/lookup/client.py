@@ -240,8 +240,7 @@ class LookupClient:
         if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter < 1:
             raise ConfigError(f"jitter must be a number in [0, 1), got {jitter!r}")
         self.jitter = float(jitter)
-        limit = _MAX_ANSWER_BYTES_LIMIT
-        size = max_answer_bytes
+        size, limit = max_answer_bytes, _MAX_ANSWER_BYTES_LIMIT
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= limit:
             raise ConfigError(f"max_answer_bytes must be an int in 1..{limit}, got {size!r}")
         self.max_answer_bytes = max_answer_bytes
@@ -500,23 +499,17 @@ class LookupClient:
             errors = [a for a in answers if a not in maps]
             if not self._answered and all(isinstance(e, LookupdUnavailableError) for e in errors):
                 # each was unreachable, and none ever answered: a wrong address, not an outage
-                tried = [
-                    (s.endpoint.shown, s.reason) for s in self._lookupds.values() if s.failures
-                ]
-                raise never_answered(tried)
+                states = self._lookupds.values()
+                raise never_answered([(s.endpoint.shown, s.reason) for s in states if s.failures])
             raise lookup_failure(topic, access, errors)
         merged = merge_maps(maps)
         old = self._maps.get(key)
         if key not in self._uncached:
             self._maps[key] = merged
         if old != merged:
-            log.info(
-                "lookup %s access=%s: %s%s",
-                topic,
-                access,
-                ", ".join(str(r) for r in merged.routes()) or "no routes",
-                f" (partition_num={merged.partition_num})" if merged.meta else "",
-            )
+            routes = ", ".join(str(r) for r in merged.routes()) or "no routes"
+            num = f" (partition_num={merged.partition_num})" if merged.meta else ""
+            log.info("lookup %s access=%s: %s%s", topic, access, routes, num)
             for listener in list(self._watch.get(key, ())):
                 try:
                     if (res := listener(merged)) is not None:
