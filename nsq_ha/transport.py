@@ -49,9 +49,8 @@ def _discard(data: bytes) -> None: ...  # the receiver before receive(), after s
 
 class _Pipe(asyncio.BufferedProtocol):
     """The protocol under a :class:`StreamTransport`: hands each read to the receiver at once;
-    tracks EOF, loss and write flow control. Buffered, reading into one buffer kept for the
-    connection's life: with a plain one asyncio maps 256 KiB per read and shrinks it (most of a
-    small read's cost)."""
+    tracks EOF, loss and write flow control. Buffered, into one buffer kept for the connection's
+    life: with a plain one asyncio maps 256 KiB per read and shrinks it (most of a read's cost)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -186,8 +185,7 @@ class StreamTransport:
     async def start_tls(
         self, context: ssl.SSLContext, *, server_hostname: str | None, handshake_timeout: float
     ) -> None:
-        """Run the TLS handshake as the client, on the open socket: from this call on, what
-        the receiver gets came through TLS."""
+        """Run the TLS handshake on the open socket: all the receiver gets next came through TLS."""
         loop = asyncio.get_running_loop()
         with map_exceptions(f"TLS handshake with {self.address}"):
             transport = await loop.start_tls(
@@ -204,8 +202,7 @@ class StreamTransport:
         transport.set_write_buffer_limits(high=self.write_buffer_limit)
 
     def enable_compression(self, codec: StreamCodec, received: bytes = b"") -> None:
-        """Send and receive through ``codec`` from now on; ``received`` is what came in
-        compressed before this call (it is decoded first)."""
+        """Send and receive through ``codec`` from now on; ``received`` came compressed before."""
         self._codec = codec
         self.compression = codec.name
         if self._receiving:
@@ -247,8 +244,7 @@ class StreamTransport:
             self._read_on()
 
     def hold(self) -> None:
-        """Hand nothing more to the receiver until :meth:`release` (it has more than one turn's
-        work already): no read, no slice decoded."""
+        """Hand nothing more to the receiver (no read, no slice) until :meth:`release`."""
         self._held = True
         self._cancel_slices()
         self._pipe.pause_reading()

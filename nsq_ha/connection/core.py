@@ -61,12 +61,9 @@ def _describe(reason: BaseException) -> str:
 
 
 class NsqdConnection:
-    """One TCP connection to one nsqd.
-
-    ``await conn.connect()`` (or ``async with NsqdConnection(...) as conn``) runs the
+    """One TCP connection to one nsqd: ``await conn.connect()`` (or ``async with``) runs the
     handshake; :meth:`command` sends a typed command that has a response, :meth:`send_nowait`
-    one that has none; :meth:`close` ends the connection cleanly.
-    """
+    one that has none; :meth:`close` ends the connection cleanly."""
 
     def __init__(
         self,
@@ -376,18 +373,11 @@ class NsqdConnection:
             return
         try:
             async with asyncio.timeout(self.config.close_timeout):
-                if self.state is ConnState.SUBSCRIBED:
-                    with contextlib.suppress(NsqError):
-                        await self.command(Cls())
+                with contextlib.suppress(NsqError):
+                    await self.stop_delivery()
                 await self._wait_idle()
         except TimeoutError:
-            log.warning(
-                "closing %s: gave up waiting after %s s (%d pending, %d in flight)",
-                self.address,
-                self.config.close_timeout,
-                self._session.pending,
-                self._session.in_flight,
-            )
+            log.warning("closing %r: gave up waiting after %s s", self, self.config.close_timeout)
         if self._transport is not None:
             self._transport.flush()
             if not self._session.closed:
@@ -434,11 +424,8 @@ class NsqdConnection:
         await self._await_reader(cancel=True)
         if self._transport is not None:
             await self._transport.close()
-        log.info(
-            "connection to %s closed%s",
-            self.address,
-            f": {_describe(reason)}" if reason is not None else "",
-        )
+        why = "" if reason is None else f": {_describe(reason)}"
+        log.info("connection to %s closed%s", self.address, why)
 
     async def wait_closed(self) -> None:
         """Wait until the connection is closed (by either side)."""

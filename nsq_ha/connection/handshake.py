@@ -40,8 +40,7 @@ def codec_for(name: str, level: int) -> StreamCodec:
 async def handshake(
     host: str, config: ConnectionConfig, transport: StreamTransport, session: ClientSession
 ) -> AuthResponse | None:
-    """Run every step and return the AUTH answer, if AUTH ran; on success the session is ready
-    to enter READY."""
+    """Run every step, return the AUTH answer if AUTH ran; then the session may enter READY."""
     address, loop = transport.address, transport.loop
     woken = asyncio.Event()
     ended: NsqError | bool = False  # the stream ended: True, or the NsqError that ended it
@@ -60,8 +59,7 @@ async def handshake(
         woken.set()
 
     async def answer(step: str) -> bytes:
-        """The next answer's data, reading as needed (heartbeats are answered here); an error
-        frame raises its BrokerError."""
+        """The next answer's data (heartbeats answered meanwhile); an error frame raises."""
         while (event := session.next_event()) is NEED_DATA or event is HEARTBEAT:
             if event is HEARTBEAT:
                 transport.send_now(session.send_nowait(Nop()))

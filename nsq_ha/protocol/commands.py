@@ -150,8 +150,7 @@ class Identify(_Named):
 
 @dataclass(frozen=True, slots=True)
 class Auth(_Named):
-    """``AUTH\\n[len][secret]``; answered. Make it with :meth:`of`. The repr hides the
-    secret."""
+    """``AUTH\\n[len][secret]``; answered. Make it with :meth:`of`; the repr hides the secret."""
 
     secret: bytes
 

@@ -66,8 +66,7 @@ def closes_connection(
 
 
 def must_drop(error_cls: type[BrokerError], command: bytes | None, *, fork: bool = True) -> bool:
-    """Say whether the client must drop the connection: nsqd closes it, or the stream is out
-    of step (any error answering ``MPUB_EXT``)."""
+    """Whether the client must drop the connection: nsqd closes it, or the stream is out of step."""
     if command in OUT_OF_STEP_AFTER:
         return True
     return closes_connection(error_cls, command, fork=fork)

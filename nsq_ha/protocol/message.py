@@ -77,8 +77,7 @@ class DecodedMessage(NamedTuple):
     raw_size: int | None = None
 
     def json_header(self) -> dict[str, object]:
-        """Return the ext JSON header as a dict (``{}`` when the message has none); one that is
-        not a JSON object raises RemoteProtocolError."""
+        """The ext JSON header as a dict (``{}`` for none); not an object: RemoteProtocolError."""
         if self.ext_version != EXT_VERSION_JSON or not self.ext_data:
             return {}
         return json_object(self.ext_data, "ext JSON header", RemoteProtocolError)

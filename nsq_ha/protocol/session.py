@@ -160,10 +160,9 @@ _COMPACT_AFTER: Final = 64 * 1024
 
 
 class FrameDecoder:
-    """Incremental decoder of the server-to-client frame stream: ``receive_data`` adds bytes,
-    ``next_parts`` returns the frames they completed one by one. A frame whose size is below 4
-    or above ``max_frame_size``, or whose type is unknown, raises :class:`RemoteProtocolError`,
-    and so does every call after it."""
+    """Incremental decoder of nsqd's frame stream: ``receive_data`` adds bytes, ``next_parts``
+    returns the frames completed. A frame sized below 4 or above ``max_frame_size``, or of an
+    unknown type, raises :class:`RemoteProtocolError`, and so does every call after it."""
 
     __slots__ = ("_buffer", "_error", "_pos", "max_frame_size")
 
@@ -361,8 +360,7 @@ class ClientSession:
         return command.encode()
 
     def ready(self, *, msg_timeout: float | None = None) -> None:
-        """End the handshake: enter ``READY``. Deliveries count as live for nsqd's announced
-        msg_timeout, else ``msg_timeout``, else nsqd's default."""
+        """Enter ``READY``: deliveries live for nsqd's msg_timeout, ``msg_timeout`` or 60 s."""
         announced = self.negotiated.msg_timeout if self.negotiated is not None else None
         self._ledger = DeliveryLedger(expiry=announced or msg_timeout or DEFAULT_MSG_TIMEOUT)
         self._move(ConnState.READY)
@@ -421,9 +419,8 @@ class ClientSession:
         return command.encode()
 
     def fin(self, message_id: bytes) -> bytes:
-        """Return the FIN for a message, settling it: ``send_nowait(Fin(message_id))``, without
-        building the command for a message delivered here (the consumer's hot path; any other
-        id is checked first)."""
+        """Return the FIN for a message delivered here, settling it, without building a
+        :class:`Fin` (the consumer's hot path); any other id goes through :meth:`send_nowait`."""
         in_flight = self._in_flight
         if message_id in in_flight and self.state is _SUBSCRIBED and self.fatal_error is None:
             in_flight.discard(message_id)
@@ -432,9 +429,8 @@ class ClientSession:
         return self.send_nowait(Fin(message_id))
 
     def sync(self) -> bytes:
-        """Return a TOUCH for an id never in flight: nsqd answers it with E_TOUCH_FAILED
-        (non-fatal on both servers) once it processed every command sent before, which
-        comes as :data:`~nsq_ha.protocol.events.SYNCED`."""
+        """Return a TOUCH for an id never in flight: nsqd answers E_TOUCH_FAILED (non-fatal on
+        both) once it processed every command before, which comes as :data:`~.events.SYNCED`."""
         data = self.send_nowait(Touch(SYNC_ID_FORK if self.is_fork else SYNC_ID_VANILLA))
         self._syncs += 1
         return data
@@ -500,8 +496,7 @@ class ClientSession:
         return HEARTBEAT_EVENT
 
     def _failed(self, data: bytes) -> Event:
-        """An error frame: FIN/REQ/TOUCH failures answer no pending command (they have no
-        success answer to keep a place in the FIFO); anything else answers the oldest."""
+        """An error frame; FIN/REQ/TOUCH failures answer no pending command (no FIFO place)."""
         error = parse_error_frame(data)
         # the fork's rules, the stricter guess, unless nsqd identified as vanilla
         fork = self.negotiated is None or self.negotiated.is_fork is not False
@@ -520,8 +515,7 @@ class ClientSession:
         return _new(Failed, (error, fatal, head))
 
     def close(self) -> None:
-        """Enter ``CLOSED`` (either side closed the socket): pending commands get no answer,
-        nothing can be sent any more."""
+        """Enter ``CLOSED``: pending commands get no answer, nothing can be sent any more."""
         if self.state is not _CLOSED:
             self._move(ConnState.CLOSED)
         self._pending.clear()
