@@ -212,12 +212,11 @@ class StreamTransport:
     def receive(
         self, on_data: Callable[[bytes], None], on_end: Callable[[NsqError | None], None]
     ) -> None:
-        """From now on hand every plain byte read to ``on_data``, from the socket's callback,
-        and call ``on_end`` once when the stream ends (``None``: the peer closed it). A new
-        receiver replaces the one before, unheld. Nothing is handed on after ``on_end`` or
-        :meth:`stop_receiving`, nor between :meth:`hold` and :meth:`release`. With compression
-        one bounded slice is decoded per loop turn, the socket unread while slices wait (a
-        compression bomb neither fills memory nor stalls the loop)."""
+        """From now on hand every plain byte read to ``on_data`` from the socket's callback, and
+        call ``on_end`` once when the stream ends (``None``: the peer closed it); nothing after
+        that or :meth:`stop_receiving`, nor while held. A new receiver replaces the old, unheld.
+        With compression one bounded slice is decoded per loop turn, the socket unread while
+        slices wait (a compression bomb neither fills memory nor stalls the loop)."""
         pipe = self._pipe
         self._receiving = True
         self._held = False

@@ -55,9 +55,7 @@ def _check_secret(secret: object) -> None:
         if isinstance(secret, str):
             secret.encode("utf-8")
     except UnicodeEncodeError:
-        raise ConfigError(
-            "auth_secret is not encodable as UTF-8 (the value is not shown)"
-        ) from None
+        raise ConfigError("auth_secret is not encodable as UTF-8 (its value not shown)") from None
 
 
 def _size(value: object, what: str, minimum: int) -> int:

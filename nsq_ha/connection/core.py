@@ -193,9 +193,7 @@ class NsqdConnection:
                 reason.__cause__ = failed
             what = _describe(reason)
             level = logging.INFO if isinstance(failed, asyncio.CancelledError) else logging.WARNING
-            log.log(
-                level, "handshake with %s failed in %s: %s", self.address, self.state.name, what
-            )
+            log.log(level, "handshake with %s failed (%s): %s", self.address, self.state.name, what)
             await self._shutdown(reason, ConnectionClosedError(what))
             raise reason
         self.auth = auth
@@ -230,8 +228,7 @@ class NsqdConnection:
         return transport
 
     def send_nowait(self, command: Command) -> None:
-        """Send a command nsqd does not answer on success: FIN, REQ, TOUCH, RDY or NOP (their
-        failures arrive later through ``on_error``, or close the connection when fatal)."""
+        """Send FIN, REQ, TOUCH, RDY or NOP, which nsqd answers only on failure (``on_error``)."""
         transport = self._transport
         try:
             data = self._session.send_nowait(

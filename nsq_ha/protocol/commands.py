@@ -278,8 +278,7 @@ class SubAdvanced(_Subscription):
 
 @dataclass(frozen=True, slots=True)
 class Rdy(_Named):
-    """``RDY <count>`` (``0..2**63-1``; the session checks the negotiated ``max_rdy_count``):
-    how many messages nsqd may have in flight here; never answered."""
+    """``RDY <count>``: how many messages nsqd may have in flight here (``0..2**63-1``)."""
 
     count: int
 

@@ -241,7 +241,7 @@ def parse_identify_response(data: bytes, request: Mapping[str, object] | None = 
     if data == b"OK":
         return Negotiated(feature_negotiation=False, **side)
     answer = json_object(data, "IDENTIFY response", RemoteProtocolError)
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {**side}
     for key, kind in _KEY_TYPES.items():
         value = answer.get(key)
         if value is not None and (
@@ -256,9 +256,7 @@ def parse_identify_response(data: bytes, request: Mapping[str, object] | None = 
     for key in _MS_KEYS:
         if fields[key] is not None:
             fields[key] = ms_to_seconds(fields[key])
-    return Negotiated(
-        feature_negotiation=True, raw=cast(IdentifyResponse, answer), **fields, **side
-    )
+    return Negotiated(feature_negotiation=True, raw=cast(IdentifyResponse, answer), **fields)
 
 
 def parse_auth_response(data: bytes) -> AuthResponse:

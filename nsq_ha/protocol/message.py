@@ -60,10 +60,10 @@ class MessageFormat:
 
 
 class DecodedMessage(NamedTuple):
-    """One delivered message, as read from a message frame (immutable; build it with keywords).
-    ``internal_id``/``trace_id`` are set for fork ids, ``offset``/``raw_size`` with the detail
-    part, ``ext_version``/``ext_data`` with the ext part (``ext_data`` is ``b""`` for version 0).
-    A named tuple: one is made per message, and a frozen dataclass costs 2.5x as much."""
+    """One delivered message (build it with keywords): ``internal_id``/``trace_id`` are set for
+    fork ids, ``offset``/``raw_size`` with the detail part, ``ext_version``/``ext_data`` with the
+    ext part (data ``b""`` for version 0). A named tuple: one is made per message, and a frozen
+    dataclass costs 2.5x as much."""
 
     timestamp: int
     attempts: int
@@ -115,9 +115,7 @@ def decode_message(data: bytes, fmt: MessageFormat) -> DecodedMessage:
             (ext_length,) = _EXT_LEN.unpack_from(data, position)
             position += _EXT_LEN.size
             if len(data) < position + ext_length:
-                raise RemoteProtocolError(
-                    f"message frame ends inside its {ext_length}-byte ext data"
-                )
+                raise RemoteProtocolError(f"message frame ends in its {ext_length}-byte ext data")
             ext_data = bytes(data[position : position + ext_length])
             position += ext_length
     if fmt.detail:

@@ -70,13 +70,10 @@ class PublishMessage:
 
 
 class Publish:
-    """One publish command of checked messages; answered (``OK`` or the traced answer).
-
-    ``name`` is ``PUB``, ``PUB_TRACE``, ``PUB_EXT`` (the first message only) or ``MPUB``,
-    ``MPUB_TRACE``, ``MPUB_EXT`` (all, at least one); ``topic`` and ``partition`` are checked.
-    :meth:`encode` checks each message's size as nsqd measures it against ``max_msg_size`` and
-    an ``MPUB*`` body against ``max_body_size`` (``None``: what a length field holds).
-    """
+    """One publish command of checked messages, answered: ``PUB``, ``PUB_TRACE``, ``PUB_EXT``
+    (the first message) or ``MPUB``, ``MPUB_TRACE``, ``MPUB_EXT`` (all). :meth:`encode` checks
+    each message's size as nsqd measures it against ``max_msg_size`` and an ``MPUB*`` body
+    against ``max_body_size`` (``None``: what a length field holds)."""
 
     __slots__ = ("max_body_size", "max_msg_size", "messages", "name", "partition", "topic")
 

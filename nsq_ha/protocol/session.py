@@ -14,14 +14,11 @@ caller writes those, feeds it the bytes it reads and acts on the events it hands
     while (event := session.next_event()) is not NEED_DATA:
         ...                                       # Answer, Failed, Delivered, Heartbeat, ...
 
-It owns the connection state (every move checked against :data:`TRANSITIONS`, every command
-against :data:`COMMANDS_BY_STATE`), the FIFO of commands waiting for an answer (nsqd answers in
-order, §1.5, so it knows which command an error frame answers), the message format the subscribe
-command chose, the ids in flight, the RDY check on receipt (:class:`~.message.DeliveryLedger`),
-heartbeat detection (a flood is a protocol violation), and whether an error frame means the
-connection must be dropped (:mod:`~.error_frames`). After a fatal error nothing more can be
-sent. The caller passes the time with the bytes. Any split of the same stream gives the same
-frames (:class:`FrameDecoder`).
+It owns the connection state (moves checked against :data:`TRANSITIONS`, commands against
+:data:`COMMANDS_BY_STATE`), the FIFO of commands awaiting an answer (nsqd answers in order,
+§1.5), the message format, the ids in flight, the RDY check on receipt, heartbeat flood
+detection, and whether an error frame means the connection must be dropped (after that nothing
+more can be sent). The caller passes the time with the bytes.
 """
 
 from __future__ import annotations
