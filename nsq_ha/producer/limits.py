@@ -73,7 +73,7 @@ class ServerLimits:
 
     __slots__ = ("learned", "max_body_size", "max_msg_size")
 
-    def __init__(self, *, max_msg_size: int, max_body_size: int) -> None:
+    def __init__(self, max_msg_size: int, max_body_size: int) -> None:
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
         #: address -> (max_msg_size, max_body_size) of the addresses that refused a size

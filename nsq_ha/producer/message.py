@@ -85,7 +85,7 @@ def batch_body_size(bodies: int, body_bytes: int, ext_bytes: int, kind: str) -> 
     return size
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class BatchBuilder:
     """Take as many queued messages as one command may carry, in queue order.
 

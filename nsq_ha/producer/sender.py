@@ -102,9 +102,7 @@ class Sender:
         self.unkeyed_window = settings.unkeyed_window
         self.closing = closing
         #: the size limits nsqd named in its refusals
-        self.limits = ServerLimits(
-            max_msg_size=config.max_msg_size, max_body_size=config.max_body_size
-        )
+        self.limits = ServerLimits(config.max_msg_size, config.max_body_size)
         #: calls whose messages went in several batches, while some of them are still out
         self.splits: set[Call] = set()
         #: (tracing, ext topic) -> the builder of batches under the configured limits
@@ -120,15 +118,8 @@ class Sender:
         kind = (tracing, ext_topic)
         builder = self._builders.get(kind) if learned is None else None
         if builder is None:
-            max_msg, max_body, checks_each = self.limits.lowest(learned or ())
-            builder = BatchBuilder(
-                max_msg_size=max_msg,
-                max_body_size=max_body,
-                max_count=self.max_batch,
-                tracing=tracing,
-                ext_topic=ext_topic,
-                checks_each=checks_each,
-            )
+            msg, body, each = self.limits.lowest(learned or ())  # each: a learned message limit
+            builder = BatchBuilder(msg, body, self.max_batch, tracing, ext_topic, each)
             if learned is None:
                 self._builders[kind] = builder
         return builder

@@ -350,11 +350,10 @@ class Topic:
         return writable[next(self._round_robin) % len(writable)]
 
     def lane(self, slot: int | None) -> Lane:
-        lane = self.lanes.get(slot)
-        if lane is None:
-            loop = asyncio.get_running_loop()
-            direct = type(loop).create_future is asyncio.BaseEventLoop.create_future
-            lane = self.lanes[slot] = Lane(slot, loop, direct)
+        """A new lane for ``slot`` (the caller found none)."""
+        loop = asyncio.get_running_loop()
+        direct = type(loop).create_future is asyncio.BaseEventLoop.create_future
+        lane = self.lanes[slot] = Lane(slot, loop, direct)
         return lane
 
     async def turn(
