@@ -313,7 +313,6 @@ class StreamTransport:
     def send_now(self, data: bytes) -> None:
         """Write ``data`` now, after what was queued (the answer nsqd waits for)."""
         self._out.append(data)
-        self._out_size += len(data)
         self.flush()
 
     def flush(self) -> None:

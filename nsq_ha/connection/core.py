@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, Self
 
 from nsq_ha.connection.config import ConnectionConfig, parse_address
@@ -136,8 +135,7 @@ class NsqdConnection:
 
     @property
     def is_fork(self) -> bool:
-        """True when nsqd's version contains ``-HA.`` (the partitioned fork); raises
-        LocalProtocolError before the handshake (the session's flag: the publish path asks)."""
+        """True on the fork (``-HA.`` in its version); LocalProtocolError before the handshake."""
         if self._session.negotiated is None:
             raise LocalProtocolError("the connection has not identified yet")
         return self._session.is_fork
@@ -157,9 +155,7 @@ class NsqdConnection:
             await self.connect()
         return self
 
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def connect(self) -> None:

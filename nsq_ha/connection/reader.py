@@ -265,7 +265,15 @@ class FrameReader:
                 self._answers.answer(event.data)
             else:  # a heartbeat, an error frame (a fatal one ends the read), CLOSE_WAIT or SYNCED
                 if event is HEARTBEAT:
-                    self._heartbeat()
+                    # a NOP: one per write, even for a flood; none while the socket buffer is
+                    # full (nsqd is not reading what we sent: one more NOP tells it nothing)
+                    log.debug("heartbeat from %s", self.address)
+                    transport = self._transport
+                    writes = transport.writes
+                    closed = self._session.closed
+                    if not closed and self._nop_at != writes and not transport.backlogged():
+                        self._nop_at = writes
+                        transport.send(_NOP)
                 elif isinstance(event, Failed):
                     if event.command is not None:
                         self._answers.refuse(event.error)
@@ -287,16 +295,6 @@ class FrameReader:
                     self._backlogged = True
                     return True
             got = True
-
-    def _heartbeat(self) -> None:
-        """Queue a NOP: one per write, even for a flood; none while the socket buffer is full
-        (nsqd is not reading what we sent: one more NOP tells it nothing)."""
-        log.debug("heartbeat from %s", self.address)
-        transport = self._transport
-        writes = transport.writes
-        if not self._session.closed and self._nop_at != writes and not transport.backlogged():
-            self._nop_at = writes
-            transport.send(_NOP)
 
     def closed_error(self) -> ConnectionClosedError:
         """The error for nsqd closing the stream: chained to the fatal error frame, if any."""

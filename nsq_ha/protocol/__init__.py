@@ -1,8 +1,6 @@
 """Sans-IO core of the NSQ TCP protocol (fork and vanilla): typed commands in, bytes out; bytes
-in, events out. Nothing here opens sockets, awaits, reads clocks or logs.
-
-The server side (:mod:`.command_decoder`, decoding what a client sends, and :mod:`.broker`,
-encoding what nsqd writes) is imported from its modules: a client does not load it.
+in, events out. Nothing here opens sockets, awaits, reads clocks or logs. The server side
+(:mod:`.command_decoder`, :mod:`.broker`) is imported from its modules: a client does not load it.
 """
 
 from nsq_ha.protocol.commands import (

@@ -241,8 +241,7 @@ class FrameDecoder:
 
     def _fail(self, reason: str) -> NoReturn:
         self._error = RemoteProtocolError(reason)
-        self._buffer.clear()
-        self._pos = 0
+        self.take_buffered()
         raise self._error
 
 
@@ -457,15 +456,22 @@ class ClientSession:
             self._ledger.delivered(message.id, self._now)
             self._in_flight.add(message.id)
             return _new(Delivered, (message,))
-        if kind is _RESPONSE:
-            return self._answered(data)
-        return self._failed(data)
-
-    def _answered(self, data: bytes) -> Event:
-        """A response frame: a heartbeat, or the answer to the oldest pending command."""
-        if data == HEARTBEAT:
-            return self._heartbeat()
-        if not self._pending:
+        if kind is not _RESPONSE:
+            return self._failed(data)
+        if data == HEARTBEAT:  # unless more than MAX_HEARTBEATS_PER_SECOND came within 1 s
+            now = self._now
+            if now - self._beats_since >= 1.0:
+                self._beats_since = now
+                self._beats = 0
+            self._beats += 1
+            if self._beats > MAX_HEARTBEATS_PER_SECOND:
+                raise RemoteProtocolError(
+                    f"nsqd sent more than {MAX_HEARTBEATS_PER_SECOND} heartbeats within 1 s, where "
+                    "nsqd sends one per heartbeat interval (1 s at the least): a broken or hostile "
+                    "server; check what listens at this address"
+                )
+            return HEARTBEAT_EVENT
+        if not self._pending:  # the answer to the oldest pending command
             raise RemoteProtocolError(f"response {data[:64]!r} answers no pending command")
         name = self._pending.popleft()
         if name == b"CLS":
@@ -476,21 +482,6 @@ class ClientSession:
         if name in SUBSCRIBE_COMMANDS and self.state is ConnState.SUBSCRIBING:
             self._move(ConnState.SUBSCRIBED)
         return _new(Answer, (data, name))
-
-    def _heartbeat(self) -> Event:
-        """A heartbeat, unless more than :data:`MAX_HEARTBEATS_PER_SECOND` came within 1 s."""
-        now = self._now
-        if now - self._beats_since >= 1.0:
-            self._beats_since = now
-            self._beats = 0
-        self._beats += 1
-        if self._beats > MAX_HEARTBEATS_PER_SECOND:
-            raise RemoteProtocolError(
-                f"nsqd sent more than {MAX_HEARTBEATS_PER_SECOND} heartbeats within 1 s, where "
-                "nsqd sends one per heartbeat interval (1 s at the least): a broken or hostile "
-                "server; check what listens at this address"
-            )
-        return HEARTBEAT_EVENT
 
     def _failed(self, data: bytes) -> Event:
         """An error frame; FIN/REQ/TOUCH failures answer no pending command (no FIFO place)."""
