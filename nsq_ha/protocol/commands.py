@@ -136,12 +136,11 @@ class Identify(_Named):
     @classmethod
     def of(cls, body: Mapping[str, object], *, max_body_size: int | None = None) -> Identify:
         """The checked IDENTIFY for ``body``."""
+        what = "IDENTIFY body"
         if not isinstance(body, Mapping):
-            raise InvalidArgumentError(
-                f"IDENTIFY body must be a mapping, not {type(body).__name__}"
-            )
-        data = compact_json(dict(body), "IDENTIFY body")
-        check_size("IDENTIFY body", len(data), max_body_size)
+            raise InvalidArgumentError(f"{what} must be a mapping, not {type(body).__name__}")
+        data = compact_json(dict(body), what)
+        check_size(what, len(data), max_body_size)
         return cls(data)
 
     def encode(self) -> bytes:

@@ -244,9 +244,7 @@ def parse_identify_response(data: bytes, request: Mapping[str, object] | None = 
     fields: dict[str, Any] = {**side}
     for key, kind in _KEY_TYPES.items():
         value = answer.get(key)
-        if value is not None and (
-            not isinstance(value, kind) or (kind is int and isinstance(value, bool))
-        ):
+        if value is not None and type(value) is not kind:  # json.loads makes no subclasses
             raise RemoteProtocolError(
                 f"IDENTIFY response key {key!r} is not a JSON {kind.__name__}"
             )

@@ -115,7 +115,9 @@ def decode_message(data: bytes, fmt: MessageFormat) -> DecodedMessage:
             (ext_length,) = _EXT_LEN.unpack_from(data, position)
             position += _EXT_LEN.size
             if len(data) < position + ext_length:
-                raise RemoteProtocolError(f"message frame ends in its {ext_length}-byte ext data")
+                raise RemoteProtocolError(
+                    f"message frame ends inside its {ext_length}-byte ext data"
+                )
             ext_data = bytes(data[position : position + ext_length])
             position += ext_length
     if fmt.detail:
