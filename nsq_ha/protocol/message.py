@@ -89,57 +89,45 @@ def decode_message(data: bytes, fmt: MessageFormat) -> DecodedMessage:
         raise RemoteProtocolError(
             f"message frame has {len(data)} bytes, fewer than the {MESSAGE_HEADER_SIZE}-byte header"
         )
-    internal_id: int | None = None
-    trace_id: int | None = None
-    ext_version: int | None = None
+    internal: int | None = None
+    trace: int | None = None
+    ext_ver: int | None = None
     ext_data: bytes | None = None
     offset: int | None = None
     raw_size: int | None = None
     if fmt.fork_ids:  # the id's two numbers in the same unpack: one call fewer per message
-        timestamp, attempts, internal_id, trace_id = _HEADER_FORK.unpack_from(data)
-        message_id = data[10:MESSAGE_HEADER_SIZE]
-        if type(message_id) is not bytes:  # a bytes-like frame (pure Python): no call otherwise
-            message_id = bytes(message_id)
+        timestamp, attempts, internal, trace = _HEADER_FORK.unpack_from(data)
+        msg_id = data[10:MESSAGE_HEADER_SIZE]
+        if type(msg_id) is not bytes:  # a bytes-like frame (pure Python): no call otherwise
+            msg_id = bytes(msg_id)
     else:
-        timestamp, attempts, message_id = _HEADER.unpack_from(data)
+        timestamp, attempts, msg_id = _HEADER.unpack_from(data)
     position = MESSAGE_HEADER_SIZE
     if fmt.ext:
         if len(data) < position + 1:
             raise RemoteProtocolError("message frame ends before its ext version byte")
-        ext_version = data[position]
+        ext_ver = data[position]
         position += 1
         ext_data = b""
-        if ext_version != EXT_VERSION_NONE:
+        if ext_ver != EXT_VERSION_NONE:
             if len(data) < position + _EXT_LEN.size:
                 raise RemoteProtocolError("message frame ends inside its ext length")
-            (ext_length,) = _EXT_LEN.unpack_from(data, position)
+            (ext_len,) = _EXT_LEN.unpack_from(data, position)
             position += _EXT_LEN.size
-            if len(data) < position + ext_length:
-                raise RemoteProtocolError(
-                    f"message frame ends inside its {ext_length}-byte ext data"
-                )
-            ext_data = bytes(data[position : position + ext_length])
-            position += ext_length
+            if len(data) < position + ext_len:
+                raise RemoteProtocolError(f"message frame ends inside its {ext_len}-byte ext data")
+            ext_data = bytes(data[position : position + ext_len])
+            position += ext_len
     if fmt.detail:
         if len(data) < position + _DETAIL.size:
             raise RemoteProtocolError("message frame ends inside its offset/raw-size part")
         offset, raw_size = _DETAIL.unpack_from(data, position)
         position += _DETAIL.size
+    body = bytes(data[position:])
     # the tuple built directly, in field order: a third of what the keyword constructor costs
     return _new_tuple(
         DecodedMessage,
-        (
-            timestamp,
-            attempts,
-            message_id,
-            bytes(data[position:]),
-            internal_id,
-            trace_id,
-            ext_version,
-            ext_data,
-            offset,
-            raw_size,
-        ),
+        (timestamp, attempts, msg_id, body, internal, trace, ext_ver, ext_data, offset, raw_size),
     )
 
 
