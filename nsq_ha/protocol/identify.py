@@ -242,18 +242,15 @@ def parse_identify_response(data: bytes, request: Mapping[str, object] | None = 
         return Negotiated(feature_negotiation=False, **side)
     answer = json_object(data, "IDENTIFY response", RemoteProtocolError)
     fields: dict[str, Any] = {**side}
-    for key, kind in _KEY_TYPES.items():
-        value = answer.get(key)
-        if value is not None and type(value) is not kind:  # json.loads makes no subclasses
-            raise RemoteProtocolError(
-                f"IDENTIFY response key {key!r} is not a JSON {kind.__name__}"
-            )
+    for key, typ in _KEY_TYPES.items():
+        value: Any = answer.get(key)
+        if value is not None and type(value) is not typ:  # json.loads makes no subclasses
+            raise RemoteProtocolError(f"IDENTIFY response key {key!r} is not a JSON {typ.__name__}")
         if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
             raise RemoteProtocolError(f"IDENTIFY response key {key!r} is out of the int64 range")
-        fields[key] = value is True if kind is bool else value
-    for key in _MS_KEYS:
-        if fields[key] is not None:
-            fields[key] = ms_to_seconds(fields[key])
+        if key in _MS_KEYS and value is not None:
+            value = ms_to_seconds(value)
+        fields[key] = value is True if typ is bool else value
     return Negotiated(feature_negotiation=True, raw=cast(IdentifyResponse, answer), **fields)
 
 
@@ -262,7 +259,7 @@ def parse_auth_response(data: bytes) -> AuthResponse:
     answer = json_object(data, "AUTH response", RemoteProtocolError)
     keys = (("identity", str), ("identity_url", str), ("permission_count", int))
     for key, kind in keys:
-        value = answer.get(key)
+        value: Any = answer.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
             raise RemoteProtocolError(
                 f"AUTH response key {key!r} is missing or not a {kind.__name__}"
