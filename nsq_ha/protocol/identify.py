@@ -243,12 +243,12 @@ def parse_identify_response(data: bytes, request: Mapping[str, object] | None = 
     answer = json_object(data, "IDENTIFY response", RemoteProtocolError)
     fields: dict[str, Any] = {**side}
     for key, typ in _KEY_TYPES.items():
-        value: Any = answer.get(key)
+        value = answer.get(key)
         if value is not None and type(value) is not typ:  # json.loads makes no subclasses
             raise RemoteProtocolError(f"IDENTIFY response key {key!r} is not a JSON {typ.__name__}")
         if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
             raise RemoteProtocolError(f"IDENTIFY response key {key!r} is out of the int64 range")
-        if key in _MS_KEYS and value is not None:
+        if key in _MS_KEYS and isinstance(value, int):
             value = ms_to_seconds(value)
         fields[key] = value is True if typ is bool else value
     return Negotiated(feature_negotiation=True, raw=cast(IdentifyResponse, answer), **fields)
@@ -259,7 +259,7 @@ def parse_auth_response(data: bytes) -> AuthResponse:
     answer = json_object(data, "AUTH response", RemoteProtocolError)
     keys = (("identity", str), ("identity_url", str), ("permission_count", int))
     for key, kind in keys:
-        value: Any = answer.get(key)
+        value = answer.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
             raise RemoteProtocolError(
                 f"AUTH response key {key!r} is missing or not a {kind.__name__}"
