@@ -234,10 +234,8 @@ def parse_identify_response(data: bytes, request: Mapping[str, object] | None = 
             heartbeat = None
         elif interval > 0:
             heartbeat = ms_to_seconds(interval)
-    side: dict[str, Any] = {
-        "extend_support": request.get("extend_support") is True,
-        "heartbeat_interval": heartbeat,
-    }
+    extend = request.get("extend_support") is True
+    side: dict[str, Any] = {"extend_support": extend, "heartbeat_interval": heartbeat}
     if data == b"OK":
         return Negotiated(feature_negotiation=False, **side)
     answer = json_object(data, "IDENTIFY response", RemoteProtocolError)

@@ -98,9 +98,7 @@ TRANSITIONS: Mapping[ConnState, frozenset[ConnState]] = {
     _S.CLOSED: frozenset(),
 }
 
-_PUBLISH = frozenset(
-    {b"PUB", b"PUB_TRACE", b"PUB_EXT", b"MPUB", b"MPUB_TRACE", b"MPUB_EXT", b"DPUB"}
-)
+_PUBS = frozenset({b"PUB", b"PUB_TRACE", b"PUB_EXT", b"MPUB", b"MPUB_TRACE", b"MPUB_EXT", b"DPUB"})
 _ACKS = frozenset({b"FIN", b"REQ", b"TOUCH"})
 
 #: Commands the client may send in each state (nsqd's own rules, §1.7, narrowed to what a
@@ -112,11 +110,11 @@ COMMANDS_BY_STATE: Mapping[ConnState, frozenset[bytes]] = {
     _S.TLS_UPGRADE: frozenset(),
     _S.COMPRESSION_UPGRADE: frozenset(),
     _S.AUTHENTICATING: frozenset({b"AUTH", b"NOP"}),
-    _S.READY: _PUBLISH | {b"SUB", b"SUB_ORDERED", b"SUB_ADVANCED", b"NOP"},
-    _S.SUBSCRIBING: _PUBLISH | {b"NOP"},
-    _S.SUBSCRIBED: _PUBLISH | _ACKS | {b"RDY", b"CLS", b"NOP"},
-    _S.CLOSING: _PUBLISH | _ACKS | {b"RDY", b"NOP"},
-    _S.CLOSE_WAIT: _PUBLISH | _ACKS | {b"RDY", b"NOP"},
+    _S.READY: _PUBS | {b"SUB", b"SUB_ORDERED", b"SUB_ADVANCED", b"NOP"},
+    _S.SUBSCRIBING: _PUBS | {b"NOP"},
+    _S.SUBSCRIBED: _PUBS | _ACKS | {b"RDY", b"CLS", b"NOP"},
+    _S.CLOSING: _PUBS | _ACKS | {b"RDY", b"NOP"},
+    _S.CLOSE_WAIT: _PUBS | _ACKS | {b"RDY", b"NOP"},
     _S.CLOSED: frozenset(),
 }
 
@@ -405,13 +403,11 @@ class ClientSession:
         elif isinstance(command, Touch):
             self._ledger.touched(command.message_id, self._now if now is None else now)
         elif isinstance(command, Rdy):
-            negotiated = self.negotiated
+            count, negotiated = command.count, self.negotiated
             limit = negotiated.max_rdy_count if negotiated is not None else None
-            if limit is not None and command.count > limit:
-                raise InvalidArgumentError(
-                    f"RDY count {command.count} is over max_rdy_count {limit}"
-                )
-            self._ledger.rdy(command.count)
+            if limit is not None and count > limit:
+                raise InvalidArgumentError(f"RDY count {count} is over max_rdy_count {limit}")
+            self._ledger.rdy(count)
         return command.encode()
 
     def fin(self, message_id: bytes) -> bytes:
