@@ -52,15 +52,12 @@ _F = TypeVar("_F", bound="asyncio.Future[Any]")
 
 
 class SlotMemo:
-    """The slot of keys routed before, per partition count, so that a repeated key is not
-    hashed (nor checked) again: a keyed publish's routing is then one dict lookup.
-
-    Only exact ``int`` keys and exact ``str`` and ``bytes`` keys up to :data:`MEMO_KEY_LENGTH`
-    are kept, once the strategy has accepted them; a key that merely compares equal to one
-    (``True``, ``1.0``) is not of those types, so it is still checked. At most
-    :data:`MEMO_SIZE` keys are kept (every count together), then the memo starts over. The
-    strategy must be a function of the key and the count.
-    """
+    """The slot of keys routed before, per partition count: a repeated key is not hashed (nor
+    checked) again, so a keyed publish's routing is one dict lookup. Only exact ``int``, ``str``
+    and ``bytes`` keys (up to :data:`MEMO_KEY_LENGTH`) are kept, once the strategy accepted them;
+    a key that merely compares equal to one (``True``, ``1.0``) is still checked. At most
+    :data:`MEMO_SIZE` keys are kept (every count together), then it starts over. The strategy
+    must be a function of the key and the count."""
 
     __slots__ = ("_by_count", "_count", "_memo", "_size", "strategy")
 
