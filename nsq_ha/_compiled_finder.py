@@ -1,25 +1,14 @@
 """The finder behind ``nsq_ha.compiled``: which path runs the hot modules, mypyc's or Python's.
 
-The compiled build is optional (``make compiled``, ``tools/build_compiled.py``): mypyc compiles
-the modules in ``MODULES`` into extension modules for one interpreter and puts them, with a
-manifest of the sources they were built from, in ``nsq_ha/_compiled/<interpreter tag>/``, where
-the default import system never looks. Only the path hook ``install()`` adds for the hot
-modules' directories loads them, and only when all of these hold:
-
-- ``NSQ_HA_PURE`` is unset, empty or ``0``;
-- a manifest exists for this interpreter (the extension modules are tagged per interpreter);
-- it lists exactly ``MODULES`` and every source still has the hash it was compiled from (a
-  stale build falls back to pure Python, saying so once on stderr, rather than run code that no
-  longer matches its source).
-
-Otherwise every module is the ``.py`` file. ``install()`` runs at interpreter start from the
-``nsq_ha_compiled.pth`` file that the build writes into the environment's site-packages (a
-compiled wheel carries the same file): it loads this file by its path, as
-``nsq_ha._compiled_finder``, without importing the package (pytest's assertion rewriting of the
-plugin's package, ``nsq_ha``, warns when the package is already imported). Nothing in the
-package imports this module either, so without that file the compiled build is never loaded.
-It is its own module, apart from ``nsq_ha.compiled``, so that ``python -m nsq_ha.compiled`` runs
-a module not yet imported.
+``make compiled`` puts the mypyc build of ``MODULES`` and a manifest of their sources' hashes in
+``nsq_ha/_compiled/<interpreter tag>/``, where the default import system never looks; the path
+hook ``install()`` adds loads it unless ``NSQ_HA_PURE`` is set (not ``0``), or the manifest is
+missing, lists other modules or another hash (a stale build runs as pure Python, saying so once
+on stderr). ARCHITECTURE.md ("The compiled build") tells more. The ``nsq_ha_compiled.pth`` file
+the build writes calls ``install()`` at interpreter start, loading this file by its path without
+importing the package (pytest warns when its plugin's package is already imported); nothing in
+the package imports it. It is apart from ``nsq_ha.compiled`` so that ``python -m
+nsq_ha.compiled`` runs a module not yet imported.
 """
 
 from __future__ import annotations
@@ -99,10 +88,8 @@ def artifact_dir() -> str:
 
 
 def built_file(module: str) -> str:
-    """A module's extension file, relative to the artifact directory: the package's own layout
-    (``nsq_ha/protocol/frames.<tag>.so``), with mypyc's library at the top
-    (``_hot__mypyc.<tag>.so``): mypyc sets each module's ``__file__`` to the library's folder
-    joined with the module's path."""
+    """A module's extension file under the artifact directory, in the package's layout, mypyc's
+    library at the top (mypyc sets a module's ``__file__`` to the library's folder + its path)."""
     if module == LIBRARY:
         return module.rpartition(".")[2] + EXT_SUFFIX
     return os.path.join(*module.split(".")) + EXT_SUFFIX
@@ -159,11 +146,8 @@ def decide(modules: Sequence[str] = MODULES, directory: str | None = None) -> De
     if stale:
         root = os.path.dirname(PACKAGE_DIR)
         names = ", ".join(os.path.relpath(source_path(m), root) for m in stale)
-        return Decision(
-            False,
-            f"the compiled build is older than {names}: run `make compiled` (or set {PURE_ENV}=1)",
-            stale,
-        )
+        fix = f"run `make compiled` (or set {PURE_ENV}=1)"
+        return Decision(False, f"the compiled build is older than {names}: {fix}", stale)
     return Decision(True, f"mypyc build for {interpreter_tag()} ({len(modules)} modules)")
 
 
@@ -207,15 +191,10 @@ class CompiledFinder:
 
 
 class HotDirectory:
-    """The path entry finder of a directory that holds hot modules: the build's extension module
-    where ``CompiledFinder`` allows, else the directory's own files, as ``FileFinder`` finds them.
-
-    The choice is made at this level, under ``PathFinder``, rather than on ``sys.meta_path``, so
-    that every finder that asks ``PathFinder`` sees the same module: pytest's assertion
-    rewriting hook, first on ``sys.meta_path``, asks it for each module of a package that
-    registers a plugin (nsq_ha does) and loads the ``.py`` itself unless the answer is not a
-    source file.
-    """
+    """The path entry finder of a hot modules' directory: the build's extension module where
+    ``CompiledFinder`` allows, else the directory's own files. Under ``PathFinder``, not on
+    ``sys.meta_path``, so that pytest's assertion rewriting hook, which asks ``PathFinder``, sees
+    the extension module too (it would load the ``.py`` itself)."""
 
     def __init__(self, path: str, compiled: CompiledFinder) -> None:
         self.path = path

@@ -18,19 +18,8 @@ leads the partition. Whether the caller may still retry (a producer that is clos
 is the caller's business.
 
 **Retry loops** (:func:`retry_after`) are tenacity's, built in one place so that every loop
-of the project stops, waits, logs and gives up the same way:
-
-* the first attempt is made by the caller, outside tenacity, so that an operation that
-  succeeds (a warm publish, a lookup) never builds a retry object;
-* it stops after ``attempts`` attempts and/or ``deadline`` seconds from the first attempt
-  (neither: it retries until cancelled);
-* the waits are one family, :class:`Backoff` (the jitter is added after the cap, so clients
-  that all wait the cap after an outage do not come back in step);
-* before each wait one log line names what failed, the attempt, the error and the next wait (a
-  warning for the first failure, debug lines for the others), then ``on_retry`` hears it;
-* errors ``should_retry`` refuses are raised as they are; when the loop stops, ``give_up``
-  makes the typed error raised, with the last error as its ``__cause__`` (no ``RetryError``);
-* cancellation, KeyboardInterrupt and any other BaseException are never retried nor wrapped.
+stops, waits, logs and gives up the same way (ARCHITECTURE.md, "retry", tells how); the first
+attempt is the caller's, so an operation that succeeds never builds a retry object.
 """
 
 from __future__ import annotations
