@@ -1,18 +1,10 @@
 """LookupClient: the partition maps of topics, per access, through nsqlookupd (fork or vanilla).
 
-Every usable lookupd (the seeds, and the rest of a fork's cluster from ``/listlookup``) is asked
-at once, so a slow one never holds back the others; the answers are merged (the leader's first),
-cached, fetched once however many callers ask at once and, for watched topics, refreshed on a
-timer with jitter, a failed refresh being retried before the next round. A lookupd that fails,
-or whose answer is refused (:mod:`nsq_ha.lookup.http` caps its size, :mod:`nsq_ha.lookup.wire`
-what it may hold), is skipped until its backoff (:class:`LookupdHealth`) has passed, unless no
-other may be asked. Credentials in a seed are sent as HTTP basic auth.
-
-Until a lookupd has answered, an address that answered something that is not HTTP is asked once
-more, in NSQ's own protocol (:func:`looks_like_nsqd`): nsqd's TCP port (4150, given for
-lookupd's HTTP port 4161, the usual mix-up) answers anything but its magic with
-``E_BAD_PROTOCOL``, and :func:`never_answered`'s error then says so. Every error of a lookup
-says what to do next.
+Every usable lookupd is asked at once, so a slow one never holds back the others; one that fails,
+or whose answer is refused, is skipped until its backoff (:class:`LookupdHealth`) has passed. Until
+a lookupd has answered, an address that answered something that is not HTTP is asked once more in
+NSQ's protocol (:func:`looks_like_nsqd`): nsqd's TCP port given for lookupd's HTTP port is the
+usual mix-up, and :func:`never_answered`'s error then says so.
 """
 
 from __future__ import annotations
@@ -25,7 +17,6 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Self, TypeVar
 
 from nsq_ha.durations import seconds
@@ -196,10 +187,8 @@ class LookupdHealth:
     def answered(self) -> None:
         """It answered (not with a server error): the streak, if any, ends."""
         if self.failures:
-            shown = self.endpoint.shown
-            log.info(
-                "nsqlookupd %s answers again (after %d failures in a row)", shown, self.failures
-            )
+            what, failures = self.endpoint.shown, self.failures
+            log.info("nsqlookupd %s answers again (after %d failures in a row)", what, failures)
         self.failures, self.retry_at = 0, 0.0
 
 
@@ -279,9 +268,7 @@ class LookupClient:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     @property
@@ -357,11 +344,9 @@ class LookupClient:
     def _ask_all(
         self, path: str, params: Params, parse: Callable[[object], T], deadline: float
     ) -> list[asyncio.Task[T]]:
-        """GET ``path`` of every usable lookupd (or, while each one is backing off, of the one
-        whose backoff ends first) by ``deadline`` (loop time), each in a task, and parse the
-        answers. A lookupd that cannot be reached, misses the deadline or sends an answer we
-        refuse is marked failed (backoff); an error status is not (it answered). While no
-        lookupd has ever answered, an answer that is not HTTP is checked for nsqd's TCP port."""
+        """GET ``path`` of every usable lookupd (else of the one whose backoff ends first) by
+        ``deadline``, each in a task: one that fails or sends an answer we refuse is marked failed
+        (an error status is an answer)."""
         import httpx
 
         async def ask(state: LookupdHealth) -> T:
@@ -406,10 +391,8 @@ class LookupClient:
     async def _gather(
         self, path: str, params: Params, parse: Callable[[object], T], deadline: float
     ) -> list[T | NsqError]:
-        """Ask every usable lookupd at once; their answers or errors, in their order. Waits for
-        all of them until one has answered, then :data:`ANSWER_GRACE` more seconds at most: the
-        requests still running then are left out of the result and go on in the background
-        until the deadline (a lookupd that misses it is marked failed)."""
+        """Every usable lookupd's answer or error, in their order: once one has answered, the
+        others get :data:`ANSWER_GRACE` s more, then go on in the background until the deadline."""
         loop = asyncio.get_running_loop()
         tasks = self._ask_all(path, params, parse, deadline)
         pending: set[asyncio.Task[T]] = set(tasks)
