@@ -5,12 +5,8 @@ One :class:`~nsq_ha.consumer.slots.Slot` per (node, partition) wanted, from the 
 refresh picks up new partitions and moved leaders (a moved partition's old slot drains, then
 closes). A subscription is made once directly; a failed or lost one goes to its reconnect loop
 (:func:`nsq_ha.retry.retry_after`), each try through a fresh lookup, until the partition is
-read from another node (the lookup's watcher subscribes there).
-
-Subscribing (§2.3): ``SUB_ORDERED`` when ``ordered=True``, or when ``ordered=None`` and the
-lookup's ``meta.ordered`` says so, or after nsqd answered ``E_SUB_ORDER_IS_MUST``; otherwise
-``SUB``. IDENTIFY carries ``extend_support`` exactly when the topic is an ext topic (``meta``,
-or nsqd's ``E_SUB_EXTEND_NEED``/``E_SUB_EXTEND_FORBIDDON``).
+read from another node (the lookup's watcher subscribes there). The mode (§2.3: SUB_ORDERED,
+extend_support) follows ``ordered=``, the lookup's ``meta``, or what nsqd's refusals ask for.
 """
 
 from __future__ import annotations
@@ -58,9 +54,7 @@ log = logging.getLogger(__name__)
 
 #: how often nsqd may switch the subscription mode (ordered, ext) before we give up
 _MODE_SWITCHES = 3
-#: after an ordered channel moved to its start: how long a message the channel's pump holds
-#: may take to arrive once there is room for it (it is sent at once; nothing comes when the
-#: partition has nothing from the start on) (s)
+#: after an ordered channel moved to its start: how long its pump's held message may take (s)
 HELD_WAIT = 0.5
 
 
@@ -82,12 +76,11 @@ class Discovery:
         #: the subscribed slots, by (nsqd address, partition or -1)
         self.slots: dict[ConnKey, Slot] = {}
         self._connecting: dict[ConnKey, asyncio.Task[None]] = {}
-        #: the waits of the reconnect loops (reconnect_interval doubling up to the max)
         self._backoff = dataclasses.replace(
             RECONNECT, initial=config.reconnect_interval, cap=config.max_reconnect_interval
         )
         self._leaders: dict[int, str] = {}
-        #: each (address, partition)'s node, from the fork's maps (for the start position)
+        #: each (address, partition)'s node (for the start position)
         self._nodes: dict[ConnKey, NodeInfo] = {}
         #: partitions whose start position is settled (moved, existing, or none to apply)
         self._placed: set[int] = set()
@@ -140,8 +133,7 @@ class Discovery:
         return node
 
     async def leaders(self) -> dict[int, NodeInfo]:
-        """The leader of every partition this consumer reads (``partitions=``/``member=``)
-        now, from a fresh lookup: fork, cluster mode only."""
+        """The leader of every partition this consumer reads, from a fresh lookup (fork)."""
         pmap = await self._fork_map()
         wanted = {p: n for p, n in sorted(pmap.partitions.items()) if self._config.wants(p)}
         if not wanted:
@@ -187,8 +179,8 @@ class Discovery:
         return wanted
 
     def _check_partitions_exist(self, pmap: PartitionMap, *, initial: bool) -> None:
-        """``partitions=`` or ``start=`` naming a partition the topic does not have: refused at
-        start (once lookup's ``meta`` gives the partition count), logged as an error afterwards."""
+        """A partition named in ``partitions=``/``start=`` that the topic lacks: refused at start,
+        logged afterwards."""
         count = pmap.meta.partition_num if pmap.meta is not None else 0
         start = self._config.start
         named = {"partitions=": self._config.partitions or ()}
@@ -271,9 +263,8 @@ class Discovery:
             task.exception()  # retrieved: the loop logged it, or start() re-raises it
 
     async def _connect(self, key: ConnKey, *, initial: bool) -> None:
-        """Subscribe one (node, partition): the first attempt, outside the reconnect loop.
-        During start what a user must fix is raised; any other failure starts the loop, in a
-        task of its own (start() does not wait for it)."""
+        """The first subscription try; at start a failure a user must fix is raised, any other
+        starts the reconnect loop in a task of its own."""
         started = time.monotonic()
         try:
             await self._subscribe(key)
@@ -287,18 +278,12 @@ class Discovery:
             self._launch(key, self._reconnect(key, error, started))
 
     async def _reconnect(self, key: ConnKey, error: NsqError, started: float) -> None:
-        """The reconnect loop (:func:`nsq_ha.retry.retry_after`): each try after the first
-        looks the topic up afresh and subscribes again if the map still names this node for the
-        partition (else the lookup's watcher subscribes to the new leader, and this loop ends),
-        after ``reconnect_interval`` doubling up to ``max_reconnect_interval``, until it works,
-        the partition is read elsewhere, or the consumer closes."""
+        """Each try looks the topic up afresh and subscribes if the map still names this node
+        for the partition (else the lookup's watcher subscribes to the new leader)."""
         where = f"partition {_partition_text(key)} on {key[0]}"
         if not decide(error).retry:
             log.error(
-                "%s %s: %s: this needs fixing; trying again meanwhile",
-                self.topic,
-                where,
-                redact(str(error)),
+                "%s %s: %s: needs fixing; trying again", self.topic, where, redact(str(error))
             )
 
         async def again(_attempt: int) -> None:
@@ -336,9 +321,8 @@ class Discovery:
         handlers: Callable[[bool], tuple[Callable[[Any], object], Callable[[Any], object]]],
         probe: bool = False,
     ) -> tuple[NsqdConnection, bool]:
-        """A connection to ``address`` subscribed to ``partition`` with the handlers
-        ``handlers(ordered)`` gives, and whether it is ordered (``probe``: always). nsqd may
-        ask for another mode (ordered, ext): it is the one used from then on."""
+        """A subscribed connection and whether it is ordered (``probe``: always); a mode nsqd
+        asks for (ordered, ext) is used from then on."""
         for _ in range(_MODE_SWITCHES):
             ordered = self.use_ordered or probe
             advanced = self._config.with_offsets and not ordered
@@ -399,8 +383,7 @@ class Discovery:
         self._background.spawn(self._watch(slot, conn), f"nsq_ha-watch-{key}")
 
     async def _place(self, key: ConnKey, partition: int) -> None:
-        """Before the partition's first SUB: create the channel at ``start`` if it is new, and
-        move it there."""
+        """Before the partition's first SUB: a new channel is created and moved to ``start``."""
         body = start_body(self._config.start, partition)
         node = self._nodes.get(key)
         if body is None or node is None:
@@ -452,12 +435,9 @@ class Discovery:
     async def _release_held(
         self, admin: NsqdAdmin, address: str, partition: int, body: str
     ) -> None:
-        """nsqd's channel pump reads a message as soon as there is one and holds it until a
-        consumer has room, across a move: one published between the channel's creation and its
-        move would go out before the messages at the new position. Take whatever the channel
-        sends first on a connection of our own, stop it (RDY 0), and move again while that
-        message is in flight: the move forgets it (it comes again in its turn), and an ordered
-        channel's pump reads nothing while a message is in flight."""
+        """nsqd's channel pump holds a message read before the move across it: take it on a
+        connection of our own and move again while it is in flight (the move forgets it, and an
+        ordered pump reads nothing while a message is in flight)."""
         first: list[bytes] = []
         arrived = asyncio.Event()
 
@@ -485,8 +465,7 @@ class Discovery:
     # -- failures -----------------------------------------------------------------------------
 
     async def _watch(self, slot: Slot, conn: NsqdConnection) -> None:
-        """Once the connection closed: forget it, abandon what it held, make it again (the
-        reconnect loop finds the partition's leader afresh)."""
+        """Once the connection closed: forget it, abandon what it held, make it again."""
         await conn.wait_closed()
         if self.slots.get(slot.key) is slot:
             del self.slots[slot.key]
