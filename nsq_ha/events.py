@@ -16,17 +16,11 @@ taking one event. Listeners are process-wide::
     events.unsubscribe(on_event)
 
 One registry for the process, not an ``on_event=`` option per client, so that a tool watching
-every client (:mod:`nsq_ha.otel`) needs no handle on each: an event's ``role``, topic, partition
-and (consumers) channel tell the clients apart.
-
-Listeners are called synchronously on the client's event loop, where the event happens, in the
-order they subscribed; they must be quick and must not block. Nothing a listener raises reaches
-the client: an exception, ``sys.exit()`` or KeyboardInterrupt alike is logged (naming the
-listener) and the others still run, so an event never changes what the client does (the call
-that caused it gets its own result or error). To stop a program on an event, act on the error
-the call raises, or signal the main thread from the listener. With no listener,
-:func:`emit` returns after one check: the clients emit events only on rare paths (a leader move,
-a connection lost, retries exhausted), never per message.
+every client (:mod:`nsq_ha.otel`) needs no handle on each (``role``, topic, partition and channel
+tell the clients apart). Listeners run synchronously on the client's event loop, in the order
+they subscribed, and must not block; nothing one raises (``sys.exit()`` included) reaches the
+client: it is logged, naming the listener (docs/operating.md). Events come on rare paths only,
+never per message.
 """
 
 from __future__ import annotations
@@ -177,8 +171,7 @@ def emit(event: Event) -> None:
 
 
 def _report(listener: Listener, event: Event, exc: BaseException) -> None:
-    """One error record for a listener that raised (the clients carry on), naming it by
-    ``module.qualname`` (a function or method) or else its repr."""
+    """Log a listener's failure, naming it by ``module.qualname`` or else its repr."""
     qualname = getattr(listener, "__qualname__", None)
     module = getattr(listener, "__module__", None)
     if not isinstance(qualname, str):

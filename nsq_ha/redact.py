@@ -46,8 +46,7 @@ def redact_url(url: str) -> str:
 
 
 def _redact_value(value: Any, redact: Callable[[str], str]) -> Any:
-    """A URL field's value with every URL in it redacted: a string, or a tuple or list of
-    them (anything else is returned as it is)."""
+    """A URL field's value (a string, or a tuple or list of them) with every URL redacted."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, tuple | list):
@@ -58,10 +57,8 @@ def _redact_value(value: Any, redact: Callable[[str], str]) -> Any:
 def redacted_repr(
     obj: Any, urls: Collection[str] = ("lookupd",), redact: Callable[[str], str] = redact_url
 ) -> str:
-    """The repr a dataclass would have (its ``repr=True`` fields, in order), with the
-    passwords of the URLs in the fields named in ``urls`` shown as ``***``
-    (``http://user:***@host:4161``; ``redact`` does it): the ``__repr__`` of a dataclass
-    that holds lookupd URLs. Nested values keep their own repr."""
+    """The repr a dataclass would have (its ``repr=True`` fields), with the passwords of the URLs
+    in the fields named in ``urls`` shown as ``***`` (by ``redact``); nested values keep theirs."""
     shown = ", ".join(
         f"{f.name}={(_redact_value(value, redact) if f.name in urls else value)!r}"
         for f in dataclasses.fields(obj)
