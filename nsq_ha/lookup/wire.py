@@ -1,15 +1,10 @@
 """nsqlookupd answers -> typed values (pure: no I/O).
 
-Handles both response envelopes (PROTOCOL.md §5.1): the v1 form sent when the request carries
-``Accept: application/vnd.nsq; version=1.0`` (raw JSON, errors as ``{"message": ...}`` with the
-HTTP status) and the wrapped form (``{"status_code", "status_txt", "data"}``, errors always 500).
-Fork lookups (``partitions`` map, optional ``meta``) and vanilla lookups (``producers`` only) both
-become a :class:`PartitionMap`.
-
-A lying lookupd cannot make these functions slow or their errors big: answers with more than
-:data:`MAX_JSON_CONTAINERS` objects and arrays are refused before parsing, partition maps are
-capped at :data:`MAX_PARTITIONS`, lookupd lists at :data:`MAX_LOOKUPDS`, and error texts quote
-the answer shortened.
+Both response envelopes (PROTOCOL.md §5.1) are read: the v1 form (asked for by :data:`V1_ACCEPT`:
+raw JSON, errors as ``{"message": ...}`` with the HTTP status) and the wrapped one
+(``{"status_code", "status_txt", "data"}``, errors always 500). A lying lookupd cannot make these
+functions slow or their errors big: an answer's JSON containers, partitions and lookupds are
+bounded (the ``MAX_*`` constants), and error texts quote it shortened.
 """
 
 from __future__ import annotations
