@@ -150,11 +150,9 @@ class Producer:
         if self._closing:
             raise ProducerClosedError("the producer is closed")
         # a plain body to a topic whose routes are cached: checked, made and queued in one call
-        queued: Awaitable[Outcomes] | None = (
-            self._sender.queue_plain(self._topics, topic, body, sharding_key, partition)
-            if trace_id is None and ext is None and defer is None
-            else None
-        )
+        queued: Awaitable[Outcomes] | None = None
+        if trace_id is None and ext is None and defer is None:
+            queued = self._sender.queue_plain(self._topics, topic, body, sharding_key, partition)
         if queued is None:  # anything else, or a body that does not pass
             limit = self._max_msg_size
             messages = [prepare_message(body, trace_id=trace_id, ext=ext, max_msg_size=limit)]
@@ -212,9 +210,7 @@ class Producer:
         headers: list[ExtHeader | None] | None = None if ext is None else [ext] * count
         if exts is not None:
             headers = per_message(exts, "exts", count)
-        messages, plain_bytes = prepare_batch(
-            bodies, traces, headers, max_msg_size=self._max_msg_size
-        )
+        messages, plain = prepare_batch(bodies, traces, headers, max_msg_size=self._max_msg_size)
         if sharding_keys is not None:
             if sharding_key is not None or partition is not None:
                 raise ConfigError("give sharding_keys= alone, without sharding_key= or partition=")
@@ -222,9 +218,9 @@ class Producer:
         held = self._topics.get(topic)
         queued: Awaitable[Outcomes] | None = None
         if held is not None:  # routes cached: queued in this one call, as publish() does
-            queued = self._sender.queue_ready(held, messages, sharding_key, partition, plain_bytes)
+            queued = self._sender.queue_ready(held, messages, sharding_key, partition, plain)
         if queued is None:
-            queued = self._queue(topic, messages, sharding_key, partition, plain_bytes)
+            queued = self._queue(topic, messages, sharding_key, partition, plain)
         outcomes = await queued
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
@@ -398,12 +394,8 @@ class Producer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
         while True:
-            tasks = [
-                task
-                for t in self._topics.values()
-                for lane in t.lanes.values()
-                for task in lane.senders
-            ]
+            lanes = [lane for t in self._topics.values() for lane in t.lanes.values()]
+            tasks = [task for lane in lanes for task in lane.senders]
             if not tasks and self._active == 0:
                 return True
             remaining = deadline - loop.time()

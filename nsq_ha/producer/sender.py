@@ -168,13 +168,9 @@ class Sender:
         ``max_msg_size``), made here, to the topic ``topics`` holds for ``name``; None when
         ``body`` is not one (the caller checks it), with no such topic yet, or as
         :meth:`queue_ready` says."""
-        if type(body) is not bytes:
+        if type(body) is not bytes or not 0 < (size := len(body)) <= self.config.max_msg_size:
             return None
-        size = len(body)
-        if not 0 < size <= self.config.max_msg_size:
-            return None
-        topic = topics.get(name)
-        if topic is None:
+        if (topic := topics.get(name)) is None:
             return None
         return self.queue_ready(topic, [PublishMessage(body)], key, partition, 4 + size)
 

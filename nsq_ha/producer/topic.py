@@ -1,17 +1,11 @@
 """Everything a producer keeps for one topic, in one :class:`Topic`, so that an idle topic is
 one dict entry to drop (:meth:`Topic.close`).
 
-A keyed message is routed by the topic's partition *count*, only ever lookupd's
-``meta.partition_num``: a lookup without ``meta`` (or with a count of 0) lists only the
+A keyed message is routed by the partition count from lookupd's ``meta.partition_num`` only
+(:attr:`Topic.count`, kept from the last answer that had one): a map without it lists only the
 partitions with a writable leader now, so "highest listed + 1" would re-hash keys whenever the
-highest partition's leader is missing. The topic keeps the last count ``meta`` gave
-(:attr:`Topic.count`); until one is known, keyed publishes wait.
-
-Turn order: a keyed call normally finds the routes cached and queues its messages at once, in
-the same loop step, so call order is lane order. A call that must wait for a lookup would break
-that unless later calls wait too: :meth:`Topic.turn` makes them wait behind the turn's holder,
-in call order; once the holder has queued (or failed), every waiting call whose routes are now
-cached is queued in that same loop step, in order, and the turns end there.
+highest partition's leader is missing. Until a count is known, keyed publishes wait; those that
+wait for a lookup keep call order (:meth:`Topic.turn`).
 """
 
 from __future__ import annotations
@@ -350,8 +344,7 @@ class Topic:
         """A new lane for ``slot`` (the caller found none)."""
         loop = asyncio.get_running_loop()
         direct = type(loop).create_future is asyncio.BaseEventLoop.create_future
-        lane = self.lanes[slot] = Lane(slot, loop, direct)
-        return lane
+        return self.lanes.setdefault(slot, Lane(slot, loop, direct))
 
     async def turn(
         self,
