@@ -1,15 +1,9 @@
-"""Handing delivered messages out to the application: :class:`Intake`.
+"""Handing delivered messages out to the application: :class:`Intake`, with its queue.
 
-Every delivered message comes through :meth:`Intake.deliver` and leaves through the queue (to
-``get()``/``async for``, ``run()`` or ``run_batches()``) or to ``on_give_up``.
-
-Why a gate on ordered subscriptions: nsqd has one message of a partition out at a time, but it
-sends that message again while the first delivery may still be in a handler (after
-``msg_timeout``, a requeue, or a leader move). Handing the copy out would let a second handler
-finish it, and the next messages' handlers complete before the first. So :class:`PartitionGate`
-keeps, per partition, the message whose handling is under way and parks what arrives meanwhile.
-That handling ends (:meth:`Intake.release`) when the ``run()``/``run_batches()`` handler call
-or ``on_give_up`` holding it returns, or, for :meth:`Intake.get`, as :class:`Claims` says.
+Why a gate on ordered subscriptions: nsqd sends a partition's message again while the first
+delivery may still be in a handler (after ``msg_timeout``, a requeue, or a leader move); handing
+the copy out would let the next messages' handlers complete before the first. So
+:class:`PartitionGate` parks what arrives while a partition's message is being handled.
 """
 
 from __future__ import annotations
@@ -56,8 +50,7 @@ class PartitionGate:
         return sum(len(queue) for queue in self._waiting.values())
 
     def admit(self, message: Message) -> bool:
-        """True: hand ``message`` out now (it becomes its partition's current message).
-        False: it waits until the current one is released."""
+        """True: hand ``message`` out now; False: it waits for the current one's release."""
         key = message.partition
         if key not in self._current:
             self._current[key] = message
@@ -72,8 +65,8 @@ class PartitionGate:
         return self._current.get(message.partition) is message
 
     def release(self, message: Message) -> Message | None:
-        """The handling of ``message`` ended: the partition's next message to hand out, if any
-        (``None`` too unless ``message`` is its partition's current one: a second release)."""
+        """The handling of ``message`` ended: its partition's next message, if any (and if
+        ``message`` was the current one)."""
         key = message.partition
         if self._current.get(key) is not message:
             return None
@@ -99,9 +92,8 @@ class Claims:
     """Ordered messages handed out by ``get()`` / ``get_many()`` / ``async for``, by the task
     that got them: each is released once answered, or when the task asks again or ends.
 
-    A task stays known (with its done callback) until it ends, even while it holds nothing: an
-    ``async for`` loop claims a message per turn, and adding and removing the callback each
-    time cost more than the rest of the claim."""
+    A task stays known (with its done callback) until it ends, even while it holds nothing:
+    adding and removing the callback per claim cost more than the rest of it."""
 
     __slots__ = ("_by_task", "_release")
 
@@ -178,8 +170,7 @@ class Intake:
         self._gate = PartitionGate()
         self._claims = Claims(self.release)
         self._loop: asyncio.AbstractEventLoop | None = None  # set by the first wait or claim
-        #: the consumer is closing: what arrives from now on is requeued
-        self.closing = False
+        self.closing = False  # what arrives from now on is requeued
         self._stopped = False
 
     @property
@@ -291,8 +282,7 @@ class Intake:
             self._claims.answered(message)
 
     def _usable(self, item: Message | None) -> bool:
-        """True for a message still to answer, and for the closing marker (kept queued for the
-        other readers); a message answered before it was handed out releases its partition."""
+        """True for a message still to answer and for the closing marker (put back for others)."""
         if item is None:
             self._put(None)
             return True
@@ -388,8 +378,7 @@ class Intake:
         return batch
 
     def stop(self) -> int:
-        """Closing: requeue everything not handed out yet; readers get ``None`` from now on.
-        Returns how many messages were requeued."""
+        """Closing: requeue what was not handed out (returns how many); readers get ``None``."""
         self.closing = True
         if self._stopped:
             return 0
