@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from types import TracebackType
 from typing import Any, ParamSpec, Self, TypeVar
 
 from nsq_ha.errors import NsqTimeoutError
@@ -120,7 +119,11 @@ def loop_thread() -> LoopThread:
             if _shared is not None:
                 _shared.stale = True
             _shared = LoopThread()
-            _flush_at_multiprocessing_exit()
+            # multiprocessing ends its children with os._exit (no atexit hooks) after running its
+            # finalizers: flush there too (in the main process, a harmless second exit flush)
+            util = sys.modules.get("multiprocessing.util")
+            if util is not None:
+                util.Finalize(None, close_all_at_exit, exitpriority=0)
         return _shared
 
 
@@ -146,9 +149,7 @@ class Closable:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._close(None)  # what close() does without a limit
 
 
@@ -195,15 +196,6 @@ def close_all_at_exit() -> None:
             log.warning("exit: %r did not close within %.1f s", obj, limit)
         except Exception as exc:
             log.warning("exit: closing %r failed: %r", obj, exc)
-
-
-def _flush_at_multiprocessing_exit() -> None:
-    """multiprocessing ends its child processes with ``os._exit`` (no atexit hooks), after
-    running its own finalizers: flush there too. In the main process this is a second,
-    harmless call of the exit hook (what it closed is no longer registered)."""
-    util = sys.modules.get("multiprocessing.util")
-    if util is not None:
-        util.Finalize(None, close_all_at_exit, exitpriority=0)
 
 
 def _after_fork_in_child() -> None:

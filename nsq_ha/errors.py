@@ -200,8 +200,7 @@ class BrokerError(NsqError):
     vanilla_fatal: ClassVar[bool] = True
 
     def __init__(self, code: str, description: str = "", *, fatal: bool | None = None) -> None:
-        text = f"{code} {description}".rstrip() if description else code
-        super().__init__(text)
+        super().__init__(f"{code} {description}".rstrip() if description else code)
         self.code, self.description = code, description
         if fatal is not None:
             self.fatal = fatal

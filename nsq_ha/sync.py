@@ -53,8 +53,7 @@ def shared_loop() -> asyncio.AbstractEventLoop:
 
 
 def _backstop(close: float, connection: ConnectionConfig) -> float:
-    """How long a blocking close waits for its asyncio close: its limits (``close``, the
-    connections' close and command timeouts), twice, plus ``CLOSE_BACKSTOP``."""
+    """How long a blocking close waits for its asyncio close: its limits twice + CLOSE_BACKSTOP."""
     limits = close + connection.close_timeout + connection.command_timeout
     return min(2 * limits + _sync_runtime.CLOSE_BACKSTOP, threading.TIMEOUT_MAX)
 
@@ -196,8 +195,7 @@ class Consumer(Closable):
         config: ConsumerConfig | None = None,
         **options: Unpack[ConsumerOptions],
     ) -> None:
-        settings = consumer_config(topic, channel, config, options)
-        self._settings = settings
+        self._settings = settings = consumer_config(topic, channel, config, options)
         self._runner = loop_thread()
 
         async def create() -> AsyncConsumer:
@@ -274,8 +272,7 @@ class Consumer(Closable):
             return handed
 
     def _fetch(self, runner: LoopThread, limit: float | None) -> bool:
-        """Wait for the next batch, queued on the loop (an interrupted wait loses nothing: see
-        :meth:`get`); False once closed (or after ``limit`` seconds)."""
+        """Wait for the next batch (see :meth:`get`); False once closed or after ``limit``."""
         if self._closing:
             return False
         future = runner.submit(self._fetch_on_loop(limit))
@@ -334,8 +331,7 @@ class Consumer(Closable):
         return self._runner.submit(self._consumer.close(drain_timeout=limit)), wait
 
     def _requeue_fetched(self) -> None:
-        """On the loop, closing: requeue what was fetched and not handed out, now and without
-        backoff (unless answered meanwhile)."""
+        """On the loop, closing: requeue at once what was fetched and not handed out."""
         fetched = self._fetched
         while True:
             try:
