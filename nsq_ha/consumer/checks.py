@@ -6,8 +6,6 @@ from __future__ import annotations
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError
 
-__all__ = ["MAX_REQUEUE_DELAY", "check_count", "check_requeue_delay"]
-
 #: Longest requeue delay sent (s). nsqd clamps a REQ delay to its ``--max-req-timeout``, but it
 #: reads the milliseconds into a Go duration (int64 nanoseconds, about 292 years): a larger value
 #: would wrap around to a negative delay, that is an immediate redelivery.

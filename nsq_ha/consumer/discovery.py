@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from nsq_ha import events
 from nsq_ha.connection import NsqdConnection
 from nsq_ha.consumer.positions import (
-    ADMIN_TIMEOUT,
     channel_exists,
     move,
     nsqd_admin,
@@ -42,13 +41,13 @@ from nsq_ha.errors import (
 )
 from nsq_ha.lookup import LookupClient, NodeInfo, PartitionMap
 from nsq_ha.lookup.client import missing_on_fork
+from nsq_ha.lookup.http import ADMIN_TIMEOUT
 from nsq_ha.redact import redact_text as redact
 from nsq_ha.retry import RECONNECT, decide, retry_after
 
 if TYPE_CHECKING:
     from nsq_ha.admin import NsqdAdmin
 
-__all__ = ["Discovery"]
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,6 @@ from nsq_ha.consumer.slots import Slot, slot_of
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.errors import MessageResponseError
 
-__all__ = ["Claims", "Intake", "PartitionGate"]
-
 #: The running task of each loop, which Python 3.11's ``asyncio.current_task()`` reads in Python
 #: code (a frame per ordered message); from 3.12 that function is C, and this is ``None``.
 _CURRENT_TASKS: Final[dict[Any, asyncio.Task[Any]] | None] = (

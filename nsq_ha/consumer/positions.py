@@ -31,18 +31,6 @@ from nsq_ha.lookup.http import ADMIN_TIMEOUT
 if TYPE_CHECKING:
     from nsq_ha.admin import NsqdAdmin
 
-__all__ = [
-    "ADMIN_TIMEOUT",
-    "StartPosition",
-    "channel_exists",
-    "check_start",
-    "move",
-    "move_all",
-    "nsqd_admin",
-    "refuse_on_vanilla",
-    "seek_body",
-    "start_body",
-]
 
 log = logging.getLogger(__name__)
 

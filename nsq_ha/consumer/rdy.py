@@ -28,8 +28,6 @@ from dataclasses import dataclass
 
 from nsq_ha.errors import ConfigError
 
-__all__ = ["ConnRdy", "RdyPlanner"]
-
 #: nsqd's default ``--max-rdy-count``.
 DEFAULT_MAX_RDY = 2500
 #: A connection counts as starved when its in-flight count reaches this share of its RDY.

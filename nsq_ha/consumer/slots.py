@@ -30,8 +30,6 @@ from nsq_ha.errors import (
 )
 from nsq_ha.protocol.message import DecodedMessage
 
-__all__ = ["ConnKey", "Flow", "Slot", "SlotContext", "Tally", "slot_of", "wait_answered"]
-
 log = logging.getLogger(__name__)
 
 #: A connection's identity: nsqd address and partition (-1 for none).

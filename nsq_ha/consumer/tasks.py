@@ -7,8 +7,6 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
-__all__ = ["Background"]
-
 log = logging.getLogger(__name__)
 
 
