@@ -1,16 +1,12 @@
 """What nsqd's refusals teach about a batch (pure: no I/O).
 
 nsqd does not announce its ``--max-msg-size`` / ``--max-body-size`` (the IDENTIFY answer has
-neither), and it refuses an ``MPUB*`` as a whole: one message over the limit, or a body over
-it, and nothing of the batch is stored (PROTOCOL.md §2.13). Its refusal names the limit::
-
-    E_BAD_MESSAGE MPUB message too big 2000 > 1000     (vanilla and the fork)
-    E_BAD_BODY MPUB body too big 100084 > 100000        (vanilla; the fork: "body too big")
-
-A batch refused for its messages (:func:`splits_batch`) is cut (:func:`split_batch`) and each
-part sent on its own, down to the message nsqd refuses alone. :class:`ServerLimits` keeps the
-limit each nsqd named, so later batches are cut under it and a message over it travels alone
-(nsqd, not the client, refuses a single message: a server restarted with a larger limit takes it).
+neither) and refuses an ``MPUB*`` as a whole, nothing of it stored, for one message or a body
+over it (PROTOCOL.md §2.13), naming the limit: ``E_BAD_MESSAGE MPUB message too big 2000 > 1000``,
+``E_BAD_BODY MPUB body too big 100084 > 100000`` (the fork: "body too big"). Such a batch is cut
+(:func:`split_batch`) and the parts sent on their own; :class:`ServerLimits` keeps the limit each
+nsqd named, so later batches are cut under it and a message over it travels alone (nsqd, not the
+client, refuses a single message: a server restarted with a larger limit takes it).
 """
 
 from __future__ import annotations
@@ -52,21 +48,6 @@ def splits_batch(exc: BaseException) -> bool:
     return isinstance(exc, _CONTENT_REFUSALS)
 
 
-def refused_limit(exc: BaseException) -> tuple[str, int] | None:
-    """The limit a size refusal names: ``("max_msg_size", 1000)`` for ``E_BAD_MESSAGE ... too
-    big 2000 > 1000``, ``("max_body_size", 100000)`` for ``E_BAD_BODY ... too big 100084 >
-    100000``; None for any other error (or a text that does not add up)."""
-    if not isinstance(exc, BadMessageError | BadBodyError):
-        return None
-    found = _TOO_BIG.search(exc.description.rstrip())
-    if found is None:
-        return None
-    size, limit = int(found.group(1)), int(found.group(2))
-    if size <= limit:
-        return None  # not a refusal for size after all
-    return ("max_msg_size" if isinstance(exc, BadMessageError) else "max_body_size", limit)
-
-
 class ServerLimits:
     """The size limits nsqd addresses named in their refusals, under the configured
     ``max_msg_size`` and ``max_body_size`` (only ever lower); kept for :data:`MAX_SERVERS`."""
@@ -83,17 +64,20 @@ class ServerLimits:
         return f"<ServerLimits learned={self.learned}>"
 
     def learn(self, address: str, exc: BaseException) -> None:
-        """Keep the limit ``exc`` names for ``address``, if it lowers what was known."""
-        named = refused_limit(exc)
-        if named is None:
+        """Keep the limit ``exc`` names for ``address``, if it lowers what was known:
+        ``E_BAD_MESSAGE ... too big 2000 > 1000`` names a max_msg_size of 1000, ``E_BAD_BODY ...
+        too big 100084 > 100000`` a max_body_size of 100000."""
+        if not isinstance(exc, BadMessageError | BadBodyError):
             return
-        what, limit = named
-        msg, body = self.learned.get(address, (self.max_msg_size, self.max_body_size))
-        if what == "max_msg_size" and limit < msg:
-            msg = limit
-        elif what == "max_body_size" and limit < body:
-            body = limit
+        found = _TOO_BIG.search(exc.description.rstrip())
+        if found is None or int(found.group(1)) <= (limit := int(found.group(2))):
+            return  # another refusal, or not one for size after all
+        msg, body = known = self.learned.get(address, (self.max_msg_size, self.max_body_size))
+        if isinstance(exc, BadMessageError):
+            msg = min(msg, limit)
         else:
+            body = min(body, limit)
+        if (msg, body) == known:
             return
         self.learned.pop(address, None)
         if len(self.learned) >= MAX_SERVERS:

@@ -75,16 +75,6 @@ def _kind(traced: bool, ext: bool) -> str:
     return "ext" if ext else "trace" if traced else "plain"
 
 
-def batch_body_size(bodies: int, body_bytes: int, ext_bytes: int, kind: str) -> int:
-    """Size of an ``MPUB*`` body: count, then a length and the encoded message per message."""
-    size = 4 + 4 * bodies + body_bytes
-    if kind == "trace":
-        size += 8 * bodies
-    elif kind == "ext":
-        size += 2 * bodies + ext_bytes
-    return size
-
-
 @dataclass(frozen=True, slots=True)
 class BatchBuilder:
     """Take as many queued messages as one command may carry, in queue order.
@@ -127,7 +117,10 @@ class BatchBuilder:
             kind = _kind(n_traced, n_ext)
             n_body = body_bytes + len(msg.body)
             n_ext_bytes = ext_bytes + len(msg.ext or b"")
-            if batch_body_size(len(batch) + 1, n_body, n_ext_bytes, kind) > self.max_body_size:
+            # the MPUB* body: the count, then a length and the encoded message per message
+            n = len(batch) + 1
+            framing = 8 * n if kind == "trace" else 2 * n + n_ext_bytes if kind == "ext" else 0
+            if 4 + 4 * n + n_body + framing > self.max_body_size:
                 break
             # a batch of another kind frames every message differently: each must still fit
             if _encoded_size(msg, kind) > self.max_msg_size:

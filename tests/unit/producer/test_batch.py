@@ -23,7 +23,6 @@ from nsq_ha.producer.batch import (
 from nsq_ha.producer.message import (
     BatchBuilder,
     PublishResult,
-    batch_body_size,
     prepare_message,
     record_size,
 )
@@ -363,6 +362,16 @@ def test_mpub_trace_sizes_that_add_up_to_nothing_known_keep_only_the_first(
 
 
 # -- the plain fast paths agree with the general rules ----------------------------------------
+
+
+def batch_body_size(bodies: int, body_bytes: int, ext_bytes: int, kind: str) -> int:
+    """Size of an ``MPUB*`` body: count, then a length and the encoded message per message."""
+    size = 4 + 4 * bodies + body_bytes
+    if kind == "trace":
+        size += 8 * bodies
+    elif kind == "ext":
+        size += 2 * bodies + ext_bytes
+    return size
 
 
 def _general_take(builder: BatchBuilder, queue: deque[PublishMessage]) -> list[PublishMessage]:

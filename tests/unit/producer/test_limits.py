@@ -29,7 +29,6 @@ from nsq_ha.producer.batch import Outcome
 from nsq_ha.producer.limits import (
     MAX_SERVERS,
     ServerLimits,
-    refused_limit,
     split_batch,
     splits_batch,
 )
@@ -70,7 +69,15 @@ def limits() -> ServerLimits:
     ],
 )
 def test_a_size_refusal_names_the_limit(frame: str, named: tuple[str, int] | None) -> None:
-    assert refused_limit(refusal(frame)) == named
+    big = 1 << 40
+    learner = ServerLimits(max_msg_size=big, max_body_size=big)
+    learner.learn("a:4150", refusal(frame))
+    if named is None:
+        assert learner.learned == {}
+    else:
+        what, limit = named
+        kept = (limit, big) if what == "max_msg_size" else (big, limit)
+        assert learner.learned == {"a:4150": kept}
 
 
 def test_only_refusals_of_a_batchs_messages_split_it() -> None:
