@@ -160,11 +160,8 @@ def _hash_or_none(module: str) -> str | None:
 
 class CompiledFinder:
     """Loads ``MODULES`` and mypyc's group library from the build, once ``decide()`` allows.
-
-    The decision is made at the first import of one of those modules (so a process that never
-    imports them never reads the sources) and holds for the process: the modules of a mypyc
-    group call each other directly, so the set is compiled as a whole or not at all.
-    """
+    Decided at the first import of one of them, for the whole process: the modules of a mypyc
+    group call each other directly, so the set is compiled as a whole or not at all."""
 
     def __init__(self, modules: Sequence[str] = MODULES, directory: str | None = None) -> None:
         self.modules = frozenset(modules)

@@ -1,10 +1,8 @@
 """The blocking consumer's per-message work, compiled with the hot modules: handing each
 message out in the calling thread (:func:`hand_out`), and queuing its answer for the loop.
 
-mypyc makes both classes native: :class:`Message` (final) has one read-only property per public
-attribute of the asyncio message, written out rather than made after import (a native class
-takes no attribute set on it later); ``tests/unit/test_sync_handout.py`` checks that none is
-missing.
+:class:`Message`'s read-only properties are written out, not made after import: a native class
+takes no attribute set on it later (``tests/unit/test_sync_handout.py`` checks none is missing).
 """
 
 from __future__ import annotations

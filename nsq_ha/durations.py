@@ -1,10 +1,9 @@
 """Duration options and arguments: the one check every layer uses.
 
-A duration is a real number of seconds (an ``int``, ``float`` or ``Fraction``; not a ``bool``),
-finite, not negative (above 0 unless ``zero``), and at most ``maximum`` (by default
-``threading.TIMEOUT_MAX``, the longest wait Python can arm). NaN would compare false with
-every deadline and infinity would be a wait without one, so both are refused; ``None`` means
-"no limit" only where :func:`optional_seconds` allows it. Every refusal is a
+A duration is a real number of seconds (not a ``bool``), finite (NaN would compare false with
+every deadline, infinity is a wait without one), above 0 (or 0 with ``zero``), and at most
+``maximum`` (by default ``threading.TIMEOUT_MAX``, the longest wait Python can arm); ``None``
+means "no limit" where :func:`optional_seconds` allows it. A refusal is a
 :class:`~nsq_ha.errors.ConfigError` raised before anything is sent or changed.
 """
 

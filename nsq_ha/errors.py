@@ -168,9 +168,8 @@ class LookupdNeverAnsweredError(LookupdUnavailableError, retriable=False):
 
 
 class TopicNotFoundError(DiscoveryError):
-    """nsqlookupd does not know the topic. Not retriable: a topic does not appear by waiting
-    (on the fork ``nsq-ha topic create`` or ``LookupdAdmin.create_topic`` makes it; on vanilla
-    the first publish to an nsqd). A consumer started on it keeps watching lookup instead."""
+    """nsqlookupd does not know the topic; not retriable (``nsq-ha topic create`` makes it on the
+    fork, a publish to an nsqd on vanilla). A consumer started on it keeps watching lookup."""
 
 
 class TopicNotWritableError(TopicNotFoundError, retriable=True, refresh_lookup=True):
@@ -404,6 +403,5 @@ class MessageAlreadyRespondedError(MessageResponseError):
 
 
 class MessageConnectionGoneError(MessageResponseError, NsqConnectionError, retriable=False):
-    """The connection that delivered the message is gone (FIN/REQ/TOUCH must go there): nsqd
-    redelivers it after ``msg_timeout`` (at once to another consumer after a leader move).
-    Not retriable: answering again cannot reach a connection that is gone."""
+    """The connection that delivered the message (FIN/REQ/TOUCH must go there) is gone, so it is
+    not retriable: nsqd redelivers it after ``msg_timeout`` (at once after a leader move)."""

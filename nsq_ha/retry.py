@@ -183,18 +183,9 @@ async def retry_after(
     describe: Callable[[BaseException], str] = _text,
     logger: logging.Logger = log,
 ) -> T:
-    """``await attempt(n)`` for n = 2, 3, ... (see the module's docstring) after the caller's
-    attempt 1 failed with ``first_error``::
-
-        started = time.monotonic()
-        try:
-            return await send(1)
-        except NsqError as exc:
-            first_error = exc
-        return await retry_after(first_error, send, what=..., backoff=PUBLISH, started=started)
-
-    ``started``: ``time.monotonic()`` when the first attempt began (now by default), which
-    ``deadline`` counts from. ``describe`` turns an error into the text logged (the caller
+    """``await attempt(n)`` for n = 2, 3, ... after the caller's attempt 1 failed with
+    ``first_error``. ``started``: ``time.monotonic()`` when attempt 1 began (now by default),
+    which ``deadline`` counts from. ``describe`` turns an error into the text logged (the caller
     redacts what may hold a secret).
     """
     first = time.monotonic() if started is None else started

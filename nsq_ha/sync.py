@@ -303,17 +303,15 @@ class Consumer(Closable):
     def run(self, handler: Callable[[Message], object]) -> None:
         """Call ``handler(message)`` in this thread for each message until :meth:`close`."""
         for message in self:
+            failed = False
             try:
                 handler(message)
             except Exception as exc:
                 log.warning("handler failed on %r: %r; requeueing it", message, exc)
-                if not message.responded:
-                    with contextlib.suppress(Exception):
-                        message.requeue()
-                continue
+                failed = True
             if not message.responded:
                 with contextlib.suppress(Exception):
-                    message.finish()
+                    message.requeue() if failed else message.finish()
 
     def close(self, drain_timeout: float | None = None) -> None:
         """Drain and close (see the async method); ends every iteration. Does nothing in a
