@@ -1,5 +1,4 @@
-"""Argument checks of the consumer (durations: :mod:`nsq_ha.durations`): each bad value raises
-:class:`~nsq_ha.errors.ConfigError` naming it, before anything is sent or changed."""
+"""Argument checks of the consumer: a bad value raises a ConfigError naming it."""
 
 from __future__ import annotations
 

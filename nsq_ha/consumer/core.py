@@ -410,8 +410,7 @@ class Consumer:
 async def _call_handler(
     handler: Callable[[Any], Awaitable[object] | object], argument: object, messages: list[Message]
 ) -> None:
-    """Run ``handler(argument)``; then finish the messages it left unanswered, or requeue them
-    (with backoff) if it raised."""
+    """Run ``handler(argument)``; finish what it left unanswered, or requeue it if it raised."""
     failed = False
     try:
         result = handler(argument)
@@ -436,8 +435,7 @@ async def _call_handler(
 
 
 def _give_back(messages: list[Message]) -> None:
-    """A worker was cancelled: requeue at once (no backoff) what it took and nobody answered
-    (rather than leave it held until the drain timeout or nsqd's msg_timeout)."""
+    """A worker was cancelled: requeue at once (no backoff) what it took and nobody answered."""
     for message in messages:
         if not message.responded:
             slot_of(message).requeue_now(message)

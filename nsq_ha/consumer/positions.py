@@ -47,8 +47,7 @@ _NOT_LEADER = "E_FAILED_ON_NOT_LEADER"
 
 
 def check_start(value: object) -> Start | None:
-    """``start=`` checked and normalized, or :class:`ConfigError` saying what is accepted
-    (whether the consumer reads the partitions named is :class:`ConsumerConfig`'s check)."""
+    """``start=`` checked and normalized, or :class:`ConfigError` saying what is accepted."""
     if value is None:
         return None
     if isinstance(value, str) and value in ("earliest", "latest"):
@@ -82,8 +81,7 @@ def check_start(value: object) -> Start | None:
 
 
 def nsqd_admin(url: str) -> NsqdAdmin:
-    """The HTTP client of the nsqd at ``url`` for a start or a seek (each call's deadline
-    :data:`ADMIN_TIMEOUT`)."""
+    """The HTTP client of the nsqd at ``url`` for a start or a seek."""
     from nsq_ha.admin import NsqdAdmin
 
     return NsqdAdmin(url, timeout=ADMIN_TIMEOUT)
@@ -103,8 +101,7 @@ def seek_body(
 
 
 def start_body(start: StartPosition | None, partition: int) -> str | None:
-    """The ``/channel/setoffset`` body a new channel's ``partition`` is moved to (``None``:
-    leave it where the fork starts a new channel, the partition's end)."""
+    """The ``/channel/setoffset`` body a new channel's ``partition`` moves to (``None``: stays)."""
     if start is None or start == "latest":
         return None
     if start == "earliest":
@@ -183,9 +180,8 @@ async def channel_exists(admin: NsqdAdmin, topic: str, channel: str, partition: 
 async def move_all(
     leaders: Mapping[int, NodeInfo], topic: str, channel: str, body: str
 ) -> list[int]:
-    """Move ``channel`` to ``body`` on every partition of ``leaders`` at once; the partitions
-    moved, or an :class:`AdminError` naming those moved and those that failed (the first
-    failure as its cause)."""
+    """Move ``channel`` to ``body`` on every partition of ``leaders`` at once: the partitions
+    moved, or an :class:`AdminError` naming those moved and those that failed."""
     from nsq_ha.admin import AdminError
 
     async def one(partition: int, node: NodeInfo) -> None:

@@ -120,18 +120,14 @@ class RdyPlanner:
             return {}
         conn.in_flight += 1
         conn.active_at = self._clock()
-        first = not conn.got_message
+        if conn.got_message:
+            return {}
         conn.got_message = True
-        if first and self.level == 0:
-            return self._plan({})
-        return {}
+        return self._plan({}) if self.level == 0 else {}
 
     def done(self, key: Hashable, *, success: bool | None = None) -> dict[Hashable, int]:
-        """A message of ``key`` was finished or requeued.
-
-        ``success`` feeds backoff: ``True`` lowers the level, ``False`` raises it, ``None``
-        leaves it alone (a requeue without backoff).
-        """
+        """A message of ``key`` was answered; ``success`` True lowers the backoff level, False
+        raises it, None (a requeue without backoff) leaves it."""
         changes: dict[Hashable, int] = {}
         conn = self.conns.get(key)
         if conn is not None and conn.in_flight > 0:

@@ -35,12 +35,7 @@ log = logging.getLogger(__name__)
 #: A connection's identity: nsqd address and partition (-1 for none).
 ConnKey = tuple[str, int]
 
-_COUNTER: Final = {
-    Outcome.FINISHED: "finished",
-    Outcome.REQUEUED: "requeued",
-    Outcome.ABANDONED: "abandoned",
-    Outcome.TIMED_OUT: "timed_out",
-}
+_COUNTER: Final = {outcome: outcome.value.replace(" ", "_") for outcome in Outcome}
 _ACTION: Final = {Outcome.FINISHED: "finish", Outcome.REQUEUED: "requeue"}
 
 #: the counters ``Consumer.stats`` sums over the partitions
