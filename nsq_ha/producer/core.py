@@ -75,8 +75,7 @@ class Producer:
 
     @property
     def config(self) -> ProducerConfig:
-        """Every option of this producer (``producer.config.max_batch``,
-        ``producer.config.connection.max_msg_size``, ...)."""
+        """Every option of this producer (``producer.config.connection.max_msg_size``, ...)."""
         return self._config
 
     def __repr__(self) -> str:
@@ -280,9 +279,8 @@ class Producer:
         partition: int | None,
         submit: Callable[[Topic, Routes], asyncio.Future[_T]],
     ) -> _T:
-        """``submit`` a call the cached routes do not serve now (or, keyed, that must wait for
-        an earlier keyed call) and wait for what it queued: unkeyed after a lookup, keyed in
-        its turn (:meth:`Topic.turn`)."""
+        """``submit`` a call the cached routes do not serve now, after a lookup or, keyed, in its
+        turn (:meth:`Topic.turn`), and wait for what it queued."""
         if key is None and partition is None:
             return await submit(*await self._look_up(name, key, partition))
         if name not in self._topics:  # its first call: refuse bad input before keeping anything
@@ -375,8 +373,7 @@ class Producer:
     async def _look_up(
         self, name: str, key: ShardingKey | None, partition: int | None
     ) -> tuple[Topic, Routes]:
-        """The topic and its routes when the cached ones do not serve: bad input is refused
-        first, then lookupd is asked under the retry policy."""
+        """The topic and its routes looked up under the retry policy (bad input refused first)."""
         validate_topic(name)
         self._check_key(key, partition)
         topic = self._topic(name)
@@ -407,8 +404,7 @@ class Producer:
 
     @contextlib.contextmanager
     def _waiting(self) -> Iterator[None]:
-        """Count a publish call waiting outside a lane (a lookup, a DPUB, a keyed call's turn):
-        :meth:`close` waits for those too."""
+        """Count a call waiting outside a lane (lookup, DPUB, keyed turn): :meth:`close` waits."""
         self._active += 1
         self._idle.clear()
         try:
@@ -419,8 +415,7 @@ class Producer:
                 self._idle.set()
 
     def _free_idle_topics(self, now: float | None = None) -> None:
-        """Free the topics unused for ``topic_idle_timeout`` seconds at ``now`` (monotonic): a
-        busy topic counts as used now, so it is idle from its last work on."""
+        """Free the topics unused for ``topic_idle_timeout`` s (a busy one counts as used now)."""
         now = time.monotonic() if now is None else now
         cutoff = now - self._config.topic_idle_timeout
         expired: list[str] = []

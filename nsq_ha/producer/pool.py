@@ -72,12 +72,8 @@ class ConnectionPool:
         finally:
             if self._opening.get(key) is asyncio.current_task():
                 del self._opening[key]
-        log.info(
-            "producer connected to %s (%s)%s",
-            address,
-            "fork" if conn.is_fork else "vanilla",
-            f" for {topic}/{slot}" if topic else "",
-        )
+        kind, where = "fork" if conn.is_fork else "vanilla", f" for {topic}/{slot}" if topic else ""
+        log.info("producer connected to %s (%s)%s", address, kind, where)
         return conn
 
     def opening(self, topic: str) -> list[ConnKey]:

@@ -164,10 +164,8 @@ class Sender:
     def queue_plain(
         self, topics: dict[Any, Topic], name: object, body: object, key: object, partition: object
     ) -> asyncio.Future[Outcomes] | None:
-        """:meth:`queue_ready` of a plain message (non-empty ``bytes`` within
-        ``max_msg_size``), made here, to the topic ``topics`` holds for ``name``; None when
-        ``body`` is not one (the caller checks it), with no such topic yet, or as
-        :meth:`queue_ready` says."""
+        """:meth:`queue_ready` of a plain message (non-empty ``bytes`` within ``max_msg_size``) to
+        ``topics[name]``; None when ``body`` is not one, with no such topic, or as it says."""
         if type(body) is not bytes or not 0 < (size := len(body)) <= self.config.max_msg_size:
             return None
         if (topic := topics.get(name)) is None:
@@ -256,8 +254,7 @@ class Sender:
                 self._fail(lane, [], error)  # a task cancelled before it ran
 
     def _fail(self, lane: Lane, runs: list[Run], error: BaseException) -> None:
-        """Fail the messages of ``runs`` (a batch that was out) and every call queued on
-        ``lane`` with ``error``."""
+        """Fail the messages of ``runs`` (a batch that was out) and of ``lane``'s queue."""
         runs = [*runs, *((c, c.taken, len(c.messages)) for c in lane.queue)]
         lane.queue.clear()
         lane.waiting = 0
@@ -301,13 +298,10 @@ class Sender:
         started: float,
         operation: Literal["publish", "lookup"],
     ) -> _T:
-        """Try 2, 3, ... after try 1 (begun at ``started``) failed with ``first_error``, until a
-        try succeeds, an error is not worth another try (raised as it is), the producer aborts
-        or the policy gives up (PublishError, ``__cause__`` the last error, and a PublishGaveUp
-        event)."""
-        if operation == "lookup":
-            what = f"lookup of {topic.name!r}"
-        else:
+        """Tries 2, 3, ... after try 1 (begun at ``started``) failed with ``first_error``; when the
+        policy gives up, PublishError (``__cause__`` the last error) and a PublishGaveUp event."""
+        what = f"lookup of {topic.name!r}"
+        if operation == "publish":
             what = f"publish to {topic.name!r}" + (f" slot {slot}" if slot is not None else "")
         tries = 1  # the attempt under way
 

@@ -223,11 +223,10 @@ class Topic:
         """The routes, asking lookupd when the cache cannot serve; a typed error when the topic
         has no writable partition or, ``keyed``, no known partition count. ``closing()``: the
         producer is closing (a cancelled lookup then says so)."""
-        routes = self.routes
-        lookup = self.lookup
-        usable = routes is not None and (lookup is None or self.watched)
-        if routes is not None and usable and (not keyed or routes.count > 0):
+        routes = self.ready(keyed)
+        if routes is not None:
             return routes
+        lookup = self.lookup
         assert lookup is not None  # noqa: S101 - static routes are always usable
         # a cached map without a writable partition or a count (or an expired topic's) sent
         # us here: ask lookupd again (each retry does), not fail from it until the refresh
@@ -259,8 +258,7 @@ class Topic:
             self._store(pmap)
 
     def _store(self, pmap: PartitionMap) -> Routes:
-        """Keep the routes of ``pmap``; on the fork, a moved leader is a
-        :class:`~nsq_ha.events.LeaderChanged` event and its old connection is dropped."""
+        """Keep ``pmap``'s routes; a fork leader that moved: LeaderChanged, its conn dropped."""
         if pmap.fork and pmap.meta is not None and pmap.meta.partition_num > 0:
             self.count = pmap.meta.partition_num
         routes = Routes.from_map(pmap, self.count)
