@@ -50,14 +50,10 @@ Role = Literal["producer", "consumer"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderChanged:
-    """A partition's leader moved: nsqlookupd now names ``new`` where it named ``old``.
-
-    Producers report it when the lookup they follow changes (their connection to ``old`` is
-    closed, the next publish goes to ``new``); consumers when they re-read the map (they
-    leave ``old`` and subscribe on ``new``). ``old`` is the last leader the client saw, also
-    when the partition had no leader listed in between. Each client reports the moves it
-    sees (a producer of the topic and a consumer of it each report one).
-    """
+    """A partition's leader moved: nsqlookupd now names ``new`` where it named ``old`` (the last
+    leader the client saw, also across a time with none listed). Each client reports the moves it
+    sees: a producer when the lookup it follows changes (the next publish goes to ``new``), a
+    consumer when it re-reads the map (it leaves ``old`` and subscribes on ``new``)."""
 
     role: Role
     topic: str
@@ -70,14 +66,10 @@ class LeaderChanged:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reconnecting:
-    """A connection was lost or could not be made, and the client will make it again.
-
-    Consumers: after ``delay`` seconds (``attempt`` failures in a row for that connection,
-    the wait doubling up to ``max_reconnect_interval``), through a fresh lookup. Producers: the
-    connection was dropped after ``error`` (a lost connection, a timeout, a leader that no
-    longer leads); the next attempt of the publish connects again (``delay`` is ``None``: the
-    retry policy decides when).
-    """
+    """A connection was lost or could not be made, and the client will make it again: a consumer
+    after ``delay`` seconds (doubling up to ``max_reconnect_interval``) through a fresh lookup; a
+    producer, which dropped it after ``error``, at the publish's next attempt (``delay`` is
+    ``None``: the retry policy decides when)."""
 
     role: Role
     topic: str
@@ -134,11 +126,9 @@ _listeners: list[tuple[Listener, tuple[type[Event], ...]]] = []
 
 
 def subscribe(listener: Listener, *kinds: type[Event]) -> Listener:
-    """Call ``listener(event)`` for every event of ``kinds`` (all kinds when none given).
-
-    Subscribing the same listener again replaces its kinds. Returns ``listener`` (so this
-    works as a decorator). A kind that is not an event class raises TypeError.
-    """
+    """Call ``listener(event)`` for every event of ``kinds`` (all when none given); again, the
+    same listener's kinds are replaced. Returns ``listener`` (a decorator); TypeError for a kind
+    that is not an event class."""
     global _listeners
     if not callable(listener):
         raise TypeError(f"an event listener must be callable, not {listener!r}")

@@ -106,8 +106,7 @@ class Backoff:
         return exponential + wait_random(0, self.jitter) if self.jitter else exponential
 
     def delay(self, failures: int) -> float:
-        """The wait after ``failures`` failures in a row (1 for the first), for what waits
-        without a loop (a lookupd skipped until then, a reconnect on a timer)."""
+        """The wait after ``failures`` failures in a row (1 for the first), for a timer."""
         state = RetryCallState(_CLOCK, fn=None, args=(), kwargs={})
         state.attempt_number = max(1, failures)
         return float(self.wait()(state))
@@ -116,15 +115,12 @@ class Backoff:
 #: a retry object that only lends its clock to :meth:`Backoff.delay`'s call state
 _CLOCK = AsyncRetrying()
 
-#: A publish (or the lookup before it), with its caller waiting: nsqd's answer to a retried
-#: command usually comes within a leader failover of the fork (a new leader is listed within a
-#: few seconds of a graceful stop), so the waits stay short, and the deadline (``RetryPolicy``:
-#: 60 tries or 60 s) bounds the whole. The jitter spreads the producers of one outage.
+#: A publish (or its lookup), its caller waiting: short waits, as a fork's failover lists a new
+#: leader within seconds; ``RetryPolicy``'s deadline bounds the whole, the jitter spreads producers.
 PUBLISH = Backoff(initial=0.05, cap=1.0, jitter=0.1)
-#: A consumer's lost connection, re-made through a fresh lookup (``ConsumerConfig``'s
-#: ``reconnect_interval`` and ``max_reconnect_interval``): nobody waits on it, each try costs a
-#: lookup and a handshake, and the cap is the lookup refresh interval, when the map would show
-#: a new leader anyway.
+#: A consumer's lost connection (``ConsumerConfig``'s ``reconnect_interval`` and its max): each
+#: try costs a lookup and a handshake; the cap is the lookup refresh interval, when the map would
+#: show a new leader anyway.
 RECONNECT = Backoff(initial=1.0, cap=30.0, jitter=0.5)
 #: A failing nsqlookupd, skipped while another may be asked (``LookupClient``'s
 #: ``max_backoff``): it is asked again at least once per refresh interval, the same cap.
