@@ -7,8 +7,10 @@ Durations are float seconds; the IDENTIFY body (milliseconds on the wire) is pro
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import socket
 import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nsq_ha._version import __version__
@@ -153,3 +155,13 @@ class ConnectionConfig:
             extend_support=True if self.extend_support else None,
             ext_filter=self.ext_filter,
         )
+
+
+def check_options(owner: str, given: Iterable[str], known: tuple[str, ...]) -> None:
+    """Refuse an option of a Consumer or Producer not in ``known``, naming the nearest."""
+    for name in given:
+        if name not in known:
+            hint = f" (the options: {', '.join(known)})"
+            for near in difflib.get_close_matches(name, known, n=1):
+                hint = f"; did you mean {near!r}?"
+            raise ConfigError(f"a {owner} has no option {name!r}{hint}")

@@ -6,12 +6,11 @@ Both Consumers (through :func:`consumer_config`), the CLI and the Spark source b
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from nsq_ha.connection import ConnectionConfig
+from nsq_ha.connection.config import ConnectionConfig, check_options
 from nsq_ha.consumer.backoff import BackoffStrategy, Exponential
 from nsq_ha.consumer.checks import check_count, check_requeue_delay
 from nsq_ha.consumer.message import Message
@@ -266,13 +265,7 @@ def consumer_config(
     """The ConsumerConfig of a Consumer's arguments (async or blocking, the same way): the
     options made into one, or ``config`` whole (then no option may be given, and
     ``topic``/``channel``, if given, must be its own)."""
-    for name in options:
-        if name not in _OPTIONS:
-            near = difflib.get_close_matches(name, _OPTIONS, n=1)
-            hint = (
-                f"; did you mean {near[0]!r}?" if near else f" (the options: {', '.join(_OPTIONS)})"
-            )
-            raise ConfigError(f"a Consumer has no option {name!r}{hint}")
+    check_options("Consumer", options, _OPTIONS)
     if config is None:
         if topic is None or channel is None:
             raise ConfigError(

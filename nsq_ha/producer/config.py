@@ -7,12 +7,11 @@ so a bad value is refused the same way everywhere."""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
-from nsq_ha.connection import ConnectionConfig
+from nsq_ha.connection.config import ConnectionConfig, check_options
 from nsq_ha.durations import seconds
 from nsq_ha.errors import ConfigError, InvalidArgumentError
 from nsq_ha.lookup import LookupClient, NodeInfo
@@ -201,12 +200,7 @@ class ProducerConfig:
         """The config of a ``Producer(config=..., **options)`` call: the whole ``config``, or
         one made of the keyword ``options`` (ProducerConfig's defaults for the others); both at
         once are refused (ConfigError), before anything starts."""
-        for name in options:
-            if name not in _OPTION_NAMES:
-                hint = f" (the options: {', '.join(_OPTION_NAMES)})"
-                for near in difflib.get_close_matches(name, _OPTION_NAMES, n=1):
-                    hint = f"; did you mean {near!r}?"
-                raise ConfigError(f"a Producer has no option {name!r}{hint}")
+        check_options("Producer", options, _OPTION_NAMES)
         if config is None:
             return cls(**cast("dict[str, Any]", options))
         if not isinstance(cast(object, config), ProducerConfig):
