@@ -126,8 +126,7 @@ class Decision:
 
 
 def decide(modules: Sequence[str] = MODULES, directory: str | None = None) -> Decision:
-    """Choose the path from the environment and the build's manifest in ``directory`` (this
-    interpreter's artifact directory by default); reads the sources."""
+    """Choose the path from the environment and the manifest in ``directory`` (default: ours)."""
     import json
 
     if os.environ.get(PURE_ENV, "") not in ("", "0"):  # any value but empty or 0

@@ -173,8 +173,7 @@ def unregister(obj: Closable) -> None:
 
 @atexit.register
 def close_all_at_exit() -> None:
-    """At interpreter exit, close every blocking object still open, all at once, each within
-    its deadline; log what failed."""
+    """At exit, close every blocking object still open, at once, each within its deadline."""
     with _registry_lock:
         objects = list(_open)
     started = time.monotonic()

@@ -307,8 +307,7 @@ class PubTooMuchWaitingError(BrokerError, code="E_PUB_TOO_MUCH_WAITING", retriab
 
 
 class NotLeaderError(BrokerError, code="E_FAILED_ON_NOT_LEADER"):
-    """E_FAILED_ON_NOT_LEADER: this nsqd no longer leads the partition (fatal after SUB*/FIN,
-    non-fatal after publishes: §2.19)."""
+    """E_FAILED_ON_NOT_LEADER: not the partition's leader now (non-fatal after a publish: §2.19)."""
 
     retriable = True
     refresh_lookup = True
@@ -316,8 +315,7 @@ class NotLeaderError(BrokerError, code="E_FAILED_ON_NOT_LEADER"):
 
 
 class NotWritableError(BrokerError, code="E_FAILED_ON_NOT_WRITABLE"):
-    """E_FAILED_ON_NOT_WRITABLE: replication trouble or consumption disabled (fatal after
-    SUB*/FIN, non-fatal after publishes: §2.19)."""
+    """E_FAILED_ON_NOT_WRITABLE: replication trouble or consuming disabled (as NotLeaderError)."""
 
     retriable = True
     refresh_lookup = True

@@ -126,8 +126,8 @@ _listeners: list[tuple[Listener, tuple[type[Event], ...]]] = []
 
 
 def subscribe(listener: Listener, *kinds: type[Event]) -> Listener:
-    """Call ``listener(event)`` for every event of ``kinds`` (all when none given); again, the
-    same listener's kinds are replaced. Returns ``listener`` (a decorator); TypeError for a kind
+    """Call ``listener(event)`` for every event of ``kinds`` (all when none given); subscribing
+    it again replaces its kinds. Returns ``listener`` (a decorator); TypeError for a kind
     that is not an event class."""
     global _listeners
     if not callable(listener):

@@ -155,8 +155,7 @@ class Producer(Closable):
         timeout: float | None = None,
         **options: Unpack[_PublishManyOptions],
     ) -> list[PublishResult]:
-        """:meth:`nsq_ha.producer.Producer.publish_many`, blocking; ``timeout`` as in
-        :meth:`publish`."""
+        """:meth:`nsq_ha.producer.Producer.publish_many`, blocking; ``timeout`` as in publish."""
         limit = optional_seconds(timeout, "timeout")
         runner, producer = self._bound()
         return runner.run(producer.publish_many(topic, bodies, **options), limit)
@@ -244,12 +243,10 @@ class Consumer(Closable):
     def get(self, timeout: float | None = None) -> Message | None:
         """The next message, or ``None`` once closed (or after ``timeout`` seconds).
 
-        Messages are fetched from the loop in batches (what has arrived, up to
-        ``max_in_flight``, one hand-over each) and handed out here one by one; what was
-        fetched and not handed out when the consumer closes is requeued at once. A call
-        interrupted while it waits (Ctrl-C: KeyboardInterrupt, or any exception raised in
-        this thread) takes nothing with it: its fetch is cancelled, and what the fetch took
-        anyway is handed out by the next call (or requeued by :meth:`close`)."""
+        Messages are fetched from the loop in batches (up to ``max_in_flight``) and handed out
+        one by one; :meth:`close` requeues at once what was not handed out. A call interrupted
+        while it waits (Ctrl-C, or any exception raised in this thread) loses nothing: its fetch
+        is cancelled, and what it took anyway is handed out next (or requeued by :meth:`close`)."""
         limit = None if timeout is None else optional_seconds(timeout, "timeout")
         runner = self._live()
         fetched = self._fetched
