@@ -31,9 +31,8 @@ CLOSE_BACKSTOP = 30.0
 
 
 class _ExitSafeExecutor(concurrent.futures.ThreadPoolExecutor):
-    """The loop's default executor (host names are resolved in it). Once the interpreter is
-    exiting it takes no new work, yet the exit flush may still have to connect to a host by
-    name: the call then runs inline, on the loop thread."""
+    """The loop's default executor (it resolves host names): at exit, when it takes no new work
+    but the exit flush may still resolve a host, the call runs inline on the loop thread."""
 
     def submit(
         self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
@@ -56,8 +55,7 @@ class LoopThread:
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(_ExitSafeExecutor(thread_name_prefix="nsq_ha-sync"))
         self.pid = os.getpid()
-        #: in a process forked after the thread started, or once the thread was found dead:
-        #: nothing submitted here would ever run
+        #: in a forked child, or once the thread was found dead: nothing submitted would run
         self.stale = False
         self.thread = threading.Thread(target=self._run, name="nsq_ha-sync-loop", daemon=True)
         self.thread.start()
@@ -129,8 +127,7 @@ def loop_thread() -> LoopThread:
 
 # -- closing, and the exit flush ---------------------------------------------------------------
 
-#: what starting a close gives: its future and the most seconds to wait for it (None: nothing to
-#: close in this process)
+#: a started close: its future and the most seconds to wait for it (None: nothing to close here)
 Begun = tuple[concurrent.futures.Future[None], float] | None
 
 
@@ -154,8 +151,7 @@ class Closable:
 
 
 _registry_lock = threading.Lock()
-#: every blocking object not closed yet, held strongly: one the program dropped without closing
-#: it is still flushed at exit (its asyncio twin stays reachable from the loop anyway)
+#: every blocking object not closed yet, held strongly so that one dropped is flushed at exit
 _open: dict[Closable, None] = {}
 #: guards re-creating an object's asyncio twin in a forked child
 rebind_lock = threading.Lock()
