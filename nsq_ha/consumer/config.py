@@ -225,8 +225,7 @@ class ConsumerConfig:
 
 class ConsumerOptions(TypedDict, total=False):
     """The keywords a Consumer (async or blocking) takes besides ``topic``, ``channel`` and
-    ``config``: :class:`ConsumerConfig`'s fields, with the same types (a unit test keeps the
-    two equal); their defaults and checks are the dataclass's."""
+    ``config``: :class:`ConsumerConfig`'s fields, with the same types (a unit test checks)."""
 
     lookupd: str | Sequence[str] | None
     lookup: LookupClient | None
@@ -262,9 +261,8 @@ _OPTIONS = tuple(ConsumerOptions.__annotations__)  # ConsumerConfig's fields (a 
 def consumer_config(
     topic: str | None, channel: str | None, config: object, options: ConsumerOptions
 ) -> ConsumerConfig:
-    """The ConsumerConfig of a Consumer's arguments (async or blocking, the same way): the
-    options made into one, or ``config`` whole (then no option may be given, and
-    ``topic``/``channel``, if given, must be its own)."""
+    """The ConsumerConfig of a Consumer's arguments (async or blocking): the options made into
+    one, or ``config`` whole (then no option, and only its own ``topic``/``channel``)."""
     check_options("Consumer", options, _OPTIONS)
     if config is None:
         if topic is None or channel is None:

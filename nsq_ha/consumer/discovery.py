@@ -252,14 +252,15 @@ class Discovery:
     def _launch(self, key: ConnKey, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work, name=f"nsq_ha-sub-{key}")
         self._connecting[key] = task
-        task.add_done_callback(lambda t, k=key: self._connect_done(k, t))  # type: ignore[misc]
-        return task
 
-    def _connect_done(self, key: ConnKey, task: asyncio.Task[None]) -> None:
-        if self._connecting.get(key) is task:
-            del self._connecting[key]
-        if not task.cancelled():
-            task.exception()  # retrieved: the loop logged it, or start() re-raises it
+        def done(task: asyncio.Task[None]) -> None:
+            if self._connecting.get(key) is task:
+                del self._connecting[key]
+            if not task.cancelled():
+                task.exception()  # retrieved: the loop logged it, or start() re-raises it
+
+        task.add_done_callback(done)
+        return task
 
     async def _connect(self, key: ConnKey, *, initial: bool) -> None:
         """The first subscription try; at start a failure a user must fix is raised, any other
@@ -270,11 +271,8 @@ class Discovery:
         except NsqError as exc:
             if initial and not decide(exc).retry:
                 raise
-            self._reconnect_later(key, exc, started)
-
-    def _reconnect_later(self, key: ConnKey, error: NsqError, started: float) -> None:
-        if not self.closing:
-            self._launch(key, self._reconnect(key, error, started))
+            if not self.closing:
+                self._launch(key, self._reconnect(key, exc, started))
 
     async def _reconnect(self, key: ConnKey, error: NsqError, started: float) -> None:
         """Each try looks the topic up afresh and subscribes if the map still names this node
@@ -475,7 +473,7 @@ class Discovery:
             return
         reason = conn.close_reason or "closed by nsqd"
         error = reason if isinstance(reason, NsqError) else NsqError(str(reason))
-        self._reconnect_later(slot.key, error, time.monotonic())
+        self._launch(slot.key, self._reconnect(slot.key, error, time.monotonic()))
 
 
 def _partition_text(key: ConnKey) -> str:

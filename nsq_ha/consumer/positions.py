@@ -1,9 +1,5 @@
 """Where a consumer's channel starts (``start=``) and moves to (:meth:`Consumer.seek`).
 
-On the fork, before a partition's first SUB, the consumer asks the leader's ``/stats`` whether
-the channel exists; if not, it creates it (``/channel/create``) and moves it
-(``/channel/setoffset``), as ``nsq-ha tail --from`` does: an existing channel keeps its position.
-
 Why not SUB_ADVANCED's start token (PROTOCOL.md §2.3.1): nsqd applies it whenever the
 subscriber is the channel's only client, which a restarted consumer is (it would rewind its
 group); with a partition the line has 5 tokens, and nsqd then ignores the partition; an ordered
