@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-# Light on purpose: the .pth file loads this module at every start of the environment's
-# interpreter, so hashlib and json load only when a hot module is first imported, and typing's
-# NamedTuple and dataclasses not at all.
+# Light on purpose (the .pth file loads it at every interpreter start): hashlib and json load at
+# the first import of a hot module, typing's NamedTuple and dataclasses never.
 
 # The hot path of a message: the sans-IO protocol, the transport, the connection's core and
 # reader, and the consumer's per-message modules (message, hand-out, RDY planner, slots).

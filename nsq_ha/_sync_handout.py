@@ -36,9 +36,8 @@ class _Source(Protocol):
 
 @final
 class Answers:
-    """The answers (finish, requeue) given to one consumer's messages in blocking threads,
-    written on the loop together: each answer is queued in ``queue``, and the first of a burst
-    calls :meth:`wake` (one wake-up of the loop thread for the burst)."""
+    """One consumer's answers (finish, requeue) given in blocking threads, queued in ``queue`` and
+    written on the loop together: the first of a burst calls :meth:`wake` (one wake-up for all)."""
 
     __slots__ = ("_flushing", "queue", "runner")
 
