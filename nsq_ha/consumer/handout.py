@@ -242,18 +242,14 @@ class Intake:
             failed = True
             if isinstance(exc, asyncio.CancelledError):
                 raise  # close() cut it off; Background.finish logged that
-            if isinstance(exc, SystemExit | KeyboardInterrupt):
-                log.error(
-                    "on_give_up raised %s on %r: on_give_up must not call sys.exit() or raise "
-                    "KeyboardInterrupt (it runs on the client's event loop, which would stop "
-                    "every client on it); the message is requeued and the consumer keeps "
-                    "running. To stop the program, close the consumer or signal the main thread",
-                    type(exc).__name__,
-                    message,
-                    exc_info=exc,
+            hint = ""
+            if isinstance(exc, SystemExit | KeyboardInterrupt):  # it would stop every client
+                hint = (
+                    f" ({type(exc).__name__}): on_give_up must not call sys.exit() or raise "
+                    "KeyboardInterrupt (it runs on the client's event loop); the consumer keeps "
+                    "running. To stop the program, close the consumer or signal the main thread"
                 )
-            else:
-                log.error("on_give_up failed for %r: requeueing it instead", message, exc_info=exc)
+            log.error("on_give_up failed for %r%s; requeueing it", message, hint, exc_info=exc)
         finally:
             if not message.responded:
                 with contextlib.suppress(MessageResponseError):
