@@ -299,12 +299,10 @@ class LookupClient:
             await self._http.aclose()
 
     async def discover(self) -> list[str]:
-        """Ask ``/listlookup`` for the fork's lookupds within ``timeout``; the lookupds known
-        then. The first decisive answer wins: the seeds stay on vanilla (404) and on a
-        standalone fork (null); otherwise the lookupds named come first (leader first), then
-        the seeds not named, and lookupds discovered before and no longer named are forgotten
-        (a named lookupd that is also a seed keeps the seed's credentials; the others get none).
-        """
+        """Ask ``/listlookup`` for the fork's lookupds within ``timeout``; the lookupds known then.
+        The seeds stay on vanilla (404) and a standalone fork (null); else the lookupds named
+        (leader first), then the seeds not named, replace those known (a named seed keeps its
+        credentials)."""
         await self._discover(asyncio.get_running_loop().time() + self.timeout)
         return self.lookupds
 

@@ -1,9 +1,6 @@
-"""One bounded GET to an nsqlookupd: capped size, no content decoding, credentials apart.
-
-The caller bounds the time (``asyncio.timeout``); this module bounds the memory. ``identity`` is
-asked for and any other ``Content-Encoding`` refused, so a small compressed answer cannot
-expand into a big one.
-"""
+"""One bounded GET to an nsqlookupd: capped size, no content decoding, credentials apart (the
+caller bounds the time). Only ``identity`` is accepted, so a small compressed answer cannot
+expand into a big one."""
 
 from __future__ import annotations
 
@@ -31,10 +28,8 @@ _HEADERS = {**V1_ACCEPT, "Accept-Encoding": "identity"}
 
 @functools.cache
 def tls_context() -> ssl.SSLContext:
-    """The TLS context every HTTP client of this package verifies ``https://`` servers with:
-    httpx's default (certifi's CA bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), built once.
-    An ``httpx.AsyncClient`` left to build its own loads the CA bundle again, which cost 35 to
-    65 ms of CPU per consumer or producer with ``lookupd=`` on the development machine."""
+    """The TLS context (httpx's default: certifi, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``) of
+    every HTTP client here, built once: a client left to build its own spends 35 to 65 ms of CPU."""
     import httpx
 
     return httpx.create_ssl_context()
@@ -111,10 +106,8 @@ async def get_answer(
 async def read_capped(
     response: httpx.Response, where: str, *, max_bytes: int, limit_name: str
 ) -> Answer:
-    """A streamed ``response`` read whole, up to ``max_bytes``: an encoded answer, a declared
-    length over the cap (before any of the body) and a body past it are a
-    :class:`RemoteProtocolError` naming ``where`` and the limit (``limit_name``). The response is
-    closed either way."""
+    """A streamed ``response`` read whole (then closed): an encoded answer, a declared length or
+    a body over ``max_bytes`` raise RemoteProtocolError naming ``where`` and ``limit_name``."""
     try:
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):

@@ -98,12 +98,8 @@ def results_from_answer(
     ext_topic: bool | None = None,
 ) -> list[PublishResult]:
     """One result per message from nsqd's answer to the ``name`` command carrying ``messages``
-    (``where``: the results' topic, partition, address and attempts).
-
-    An answer of the wrong shape (``OK`` where a traced answer is due, a traced answer to a
-    plain publish, a trace id that is not the one sent) raises RemoteProtocolError.
-    ``ext_topic`` (``None``: unknown) chooses the record layout for ``MPUB_TRACE`` batches.
-    """
+    (``where``: the results' topic, partition, address and attempts); an answer of the wrong shape
+    raises RemoteProtocolError. ``ext_topic`` (None: unknown): ``MPUB_TRACE``'s record layout."""
     traced = name in (b"PUB_TRACE", b"MPUB_TRACE")
     if not traced and not (name == b"PUB_EXT" and messages[0].trace_id is not None):
         if answer != OK:
@@ -157,13 +153,10 @@ Run = tuple[Call, int, int]
 
 def take(queue: deque[Call], builder: BatchBuilder, share: int | None) -> tuple[list[Run], int]:
     """Take the next batch off a lane's ``queue``: its runs, and how many messages they hold.
-    Plain calls (no trace id, no ext header) go whole while they fit (one sum per call); the
-    first that does not is cut message by message (the batch ends there). Traced or ext
-    messages, a tracing producer, or a builder that measures every message (an nsqd named a
-    lower message limit) are taken message by message under :meth:`BatchBuilder.take`'s rules.
-
-    ``share`` (None: no share) ends the batch at the first call boundary at or past that many
-    messages: a call is never cut for a share, only for the limits of one command."""
+    Plain calls go whole while they fit (one sum per call), the first that does not is cut message
+    by message; otherwise (traced or ext messages, tracing, a learned message limit) messages are
+    taken one by one under :meth:`BatchBuilder.take`'s rules. ``share`` (None: none) ends the batch
+    at the first call boundary at or past that many messages (only a command's limits cut calls)."""
     runs: list[Run] = []
     if share is None:
         share = sys.maxsize

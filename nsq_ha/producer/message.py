@@ -79,13 +79,10 @@ def _kind(traced: bool, ext: bool) -> str:
 class BatchBuilder:
     """Take as many queued messages as one command may carry, in queue order.
 
-    ``tracing`` makes every batch traced (every publish is answered with its offset).
-    ``ext_topic``: the topic is known to be an ext topic; only then do messages with a header go
-    in a batch with others (nsqd refuses a header on other topics, and that error must reach
-    only the message that carried it). ``checks_each``: ``max_msg_size`` is a limit an nsqd
-    named, lower than the one messages were checked against when queued: every message is
-    measured, and one over it goes alone (nsqd refuses only it). ``max_count`` caps a batch.
-    """
+    ``tracing``: every batch is traced. ``ext_topic``: only on a known ext topic does a message with
+    a header share a batch (elsewhere nsqd refuses it, and only its message must get that error).
+    ``checks_each``: ``max_msg_size`` is a lower limit an nsqd named: every message is measured, and
+    one over it goes alone (nsqd refuses only it). ``max_count`` caps a batch."""
 
     max_msg_size: int
     max_body_size: int

@@ -1,7 +1,5 @@
-"""Where a topic's messages can go: :class:`Routes` built from a partition map, and the
-refusals that follow from the server kind (:func:`check_features`), decided before anything is
-sent (pure: no I/O). The :class:`~nsq_ha.producer.topic.Topic` keeps a topic's routes.
-"""
+"""Where a topic's messages can go (:class:`Routes`, from a partition map) and what the server
+kind refuses before anything is sent (:func:`check_features`); pure: no I/O."""
 
 from __future__ import annotations
 

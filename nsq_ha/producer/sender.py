@@ -51,14 +51,12 @@ SendBatch = Callable[[Topic, list[PublishMessage], "int | None"], Awaitable[list
 
 
 class Sender:
-    """Sends the batches of one producer. ``closing()`` says the producer is closing (no forced
-    lookups then); once ``pool.aborting`` is set, a retriable failure ends as PublishError
-    ("closed before nsqd acknowledged") instead of another try.
+    """Sends the batches of one producer. ``closing()``: the producer is closing (no forced
+    lookups); once ``pool.aborting`` is set, a retriable failure ends as PublishError.
 
-    Logging: a retry loop's first failure is a warning, unless a loop for the same target (a
-    topic's lookup, its unkeyed batches, or one slot) already warned in the same streak; later
-    failures are debug lines; a retried call that succeeds ends the streak with an info line.
-    """
+    Logging: a retry loop's first failure is a warning, unless one for the same target (a topic's
+    lookup, its unkeyed batches, a slot) already warned in this streak; later ones are debug lines,
+    and a retried call that succeeds ends the streak with an info line."""
 
     __slots__ = (
         "_builders",
@@ -148,10 +146,8 @@ class Sender:
         partition: object,
         plain_bytes: int | None,
     ) -> asyncio.Future[Outcomes] | None:
-        """:meth:`submit` a publish call at once when ``topic``'s cached routes serve it; None
-        when it must look up or, keyed, take its turn behind an earlier keyed call
-        (:meth:`Topic.turn`). ``key`` and ``partition`` as given: :meth:`Topic.place` checks
-        them."""
+        """:meth:`submit` a call at once when ``topic``'s cached routes serve it; None when it must
+        look up or, keyed, wait behind an earlier keyed call (:meth:`Topic.turn`)."""
         keyed = key is not None or partition is not None
         if keyed and topic.waiting is not None:
             return None

@@ -350,12 +350,11 @@ class Topic:
         look_up: Callable[[], Awaitable[Routes]],
         submit: Callable[[Topic, Routes], _F],
     ) -> _F:
-        """Queue a keyed call after every one made before it; the future ``submit(routes)``
-        gave. ``ready()``: the cached routes, None when they do not serve; ``look_up()``: the
-        routes from lookupd. With no turn taken, the call takes it, looks up and queues; else
-        it waits, and the holder, once done, queues the waiting calls whose routes are ready,
-        in order. An error raised by either is this call's own. A call cancelled once queued
-        has its future cancelled (as if cancelled while awaiting it)."""
+        """Queue a keyed call after every one made before it; the future ``submit(routes)`` gave.
+        ``ready()``: the cached routes (None: they do not serve); ``look_up()``: lookupd's. The
+        first call takes the turn; the others wait, and the holder, once done, queues those whose
+        routes are ready, in order. Their errors are their own; a call cancelled once queued cancels
+        its future."""
         waiters = self.waiting
         if waiters is None:
             self.waiting = deque()
