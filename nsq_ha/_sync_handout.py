@@ -74,9 +74,8 @@ def hand_out(
     answers: Answers,
     make: Callable[[], Message] | None = None,
 ) -> Iterator[Message]:
-    """The blocking consumer's iteration: each fetched message, handed out, until closed.
-
-    ``make`` replaces :class:`Message` (the interrupt tests' stand-in raises once)."""
+    """The blocking consumer's iteration: each fetched message, handed out, until closed
+    (``make`` replaces :class:`Message`: the interrupt tests' stand-in raises once)."""
     while True:
         if runner.stale:
             source._live()  # raises

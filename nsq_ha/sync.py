@@ -161,9 +161,8 @@ class Producer(Closable):
         return runner.run(producer.publish_many(topic, bodies, **options), limit)
 
     def close(self, timeout: float | None = None) -> None:
-        """:meth:`nsq_ha.producer.Producer.close`, blocking; NsqTimeoutError if the asyncio
-        close itself never ends. In a forked child that has not published with this producer,
-        this only marks it closed: the connections belong to the parent."""
+        """:meth:`nsq_ha.producer.Producer.close`, blocking (NsqTimeoutError if that never ends);
+        in a forked child that never published with it, only marks it closed (the parent's)."""
         self._close(optional_seconds(timeout, "timeout"))
 
     def _start_close(self, limit: float | None = None) -> _sync_runtime.Begun:
