@@ -162,7 +162,7 @@ class Producer(Closable):
 
     def close(self, timeout: float | None = None) -> None:
         """:meth:`nsq_ha.producer.Producer.close`, blocking (NsqTimeoutError if that never ends);
-        in a forked child that never published with it, only marks it closed (the parent's)."""
+        in a forked child that never published, only marks it closed (connections: the parent's)."""
         self._close(optional_seconds(timeout, "timeout"))
 
     def _start_close(self, limit: float | None = None) -> _sync_runtime.Begun:
