@@ -453,10 +453,9 @@ class LookupClient:
         key = (topic, access)
         task = self._inflight.get(key)
         if task is None:
-            task = asyncio.get_running_loop().create_task(
+            self._inflight[key] = task = asyncio.get_running_loop().create_task(
                 self._fetch(key), name=f"nsq_ha-lookup-{topic}-{access}"
             )
-            self._inflight[key] = task
             task.add_done_callback(functools.partial(self._fetch_done, key))
         return await asyncio.shield(task)
 
@@ -548,10 +547,9 @@ class LookupClient:
                 try:
                     await self.refresh(*key)
                 except NsqError as exc:
-                    task = asyncio.get_running_loop().create_task(
+                    self._retrying[key] = task = asyncio.get_running_loop().create_task(
                         self._retry_refresh(key, exc), name=f"nsq_ha-lookup-retry-{key}"
                     )
-                    self._retrying[key] = task
                     task.add_done_callback(functools.partial(self._retry_done, key))
 
     async def _retry_refresh(self, key: Key, first_error: NsqError) -> None:

@@ -61,9 +61,8 @@ _brief = _brief_repr.repr
 
 
 def _is_host(host: object) -> bool:
-    """True for an IP address or an ASCII host name from lookupd: the client builds URLs and
-    ``host:port`` addresses from it, and anything else would make httpx raise ``InvalidURL``
-    (not an NsqError) far from the lookup that brought it."""
+    """An IP address or ASCII host name: anything else in a URL or ``host:port`` built from it would
+    make httpx raise ``InvalidURL`` (not an NsqError) far from the lookup that brought it."""
     if not isinstance(host, str) or _HOST_CHARS.fullmatch(host) is None:
         return False
     if ":" not in host and _IPV4_SHAPE.fullmatch(host) is None:

@@ -296,12 +296,10 @@ class Producer:
         return await future
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - drain limit
-        """Stop accepting publishes, wait for the in-flight ones, then close the connections.
-
-        After ``timeout`` (default ``close_timeout``; finite seconds >= 0) seconds, publishes
-        still waiting fail with PublishError ("producer closed before nsqd acknowledged"); none
-        is silently dropped.
-        """
+        """Stop accepting publishes, wait for the in-flight ones, then close the connections. After
+        ``timeout`` (default ``close_timeout``; finite seconds >= 0) the publishes still waiting
+        fail with PublishError ("producer closed before nsqd acknowledged"); none is silently
+        dropped."""
         limit = self._config.close_timeout
         if timeout is not None:
             limit = seconds(timeout, "timeout", zero=True)

@@ -5,8 +5,7 @@ encoded and stored sizes, the rules that cut their batches (:class:`BatchBuilder
 
 For ``MPUB_TRACE`` nsqd reports only the first message's id and offset and the batch's total
 size; the others follow from the stored record layout (PROTOCOL.md §4.6: consecutive ids, each
-record ``4 + 26 + len(body)`` bytes, one more on an ext topic) when it adds up to that total.
-"""
+record ``4 + 26 + len(body)`` bytes, one more on an ext topic) when it adds up to that total."""
 
 from __future__ import annotations
 
@@ -159,12 +158,10 @@ def record_size(msg: PublishMessage, *, ext_topic: bool) -> int:
 
 @dataclass(frozen=True, slots=True)
 class PublishResult:
-    """Where a message went and what nsqd said about it.
+    """Where a message went and what nsqd said about it. ``partition`` is ``None`` on vanilla.
 
-    ``partition`` is ``None`` on vanilla nsqd. ``internal_id``, ``offset`` and ``raw_size``
-    are known for traced publishes on the fork (``trace_id=``, a ``##trace_id`` header, or a
-    producer created with ``trace=True``); ``trace_id`` is the one sent.
-    """
+    ``internal_id``, ``offset`` and ``raw_size`` are known for traced publishes on the fork
+    (``trace_id=``, a ``##trace_id`` header, or ``trace=True``); ``trace_id`` is the one sent."""
 
     topic: str
     partition: int | None

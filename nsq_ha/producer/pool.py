@@ -22,9 +22,8 @@ Conns = MutableMapping[int, NsqdConnection]
 
 
 class ConnectionPool:
-    """Opens, drops and closes connections; ``stats["connections"]`` counts the ones opened.
-    Once :attr:`aborting` is set (the producer gave up waiting for its publishes), :meth:`get`
-    opens none: ProducerClosedError."""
+    """Opens, drops and closes connections (``stats["connections"]`` counts the opened); once
+    :attr:`aborting` is set (the producer gave up on its publishes), :meth:`get` opens none."""
 
     __slots__ = ("_background", "_opening", "aborting", "config", "shared", "stats")
 
