@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from nsq_ha.consumer.checks import check_requeue_delay
 from nsq_ha.errors import (
     ConfigError,
     MessageAlreadyRespondedError,
-    MessageConnectionGoneError,
     RemoteProtocolError,
 )
 from nsq_ha.protocol.message import EXT_VERSION_JSON, EXT_VERSION_TAG, DecodedMessage
@@ -71,6 +70,8 @@ class _Owner(Protocol):
     def requeue(self, message: Message, delay: float | None, backoff: bool) -> None: ...
 
     def touch(self, message: Message) -> None: ...
+
+    def gone(self, message: Message, action: str) -> NoReturn: ...
 
 
 class Message:
@@ -206,10 +207,7 @@ class Message:
         """Raise what ``action`` (finish, requeue, touch) would meet now: MessageConnectionGoneError
         once the delivering connection went away, MessageAlreadyRespondedError once answered."""
         if self.outcome is Outcome.ABANDONED:
-            raise MessageConnectionGoneError(
-                f"cannot {action} {self!r}: the connection to {self.address} that delivered "
-                "it is gone; nsqd redelivers the message after its msg_timeout"
-            )
+            self._owner.gone(self, action)
         if self.outcome is not None:
             raise MessageAlreadyRespondedError(
                 f"cannot {action} {self!r}: it was already {self.outcome.value}"

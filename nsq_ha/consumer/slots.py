@@ -281,7 +281,7 @@ class Slot:
     def touch(self, message: Message) -> None:
         conn = self.conn
         if conn is None or conn.closed or self.held.get(message.id) is not message:
-            self._gone(message, "touch")
+            self.gone(message, "touch")
         try:
             conn.touch(message.id)
         except NsqError as exc:
@@ -299,7 +299,7 @@ class Slot:
         conn = self.conn
         message_id = message.id
         if conn is None or conn.closed or self.held.get(message_id) is not message:
-            self._gone(message, _ACTION[outcome])
+            self.gone(message, _ACTION[outcome])
         # RDY first: when this starts a backoff, RDY 0 reaches nsqd before the REQ (or nsqd
         # may hand the requeued message straight back)
         self._release(message, success=success)
@@ -318,7 +318,7 @@ class Slot:
             self.finished = message_id if outcome is Outcome.FINISHED else b""
             self.ctx.settled(message)
 
-    def _gone(self, message: Message, action: str) -> NoReturn:
+    def gone(self, message: Message, action: str) -> NoReturn:
         if message.outcome is None:
             message.outcome = Outcome.ABANDONED
             self.counts["abandoned"] += 1
