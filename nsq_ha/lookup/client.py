@@ -208,12 +208,11 @@ class LookupClient:
     ) -> None:
         """Validate every option (:class:`ConfigError`) before anything is created.
 
-        ``timeout``: the deadline of one lookup (discovery and every request included), in
-        seconds. ``refresh_interval``: how often watched topics are refreshed. ``jitter``:
-        the random fraction (0 <= j < 1) spread over the refresh timer (0: no jitter in the
-        backoffs either). ``max_backoff``: the longest a failing lookupd is skipped (30 s).
-        ``max_answer_bytes``: the largest answer read (512 KiB by default, at most 64 MiB).
-        """
+        ``timeout``: the deadline of one lookup (discovery and every request included), in seconds.
+        ``refresh_interval``: how often watched topics are refreshed. ``jitter``: the random
+        fraction (0 <= j < 1) spread over the refresh timer (0: no jitter in the backoffs either).
+        ``max_backoff``: the longest a failing lookupd is skipped (30 s). ``max_answer_bytes``: the
+        largest answer read (512 KiB by default, at most 64 MiB)."""
         import httpx
 
         try:

@@ -243,9 +243,8 @@ def messages_of(runs: list[Run]) -> list[PublishMessage]:
 
 
 def settle(runs: list[Run], outcomes: Sequence[Outcome], splits: set[Call]) -> None:
-    """Give each run's messages their outcomes (one per message of the batch, in order): at
-    once to a call wholly in this batch, to a call split over batches when its last run
-    settles."""
+    """Give each run's messages their outcomes (the batch's, in order): a call wholly in it at once,
+    a call split over batches when its last run settles."""
     position = 0
     for call, start, end in runs:
         count = end - start

@@ -43,8 +43,7 @@ _TOO_BIG: Final = re.compile(r"too big (\d{1,12}) > (\d{1,12})$")
 
 
 def splits_batch(exc: BaseException) -> bool:
-    """True when ``exc`` refuses a batch for one of its messages or its size: sent in smaller
-    parts, the others may well be taken."""
+    """True when ``exc`` refuses a batch for a message or its size: smaller parts may pass."""
     return isinstance(exc, _CONTENT_REFUSALS)
 
 

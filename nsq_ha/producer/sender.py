@@ -107,9 +107,8 @@ class Sender:
         self._builders: dict[tuple[bool, bool], BatchBuilder] = {}
 
     def builder(self, routes: Routes | None) -> BatchBuilder:
-        """How batches for ``routes``' topic are cut: under the configured size limits (one of
-        four builders, made once each rather than for every batch), or the lowest that one of
-        the topic's nsqd named in a refusal."""
+        """How batches for ``routes``' topic are cut: under the configured limits (four builders,
+        each made once), or the lowest one of the topic's nsqd named in a refusal."""
         tracing = self.trace and routes is not None and routes.fork is True
         ext_topic = routes is not None and routes.ext is True
         learned = routes.addresses.values() if self.limits.learned and routes is not None else None

@@ -288,8 +288,7 @@ class Topic:
         defer: float | None = None,
     ) -> int | None:
         """Refuse what ``routes``' server kind cannot take, then the slot of ``messages`` (None:
-        round-robin). ``key`` and ``partition`` as the caller gave them (typed ``object``:
-        checked here, not by a compiled build's TypeError)."""
+        round-robin); ``key`` and ``partition`` are checked here (typed ``object`` for that)."""
         unrestricted = routes.unrestricted
         if key is not None and partition is None and defer is None:
             # a key with a known count, on routes that take everything or for messages that
