@@ -1,5 +1,4 @@
 """The asyncio consumer: one connection per (nsqd, partition), ordered when the topic says so.
-
 :class:`Consumer` is the face over the parts ``ARCHITECTURE.md`` lists; none calls back into it.
 """
 

@@ -72,7 +72,6 @@ class Discovery:
         #: what the topic turned out to be (from lookup meta or nsqd's answers)
         self.use_ordered = bool(config.ordered)
         self._ext = False
-        #: the subscribed slots, by (nsqd address, partition or -1)
         self.slots: dict[ConnKey, Slot] = {}
         self._connecting: dict[ConnKey, asyncio.Task[None]] = {}
         self._backoff = dataclasses.replace(

@@ -57,9 +57,7 @@ class ConnRdy:
 class RdyPlanner:
     """Decides each connection's RDY. Every method returns ``{key: new_rdy}`` for the changes.
 
-    The values come checked (``ConsumerConfig``: ``idle_timeout`` and ``hold_timeout`` are its
-    ``low_rdy_idle_timeout`` and ``low_rdy_timeout``). ``clock`` returns monotonic seconds.
-    """
+    The values come checked (``ConsumerConfig``'s ``low_rdy_*``); ``clock`` is monotonic."""
 
     def __init__(
         self,
@@ -135,15 +133,16 @@ class RdyPlanner:
         if success is False:
             if not self.blocked:  # then the consumer waits backoff(level): backoff_elapsed()
                 self.level = min(MAX_LEVEL, self.level + 1)
-                self._block(changes)
+                self.blocked = True
+                return self._plan(changes)  # every connection to 0
             return changes
         if self._at_goals and self.level == 0:
             return changes  # the steady state: nothing to raise, so no work per message
         if success and self.level > 0 and not self.blocked:
             self.level -= 1
-            if self.level > 0:
-                self._block(changes)  # continue backing off, with a shorter wait
-                return changes
+            if self.level > 0:  # continue backing off, with a shorter wait
+                self.blocked = True
+                return self._plan(changes)
             for c in self.conns.values():
                 c.got_message = True  # straight back to full shares
         return self._plan(changes)
@@ -165,8 +164,7 @@ class RdyPlanner:
         return self._plan({})
 
     def redistribute(self) -> dict[Hashable, int]:
-        """Periodic: move RDY away from idle connections (and from long holders while others
-        wait) when the budget is smaller than the number of connections, or in backoff."""
+        """Periodic: move RDY from idle connections (and long holders while others wait)."""
         changes: dict[Hashable, int] = {}
         if len(self.conns) <= self.max_in_flight and (self.level == 0 or self.blocked):
             return changes  # every connection has its share, and no backoff tester sits idle
@@ -200,10 +198,6 @@ class RdyPlanner:
             conn.waiting_since = now
         conn.rdy = value
         changes[conn.key] = value
-
-    def _block(self, changes: dict[Hashable, int]) -> None:
-        self.blocked = True
-        self._plan(changes)  # every connection to 0
 
     def _goal(self, conn: ConnRdy, share: int) -> int:
         return max(1, min(share, conn.cap)) if conn.got_message else 1

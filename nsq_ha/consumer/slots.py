@@ -63,10 +63,7 @@ class Tally:
     def of(self, partition: int | None) -> dict[str, int]:
         """The counters of ``partition`` (made on first use)."""
         key = -1 if partition is None else partition
-        counters = self.partitions.get(key)
-        if counters is None:
-            counters = self.partitions[key] = dict.fromkeys(COUNTERS, 0)
-        return counters
+        return self.partitions.setdefault(key, dict.fromkeys(COUNTERS, 0))
 
 
 class Flow:
@@ -88,7 +85,6 @@ class Flow:
 
     def __init__(self, config: ConsumerConfig) -> None:
         self._name = f"{config.topic}/{config.channel}"
-        #: told by the slots of every message in and out of flight
         self.planner = RdyPlanner(
             config.max_in_flight,
             idle_timeout=config.low_rdy_idle_timeout,
