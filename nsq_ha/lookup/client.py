@@ -517,9 +517,8 @@ class LookupClient:
             )
 
     def unwatch(self, topic: str, access: Access, listener: Listener | None = None) -> None:
-        """Stop calling ``listener`` (or stop watching the key when no listener is given); a
-        key no longer watched also drops its cached map, so state per topic ever used is not
-        kept (the next lookup asks lookupd again)."""
+        """Stop calling ``listener`` (or watching the key when none is given); a key no longer
+        watched drops its cached map too (the next lookup asks lookupd again)."""
         key = (topic, access)
         listeners = self._watch.get(key)
         if listeners is None:

@@ -264,11 +264,10 @@ def parse_lookup(topic: str, access: Access, result: object) -> PartitionMap:
     for name, value in (("producers", producers), ("channels", channels)):
         if not isinstance(value, list | None):
             raise RemoteProtocolError(f"lookup {name} is not a list: {_brief(value)}")
-    meta = result.get("meta")
     # lookupd lists producers in any order; sorted, equal answers give equal maps
     nodes = tuple(sorted(map(NodeInfo.from_wire, producers or ()), key=lambda n: n.address))
     names = tuple(str(c) for c in channels or ())
-    meta = TopicMeta.from_wire(meta) if meta is not None else None
+    meta = TopicMeta.from_wire(raw) if (raw := result.get("meta")) is not None else None
     return PartitionMap(topic, access, partitions, nodes, names, meta, "partitions" in result)
 
 

@@ -429,8 +429,7 @@ class Producer:
 
 
 def per_message(values: Sequence[_T], what: str, count: int | None = None) -> list[_T]:
-    """``values`` as a list if it is a sequence (list, tuple, ...) of ``count`` values (None:
-    any number), else ConfigError."""
+    """``values`` as a list of ``count`` values (None: any) if a sequence, else ConfigError."""
     if isinstance(cast(object, values), str | bytes | bytearray | memoryview):
         raise ConfigError(f"publish_many takes a sequence of {what}, not one value")
     if not isinstance(cast(object, values), Sequence):

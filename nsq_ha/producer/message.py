@@ -1,7 +1,6 @@
-"""What only traced, ext or over-limit messages need (a plain message takes
-:mod:`nsq_ha.producer.batch`'s fast path): their validation (:func:`prepare_message`), their
-encoded and stored sizes, the rules that cut their batches (:class:`BatchBuilder`), and the
-:class:`PublishResult` a publish returns.
+"""What only traced, ext or over-limit messages need (plain ones take :mod:`nsq_ha.producer.batch`'s
+fast path): their checks (:func:`prepare_message`), encoded and stored sizes and batch rules
+(:class:`BatchBuilder`), and the :class:`PublishResult` a publish returns.
 
 For ``MPUB_TRACE`` nsqd reports only the first message's id and offset and the batch's total
 size; the others follow from the stored record layout (PROTOCOL.md §4.6: consecutive ids, each
@@ -31,15 +30,13 @@ _RECORD_OVERHEAD = 4 + 26
 def prepare_message(
     body: object, *, trace_id: object = None, ext: object = None, max_msg_size: int | None = None
 ) -> PublishMessage:
-    """Validate one message before it is queued; every problem raises a typed error (the
-    values are typed ``object``: a compiled build would raise TypeError before these checks).
+    """Validate one message before it is queued; every problem raises a typed error (the values are
+    typed ``object``: a compiled build would raise TypeError before these checks).
 
-    ``body`` must be non-empty bytes; ``trace_id`` a u64; ``ext`` a JSON object (a mapping, or
-    JSON bytes) that nsqd will accept. A trace id and an ext header together put the trace id
-    into the header as ``##trace_id`` (a header that already names a different one is refused).
-    The size checked against ``max_msg_size`` is what nsqd compares: the body plus the 8-byte
-    trace id or the ``2 + len(header)`` ext prefix.
-    """
+    ``body``: non-empty bytes; ``trace_id``: a u64; ``ext``: a JSON object (a mapping, or JSON
+    bytes) nsqd will accept. With both, the trace id goes into the header as ``##trace_id`` (a
+    header naming another is refused). ``max_msg_size`` limits what nsqd measures: the body plus the
+    8-byte trace id or the ``2 + len(header)`` ext prefix."""
     if isinstance(body, str):
         raise InvalidArgumentError("message body must be bytes, not str: encode it: body.encode()")
     data = as_bytes(body, "message body")
