@@ -276,7 +276,7 @@ class Discovery:
     async def _reconnect(self, key: ConnKey, error: NsqError, started: float) -> None:
         """Each try looks the topic up afresh and subscribes if the map still names this node
         for the partition (else the lookup's watcher subscribes to the new leader)."""
-        where = f"partition {_partition_text(key)} on {key[0]}"
+        where = f"partition {key[1] if key[1] >= 0 else '-'} on {key[0]}"
         if not decide(error).retry:
             log.error(
                 "%s %s: %s: needs fixing; trying again", self.topic, where, redact(str(error))
@@ -371,7 +371,7 @@ class Discovery:
             "consuming %s/%s partition %s from %s (%s)",
             self.topic,
             self.channel,
-            _partition_text(key),
+            key[1] if key[1] >= 0 else "-",
             conn.address,
             "SUB_ORDERED" if ordered else ("SUB_ADVANCED" if self._config.with_offsets else "SUB"),
         )
@@ -473,7 +473,3 @@ class Discovery:
         reason = conn.close_reason or "closed by nsqd"
         error = reason if isinstance(reason, NsqError) else NsqError(str(reason))
         self._launch(slot.key, self._reconnect(slot.key, error, time.monotonic()))
-
-
-def _partition_text(key: ConnKey) -> str:
-    return str(key[1]) if key[1] >= 0 else "-"

@@ -111,8 +111,7 @@ def start_body(start: StartPosition | None, partition: int) -> str | None:
 
 
 def refuse_on_vanilla(start: StartPosition | None, pmap: PartitionMap | None, channel: str) -> None:
-    """Refuse a ``start`` vanilla nsqd cannot honour for ``channel`` (``pmap`` None: lookupd
-    does not know the topic yet, so the channel will be its first)."""
+    """Refuse a ``start`` vanilla nsqd cannot honour for ``channel`` (``pmap`` None: no topic)."""
     if start is None:
         return
     if not isinstance(start, str):
