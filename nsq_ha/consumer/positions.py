@@ -141,8 +141,7 @@ def refuse_on_vanilla(start: StartPosition | None, pmap: PartitionMap | None, ch
 
 
 async def move(admin: NsqdAdmin, topic: str, channel: str, partition: int, body: str) -> None:
-    """``/channel/setoffset``; a partition that never had a message is at any position
-    already (the fork answers ``commit log end of file``): done, not an error."""
+    """``/channel/setoffset``; an empty partition (:data:`_EMPTY_LOG`) is there already."""
     from nsq_ha.admin import AdminError
 
     try:
@@ -154,8 +153,7 @@ async def move(admin: NsqdAdmin, topic: str, channel: str, partition: int, body:
 
 
 def retriable(exc: NsqError) -> NsqError:
-    """An nsqd admin refusal with ``E_FAILED_ON_NOT_LEADER`` (no leader there yet: a new
-    partition, a moved leader) as the :class:`NotLeaderError` the reconnect loop waits out."""
+    """``E_FAILED_ON_NOT_LEADER`` (no leader there yet) as the NotLeaderError retries wait out."""
     if _NOT_LEADER in str(exc) and not isinstance(exc, NotLeaderError):
         return NotLeaderError(_NOT_LEADER, f"({exc})")
     return exc
