@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Self, TypeVar, Unpack, cast
 
 from nsq_ha.durations import seconds
@@ -64,10 +63,7 @@ class Producer:
         self._memo = SlotMemo(settings.strategy)
         self._topics: dict[str, Topic] = {}
         self._sender = Sender(settings, self._pool, self.stats, self._closing_flag.is_set)
-        #: publish calls waiting outside a lane (:meth:`_waiting`); ``_idle`` is set while none is
-        self._active = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._waiting = _Waiting()
         self._sweeper: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = asyncio.Event()
@@ -161,7 +157,7 @@ class Producer:
                     raise ConfigError("defer= cannot be combined with sharding_key= or partition=")
                 found, routes = await self._look_up(topic, None, None)
                 found.place(routes, messages, None, None, defer)
-                with self._waiting():  # DPUB carries one message: no batch to join
+                with self._waiting:  # DPUB carries one message: no batch to join
                     return (await self._sender.send(found, messages, slot=None, defer=defer))[0]
             plain = plain_size(messages)
             held = self._topics.get(topic)
@@ -291,7 +287,7 @@ class Producer:
         async def look_up() -> Routes:
             return (await self._look_up(name, key, partition))[1]
 
-        with self._waiting():  # close() waits for a call waiting for its turn too
+        with self._waiting:  # close() waits for a call waiting for its turn too
             future = await topic.turn(lambda: topic.ready(True), look_up, submit)
         return await future
 
@@ -317,7 +313,7 @@ class Producer:
                     "producer closing: %d messages queued in lanes and %d publish calls (lookups, "
                     "DPUBs) still unacknowledged after %.1fs; failing them",
                     sum(lane.waiting for t in topics for lane in t.lanes.values()),
-                    self._active,
+                    self._waiting.active,
                     limit,
                 )
                 self._pool.aborting = True
@@ -378,7 +374,7 @@ class Producer:
         topic.last_used = time.monotonic()
         topic.active += 1  # never expired while it is looked up
         try:
-            with self._waiting():  # close() waits for it (a publish in a lane is a lane's work)
+            with self._waiting:  # close() waits for it (a publish in a lane is a lane's work)
                 keyed = key is not None or partition is not None
                 return topic, await self._sender.resolve(topic, keyed=keyed)
         finally:
@@ -391,26 +387,14 @@ class Producer:
         while True:
             lanes = [lane for t in self._topics.values() for lane in t.lanes.values()]
             tasks = [task for lane in lanes for task in lane.senders]
-            if not tasks and self._active == 0:
+            if not tasks and self._waiting.active == 0:
                 return True
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            idle = loop.create_task(self._idle.wait())
+            idle = loop.create_task(self._waiting.idle.wait())
             await asyncio.wait([*tasks, idle], timeout=remaining)  # all done, or the time
             idle.cancel()
-
-    @contextlib.contextmanager
-    def _waiting(self) -> Iterator[None]:
-        """Count a call waiting outside a lane (lookup, DPUB, keyed turn): :meth:`close` waits."""
-        self._active += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._active -= 1
-            if not self._active:
-                self._idle.set()
 
     def _free_idle_topics(self, now: float | None = None) -> None:
         """Free the topics unused for ``topic_idle_timeout`` s (a busy one counts as used now)."""
@@ -426,6 +410,28 @@ class Producer:
             self._topics.pop(name).close()
         if expired:
             log.debug("producer: %d idle topics freed", len(expired))
+
+
+class _Waiting:
+    """``with``: a publish call waiting outside a lane (lookup, DPUB, keyed turn), which
+    :meth:`Producer.close` waits for; one object per producer, so a call allocates nothing
+    here (a generator-based context manager made two objects per call for the collector)."""
+
+    __slots__ = ("active", "idle")
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def __enter__(self) -> None:
+        self.active += 1
+        self.idle.clear()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.active -= 1
+        if not self.active:
+            self.idle.set()
 
 
 def per_message(values: Sequence[_T], what: str, count: int | None = None) -> list[_T]:
