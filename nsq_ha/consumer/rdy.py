@@ -23,8 +23,10 @@ decides the levels of one consumer's connections and returns the changes to send
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
 
 from nsq_ha.errors import ConfigError
 
@@ -34,6 +36,8 @@ DEFAULT_MAX_RDY = 2500
 STARVED_RATIO = 0.85
 #: The highest backoff level (the default backoff's pause reaches its 2 minutes at 8).
 MAX_LEVEL = 8
+#: What a call that changes nothing returns: one read-only mapping, not a new dict per message.
+NO_CHANGES: Final[Mapping[Hashable, int]] = MappingProxyType({})
 
 
 @dataclass(slots=True)
@@ -55,7 +59,8 @@ class ConnRdy:
 
 
 class RdyPlanner:
-    """Decides each connection's RDY. Every method returns ``{key: new_rdy}`` for the changes.
+    """Decides each connection's RDY. Every method returns ``{key: new_rdy}`` for the changes
+    (read-only: it may be :data:`NO_CHANGES`).
 
     The values come checked (``ConsumerConfig``'s ``low_rdy_*``); ``clock`` is monotonic."""
 
@@ -97,7 +102,7 @@ class RdyPlanner:
 
     def add(
         self, key: Hashable, *, max_rdy: int = DEFAULT_MAX_RDY, cap: int | None = None
-    ) -> dict[Hashable, int]:
+    ) -> Mapping[Hashable, int]:
         """A connection subscribed; ``max_rdy`` is its ``max_rdy_count``, ``cap`` our own limit."""
         if key in self.conns:
             raise ConfigError(f"connection {key!r} is already planned")
@@ -108,25 +113,24 @@ class RdyPlanner:
         self.conns[key] = ConnRdy(key, limit, active_at=now, waiting_since=now)
         return self._plan({})
 
-    def remove(self, key: Hashable) -> dict[Hashable, int]:
+    def remove(self, key: Hashable) -> Mapping[Hashable, int]:
         """A connection is gone (its in-flight messages with it); its budget is freed."""
-        return {} if self.conns.pop(key, None) is None else self._plan({})
+        return NO_CHANGES if self.conns.pop(key, None) is None else self._plan({})
 
-    def message(self, key: Hashable) -> dict[Hashable, int]:
+    def message(self, key: Hashable) -> Mapping[Hashable, int]:
         conn = self.conns.get(key)
         if conn is None:
-            return {}
+            return NO_CHANGES
         conn.in_flight += 1
         conn.active_at = self._clock()
         if conn.got_message:
-            return {}
+            return NO_CHANGES
         conn.got_message = True
-        return self._plan({}) if self.level == 0 else {}
+        return self._plan({}) if self.level == 0 else NO_CHANGES
 
-    def done(self, key: Hashable, *, success: bool | None = None) -> dict[Hashable, int]:
+    def done(self, key: Hashable, *, success: bool | None = None) -> Mapping[Hashable, int]:
         """A message of ``key`` was answered; ``success`` True lowers the backoff level, False
         raises it, None (a requeue without backoff) leaves it."""
-        changes: dict[Hashable, int] = {}
         conn = self.conns.get(key)
         if conn is not None and conn.in_flight > 0:
             conn.in_flight -= 1
@@ -134,27 +138,27 @@ class RdyPlanner:
             if not self.blocked:  # then the consumer waits backoff(level): backoff_elapsed()
                 self.level = min(MAX_LEVEL, self.level + 1)
                 self.blocked = True
-                return self._plan(changes)  # every connection to 0
-            return changes
+                return self._plan({})  # every connection to 0
+            return NO_CHANGES
         if self._at_goals and self.level == 0:
-            return changes  # the steady state: nothing to raise, so no work per message
+            return NO_CHANGES  # the steady state: nothing to raise, so no work per message
         if success and self.level > 0 and not self.blocked:
             self.level -= 1
             if self.level > 0:  # continue backing off, with a shorter wait
                 self.blocked = True
-                return self._plan(changes)
+                return self._plan({})
             for c in self.conns.values():
                 c.got_message = True  # straight back to full shares
-        return self._plan(changes)
+        return self._plan({})
 
-    def backoff_elapsed(self) -> dict[Hashable, int]:
+    def backoff_elapsed(self) -> Mapping[Hashable, int]:
         """The backoff wait is over: let one connection test the waters with RDY 1."""
         if not self.blocked:
-            return {}
+            return NO_CHANGES
         self.blocked = False
         return self._plan({})
 
-    def set_max_in_flight(self, max_in_flight: int) -> dict[Hashable, int]:
+    def set_max_in_flight(self, max_in_flight: int) -> Mapping[Hashable, int]:
         """Change the budget; connections above their new share are lowered at once."""
         reenabled = self.max_in_flight == 0 and max_in_flight > 0
         self.max_in_flight = max_in_flight
@@ -163,7 +167,7 @@ class RdyPlanner:
                 c.got_message = False  # probe again when enabled
         return self._plan({})
 
-    def redistribute(self) -> dict[Hashable, int]:
+    def redistribute(self) -> Mapping[Hashable, int]:
         """Periodic: move RDY from idle connections (and long holders while others wait)."""
         changes: dict[Hashable, int] = {}
         if len(self.conns) <= self.max_in_flight and (self.level == 0 or self.blocked):
@@ -182,7 +186,7 @@ class RdyPlanner:
             self._set(c, 0, changes)
         return self._plan(changes)
 
-    def stop(self) -> dict[Hashable, int]:
+    def stop(self) -> Mapping[Hashable, int]:
         """Closing: every connection to RDY 0 for good."""
         self.max_in_flight = 0
         return self._plan({})
@@ -202,7 +206,7 @@ class RdyPlanner:
     def _goal(self, conn: ConnRdy, share: int) -> int:
         return max(1, min(share, conn.cap)) if conn.got_message else 1
 
-    def _plan(self, changes: dict[Hashable, int]) -> dict[Hashable, int]:
+    def _plan(self, changes: dict[Hashable, int]) -> Mapping[Hashable, int]:
         """Bring every connection toward its goal within the budget; record the changes."""
         conns = list(self.conns.values())  # in the order added
         self._at_goals = False

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Final, NoReturn, cast
 
@@ -130,7 +130,7 @@ class Flow:
             await asyncio.gather(task, return_exceptions=True)
         self.apply(self.planner.stop())
 
-    def apply(self, changes: dict[Hashable, int]) -> None:
+    def apply(self, changes: Mapping[Hashable, int]) -> None:
         """Send the RDY changes; start a backoff wait when the planner blocked."""
         for key, value in changes.items():
             sink = self._sinks.get(key)
