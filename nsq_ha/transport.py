@@ -47,6 +47,31 @@ def map_exceptions(what: str) -> Iterator[None]:
 def _discard(data: bytes) -> None: ...  # the receiver before receive(), after stop_receiving()
 
 
+class Wakeup:
+    """Wakes the tasks in :meth:`wait_next` at the next :meth:`wake` (``error``: raising it).
+    A wake with none waiting tests one list, where ``asyncio.Event.set`` is a Python call (a
+    consumer's two per message, for its close's wait, cost 5% of its instructions)."""
+
+    def __init__(self) -> None:
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def wake(self, error: BaseException | None = None) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(error)
+
+    async def wait_next(self) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            self._waiters.remove(waiter)
+
+
 class _Pipe(asyncio.BufferedProtocol):
     """The protocol under a :class:`StreamTransport`: hands each read to the receiver at once;
     tracks EOF, loss and write flow control. Buffered, into one buffer kept for the connection's
@@ -62,7 +87,7 @@ class _Pipe(asyncio.BufferedProtocol):
         self.on_end: Callable[[Exception | None], None] | None = None
         self.reading_paused = False
         self.writing_paused = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._drained = Wakeup()
         self.closed: asyncio.Future[None] = loop.create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -84,10 +109,7 @@ class _Pipe(asyncio.BufferedProtocol):
         if exc is not None:
             self.error = exc
         self.end(exc)
-        for waiter in self._drain_waiters:
-            if not waiter.done():
-                waiter.set_exception(ConnectionResetError("connection lost"))
-        self._drain_waiters.clear()
+        self._drained.wake(ConnectionResetError("connection lost"))
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -96,10 +118,7 @@ class _Pipe(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self.writing_paused = False
-        for waiter in self._drain_waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._drain_waiters.clear()
+        self._drained.wake()
 
     def end(self, error: Exception | None) -> None:
         """The stream ended: tell the receiver once."""
@@ -125,9 +144,7 @@ class _Pipe(asyncio.BufferedProtocol):
         if self.closed.done():
             raise ConnectionResetError("connection lost")
         if self.writing_paused:
-            waiter = self.loop.create_future()
-            self._drain_waiters.append(waiter)
-            await waiter
+            await self._drained.wait_next()
 
 
 class StreamTransport:

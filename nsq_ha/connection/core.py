@@ -39,7 +39,7 @@ from nsq_ha.protocol.frames import DEFAULT_MAX_FRAME_SIZE, max_frame_size_for
 from nsq_ha.protocol.identify import AuthResponse, Negotiated
 from nsq_ha.protocol.message import DecodedMessage
 from nsq_ha.protocol.session import ClientSession, ConnState
-from nsq_ha.transport import StreamTransport
+from nsq_ha.transport import StreamTransport, Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +93,8 @@ class NsqdConnection:
         #: Why the connection closed, when it was not closed by :meth:`close` cleanly.
         self.close_reason: BaseException | None = None
         self._on_message = on_message
-        #: set when a message is answered or the connection closes (what close() waits for)
-        self._answered = asyncio.Event()
+        #: woken when a message is answered or the connection closes (what close() waits for)
+        self._answered = Wakeup()
 
     def __repr__(self) -> str:
         parts = [self.address, self.state.name]
@@ -234,7 +234,7 @@ class NsqdConnection:
             self._raise_if_closed()
             raise
         self._wire().send(data)
-        self._answered.set()
+        self._answered.wake()
 
     async def command(self, command: Command, *, response_timeout: float | None = None) -> bytes:
         """Send a command that nsqd answers and return the response frame's data; an error frame
@@ -326,7 +326,7 @@ class NsqdConnection:
             transport.send(data)
         else:
             transport.send_now(data)
-        self._answered.set()
+        self._answered.wake()
 
     def req(self, message_id: bytes, delay: float = 0.0) -> None:
         """Requeue a message after ``delay`` seconds (use 0 on ordered channels)."""
@@ -391,8 +391,7 @@ class NsqdConnection:
             elif not self._session.in_flight or self._session.message_format is None:
                 return
             else:
-                self._answered.clear()
-                await self._answered.wait()
+                await self._answered.wait_next()
 
     async def _await_reader(self, *, cancel: bool) -> None:
         task = self._reader_task
@@ -412,7 +411,7 @@ class NsqdConnection:
         if self._transport is not None:
             self._transport.discard_queued()
         self._answers.fail_all(waiter_error)
-        self._answered.set()
+        self._answered.wake()
         self._closed.set()
         await self._await_reader(cancel=True)
         if self._transport is not None:

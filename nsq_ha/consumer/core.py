@@ -21,6 +21,7 @@ from nsq_ha.consumer.slots import TOTALS, ConnKey, Flow, SlotContext, Tally, slo
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.durations import optional_seconds, seconds
 from nsq_ha.errors import ConfigError, ConsumerClosedError, MessageResponseError
+from nsq_ha.transport import Wakeup
 
 __all__ = ["BatchHandler", "Consumer", "Handler"]
 
@@ -65,7 +66,7 @@ class Consumer:
         self._flow = flow = Flow(cfg)
         self._background = background = Background()
         self._intake = intake = Intake(cfg, background)
-        self._held_changed = changed = asyncio.Event()
+        self._held_changed = changed = Wakeup()
         context = SlotContext(
             cfg, flow, flow.planner, tally, changed, intake.deliver, intake.answered
         )

@@ -29,6 +29,7 @@ from nsq_ha.errors import (
     NsqError,
 )
 from nsq_ha.protocol.message import DecodedMessage
+from nsq_ha.transport import Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ class SlotContext:
     planner: RdyPlanner
     tally: Tally
     #: set whenever a held message is answered or dropped
-    held_changed: asyncio.Event
+    held_changed: Wakeup
     #: a message arrived and is held: hand it on
     deliver: Callable[[Slot, Message], None]
     #: an ordered message was finished or requeued
@@ -342,7 +343,7 @@ class Slot:
         message.outcome = outcome
         # the common answer without hashing the enum (Enum.__hash__ is a Python call)
         self.counts["finished" if outcome is Outcome.FINISHED else _COUNTER[outcome]] += 1
-        self.ctx.held_changed.set()
+        self.ctx.held_changed.wake()
 
     def abandon_all(self) -> None:
         """The connection closed: nothing it delivered can be answered any more."""
@@ -351,7 +352,7 @@ class Slot:
                 message.outcome = Outcome.ABANDONED
                 self.counts["abandoned"] += 1
         self.held.clear()
-        self.ctx.held_changed.set()
+        self.ctx.held_changed.wake()
 
     async def drain(self, timeout: float) -> None:  # noqa: ASYNC109 - the drain limit
         """Stop delivery, give handlers ``timeout`` s to answer what is held, then close."""
@@ -364,14 +365,13 @@ class Slot:
         await conn.close()
 
 
-async def wait_answered(slots: list[Slot], changed: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
+async def wait_answered(slots: list[Slot], changed: Wakeup, timeout: float) -> None:  # noqa: ASYNC109
     """Wait up to ``timeout`` s until none of ``slots`` holds a message on a live connection
     (where an answer could still go out)."""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout):
             while any(s.held and s.conn is not None and not s.conn.closed for s in slots):
-                changed.clear()
-                await changed.wait()
+                await changed.wait_next()
 
 
 def slot_of(message: Message) -> Slot:

@@ -13,6 +13,7 @@ from nsq_ha.consumer.handout import Claims, Intake
 from nsq_ha.consumer.slots import Flow, Slot, SlotContext, Tally
 from nsq_ha.consumer.tasks import Background
 from nsq_ha.protocol.message import DecodedMessage
+from nsq_ha.transport import Wakeup
 
 CONFIG = ConsumerConfig(topic="t", channel="c", nsqd="127.0.0.1:4150", max_attempts=0)
 
@@ -26,7 +27,7 @@ def plain() -> Slot:
         flow=flow,
         planner=flow.planner,
         tally=Tally(),
-        held_changed=asyncio.Event(),
+        held_changed=Wakeup(),
         deliver=lambda slot, message: None,
         settled=lambda message: None,
     )

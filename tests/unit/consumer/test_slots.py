@@ -15,7 +15,7 @@ from nsq_ha.consumer.slots import COUNTERS, Flow, Slot, SlotContext, Tally
 from nsq_ha.errors import MessageAlreadyRespondedError, MessageConnectionGoneError, NsqError
 from nsq_ha.protocol.frames import FrameType, encode_frame
 from nsq_ha.protocol.message import DecodedMessage
-from nsq_ha.transport import StreamTransport, _Pipe
+from nsq_ha.transport import StreamTransport, Wakeup, _Pipe
 from tests.unit.connection.wire import Wire, subscribed_session
 
 
@@ -96,7 +96,7 @@ def make_slot(
         flow=flow,
         planner=flow.planner,
         tally=tally,
-        held_changed=asyncio.Event(),
+        held_changed=Wakeup(),
         deliver=lambda slot, message: delivered.append(message),
         settled=settled.append,
     )
