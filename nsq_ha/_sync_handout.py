@@ -79,22 +79,34 @@ def hand_out(
     while True:
         if runner.stale:
             source._live()  # raises
-        message = None
-        try:
-            message = fetched.popleft()
-            handed = Message() if make is None else make()
-            handed._message = message
-            handed._answers = answers
-            handed._answered = None
-        except IndexError:
-            if not source._fetch(runner, None):
-                return
-            continue
-        except BaseException:  # interrupted (Ctrl-C) before it was handed out: keep it
-            if message is not None:
-                fetched.appendleft(message)
-            raise
-        yield handed
+        handed = hand_one(fetched, answers, make)
+        if handed is not None:
+            yield handed
+        elif not source._fetch(runner, None):
+            return
+
+
+def hand_one(
+    fetched: collections.deque[AsyncMessage],
+    answers: Answers,
+    make: Callable[[], Message] | None = None,
+) -> Message | None:
+    """The next fetched message, handed out (None: none is fetched); one interrupted (Ctrl-C)
+    before it is handed out stays first in ``fetched``."""
+    message = None
+    try:
+        message = fetched.popleft()
+        handed = Message() if make is None else make()
+        handed._message = message
+        handed._answers = answers
+        handed._answered = None
+    except IndexError:
+        return None
+    except BaseException:
+        if message is not None:
+            fetched.appendleft(message)
+        raise
+    return handed
 
 
 def gone(runner: LoopThread) -> str:

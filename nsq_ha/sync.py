@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypedDict, Unpack
 
 from nsq_ha import _sync_runtime
-from nsq_ha._sync_handout import Answers, Message, gone, hand_out
+from nsq_ha._sync_handout import Answers, Message, gone, hand_one, hand_out
 from nsq_ha._sync_runtime import Closable, LoopThread, loop_thread, register, unregister
 from nsq_ha.connection import ConnectionConfig
 from nsq_ha.consumer import Consumer as AsyncConsumer
@@ -248,24 +248,10 @@ class Consumer(Closable):
         is cancelled, and what it took anyway is handed out next (or requeued by :meth:`close`)."""
         limit = None if timeout is None else optional_seconds(timeout, "timeout")
         runner = self._live()
-        fetched = self._fetched
-        while True:  # hand_out's step, with a limit
-            message = None
-            try:
-                message = fetched.popleft()
-                handed = Message()
-                handed._message = message
-                handed._answers = self._answers
-                handed._answered = None
-            except IndexError:
-                if not self._fetch(runner, limit):
-                    return None
-                continue
-            except BaseException:  # interrupted (Ctrl-C) before it was handed out: keep it
-                if message is not None:
-                    fetched.appendleft(message)
-                raise
-            return handed
+        while (handed := hand_one(self._fetched, self._answers)) is None:
+            if not self._fetch(runner, limit):
+                return None
+        return handed
 
     def _fetch(self, runner: LoopThread, limit: float | None) -> bool:
         """Wait for the next batch (see :meth:`get`); False once closed or after ``limit``."""
