@@ -26,6 +26,7 @@ from nsq_ha.protocol.names import validate_topic
 from nsq_ha.protocol.publish import ExtHeader, PublishMessage
 from nsq_ha.redact import redact_text as redact
 from nsq_ha.routing import ShardingKey
+from nsq_ha.transport import Wakeup
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -392,7 +393,7 @@ class Producer:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            idle = loop.create_task(self._waiting.idle.wait())
+            idle = self._waiting.idle.wait_next()
             await asyncio.wait([*tasks, idle], timeout=remaining)  # all done, or the time
             idle.cancel()
 
@@ -414,24 +415,21 @@ class Producer:
 
 class _Waiting:
     """``with``: a publish call waiting outside a lane (lookup, DPUB, keyed turn), which
-    :meth:`Producer.close` waits for; one object per producer, so a call allocates nothing
-    here (a generator-based context manager made two objects per call for the collector)."""
+    :meth:`Producer.close` waits for; one per producer: a call allocates nothing here."""
 
     __slots__ = ("active", "idle")
 
     def __init__(self) -> None:
         self.active = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
+        self.idle = Wakeup()
 
     def __enter__(self) -> None:
         self.active += 1
-        self.idle.clear()
 
     def __exit__(self, *exc_info: object) -> None:
         self.active -= 1
         if not self.active:
-            self.idle.set()
+            self.idle.wake()
 
 
 def per_message(values: Sequence[_T], what: str, count: int | None = None) -> list[_T]:
