@@ -136,9 +136,7 @@ class NsqdConnection:
     @property
     def is_fork(self) -> bool:
         """True on the fork (``-HA.`` in its version); LocalProtocolError before the handshake."""
-        if self._session.negotiated is None:
-            raise LocalProtocolError("the connection has not identified yet")
-        return self._session.is_fork
+        return self.negotiated.is_fork is True
 
     @property
     def closed(self) -> bool:
@@ -245,9 +243,7 @@ class NsqdConnection:
         except LocalProtocolError:
             self._raise_if_closed()
             raise
-        transport = self._transport
-        if transport is None:  # the session refuses every command before the handshake
-            raise self._closed_error()
+        transport = self._wire()
         transport.send(data)
         limit = self.config.command_timeout if response_timeout is None else response_timeout
         return await self._answers.wait(transport, command.name, limit)
