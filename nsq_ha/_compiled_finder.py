@@ -102,12 +102,15 @@ def source_path(module: str) -> str:
     return os.path.join(PACKAGE_DIR, *parts[1:-1], parts[-1] + ".py")
 
 
-def source_hash(module: str) -> str:
-    """The sha256 of a module's source, as the manifest records it."""
+def source_hash(module: str) -> str | None:
+    """The sha256 of a module's source, as the manifest records it (None: no source)."""
     import hashlib
 
-    with open(source_path(module), "rb") as file:
-        return hashlib.sha256(file.read()).hexdigest()
+    try:
+        with open(source_path(module), "rb") as file:
+            return hashlib.sha256(file.read()).hexdigest()
+    except OSError:
+        return None
 
 
 class Decision:
@@ -140,20 +143,13 @@ def decide(modules: Sequence[str] = MODULES, directory: str | None = None) -> De
         return Decision(False, f"unreadable {manifest}: {exc}; run `make compiled`")
     if not isinstance(recorded, dict) or sorted(recorded) != sorted(modules):
         return Decision(False, "the compiled build has another module set: run `make compiled`")
-    stale = tuple(m for m in modules if _hash_or_none(m) != recorded[m])
+    stale = tuple(m for m in modules if source_hash(m) != recorded[m])
     if stale:
         root = os.path.dirname(PACKAGE_DIR)
         names = ", ".join(os.path.relpath(source_path(m), root) for m in stale)
         fix = f"run `make compiled` (or set {PURE_ENV}=1)"
         return Decision(False, f"the compiled build is older than {names}: {fix}", stale)
     return Decision(True, f"mypyc build for {interpreter_tag()} ({len(modules)} modules)")
-
-
-def _hash_or_none(module: str) -> str | None:
-    try:
-        return source_hash(module)
-    except OSError:
-        return None
 
 
 class CompiledFinder:
