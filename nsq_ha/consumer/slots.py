@@ -133,6 +133,8 @@ class Flow:
 
     def apply(self, changes: Mapping[Hashable, int]) -> None:
         """Send the RDY changes; start a backoff wait when the planner blocked."""
+        if not changes and not self.planner.blocked:
+            return  # a message's usual answer: nothing to do
         for key, value in changes.items():
             sink = self._sinks.get(key)
             if sink is None or sink.closed:
@@ -327,17 +329,11 @@ class Slot:
     def _hold(self, message: Message) -> None:
         self.held[message.id] = message
         self.counts["received"] += 1
-        planner = self.ctx.planner
-        changes = planner.message(self.key)
-        if changes or planner.blocked:
-            self.ctx.flow.apply(changes)
+        self.ctx.flow.apply(self.ctx.planner.message(self.key))
 
     def _release(self, message: Message, *, success: bool | None) -> None:
         del self.held[message.id]
-        planner = self.ctx.planner
-        changes = planner.done(self.key, success=success)
-        if changes or planner.blocked:
-            self.ctx.flow.apply(changes)
+        self.ctx.flow.apply(self.ctx.planner.done(self.key, success=success))
 
     def _settle(self, message: Message, outcome: Outcome) -> None:
         message.outcome = outcome
