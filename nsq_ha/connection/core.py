@@ -136,7 +136,9 @@ class NsqdConnection:
     @property
     def is_fork(self) -> bool:
         """True on the fork (``-HA.`` in its version); LocalProtocolError before the handshake."""
-        return self.negotiated.is_fork is True
+        if self._session.negotiated is None:
+            raise LocalProtocolError("the connection has not identified yet")
+        return self._session.is_fork
 
     @property
     def closed(self) -> bool:
