@@ -189,8 +189,9 @@ def test_an_interrupt_while_a_message_is_handed_out_keeps_it(
         assert first is not None
         got.append((first.body, first.attempts))
         first.finish()
-        # the hand-out of get() and of iterating (compiled, it takes its stand-in as make=)
-        monkeypatch.setattr(sync, "Message", interrupts_once)
+        # the hand-out step of get() and of iterating (compiled, it takes its stand-in as make=)
+        hand_one = functools.partial(_sync_handout.hand_one, make=interrupts_once)
+        monkeypatch.setattr(sync, "hand_one", hand_one)
         stand_in = functools.partial(_sync_handout.hand_out, make=interrupts_once)
         monkeypatch.setattr(sync, "hand_out", stand_in)
         with pytest.raises(KeyboardInterrupt):
