@@ -175,7 +175,7 @@ class SlotContext:
     flow: Flow
     planner: RdyPlanner
     tally: Tally
-    #: set whenever a held message is answered or dropped
+    #: woken whenever a held message is answered or dropped
     held_changed: Wakeup
     #: a message arrived and is held: hand it on
     deliver: Callable[[Slot, Message], None]
